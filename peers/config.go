@@ -1,0 +1,160 @@
+package peers
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"time"
+)
+
+// Config is the [health] section: how connect outcomes turn into liveness and
+// how dead peers are probed back to life.
+type Config struct {
+	// ConnectFailLimit is the number of consecutive connect failures that make
+	// a peer dead (Squid's connect-fail-limit). Default 10.
+	ConnectFailLimit int `toml:"connect_fail_limit"`
+	// ProbeInterval is the delay between a peer's death and its first probe,
+	// and the smallest delay between later probes. Default 1s.
+	ProbeInterval time.Duration `toml:"probe_interval"`
+	// ProbeMaxInterval caps the jittered back-off between probes. Default 5s.
+	ProbeMaxInterval time.Duration `toml:"probe_max_interval"`
+	// ProbeTimeout bounds one probe's connect; 0 means the peer's
+	// connect_timeout.
+	ProbeTimeout time.Duration `toml:"probe_timeout"`
+	// IdleProbe, when positive, probes live peers that carried no traffic for
+	// this long, so a peer that died while idle is found before a client
+	// request is sent to it. 0 disables it.
+	IdleProbe time.Duration `toml:"idle_probe"`
+}
+
+// DefaultConfig returns the built-in [health] defaults.
+func DefaultConfig() Config {
+	return Config{
+		ConnectFailLimit: 10,
+		ProbeInterval:    time.Second,
+		ProbeMaxInterval: 5 * time.Second,
+	}
+}
+
+// Validate reports every problem with c, each naming its key.
+func (c Config) Validate() error {
+	var errs []error
+	if c.ConnectFailLimit < 1 {
+		errs = append(errs, fmt.Errorf("health.connect_fail_limit: must be at least 1, got %d", c.ConnectFailLimit))
+	}
+	if c.ProbeInterval <= 0 {
+		errs = append(errs, fmt.Errorf("health.probe_interval: must be positive, got %s", c.ProbeInterval))
+	}
+	if c.ProbeMaxInterval < c.ProbeInterval {
+		errs = append(errs, fmt.Errorf("health.probe_max_interval: must be at least probe_interval (%s), got %s", c.ProbeInterval, c.ProbeMaxInterval))
+	}
+	if c.ProbeTimeout < 0 {
+		errs = append(errs, fmt.Errorf("health.probe_timeout: must not be negative, got %s", c.ProbeTimeout))
+	}
+	if c.IdleProbe < 0 {
+		errs = append(errs, fmt.Errorf("health.idle_probe: must not be negative, got %s", c.IdleProbe))
+	}
+	return errors.Join(errs...)
+}
+
+// Spec is one [[peer]] table: a parent or sibling proxy as configured.
+// Zero values of the override fields mean "inherit"; the config loader
+// rejects explicit zeros where the contract forbids them.
+type Spec struct {
+	// Name is unique among peers; empty means host:port.
+	Name string `toml:"name"`
+	Host string `toml:"host"`
+	// Port is the peer's HTTP proxy port; default 3128.
+	Port int `toml:"port"`
+	// Type is "parent" (default) or "sibling".
+	Type string `toml:"type"`
+	// Weight shapes weighted-round-robin and carp shares; default 1.
+	Weight int `toml:"weight"`
+	// ConnectFailLimit overrides [health] connect_fail_limit; 0 inherits.
+	ConnectFailLimit int `toml:"connect_fail_limit"`
+	// ConnectTimeout overrides [proxy] connect_timeout; 0 inherits.
+	ConnectTimeout time.Duration `toml:"connect_timeout"`
+	// MaxConn caps in-flight requests; a peer at its cap is skipped, not
+	// failed. 0 means unlimited.
+	MaxConn int `toml:"max_conn"`
+	// Default marks a last-resort parent (Squid "default").
+	Default bool `toml:"default"`
+	// Login is "user:pass", sent as Proxy-Authorization to this peer only.
+	// It is a secret: nothing prints it.
+	Login string `toml:"login"`
+}
+
+// WithDefaults fills the fields whose zero value means "the default".
+func (s Spec) WithDefaults() Spec {
+	if s.Port == 0 {
+		s.Port = 3128
+	}
+	if s.Type == "" {
+		s.Type = "parent"
+	}
+	if s.Weight == 0 {
+		s.Weight = 1
+	}
+	if s.Name == "" && s.Host != "" {
+		s.Name = net.JoinHostPort(s.Host, fmt.Sprint(s.Port))
+	}
+	return s
+}
+
+// Addr is the peer's dial address, host:port.
+func (s Spec) Addr() string { return net.JoinHostPort(s.Host, fmt.Sprint(s.Port)) }
+
+// Validate reports every problem with one peer; prefix names it in messages
+// (e.g. `peer[2] "p3"`).
+func (s Spec) Validate(prefix string) error {
+	var errs []error
+	bad := func(key, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s: %s: %s", prefix, key, fmt.Sprintf(format, args...)))
+	}
+	if strings.TrimSpace(s.Host) == "" {
+		bad("host", "is required")
+	} else if strings.ContainsAny(s.Host, " /") {
+		bad("host", "%q is not a host name or address", s.Host)
+	}
+	if s.Port < 1 || s.Port > 65535 {
+		bad("port", "must be 1-65535, got %d", s.Port)
+	}
+	if _, err := ParseType(s.Type); err != nil {
+		bad("type", "%v", err)
+	}
+	if s.Weight < 1 {
+		bad("weight", "must be at least 1, got %d", s.Weight)
+	}
+	if s.ConnectFailLimit < 0 {
+		bad("connect_fail_limit", "must be at least 1, got %d", s.ConnectFailLimit)
+	}
+	if s.ConnectTimeout < 0 {
+		bad("connect_timeout", "must be positive, got %s", s.ConnectTimeout)
+	}
+	if s.MaxConn < 0 {
+		bad("max_conn", "must not be negative, got %d", s.MaxConn)
+	}
+	if s.Login != "" && !strings.Contains(s.Login, ":") {
+		bad("login", `must be "user:pass"`)
+	}
+	return errors.Join(errs...)
+}
+
+// ValidateSpecs checks every peer and the set as a whole (unique names).
+func ValidateSpecs(specs []Spec) error {
+	var errs []error
+	seen := make(map[string]int, len(specs))
+	for i, s := range specs {
+		prefix := fmt.Sprintf("peer[%d] %q", i, s.Name)
+		if err := s.Validate(prefix); err != nil {
+			errs = append(errs, err)
+		}
+		if j, dup := seen[s.Name]; dup {
+			errs = append(errs, fmt.Errorf("%s: name: duplicate peer name (also peer[%d])", prefix, j))
+		} else {
+			seen[s.Name] = i
+		}
+	}
+	return errors.Join(errs...)
+}

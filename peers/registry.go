@@ -1,0 +1,467 @@
+// Package peers is peerd's peer registry: each configured peer's liveness,
+// admin state and counters, and the one place where connect outcomes become
+// state changes. It does no network I/O and knows nothing of HTTP.
+//
+// A peer dies after connect_fail_limit consecutive connect failures and is
+// revived only by a successful probe: no client request is ever used to find
+// out whether a dead peer is back (Squid removed that behaviour for idle dead
+// peers because it hung real requests on truly dead peers).
+package peers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	memdb "github.com/hashicorp/go-memdb"
+	"github.com/sirupsen/logrus"
+)
+
+// ErrUnknownPeer is returned for a name no configured peer has.
+var ErrUnknownPeer = errors.New("unknown peer")
+
+// Observation is one connect outcome, with time as data.
+type Observation struct {
+	At    time.Time
+	Err   error         // nil: the TCP connect succeeded
+	RTT   time.Duration // connect time of a success
+	Probe bool          // made by the prober, not for a client
+}
+
+// Options configure a Registry.
+type Options struct {
+	Health Config
+	// ConnectTimeout is the default for peers without their own ([proxy]
+	// connect_timeout).
+	ConnectTimeout time.Duration
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+	// Log receives state changes; nil means the standard logrus logger.
+	Log logrus.FieldLogger
+}
+
+// Registry holds the peers. Reads are lock-free; transitions are memdb write
+// transactions, and exactly one goroutine wins each.
+type Registry struct {
+	db  *memdb.MemDB
+	now func() time.Time
+	log logrus.FieldLogger
+
+	// peers is the current peer set in config order; replaced, never edited.
+	peers atomic.Pointer[[]*Peer]
+	opts  atomic.Pointer[Options]
+
+	// reconcileMu serialises Reconcile calls with each other.
+	reconcileMu sync.Mutex
+}
+
+// New builds a registry with the given peers, all Unknown.
+func New(opts Options, specs []Spec) (*Registry, error) {
+	db, err := memdb.NewMemDB(schema())
+	if err != nil {
+		return nil, fmt.Errorf("peers: schema: %w", err)
+	}
+	r := &Registry{db: db, now: opts.Now, log: opts.Log}
+	if r.now == nil {
+		r.now = time.Now
+	}
+	if r.log == nil {
+		r.log = logrus.StandardLogger()
+	}
+	empty := []*Peer{}
+	r.peers.Store(&empty)
+	if err := r.Reconcile(opts, specs); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// Peers returns the peers in config order. The slice must not be modified.
+func (r *Registry) Peers() []*Peer { return *r.peers.Load() }
+
+// Get returns the peer with the given name, or nil.
+func (r *Registry) Get(name string) *Peer {
+	txn := r.db.Txn(false)
+	raw, err := txn.First(tablePeers, indexID, name)
+	if err != nil || raw == nil {
+		return nil
+	}
+	return raw.(*row).Peer
+}
+
+// Health returns the [health] config in force.
+func (r *Registry) Health() Config { return r.opts.Load().Health }
+
+// Filter selects peers in List; empty fields match everything.
+type Filter struct {
+	State string
+	Type  string
+}
+
+// List returns the peers matching f in config order.
+func (r *Registry) List(f Filter) ([]*Peer, error) {
+	if f.State != "" {
+		if _, err := ParseState(f.State); err != nil {
+			return nil, err
+		}
+	}
+	if f.Type != "" {
+		if _, err := ParseType(f.Type); err != nil {
+			return nil, err
+		}
+	}
+	txn := r.db.Txn(false)
+	var it memdb.ResultIterator
+	var err error
+	if f.State != "" {
+		it, err = txn.Get(tablePeers, indexState, f.State)
+	} else {
+		it, err = txn.Get(tablePeers, indexOrder)
+	}
+	if err != nil {
+		return nil, err
+	}
+	var rows []*row
+	for raw := it.Next(); raw != nil; raw = it.Next() {
+		rw := raw.(*row)
+		if f.Type == "" || rw.Type == f.Type {
+			rows = append(rows, rw)
+		}
+	}
+	// The state index orders by name; the API promises config order.
+	sortRows(rows)
+	out := make([]*Peer, len(rows))
+	for i, rw := range rows {
+		out[i] = rw.Peer
+	}
+	return out, nil
+}
+
+func sortRows(rows []*row) {
+	for i := 1; i < len(rows); i++ {
+		for j := i; j > 0 && rows[j].Order < rows[j-1].Order; j-- {
+			rows[j], rows[j-1] = rows[j-1], rows[j]
+		}
+	}
+}
+
+// Watch returns a channel that is closed at the next change of any peer's
+// row: a state transition, an admin state change or a reload. Subscribers
+// (the prober, metrics, caches) wait on it instead of polling.
+func (r *Registry) Watch() <-chan struct{} {
+	txn := r.db.Txn(false)
+	it, err := txn.Get(tablePeers, indexID)
+	if err != nil {
+		// The schema is static; this cannot happen.
+		panic(fmt.Sprintf("peers: watch: %v", err))
+	}
+	return it.WatchCh()
+}
+
+// WaitVerdicts blocks until no peer is Unknown or ctx ends.
+func (r *Registry) WaitVerdicts(ctx context.Context) error {
+	for {
+		ch := r.Watch()
+		pending := false
+		for _, p := range r.Peers() {
+			if p.State() == Unknown && p.AdminState() != Maintenance {
+				pending = true
+				break
+			}
+		}
+		if !pending {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// Observe records one connect outcome for p. A failure counts towards the
+// peer's death; a success resets the consecutive count. Only a successful
+// probe revives a dead or unknown peer.
+//
+// The success path on an alive peer is lock-free and allocation-free.
+func (r *Registry) Observe(p *Peer, o Observation) {
+	at := o.At.UnixNano()
+	if o.Probe {
+		p.probes.Add(1)
+	}
+	p.connects.Add(1)
+	if o.Err == nil {
+		r.observeSuccess(p, o, at)
+		return
+	}
+	p.connectFailures.Add(1)
+	if o.Probe {
+		p.probeFailures.Add(1)
+	}
+	storeLater(&p.lastFailure, at)
+	msg := o.Err.Error()
+	p.lastError.Store(&msg)
+	n := p.consecutive.Add(1)
+	switch p.State() {
+	case Alive:
+		if n >= p.settings().failLimit {
+			r.transition(p, Alive, Dead, o.Err, o.At)
+		}
+	case Unknown:
+		// The first probe's verdict: no traffic has been sent, and none
+		// will be until a probe succeeds.
+		if o.Probe {
+			r.transition(p, Unknown, Dead, o.Err, o.At)
+		}
+	}
+}
+
+func (r *Registry) observeSuccess(p *Peer, o Observation, at int64) {
+	if at-p.lastSuccess.Load() > int64(time.Millisecond) {
+		storeLater(&p.lastSuccess, at)
+	}
+	if o.RTT > 0 {
+		ms := float64(o.RTT) / float64(time.Millisecond)
+		if o.Probe {
+			storeFloat(&p.lastProbe, ms)
+		}
+		srtt := loadFloat(&p.srtt)
+		if srtt == 0 {
+			storeFloat(&p.srtt, ms)
+			storeFloat(&p.rttvar, ms/2)
+		} else {
+			dev := srtt - ms
+			if dev < 0 {
+				dev = -dev
+			}
+			storeFloat(&p.rttvar, 0.75*loadFloat(&p.rttvar)+0.25*dev)
+			storeFloat(&p.srtt, 0.875*srtt+0.125*ms)
+		}
+	}
+	st := p.State()
+	if st == Alive {
+		if p.consecutive.Load() != 0 {
+			p.consecutive.Store(0)
+		}
+		return
+	}
+	if o.Probe {
+		r.transition(p, st, Alive, nil, o.At)
+	}
+	// A traffic connect that succeeds on a dead peer was started before it
+	// died; it does not revive it (revival is by probe only).
+}
+
+// transition moves p from one state to another. Exactly one caller wins a
+// given transition: the compare-and-swap happens inside the memdb write
+// transaction, which also serialises transitions with reloads.
+func (r *Registry) transition(p *Peer, from, to State, cause error, at time.Time) bool {
+	txn := r.db.Txn(true)
+	defer txn.Abort()
+	if !p.state.CompareAndSwap(int32(from), int32(to)) {
+		return false
+	}
+	consecutive := p.consecutive.Load()
+	switch to {
+	case Dead:
+		p.deaths.Add(1)
+		p.deadSince.Store(at.UnixNano())
+	case Alive:
+		p.consecutive.Store(0)
+		p.deadSince.Store(0)
+		if from == Dead {
+			p.revivals.Add(1)
+		}
+	}
+	if err := r.writeRowTxn(txn, p); err != nil {
+		r.log.WithError(err).WithField("peer", p.Name()).Error("peers: registry update failed")
+	}
+	txn.Commit()
+
+	entry := r.log.WithFields(logrus.Fields{"peer": p.Name(), "from": from.String(), "to": to.String()})
+	switch {
+	case to == Dead:
+		entry.WithFields(logrus.Fields{"err": errString(cause), "consecutive_failures": consecutive}).
+			Warnf("Detected DEAD %s: %s", p.Type().Label(), p.Name())
+	case from == Dead:
+		entry.Warnf("Detected REVIVED %s: %s", p.Type().Label(), p.Name())
+	default:
+		entry.Infof("%s %s is alive", p.Type().Label(), p.Name())
+	}
+	return true
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+// writeRowTxn re-inserts p's row with its current state words. A peer that
+// a reload removed has no row and is left alone.
+func (r *Registry) writeRowTxn(txn *memdb.Txn, p *Peer) error {
+	raw, err := txn.First(tablePeers, indexID, p.Name())
+	if err != nil {
+		return err
+	}
+	if raw == nil || raw.(*row).Peer != p {
+		return nil
+	}
+	old := raw.(*row)
+	nr := *old
+	nr.State = p.State().String()
+	nr.Admin = p.AdminState().String()
+	nr.Type = p.Type().String()
+	if nr == *old {
+		return nil // prevent watch churn
+	}
+	return txn.Insert(tablePeers, &nr)
+}
+
+// SetAdminState sets an operator state. Leaving maintenance does not revive
+// a dead peer: it stays dead until a probe succeeds.
+func (r *Registry) SetAdminState(name string, s AdminState) (*Peer, error) {
+	txn := r.db.Txn(true)
+	defer txn.Abort()
+	raw, err := txn.First(tablePeers, indexID, name)
+	if err != nil {
+		return nil, err
+	}
+	if raw == nil {
+		return nil, fmt.Errorf("%w %q", ErrUnknownPeer, name)
+	}
+	p := raw.(*row).Peer
+	old := p.AdminState()
+	if old == s {
+		return p, nil
+	}
+	p.admin.Store(int32(s))
+	if err := r.writeRowTxn(txn, p); err != nil {
+		return nil, err
+	}
+	txn.Commit()
+	r.log.WithFields(logrus.Fields{"peer": name, "from": old.String(), "to": s.String()}).
+		Warnf("Admin state of %s %s changed to %s", p.Type().Label(), name, s)
+	return p, nil
+}
+
+// BeginRequest accounts a request about to be sent to p. It returns false,
+// accounting nothing, when p is at max_conn: such a peer is skipped, not
+// failed.
+func (r *Registry) BeginRequest(p *Peer) bool {
+	max := int64(p.settings().spec.MaxConn)
+	for {
+		n := p.inFlight.Load()
+		if max > 0 && n >= max {
+			return false
+		}
+		if p.inFlight.CompareAndSwap(n, n+1) {
+			break
+		}
+	}
+	p.requests.Add(1)
+	storeLater(&p.lastUsed, r.now().UnixNano())
+	return true
+}
+
+// EndRequest undoes BeginRequest once the exchange is over.
+func (r *Registry) EndRequest(p *Peer) { p.inFlight.Add(-1) }
+
+// SetNextProbe records when the prober will next probe p (zero: none).
+func (r *Registry) SetNextProbe(p *Peer, at time.Time) {
+	if at.IsZero() {
+		p.nextProbe.Store(0)
+		return
+	}
+	p.nextProbe.Store(at.UnixNano())
+}
+
+// Reconcile replaces the peer set. Peers whose name and address are unchanged
+// keep their handle, state and counters (their other settings are updated);
+// new peers, and peers whose host or port changed, start Unknown with zero
+// counts; removed peers leave the registry (handles held elsewhere stay
+// readable but are no longer listed, selected or probed). specs must have
+// been validated.
+func (r *Registry) Reconcile(opts Options, specs []Spec) error {
+	r.reconcileMu.Lock()
+	defer r.reconcileMu.Unlock()
+
+	txn := r.db.Txn(true)
+	defer txn.Abort()
+
+	old := make(map[string]*Peer)
+	for _, p := range r.Peers() {
+		old[p.Name()] = p
+	}
+	// Rows are rebuilt from scratch: orders and names may have moved, and a
+	// reload is rare enough that one watch wake-up for all is fine.
+	if _, err := txn.DeleteAll(tablePeers, indexID); err != nil {
+		return err
+	}
+	next := make([]*Peer, 0, len(specs))
+	for i, spec := range specs {
+		spec = spec.WithDefaults()
+		typ, err := ParseType(spec.Type)
+		if err != nil {
+			return fmt.Errorf("peer %q: %w", spec.Name, err)
+		}
+		s := resolve(opts, spec, typ)
+		p, ok := old[spec.Name]
+		if ok && p.Addr() == spec.Addr() {
+			p.cfg.Store(s)
+		} else {
+			p = newPeer(s)
+		}
+		if err := txn.Insert(tablePeers, &row{
+			Name: spec.Name, Order: i, Type: typ.String(),
+			State: p.State().String(), Admin: p.AdminState().String(), Peer: p,
+		}); err != nil {
+			return fmt.Errorf("peer %q: %w", spec.Name, err)
+		}
+		next = append(next, p)
+	}
+	o := opts
+	r.opts.Store(&o)
+	r.peers.Store(&next)
+	txn.Commit()
+	return nil
+}
+
+func resolve(opts Options, spec Spec, typ Type) *settings {
+	s := &settings{spec: spec, typ: typ}
+	s.failLimit = int64(opts.Health.ConnectFailLimit)
+	if spec.ConnectFailLimit > 0 {
+		s.failLimit = int64(spec.ConnectFailLimit)
+	}
+	if s.failLimit < 1 {
+		s.failLimit = 1
+	}
+	s.connectTimeout = opts.ConnectTimeout
+	if spec.ConnectTimeout > 0 {
+		s.connectTimeout = spec.ConnectTimeout
+	}
+	if s.connectTimeout <= 0 {
+		s.connectTimeout = 30 * time.Second
+	}
+	s.probeTimeout = opts.Health.ProbeTimeout
+	if s.probeTimeout <= 0 {
+		s.probeTimeout = s.connectTimeout
+	}
+	return s
+}
+
+// storeLater stores v unless a later time is already there, so that
+// out-of-order reports never move a timestamp backwards.
+func storeLater(a *atomic.Int64, v int64) {
+	for {
+		cur := a.Load()
+		if cur >= v || a.CompareAndSwap(cur, v) {
+			return
+		}
+	}
+}
