@@ -1,0 +1,171 @@
+// Package dialer opens TCP connections to peers and reports every outcome to
+// the registry, so that each path that connects to a peer — client requests,
+// CONNECT tunnels and probes — counts the same way. Classification happens
+// here, where the cause is known: a connect that failed is a connect failure;
+// a caller that gave up (its context ended) is not the peer's fault.
+package dialer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/peerd/peerd/peers"
+	"github.com/sirupsen/logrus"
+)
+
+// Reporter receives connect outcomes; *peers.Registry is one.
+type Reporter interface {
+	Observe(p *peers.Peer, o peers.Observation)
+}
+
+// Resolver looks up a peer's host name.
+type Resolver interface {
+	LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error)
+}
+
+// Dialer connects to peers. The zero value is not usable; set Reporter.
+type Dialer struct {
+	Reporter Reporter
+	// Dial opens a connection; nil means a net.Dialer. Tests inject
+	// net.Pipe ends here.
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// Resolver resolves peer host names; nil means net.DefaultResolver.
+	Resolver Resolver
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+	// Log gets DNS fallback warnings; nil means the standard logger.
+	Log logrus.FieldLogger
+
+	mu    sync.Mutex
+	known map[string][]netip.Addr // last good resolution per host
+}
+
+// Purpose says why a connection is opened.
+type Purpose bool
+
+const (
+	Traffic Purpose = false
+	Probe   Purpose = true
+)
+
+// ConnectError is a failed connect to a peer: it was reported to the
+// registry as a connect failure, and nothing was sent.
+type ConnectError struct {
+	Peer string
+	Err  error
+}
+
+func (e *ConnectError) Error() string { return fmt.Sprintf("connect to %s: %v", e.Peer, e.Err) }
+func (e *ConnectError) Unwrap() error { return e.Err }
+
+func (d *Dialer) now() time.Time {
+	if d.Now != nil {
+		return d.Now()
+	}
+	return time.Now()
+}
+
+func (d *Dialer) logger() logrus.FieldLogger {
+	if d.Log != nil {
+		return d.Log
+	}
+	return logrus.StandardLogger()
+}
+
+// DialPeer connects to p within its connect timeout (probe timeout for
+// probes) and reports the outcome. Nothing is written to the connection.
+// If ctx ends first, the attempt is not reported: the caller went away.
+func (d *Dialer) DialPeer(ctx context.Context, p *peers.Peer, why Purpose) (net.Conn, error) {
+	timeout := p.ConnectTimeout()
+	if why == Probe {
+		timeout = p.ProbeTimeout()
+	}
+	start := d.now()
+	dctx, cancel := context.WithTimeout(ctx, timeout)
+	conn, err := d.dial(dctx, p)
+	cancel()
+	if err != nil && ctx.Err() != nil {
+		// The caller gave up; the peer did nothing wrong.
+		return nil, ctx.Err()
+	}
+	end := d.now()
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) {
+			err = fmt.Errorf("connect timeout after %s", timeout)
+		}
+		d.Reporter.Observe(p, peers.Observation{At: end, Err: err, Probe: bool(why)})
+		return nil, &ConnectError{Peer: p.Name(), Err: err}
+	}
+	d.Reporter.Observe(p, peers.Observation{At: end, RTT: end.Sub(start), Probe: bool(why)})
+	return conn, nil
+}
+
+func (d *Dialer) dial(ctx context.Context, p *peers.Peer) (net.Conn, error) {
+	addrs, err := d.resolve(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	port := uint16(p.Port())
+	var firstErr error
+	for _, a := range addrs {
+		conn, err := d.dialAddr(ctx, netip.AddrPortFrom(a, port).String())
+		if err == nil {
+			return conn, nil
+		}
+		if firstErr == nil {
+			firstErr = err
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return nil, firstErr
+}
+
+func (d *Dialer) dialAddr(ctx context.Context, addr string) (net.Conn, error) {
+	if d.Dial != nil {
+		return d.Dial(ctx, "tcp", addr)
+	}
+	var nd net.Dialer
+	return nd.DialContext(ctx, "tcp", addr)
+}
+
+// resolve returns p's addresses. When a look-up fails but an earlier one
+// succeeded, the earlier addresses are used (and a warning logged): a DNS
+// outage is not a peer outage.
+func (d *Dialer) resolve(ctx context.Context, p *peers.Peer) ([]netip.Addr, error) {
+	host := p.Host()
+	if a, err := netip.ParseAddr(host); err == nil {
+		return []netip.Addr{a}, nil
+	}
+	var r Resolver = net.DefaultResolver
+	if d.Resolver != nil {
+		r = d.Resolver
+	}
+	addrs, err := r.LookupNetIP(ctx, "ip", host)
+	if err == nil && len(addrs) == 0 {
+		err = fmt.Errorf("lookup %s: no addresses", host)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err != nil {
+		if ctx.Err() == nil {
+			if old := d.known[host]; len(old) > 0 {
+				d.logger().WithFields(logrus.Fields{"peer": p.Name(), "err": err.Error()}).
+					Warn("DNS lookup of peer failed; using its last known address")
+				return old, nil
+			}
+		}
+		return nil, fmt.Errorf("dns: %w", err)
+	}
+	if d.known == nil {
+		d.known = make(map[string][]netip.Addr)
+	}
+	d.known[host] = addrs
+	return addrs, nil
+}

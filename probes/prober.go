@@ -1,0 +1,284 @@
+// Package probes revives dead peers by background TCP probes: connect, send
+// nothing, close. It also gives unknown peers their first verdict and, with
+// idle_probe, checks live peers that carried no traffic for a while. It never
+// sends client traffic and never decides a state itself: it reports each
+// probe's outcome to the registry, which decides.
+package probes
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/peerd/peerd/dialer"
+	"github.com/peerd/peerd/peers"
+	"github.com/sirupsen/logrus"
+)
+
+// Dialer opens a probe connection and reports its outcome to the registry;
+// *dialer.Dialer is one.
+type Dialer interface {
+	DialPeer(ctx context.Context, p *peers.Peer, why dialer.Purpose) (net.Conn, error)
+}
+
+// Options configure a Prober.
+type Options struct {
+	Registry *peers.Registry
+	Dialer   Dialer
+	// Jitter returns a uniform value in [0, 1); nil means math/rand/v2.
+	Jitter func() float64
+	// Log: nil means the standard logger.
+	Log logrus.FieldLogger
+}
+
+// Prober schedules probes. At most one probe per peer is in flight at any
+// time, background or on demand.
+type Prober struct {
+	reg    *peers.Registry
+	dialer Dialer
+	jitter func() float64
+	log    logrus.FieldLogger
+
+	mu    sync.Mutex // guards sched
+	sched map[*peers.Peer]*schedule
+
+	done chan *peers.Peer // background probes report completion here
+	wg   sync.WaitGroup
+}
+
+// schedule is the prober's plan for one peer.
+type schedule struct {
+	sem       chan struct{} // one token: held by the probe in flight
+	next      time.Time     // zero: nothing scheduled
+	delay     time.Duration // last back-off delay
+	deadSince time.Time     // the death this back-off belongs to
+	lastProbe time.Time
+	busy      bool      // a background probe is in flight
+	startedIn time.Time // deadSince when the in-flight probe started
+}
+
+// New returns a prober; call Run to start it.
+func New(o Options) *Prober {
+	p := &Prober{reg: o.Registry, dialer: o.Dialer, jitter: o.Jitter, log: o.Log,
+		sched: make(map[*peers.Peer]*schedule), done: make(chan *peers.Peer)}
+	if p.jitter == nil {
+		p.jitter = rand.Float64
+	}
+	if p.log == nil {
+		p.log = logrus.StandardLogger()
+	}
+	return p
+}
+
+// NextDelay is the decorrelated-jitter back-off: the delay after prev is
+// uniform in [base, 3·prev], capped at max; the first delay is base. A long
+// dead peer is probed about every max, and a fleet of children that saw it
+// die at once spread their probes instead of arriving in step.
+func NextDelay(base, max, prev time.Duration, u float64) time.Duration {
+	if prev <= 0 {
+		return base
+	}
+	hi := 3 * prev
+	if hi > max {
+		hi = max
+	}
+	if hi <= base {
+		return min(base, max)
+	}
+	return base + time.Duration(u*float64(hi-base))
+}
+
+// Run probes until ctx ends, then waits for probes in flight.
+func (pr *Prober) Run(ctx context.Context) {
+	defer pr.wg.Wait()
+	for {
+		watch := pr.reg.Watch()
+		wake := pr.tick(ctx, time.Now())
+		var timer *time.Timer
+		var fire <-chan time.Time
+		if !wake.IsZero() {
+			timer = time.NewTimer(time.Until(wake))
+			fire = timer.C
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-watch:
+		case <-fire:
+		case p := <-pr.done:
+			pr.finished(p, time.Now())
+		}
+		if timer != nil {
+			timer.Stop()
+		}
+	}
+}
+
+// tick starts every probe that is due and returns when the next one is.
+func (pr *Prober) tick(ctx context.Context, now time.Time) time.Time {
+	health := pr.reg.Health()
+	pr.mu.Lock()
+	defer pr.mu.Unlock()
+
+	current := pr.reg.Peers()
+	live := make(map[*peers.Peer]bool, len(current))
+	var wake time.Time
+	for _, p := range current {
+		live[p] = true
+		s := pr.scheduleLocked(p)
+		s.next = pr.dueLocked(p, s, health, now)
+		pr.reg.SetNextProbe(p, s.next)
+		if s.next.IsZero() {
+			continue
+		}
+		if !s.busy && !now.Before(s.next) {
+			if pr.startLocked(ctx, p, s) {
+				continue
+			}
+			// An on-demand probe holds the peer; look again shortly.
+			s.next = now.Add(health.ProbeInterval)
+		}
+		if !s.busy && (wake.IsZero() || s.next.Before(wake)) {
+			wake = s.next
+		}
+	}
+	// Peers removed by a reload are no longer probed.
+	for p, s := range pr.sched {
+		if !live[p] && !s.busy {
+			delete(pr.sched, p)
+		}
+	}
+	return wake
+}
+
+func (pr *Prober) scheduleLocked(p *peers.Peer) *schedule {
+	s := pr.sched[p]
+	if s == nil {
+		s = &schedule{sem: make(chan struct{}, 1)}
+		pr.sched[p] = s
+	}
+	return s
+}
+
+// dueLocked says when p should next be probed; zero means not at all.
+func (pr *Prober) dueLocked(p *peers.Peer, s *schedule, h peers.Config, now time.Time) time.Time {
+	if p.AdminState() == peers.Maintenance {
+		s.deadSince = time.Time{}
+		return time.Time{}
+	}
+	switch p.State() {
+	case peers.Unknown:
+		if s.next.IsZero() {
+			return now
+		}
+		return s.next
+	case peers.Dead:
+		if ds := p.DeadSince(); !ds.Equal(s.deadSince) {
+			// A new death: the back-off starts over.
+			s.deadSince = ds
+			s.delay = NextDelay(h.ProbeInterval, h.ProbeMaxInterval, 0, 0)
+			return ds.Add(s.delay)
+		}
+		if s.next.IsZero() {
+			return now.Add(s.delay)
+		}
+		return s.next
+	default: // Alive
+		s.deadSince = time.Time{}
+		if h.IdleProbe <= 0 {
+			return time.Time{}
+		}
+		last := p.LastUsed()
+		if ls := p.LastSuccess(); ls.After(last) {
+			last = ls
+		}
+		if s.lastProbe.After(last) {
+			last = s.lastProbe
+		}
+		return last.Add(h.IdleProbe)
+	}
+}
+
+func (pr *Prober) startLocked(ctx context.Context, p *peers.Peer, s *schedule) bool {
+	select {
+	case s.sem <- struct{}{}:
+	default:
+		return false
+	}
+	s.busy = true
+	s.startedIn = s.deadSince
+	pr.wg.Add(1)
+	go func() {
+		defer pr.wg.Done()
+		pr.probe(ctx, p)
+		<-s.sem
+		select {
+		case pr.done <- p:
+		case <-ctx.Done():
+		}
+	}()
+	return true
+}
+
+// finished re-arms the back-off after a background probe.
+func (pr *Prober) finished(p *peers.Peer, now time.Time) {
+	h := pr.reg.Health()
+	pr.mu.Lock()
+	defer pr.mu.Unlock()
+	s := pr.sched[p]
+	if s == nil {
+		return
+	}
+	s.busy = false
+	s.lastProbe = now
+	s.next = time.Time{}
+	if p.State() != peers.Dead {
+		return
+	}
+	if ds := p.DeadSince(); !s.startedIn.IsZero() && ds.Equal(s.startedIn) {
+		// A re-probe of the same death failed: back off.
+		s.delay = NextDelay(h.ProbeInterval, h.ProbeMaxInterval, s.delay, pr.jitter())
+		s.next = now.Add(s.delay)
+	} else {
+		// This probe gave the verdict (or the peer died meanwhile): the
+		// first re-probe is probe_interval after the death.
+		s.deadSince = ds
+		s.delay = NextDelay(h.ProbeInterval, h.ProbeMaxInterval, 0, 0)
+		s.next = ds.Add(s.delay)
+	}
+}
+
+// probe runs one TCP probe: connect, write nothing, close.
+func (pr *Prober) probe(ctx context.Context, p *peers.Peer) error {
+	conn, err := pr.dialer.DialPeer(ctx, p, dialer.Probe)
+	if err != nil {
+		pr.log.WithFields(logrus.Fields{"peer": p.Name(), "err": err.Error()}).Debug("probe failed")
+		return err
+	}
+	return conn.Close()
+}
+
+// ProbeNow probes the named peer at once (waiting for a probe already in
+// flight to finish first) and returns the peer with its updated state.
+func (pr *Prober) ProbeNow(ctx context.Context, name string) (*peers.Peer, error) {
+	p := pr.reg.Get(name)
+	if p == nil {
+		return nil, fmt.Errorf("%w %q", peers.ErrUnknownPeer, name)
+	}
+	pr.mu.Lock()
+	s := pr.scheduleLocked(p)
+	pr.mu.Unlock()
+	select {
+	case s.sem <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	defer func() { <-s.sem }()
+	if err := pr.probe(ctx, p); err != nil && ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	return p, nil
+}

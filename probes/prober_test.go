@@ -1,0 +1,387 @@
+package probes
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/peerd/peerd/dialer"
+	"github.com/peerd/peerd/peers"
+	"github.com/sirupsen/logrus/hooks/test"
+)
+
+// fakeNet is an injected dialer: per address it refuses, accepts (a
+// net.Pipe end) or blocks until the context ends. It records every dial.
+type fakeNet struct {
+	mu     sync.Mutex
+	mode   map[string]string // "refuse" (default), "accept", "block"
+	dials  map[string][]time.Time
+	active map[string]int // dials in flight now
+	maxAct map[string]int
+}
+
+func newFakeNet() *fakeNet {
+	return &fakeNet{mode: map[string]string{}, dials: map[string][]time.Time{}, active: map[string]int{}, maxAct: map[string]int{}}
+}
+
+func (f *fakeNet) set(addr, mode string) {
+	f.mu.Lock()
+	f.mode[addr] = mode
+	f.mu.Unlock()
+}
+
+func (f *fakeNet) count(addr string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.dials[addr])
+}
+
+func (f *fakeNet) times(addr string) []time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]time.Time(nil), f.dials[addr]...)
+}
+
+func (f *fakeNet) Dial(ctx context.Context, _, addr string) (net.Conn, error) {
+	f.mu.Lock()
+	f.dials[addr] = append(f.dials[addr], time.Now())
+	mode := f.mode[addr]
+	f.active[addr]++
+	if f.active[addr] > f.maxAct[addr] {
+		f.maxAct[addr] = f.active[addr]
+	}
+	f.mu.Unlock()
+	defer func() {
+		f.mu.Lock()
+		f.active[addr]--
+		f.mu.Unlock()
+	}()
+	switch mode {
+	case "accept":
+		c1, c2 := net.Pipe()
+		go func() {
+			// The peer side: a probe must send nothing before closing.
+			buf := make([]byte, 1)
+			if n, _ := c2.Read(buf); n != 0 {
+				panic("probe wrote bytes to the peer")
+			}
+			c2.Close()
+		}()
+		return c1, nil
+	case "block":
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	return nil, errors.New("connect: connection refused")
+}
+
+type env struct {
+	reg *peers.Registry
+	net *fakeNet
+	pr  *Prober
+}
+
+func setup(t *testing.T, h peers.Config, specs ...peers.Spec) *env {
+	return setupJitter(t, h, 0.5, specs...)
+}
+
+func setupJitter(t *testing.T, h peers.Config, jitter float64, specs ...peers.Spec) *env {
+	t.Helper()
+	log, _ := test.NewNullLogger()
+	reg, err := peers.New(peers.Options{Health: h, ConnectTimeout: 2 * time.Second, Log: log}, specs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fn := newFakeNet()
+	d := &dialer.Dialer{Reporter: reg, Dial: fn.Dial, Log: log}
+	// Fixed jitter keeps back-off sequences exact; spread is tested on
+	// NextDelay directly.
+	pr := New(Options{Registry: reg, Dialer: d, Log: log, Jitter: func() float64 { return jitter }})
+	return &env{reg: reg, net: fn, pr: pr}
+}
+
+func health(limit int) peers.Config {
+	h := peers.DefaultConfig()
+	h.ConnectFailLimit = limit
+	return h
+}
+
+func (e *env) run(t *testing.T) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { e.pr.Run(ctx); close(done) }()
+	return func() { cancel(); <-done }
+}
+
+const a1 = "127.0.0.1:1"
+
+func TestUnknownPeerProbedAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := setup(t, health(3), peers.Spec{Name: "p1", Host: "127.0.0.1", Port: 1})
+		e.net.set(a1, "accept")
+		stop := e.run(t)
+		defer stop()
+		synctest.Wait()
+		p := e.reg.Get("p1")
+		if p.State() != peers.Alive {
+			t.Fatalf("state = %v; want alive after the first probe", p.State())
+		}
+		if got := e.net.count(a1); got != 1 {
+			t.Fatalf("dials = %d; want 1", got)
+		}
+		// Alive and no idle_probe: no more probes, ever.
+		time.Sleep(time.Hour)
+		synctest.Wait()
+		if got := e.net.count(a1); got != 1 {
+			t.Fatalf("dials = %d after an hour alive; want 1 (no idle probing configured)", got)
+		}
+	})
+}
+
+func TestDeadPeerBackOffAndRevival(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := health(1)
+		h.ProbeInterval = time.Second
+		h.ProbeMaxInterval = 5 * time.Second
+		e := setupJitter(t, h, 0.999, peers.Spec{Name: "p1", Host: "127.0.0.1", Port: 1})
+		stop := e.run(t)
+		defer stop()
+		synctest.Wait() // first probe refused: dead
+		p := e.reg.Get("p1")
+		if p.State() != peers.Dead {
+			t.Fatalf("state = %v; want dead", p.State())
+		}
+		time.Sleep(30 * time.Second)
+		synctest.Wait()
+		ts := e.net.times(a1)
+		if len(ts) < 5 {
+			t.Fatalf("only %d probes in 30s", len(ts))
+		}
+		if d := ts[1].Sub(ts[0]); d != h.ProbeInterval {
+			t.Errorf("first re-probe after %v; want probe_interval %v", d, h.ProbeInterval)
+		}
+		for i := 2; i < len(ts); i++ {
+			d := ts[i].Sub(ts[i-1])
+			if d < h.ProbeInterval || d > h.ProbeMaxInterval {
+				t.Errorf("gap %d = %v; want within [%v, %v]", i, d, h.ProbeInterval, h.ProbeMaxInterval)
+			}
+		}
+		if last := ts[len(ts)-1].Sub(ts[len(ts)-2]); last < h.ProbeMaxInterval*98/100 {
+			t.Errorf("long-dead gap = %v; want near the cap %v", last, h.ProbeMaxInterval)
+		}
+		// The peer comes back: the next probe revives it.
+		e.net.set(a1, "accept")
+		back := time.Now()
+		time.Sleep(h.ProbeMaxInterval)
+		synctest.Wait()
+		if p.State() != peers.Alive {
+			t.Fatalf("state = %v %v after return; want alive within probe_max_interval", p.State(), time.Since(back))
+		}
+		if p.ConsecutiveFailures() != 0 || p.Status().RevivalsTotal != 1 {
+			t.Fatalf("revived with consecutive=%d revivals=%d", p.ConsecutiveFailures(), p.Status().RevivalsTotal)
+		}
+	})
+}
+
+// TestNoIdleDeadUse leaves a dead peer idle for an hour of injected clock.
+// At no instant is it eligible for a client request; it comes back only
+// after a probe connected, and no connection other than probes was made.
+func TestNoIdleDeadUse(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := health(2)
+		e := setup(t, h, peers.Spec{Name: "p1", Host: "127.0.0.1", Port: 1})
+		e.net.set(a1, "accept")
+		stop := e.run(t)
+		defer stop()
+		synctest.Wait()
+		p := e.reg.Get("p1")
+		e.net.set(a1, "refuse")
+		// Two client connects fail: dead.
+		for i := 0; i < 2; i++ {
+			if _, err := (&dialer.Dialer{Reporter: e.reg, Dial: e.net.Dial}).DialPeer(context.Background(), p, dialer.Traffic); err == nil {
+				t.Fatal("dial succeeded")
+			}
+		}
+		if p.State() != peers.Dead {
+			t.Fatal("want dead")
+		}
+		for i := 0; i < 3600; i++ {
+			time.Sleep(time.Second)
+			synctest.Wait()
+			if p.Eligible() {
+				t.Fatalf("dead peer eligible for traffic after %ds idle", i+1)
+			}
+		}
+		probes := p.Status().ProbesTotal
+		if probes < 3600/5 || probes > 3600/1 {
+			t.Fatalf("%d probes in an hour; want between 720 and 3600", probes)
+		}
+		e.net.set(a1, "accept")
+		time.Sleep(h.ProbeMaxInterval)
+		synctest.Wait()
+		if !p.Eligible() {
+			t.Fatal("not revived by probe")
+		}
+		st := p.Status()
+		if st.ProbesTotal != probes+1 || st.ConnectsTotal != st.ProbesTotal+2 {
+			t.Fatalf("probes %d connects %d: a non-probe connect happened while dead", st.ProbesTotal, st.ConnectsTotal)
+		}
+	})
+}
+
+func TestNoProbesInMaintenance(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := setup(t, health(1), peers.Spec{Name: "p1", Host: "127.0.0.1", Port: 1})
+		stop := e.run(t)
+		defer stop()
+		synctest.Wait()
+		if _, err := e.reg.SetAdminState("p1", peers.Maintenance); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		n := e.net.count(a1)
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		if got := e.net.count(a1); got != n {
+			t.Fatalf("%d probes during maintenance; want 0", got-n)
+		}
+		p := e.reg.Get("p1")
+		e.net.set(a1, "accept")
+		e.reg.SetAdminState("p1", peers.Enabled)
+		if p.State() != peers.Dead {
+			t.Fatal("enabling revived the peer without a probe")
+		}
+		synctest.Wait()
+		if p.State() != peers.Alive {
+			t.Fatalf("state = %v; want alive after the probe that follows enabling", p.State())
+		}
+	})
+}
+
+func TestIdleProbeFindsDeadIdlePeer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := health(2)
+		h.IdleProbe = 10 * time.Second
+		e := setup(t, h, peers.Spec{Name: "p1", Host: "127.0.0.1", Port: 1})
+		e.net.set(a1, "accept")
+		stop := e.run(t)
+		defer stop()
+		synctest.Wait()
+		p := e.reg.Get("p1")
+		time.Sleep(10*time.Second + time.Millisecond)
+		synctest.Wait()
+		if got := e.net.count(a1); got != 2 {
+			t.Fatalf("dials = %d; want the idle probe after 10s", got)
+		}
+		// Traffic keeps it from being probed.
+		for i := 0; i < 5; i++ {
+			e.reg.BeginRequest(p)
+			e.reg.EndRequest(p)
+			time.Sleep(5 * time.Second)
+			synctest.Wait()
+		}
+		if got := e.net.count(a1); got != 2 {
+			t.Fatalf("dials = %d; a busy peer must not be idle-probed", got)
+		}
+		// Dies while idle: found by probes, before any client.
+		e.net.set(a1, "refuse")
+		time.Sleep(25 * time.Second)
+		synctest.Wait()
+		if p.State() != peers.Dead {
+			t.Fatalf("state = %v; idle probes should have found it dead", p.State())
+		}
+	})
+}
+
+func TestAtMostOneProbeInFlight(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := health(1)
+		e := setup(t, h, peers.Spec{Name: "p1", Host: "127.0.0.1", Port: 1, ConnectTimeout: 10 * time.Second})
+		e.net.set(a1, "block")
+		stop := e.run(t)
+		defer stop()
+		var wg sync.WaitGroup
+		for i := 0; i < 5; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				e.pr.ProbeNow(context.Background(), "p1")
+			}()
+		}
+		wg.Wait()
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		e.net.mu.Lock()
+		max := e.net.maxAct[a1]
+		e.net.mu.Unlock()
+		if max != 1 {
+			t.Fatalf("%d probes in flight at once; want 1", max)
+		}
+	})
+}
+
+func TestProbeNow(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := setup(t, health(1), peers.Spec{Name: "p1", Host: "127.0.0.1", Port: 1})
+		p, err := e.pr.ProbeNow(context.Background(), "p1")
+		if err != nil || p.State() != peers.Dead {
+			t.Fatalf("ProbeNow = %v, %v; want the peer dead", p, err)
+		}
+		e.net.set(a1, "accept")
+		if p, _ = e.pr.ProbeNow(context.Background(), "p1"); p.State() != peers.Alive {
+			t.Fatalf("state = %v; want alive", p.State())
+		}
+		if _, err := e.pr.ProbeNow(context.Background(), "nope"); !errors.Is(err, peers.ErrUnknownPeer) {
+			t.Fatalf("err = %v; want ErrUnknownPeer", err)
+		}
+	})
+}
+
+func TestRemovedPeerNoLongerProbed(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := health(1)
+		e := setup(t, h, peers.Spec{Name: "p1", Host: "127.0.0.1", Port: 1}, peers.Spec{Name: "p2", Host: "127.0.0.1", Port: 2})
+		stop := e.run(t)
+		defer stop()
+		synctest.Wait()
+		if err := e.reg.Reconcile(peers.Options{Health: h, ConnectTimeout: time.Second}, []peers.Spec{{Name: "p2", Host: "127.0.0.1", Port: 2}}); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		n := e.net.count(a1)
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		if got := e.net.count(a1); got != n {
+			t.Fatalf("removed peer probed %d more times", got-n)
+		}
+		if e.net.count("127.0.0.1:2") < 10 {
+			t.Fatal("remaining dead peer not probed")
+		}
+	})
+}
+
+func TestNextDelayBoundsAndSpread(t *testing.T) {
+	base, max := time.Second, 5*time.Second
+	if d := NextDelay(base, max, 0, 0.9); d != base {
+		t.Fatalf("first delay = %v; want %v", d, base)
+	}
+	for _, u := range []float64{0, 0.25, 0.5, 0.999} {
+		prev := base
+		for i := 0; i < 20; i++ {
+			d := NextDelay(base, max, prev, u)
+			if d < base || d > max {
+				t.Fatalf("delay %v out of [%v, %v]", d, base, max)
+			}
+			prev = d
+		}
+	}
+	// Jitter spreads: from prev=2s the range is [1s, 5s].
+	lo, hi := NextDelay(base, max, 2*time.Second, 0), NextDelay(base, max, 2*time.Second, 0.999)
+	if lo != base || hi < 4900*time.Millisecond {
+		t.Fatalf("spread [%v, %v]; want about [1s, 5s]", lo, hi)
+	}
+}
