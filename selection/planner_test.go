@@ -257,7 +257,9 @@ func TestHashPoliciesMoveOnlyTheDeadPeersShare(t *testing.T) {
 		req    func(i int) Request
 	}{
 		{CARP, func(i int) Request { return Request{Method: "GET", URL: fmt.Sprintf("http://h/%d", i)} }},
-		{SourceHash, func(i int) Request { return Request{Method: "GET", ClientIP: fmt.Sprintf("10.%d.%d.%d", i>>16, (i>>8)&255, i&255)} }},
+		{SourceHash, func(i int) Request {
+			return Request{Method: "GET", ClientIP: fmt.Sprintf("10.%d.%d.%d", i>>16, (i>>8)&255, i&255)}
+		}},
 	} {
 		t.Run(tc.policy.String(), func(t *testing.T) {
 			f := newFixture(t, "a", "b", "c", "d", "e")
