@@ -1,0 +1,52 @@
+# peerd — see README.md.
+GO      ?= go
+BIN     := bin/peerd
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -X main.version=$(VERSION)
+PREFIX  ?= /usr/local
+
+.PHONY: build run test race e2e vet lint fuzz bench ci install clean
+
+build:
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/peerd
+
+# Runs peerd on its embedded default: a direct proxy on 127.0.0.1:3128,
+# admin API on 127.0.0.1:3180.
+run: build
+	./$(BIN)
+
+# The whole suite with the race detector, end-to-end tests included (they
+# build the real binary; the real-Squid ones need squid on PATH).
+test:
+	$(GO) test -race -count=1 -timeout 20m ./...
+
+race: test
+
+e2e:
+	$(GO) test -race -count=1 -timeout 20m ./test/...
+
+vet:
+	$(GO) vet ./...
+
+lint: vet
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); exit 1)
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.7.0 ./...
+
+fuzz:
+	$(GO) test -run XXX -fuzz FuzzPlanner -fuzztime 30s ./selection/
+	$(GO) test -run XXX -fuzz FuzzParseConfig -fuzztime 30s ./cmd/peerd/
+
+# Micro-benchmarks, then the comparison against direct and Squid.
+bench:
+	$(GO) test -run XXX -bench . -benchmem ./peers/ ./selection/ ./forwarding/
+	$(GO) run ./bench
+
+ci: lint test
+
+install: build
+	install -D -m 0755 $(BIN) $(DESTDIR)$(PREFIX)/bin/peerd
+	install -D -m 0644 etc/peerd.toml $(DESTDIR)/etc/peerd/peerd.toml
+	install -D -m 0644 etc/peerd.service $(DESTDIR)/lib/systemd/system/peerd.service
+
+clean:
+	rm -rf bin

@@ -1,0 +1,228 @@
+// Package admin is peerd's admin API (contract section 9): the peer list
+// and details, probe-now, admin states, reload, health and metrics. Writes
+// need a bearer token; with none configured they are refused.
+package admin
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/netip"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/gorilla/mux"
+	"github.com/peerd/peerd/peers"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/sirupsen/logrus"
+)
+
+// Config is the [admin] section.
+type Config struct {
+	// Listen is the admin API address; loopback by default.
+	Listen string `toml:"listen"`
+	// Token is the bearer token every write endpoint requires; empty
+	// refuses all writes.
+	Token string `toml:"token"`
+}
+
+// DefaultConfig returns the built-in [admin] defaults.
+func DefaultConfig() Config { return Config{Listen: "127.0.0.1:3180"} }
+
+// Validate reports a problem naming its key.
+func (c Config) Validate() error {
+	if _, err := netip.ParseAddrPort(c.Listen); err != nil {
+		return fmt.Errorf("admin.listen: %q is not an ip:port address: %v", c.Listen, err)
+	}
+	return nil
+}
+
+// Prober runs a probe on demand; *probes.Prober is one.
+type Prober interface {
+	ProbeNow(ctx context.Context, name string) (*peers.Peer, error)
+}
+
+// Options wire the API.
+type Options struct {
+	Registry *peers.Registry
+	Prober   Prober
+	// Reload re-reads the config file; nil disables POST /reload.
+	Reload   func() error
+	Gatherer prometheus.Gatherer
+	Log      logrus.FieldLogger
+}
+
+// API is the admin HTTP handler.
+type API struct {
+	reg    *peers.Registry
+	prober Prober
+	reload func() error
+	log    logrus.FieldLogger
+	token  atomic.Pointer[string]
+	router *mux.Router
+}
+
+// New builds the API with the given token.
+func New(o Options, token string) *API {
+	a := &API{reg: o.Registry, prober: o.Prober, reload: o.Reload, log: o.Log}
+	if a.log == nil {
+		a.log = logrus.StandardLogger()
+	}
+	a.SetToken(token)
+	r := mux.NewRouter()
+	r.HandleFunc("/peers", a.listPeers).Methods(http.MethodGet)
+	r.HandleFunc("/peers/{name}", a.getPeer).Methods(http.MethodGet)
+	r.HandleFunc("/peers/{name}/probe", a.write(a.probePeer)).Methods(http.MethodPost)
+	r.HandleFunc("/peers/{name}/state", a.write(a.setState)).Methods(http.MethodPut)
+	r.HandleFunc("/reload", a.write(a.doReload)).Methods(http.MethodPost)
+	r.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	}).Methods(http.MethodGet)
+	if o.Gatherer != nil {
+		r.Handle("/metrics", promhttp.HandlerFor(o.Gatherer, promhttp.HandlerOpts{})).Methods(http.MethodGet)
+	}
+	r.NotFoundHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("no such endpoint: %s %s", r.Method, r.URL.Path))
+	})
+	r.MethodNotAllowedHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s not allowed on %s", r.Method, r.URL.Path))
+	})
+	a.router = r
+	return a
+}
+
+// SetToken replaces the write token (on reload).
+func (a *API) SetToken(t string) { a.token.Store(&t) }
+
+func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) { a.router.ServeHTTP(w, r) }
+
+// write guards a write endpoint: 403 when no token is configured, 401
+// without the right bearer token. The compare is constant-time.
+func (a *API) write(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		token := *a.token.Load()
+		if token == "" {
+			writeError(w, http.StatusForbidden, "write endpoints are disabled: set [admin] token")
+			return
+		}
+		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="peerd"`)
+			writeError(w, http.StatusUnauthorized, "missing or wrong bearer token")
+			return
+		}
+		h(w, r)
+	}
+}
+
+func (a *API) listPeers(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	for k := range q {
+		if k != "state" && k != "type" {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("unknown filter %q (want state or type)", k))
+			return
+		}
+	}
+	ps, err := a.reg.List(peers.Filter{State: q.Get("state"), Type: q.Get("type")})
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	out := make([]peers.Status, len(ps))
+	for i, p := range ps {
+		out[i] = p.Status()
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"peers": out})
+}
+
+func (a *API) peer(w http.ResponseWriter, r *http.Request) *peers.Peer {
+	name := mux.Vars(r)["name"]
+	p := a.reg.Get(name)
+	if p == nil {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("unknown peer %q", name))
+	}
+	return p
+}
+
+func (a *API) getPeer(w http.ResponseWriter, r *http.Request) {
+	if p := a.peer(w, r); p != nil {
+		writeJSON(w, http.StatusOK, p.Status())
+	}
+}
+
+func (a *API) probePeer(w http.ResponseWriter, r *http.Request) {
+	if a.peer(w, r) == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Minute)
+	defer cancel()
+	p, err := a.prober.ProbeNow(ctx, mux.Vars(r)["name"])
+	switch {
+	case errors.Is(err, peers.ErrUnknownPeer):
+		writeError(w, http.StatusNotFound, err.Error())
+	case err != nil:
+		writeError(w, http.StatusServiceUnavailable, "probe: "+err.Error())
+	default:
+		writeJSON(w, http.StatusOK, p.Status())
+	}
+}
+
+func (a *API) setState(w http.ResponseWriter, r *http.Request) {
+	if a.peer(w, r) == nil {
+		return
+	}
+	var body struct {
+		AdminState *string `json:"admin_state"`
+	}
+	dec := json.NewDecoder(io.LimitReader(r.Body, 1<<16))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&body); err != nil {
+		writeError(w, http.StatusBadRequest, "bad JSON: "+err.Error())
+		return
+	}
+	if body.AdminState == nil {
+		writeError(w, http.StatusBadRequest, `missing "admin_state" (enabled, drain or maintenance)`)
+		return
+	}
+	s, err := peers.ParseAdminState(*body.AdminState)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	p, err := a.reg.SetAdminState(mux.Vars(r)["name"], s)
+	if err != nil {
+		writeError(w, http.StatusNotFound, err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, p.Status())
+}
+
+func (a *API) doReload(w http.ResponseWriter, _ *http.Request) {
+	if a.reload == nil {
+		writeError(w, http.StatusNotImplemented, "reload is not available")
+		return
+	}
+	if err := a.reload(); err != nil {
+		writeError(w, http.StatusBadRequest, "reload refused: "+err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "reloaded"})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.Encode(v)
+}
+
+func writeError(w http.ResponseWriter, status int, msg string) {
+	writeJSON(w, status, map[string]string{"error": msg})
+}

@@ -1,0 +1,80 @@
+package admin
+
+import (
+	"github.com/peerd/peerd/peers"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// PeerCollector exports per-peer metrics read from the registry at scrape
+// time, so nothing is counted twice.
+type PeerCollector struct {
+	reg *peers.Registry
+}
+
+// NewPeerCollector returns a collector over reg.
+func NewPeerCollector(reg *peers.Registry) *PeerCollector { return &PeerCollector{reg: reg} }
+
+var (
+	labels        = []string{"peer", "type"}
+	descUp        = prometheus.NewDesc("peerd_peer_up", "1 if the peer is alive, 0 if dead or unknown.", labels, nil)
+	descFailures  = prometheus.NewDesc("peerd_peer_connect_failures_total", "Failed TCP connects to the peer (requests, tunnels and probes).", labels, nil)
+	descConnects  = prometheus.NewDesc("peerd_peer_connects_total", "TCP connect attempts to the peer.", labels, nil)
+	descRequests  = prometheus.NewDesc("peerd_peer_requests_total", "Requests sent to the peer.", labels, nil)
+	descChanges   = prometheus.NewDesc("peerd_peer_state_changes_total", "Liveness transitions of the peer, by new state.", append(labels, "to"), nil)
+	descProbes    = prometheus.NewDesc("peerd_peer_probes_total", "TCP probes of the peer, by result.", append(labels, "result"), nil)
+	descInFlight  = prometheus.NewDesc("peerd_peer_in_flight", "Requests being forwarded to the peer now.", labels, nil)
+	descConsec    = prometheus.NewDesc("peerd_peer_consecutive_failures", "Current run of failed connects.", labels, nil)
+	descSuspect   = prometheus.NewDesc("peerd_peer_suspect", "1 if the peer is alive but has failed connects below its limit.", labels, nil)
+	descConnTime  = prometheus.NewDesc("peerd_peer_connect_time_seconds", "Smoothed TCP connect time.", labels, nil)
+	descConnVar   = prometheus.NewDesc("peerd_peer_connect_time_deviation_seconds", "Smoothed mean deviation of the connect time.", labels, nil)
+	descAdminDesc = prometheus.NewDesc("peerd_peer_admin_state", "1 for the peer's current admin state.", append(labels, "state"), nil)
+)
+
+// Describe sends the descriptors.
+func (c *PeerCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descUp, descFailures, descConnects, descRequests, descChanges, descProbes, descInFlight, descConsec, descSuspect, descConnTime, descConnVar, descAdminDesc} {
+		ch <- d
+	}
+}
+
+// Collect reads every peer's counters.
+func (c *PeerCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, p := range c.reg.Peers() {
+		s := p.Status()
+		l := []string{s.Name, s.Type}
+		gauge := func(d *prometheus.Desc, v float64, extra ...string) {
+			ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, append(l, extra...)...)
+		}
+		counter := func(d *prometheus.Desc, v int64, extra ...string) {
+			ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), append(l, extra...)...)
+		}
+		up := 0.0
+		if s.State == peers.Alive.String() {
+			up = 1
+		}
+		gauge(descUp, up)
+		counter(descFailures, s.ConnectFailuresTotal)
+		counter(descConnects, s.ConnectsTotal)
+		counter(descRequests, s.RequestsTotal)
+		counter(descChanges, s.DeathsTotal, "dead")
+		counter(descChanges, s.RevivalsTotal, "alive")
+		counter(descProbes, s.ProbesTotal-s.ProbeFailuresTotal, "success")
+		counter(descProbes, s.ProbeFailuresTotal, "failure")
+		gauge(descInFlight, float64(s.InFlight))
+		gauge(descConsec, float64(s.ConsecutiveFailures))
+		suspect := 0.0
+		if s.Suspect {
+			suspect = 1
+		}
+		gauge(descSuspect, suspect)
+		gauge(descConnTime, s.ConnectTimeMs/1000)
+		gauge(descConnVar, s.ConnectTimeVarMs/1000)
+		for _, st := range []peers.AdminState{peers.Enabled, peers.Drain, peers.Maintenance} {
+			v := 0.0
+			if s.AdminState == st.String() {
+				v = 1
+			}
+			gauge(descAdminDesc, v, st.String())
+		}
+	}
+}

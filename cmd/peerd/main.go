@@ -1,0 +1,88 @@
+// Command peerd is a forward HTTP proxy for Squid-style cache hierarchies
+// that manages the health of its parent and sibling peers.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "0.1.0-dev"
+
+// Exit codes of contract section 2.
+const (
+	exitOK      = 0
+	exitConfig  = 1
+	exitRuntime = 2
+)
+
+func main() {
+	os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("peerd", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	path := fs.String("config", "", "TOML config `file` (default: the embedded default, a direct proxy on 127.0.0.1:3128)")
+	check := fs.Bool("check", false, "validate the config, print every problem, exit 0 if valid and 1 if not")
+	showVersion := fs.Bool("version", false, "print the version and exit")
+	if err := fs.Parse(args); err != nil {
+		return exitConfig
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "peerd: unexpected argument %q\n", fs.Arg(0))
+		return exitConfig
+	}
+	if *showVersion {
+		fmt.Fprintf(stdout, "peerd %s\n", version)
+		return exitOK
+	}
+	cfg, ps := loadConfig(*path)
+	if len(ps) > 0 {
+		name := *path
+		if name == "" {
+			name = "(embedded default)"
+		}
+		for _, p := range ps {
+			fmt.Fprintf(stderr, "peerd: %s: %s\n", name, p)
+		}
+		return exitConfig
+	}
+	if *check {
+		fmt.Fprintf(stdout, "peerd: config %s is valid (%d peers)\n", displayPath(*path), len(cfg.Peers))
+		return exitOK
+	}
+	s, err := newServer(*path, cfg, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "peerd: %v\n", err)
+		return exitRuntime
+	}
+	if err := s.serve(ctx); err != nil {
+		fmt.Fprintf(stderr, "peerd: %v\n", err)
+		return exitRuntime
+	}
+	return exitOK
+}
+
+func displayPath(p string) string {
+	if p == "" {
+		return "(embedded default)"
+	}
+	return p
+}
+
+// loadConfig reads path, or uses the built-in defaults when path is "".
+func loadConfig(path string) (*fileConfig, problems) {
+	if path == "" {
+		return parseConfig(nil)
+	}
+	src, err := os.ReadFile(path)
+	if err != nil {
+		return nil, problems{{msg: err.Error()}}
+	}
+	return parseConfig(src)
+}

@@ -1,0 +1,332 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/peerd/peerd/admin"
+	"github.com/peerd/peerd/dialer"
+	"github.com/peerd/peerd/forwarding"
+	"github.com/peerd/peerd/peers"
+	"github.com/peerd/peerd/probes"
+	"github.com/peerd/peerd/selection"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/sirupsen/logrus"
+)
+
+// server wires the packages together and owns listeners and signals.
+type server struct {
+	path string
+	log  *logrus.Logger
+
+	reg     *peers.Registry
+	prober  *probes.Prober
+	planner *selection.Planner
+	proxy   *forwarding.Proxy
+	api     *admin.API
+
+	mu        sync.Mutex // guards cfg, the HTTP servers and access
+	cfg       *fileConfig
+	proxySrv  *http.Server
+	adminSrv  *http.Server
+	access    *forwarding.AccessLog
+	reloading sync.Mutex
+	wg        sync.WaitGroup // serving goroutines
+}
+
+func newServer(path string, cfg *fileConfig, stderr io.Writer) (*server, error) {
+	lg := logrus.New()
+	lg.SetOutput(stderr)
+	configureLogger(lg, cfg.Log)
+	s := &server{path: path, log: lg, cfg: cfg}
+
+	reg, err := peers.New(cfg.peerOptions(lg), cfg.Peers)
+	if err != nil {
+		return nil, err
+	}
+	s.reg = reg
+	d := &dialer.Dialer{Reporter: reg, Log: lg}
+	s.prober = probes.New(probes.Options{Registry: reg, Dialer: d, Log: lg})
+	s.planner = selection.New(reg, cfg.plannerOptions())
+
+	promReg := prometheus.NewRegistry()
+	promReg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), admin.NewPeerCollector(reg))
+	metrics := forwarding.NewMetrics()
+	if err := metrics.Register(promReg); err != nil {
+		return nil, err
+	}
+	if cfg.Log.AccessLog != "" {
+		if s.access, err = forwarding.OpenAccessLog(cfg.Log.AccessLog); err != nil {
+			return nil, err
+		}
+	}
+	s.proxy, err = forwarding.New(forwarding.Options{
+		Config: cfg.Proxy, Planner: s.planner, Accounting: reg, Dialer: d,
+		AccessLog: s.access, Metrics: metrics, Log: lg, Version: version,
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.api = admin.New(admin.Options{Registry: reg, Prober: s.prober, Reload: s.reload, Gatherer: promReg, Log: lg}, cfg.Admin.Token)
+	return s, nil
+}
+
+func configureLogger(lg *logrus.Logger, c logConfig) {
+	if lvl, err := logrus.ParseLevel(c.Level); err == nil {
+		lg.SetLevel(lvl)
+	}
+	if c.Format == "json" {
+		lg.SetFormatter(&logrus.JSONFormatter{})
+	} else {
+		lg.SetFormatter(&logrus.TextFormatter{FullTimestamp: true, DisableColors: true})
+	}
+}
+
+func (s *server) newProxyServer() *http.Server {
+	return &http.Server{
+		Handler:           s.proxy,
+		ReadHeaderTimeout: 30 * time.Second,
+		IdleTimeout:       2 * time.Minute, // Squid client_idle_pconn_timeout
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          log.New(s.log.WithField("component", "http").WriterLevel(logrus.DebugLevel), "", 0),
+	}
+}
+
+func (s *server) newAdminServer() *http.Server {
+	return &http.Server{
+		Handler:           s.api,
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          log.New(s.log.WithField("component", "admin").WriterLevel(logrus.DebugLevel), "", 0),
+	}
+}
+
+func (s *server) startServing(srv *http.Server, ln net.Listener, what string) {
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.log.WithError(err).Errorf("%s server stopped", what)
+		}
+	}()
+}
+
+// serve runs until SIGTERM/SIGINT (or ctx ends), then shuts down
+// gracefully; a second signal exits at once.
+func (s *server) serve(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGHUP, syscall.SIGUSR1, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(sigs)
+
+	cfg := s.cfg
+	adminLn, err := net.Listen("tcp", cfg.Admin.Listen)
+	if err != nil {
+		return fmt.Errorf("admin listen: %w", err)
+	}
+	s.adminSrv = s.newAdminServer()
+	s.startServing(s.adminSrv, adminLn, "admin")
+	s.log.WithField("admin", adminLn.Addr().String()).Info("admin API listening")
+
+	probeCtx, stopProbes := context.WithCancel(context.Background())
+	probesDone := make(chan struct{})
+	go func() { s.prober.Run(probeCtx); close(probesDone) }()
+	defer func() { stopProbes(); <-probesDone }()
+
+	// Open the proxy port once every peer has a first verdict (or the
+	// longest probe timeout passed), so a restart is not a burst of 503s.
+	if wait := verdictWait(s.reg); wait > 0 {
+		wctx, wcancel := context.WithTimeout(ctx, wait)
+		if err := s.reg.WaitVerdicts(wctx); err != nil {
+			s.log.WithField("waited", wait.String()).Warn("some peers have no probe verdict yet; opening the proxy port anyway")
+		}
+		wcancel()
+	}
+	proxyLn, err := net.Listen("tcp", cfg.Proxy.Listen)
+	if err != nil {
+		s.adminSrv.Close()
+		return fmt.Errorf("proxy listen: %w", err)
+	}
+	s.mu.Lock()
+	s.proxySrv = s.newProxyServer()
+	s.startServing(s.proxySrv, proxyLn, "proxy")
+	s.mu.Unlock()
+	s.log.WithFields(logrus.Fields{"proxy": proxyLn.Addr().String(), "admin": adminLn.Addr().String(), "peers": len(s.reg.Peers()), "version": version}).
+		Info("peerd serving")
+
+	for {
+		select {
+		case <-ctx.Done():
+			return s.shutdown(nil)
+		case sig := <-sigs:
+			switch sig {
+			case syscall.SIGHUP:
+				s.reload()
+			case syscall.SIGUSR1:
+				s.reopenAccessLog()
+			default:
+				s.log.WithField("signal", sig.String()).Info("shutting down: no new connections, finishing in-flight requests")
+				return s.shutdown(sigs)
+			}
+		}
+	}
+}
+
+// shutdown stops accepting, lets in-flight requests and tunnels finish up
+// to shutdown_timeout, then closes what is left. A further SIGTERM/SIGINT
+// on sigs ends it at once.
+func (s *server) shutdown(sigs <-chan os.Signal) error {
+	s.mu.Lock()
+	timeout := s.cfg.Proxy.ShutdownTimeout
+	proxySrv, adminSrv := s.proxySrv, s.adminSrv
+	s.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	go func() {
+		for sig := range sigs {
+			if sig == syscall.SIGTERM || sig == syscall.SIGINT {
+				s.log.Warn("second signal: exiting now")
+				cancel()
+				return
+			}
+		}
+	}()
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		if proxySrv != nil {
+			if err := proxySrv.Shutdown(ctx); err != nil {
+				proxySrv.Close()
+			}
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		s.proxy.WaitTunnels(ctx)
+	}()
+	wg.Wait()
+	adminSrv.Close()
+	s.proxy.CloseIdle()
+	s.wg.Wait()
+	if s.access != nil {
+		s.access.Close()
+	}
+	s.log.Info("peerd stopped")
+	return nil
+}
+
+func (s *server) reopenAccessLog() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.access == nil {
+		return
+	}
+	if err := s.access.Reopen(); err != nil {
+		s.log.WithError(err).Error("access log reopen failed")
+		return
+	}
+	s.log.WithField("path", s.access.Path()).Info("access log reopened")
+}
+
+// reload re-reads the config file. A bad file is refused and the running
+// config stays; a good one is applied: peers keeping their name and address
+// keep their state, listeners whose address changed are rebound without
+// dropping in-flight requests.
+func (s *server) reload() error {
+	s.reloading.Lock()
+	defer s.reloading.Unlock()
+	cfg, ps := loadConfig(s.path)
+	if len(ps) > 0 {
+		s.log.WithField("err", ps.Error()).Error("config reload refused; keeping the running config")
+		return ps
+	}
+	s.mu.Lock()
+	old := s.cfg
+	s.mu.Unlock()
+
+	var newProxyLn, newAdminLn net.Listener
+	var err error
+	if cfg.Proxy.Listen != old.Proxy.Listen {
+		if newProxyLn, err = net.Listen("tcp", cfg.Proxy.Listen); err != nil {
+			s.log.WithError(err).Error("config reload refused: cannot bind proxy.listen")
+			return fmt.Errorf("proxy.listen: %w", err)
+		}
+	}
+	if cfg.Admin.Listen != old.Admin.Listen {
+		if newAdminLn, err = net.Listen("tcp", cfg.Admin.Listen); err != nil {
+			if newProxyLn != nil {
+				newProxyLn.Close()
+			}
+			s.log.WithError(err).Error("config reload refused: cannot bind admin.listen")
+			return fmt.Errorf("admin.listen: %w", err)
+		}
+	}
+	var access *forwarding.AccessLog
+	if cfg.Log.AccessLog != "" && cfg.Log.AccessLog != old.Log.AccessLog {
+		if access, err = forwarding.OpenAccessLog(cfg.Log.AccessLog); err != nil {
+			s.log.WithError(err).Error("config reload refused")
+			return err
+		}
+	}
+
+	configureLogger(s.log, cfg.Log)
+	if err := s.reg.Reconcile(cfg.peerOptions(s.log), cfg.Peers); err != nil {
+		s.log.WithError(err).Error("config reload: peers not applied")
+		return err
+	}
+	s.planner.SetOptions(cfg.plannerOptions())
+	if err := s.proxy.Update(cfg.Proxy); err != nil {
+		return err
+	}
+	s.proxy.Prune(s.reg.Peers())
+	s.api.SetToken(cfg.Admin.Token)
+
+	s.mu.Lock()
+	s.cfg = cfg
+	if cfg.Log.AccessLog != old.Log.AccessLog {
+		if s.access != nil {
+			s.access.Close()
+		}
+		s.access = access
+		s.proxy.SetAccessLog(access)
+	}
+	if newProxyLn != nil && s.proxySrv != nil {
+		oldSrv := s.proxySrv
+		s.proxySrv = s.newProxyServer()
+		s.startServing(s.proxySrv, newProxyLn, "proxy")
+		go s.retire(oldSrv, cfg.Proxy.ShutdownTimeout)
+		s.log.WithField("proxy", newProxyLn.Addr().String()).Info("proxy listener moved")
+	}
+	if newAdminLn != nil {
+		oldSrv := s.adminSrv
+		s.adminSrv = s.newAdminServer()
+		s.startServing(s.adminSrv, newAdminLn, "admin")
+		go s.retire(oldSrv, cfg.Proxy.ShutdownTimeout)
+		s.log.WithField("admin", newAdminLn.Addr().String()).Info("admin listener moved")
+	}
+	s.mu.Unlock()
+	s.log.WithFields(logrus.Fields{"peers": len(cfg.Peers), "path": displayPath(s.path)}).Info("config reloaded")
+	return nil
+}
+
+// retire stops an old server after a listener move, letting its in-flight
+// requests finish.
+func (s *server) retire(srv *http.Server, timeout time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	if err := srv.Shutdown(ctx); err != nil {
+		srv.Close()
+	}
+}

@@ -1,0 +1,179 @@
+package forwarding
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Config is the [proxy] section.
+type Config struct {
+	// Listen is the proxy's address (Squid http_port).
+	Listen string `toml:"listen"`
+	// Name is used in Via and for loop detection (visible_hostname).
+	Name string `toml:"name"`
+	// Allow lists the client CIDRs served; anyone else gets 403.
+	Allow []string `toml:"allow"`
+	// ForwardMaxTries caps attempts per request across hops.
+	ForwardMaxTries int `toml:"forward_max_tries"`
+	// ConnectTimeout is the default connect timeout for peers and DIRECT.
+	ConnectTimeout time.Duration `toml:"connect_timeout"`
+	// ReadTimeout ends a request when the next hop sends nothing this long.
+	ReadTimeout time.Duration `toml:"read_timeout"`
+	// ShutdownTimeout bounds the wait for in-flight requests on stop.
+	ShutdownTimeout time.Duration `toml:"shutdown_timeout"`
+	// Direct is allow, never, prefer or always.
+	Direct string `toml:"direct"`
+	// RetryOnStatus lists next-hop statuses that make an idempotent
+	// request try the next hop.
+	RetryOnStatus []int `toml:"retry_on_status"`
+	// MaxRetryBody is the largest request body buffered for a retry.
+	MaxRetryBody ByteSize `toml:"max_retry_body"`
+	// RetryBudget is the share of requests that after-write and status
+	// retries may add (at least 10 per second).
+	RetryBudget float64 `toml:"retry_budget"`
+	// PconnTimeout closes idle keep-alive connections to next hops.
+	PconnTimeout time.Duration `toml:"pconn_timeout"`
+	// ConnectHedgeDelay: "auto", or a duration ("0s" turns hedging off).
+	ConnectHedgeDelay HedgeDelay `toml:"connect_hedge_delay"`
+}
+
+// DefaultConfig returns the built-in [proxy] defaults.
+func DefaultConfig() Config {
+	return Config{
+		Listen:            "127.0.0.1:3128",
+		Name:              "peerd",
+		Allow:             []string{"127.0.0.0/8", "::1/128", "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"},
+		ForwardMaxTries:   25,
+		ConnectTimeout:    30 * time.Second,
+		ReadTimeout:       15 * time.Minute,
+		ShutdownTimeout:   30 * time.Second,
+		Direct:            "allow",
+		RetryOnStatus:     []int{502, 504},
+		MaxRetryBody:      64 << 10,
+		RetryBudget:       0.2,
+		PconnTimeout:      time.Minute,
+		ConnectHedgeDelay: HedgeDelay{Auto: true},
+	}
+}
+
+// Validate reports every problem, each naming its key. The direct word is
+// checked by the caller that owns its meaning (selection.ParseDirect).
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(key, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("proxy.%s: %s", key, fmt.Sprintf(format, args...)))
+	}
+	if _, err := netip.ParseAddrPort(c.Listen); err != nil {
+		bad("listen", "%q is not an ip:port address: %v", c.Listen, err)
+	}
+	if strings.TrimSpace(c.Name) == "" || strings.ContainsAny(c.Name, " ,()") {
+		bad("name", "%q must be a non-empty token without spaces, commas or parentheses", c.Name)
+	}
+	if _, err := ParseAllow(c.Allow); err != nil {
+		bad("allow", "%v", err)
+	}
+	if c.ForwardMaxTries < 1 {
+		bad("forward_max_tries", "must be at least 1, got %d", c.ForwardMaxTries)
+	}
+	for key, d := range map[string]time.Duration{"connect_timeout": c.ConnectTimeout, "read_timeout": c.ReadTimeout, "shutdown_timeout": c.ShutdownTimeout, "pconn_timeout": c.PconnTimeout} {
+		if d <= 0 {
+			bad(key, "must be positive, got %s", d)
+		}
+	}
+	for _, s := range c.RetryOnStatus {
+		if s < 100 || s > 599 {
+			bad("retry_on_status", "%d is not an HTTP status", s)
+		}
+	}
+	if c.MaxRetryBody < 0 {
+		bad("max_retry_body", "must not be negative")
+	}
+	if c.RetryBudget < 0 || c.RetryBudget > 1 {
+		bad("retry_budget", "must be between 0 and 1, got %g", c.RetryBudget)
+	}
+	if !c.ConnectHedgeDelay.Auto && c.ConnectHedgeDelay.Delay < 0 {
+		bad("connect_hedge_delay", "must not be negative")
+	}
+	return errors.Join(errs...)
+}
+
+// ParseAllow parses the client ACL.
+func ParseAllow(cidrs []string) ([]netip.Prefix, error) {
+	out := make([]netip.Prefix, 0, len(cidrs))
+	for _, s := range cidrs {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return nil, fmt.Errorf("%q is not a CIDR (e.g. 10.0.0.0/8)", s)
+		}
+		out = append(out, p.Masked())
+	}
+	return out, nil
+}
+
+// ByteSize is a size in bytes, written in TOML as "64KiB", "1MiB", "512".
+type ByteSize int64
+
+var sizeUnits = []struct {
+	suffix string
+	mult   int64
+}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"KB", 1000}, {"MB", 1000 * 1000}, {"GB", 1000 * 1000 * 1000}, {"B", 1}}
+
+// UnmarshalText parses a size.
+func (b *ByteSize) UnmarshalText(text []byte) error {
+	s := strings.TrimSpace(string(text))
+	mult := int64(1)
+	for _, u := range sizeUnits {
+		if strings.HasSuffix(s, u.suffix) {
+			s, mult = strings.TrimSpace(strings.TrimSuffix(s, u.suffix)), u.mult
+			break
+		}
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < 0 {
+		return fmt.Errorf("invalid size %q (want e.g. 64KiB, 1MiB or 512)", string(text))
+	}
+	*b = ByteSize(n * mult)
+	return nil
+}
+
+// MarshalText prints the size in the largest exact binary unit.
+func (b ByteSize) MarshalText() ([]byte, error) {
+	for _, u := range sizeUnits[:3] {
+		if b > 0 && int64(b)%u.mult == 0 && int64(b) >= u.mult {
+			return []byte(fmt.Sprintf("%d%s", int64(b)/u.mult, u.suffix)), nil
+		}
+	}
+	return []byte(strconv.FormatInt(int64(b), 10)), nil
+}
+
+// HedgeDelay is "auto" or a duration.
+type HedgeDelay struct {
+	Auto  bool
+	Delay time.Duration
+}
+
+// UnmarshalText parses "auto" or a Go duration.
+func (h *HedgeDelay) UnmarshalText(text []byte) error {
+	if string(text) == "auto" {
+		*h = HedgeDelay{Auto: true}
+		return nil
+	}
+	d, err := time.ParseDuration(string(text))
+	if err != nil {
+		return fmt.Errorf(`invalid hedge delay %q (want "auto" or a duration such as "100ms")`, string(text))
+	}
+	*h = HedgeDelay{Delay: d}
+	return nil
+}
+
+// MarshalText prints "auto" or the duration.
+func (h HedgeDelay) MarshalText() ([]byte, error) {
+	if h.Auto {
+		return []byte("auto"), nil
+	}
+	return []byte(h.Delay.String()), nil
+}

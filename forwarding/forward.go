@@ -1,0 +1,394 @@
+package forwarding
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/peerd/peerd/peers"
+	"github.com/peerd/peerd/selection"
+)
+
+// exchange is the per-request record shared by the handler, the forwarder
+// and the access log.
+type exchange struct {
+	start       time.Time
+	client      string
+	method      string
+	url         string
+	hop         selection.Hop
+	hopped      bool // hop is set: a next hop answered
+	status      int
+	code        string // X-Peerd-Error, when peerd answered itself
+	tunnel      bool
+	clientGone  bool
+	retries     int
+	tunnelBytes int64
+}
+
+func (ex *exchange) fail(w http.ResponseWriter, e *Error) {
+	ex.status, ex.code = e.Status, e.Code
+	writeError(w, e)
+}
+
+func (ex *exchange) hierarchy() string {
+	if !ex.hopped {
+		return "HIER_NONE"
+	}
+	return ex.hop.Code
+}
+
+type exchangeKey struct{}
+
+func withExchange(ctx context.Context, ex *exchange) context.Context {
+	return context.WithValue(ctx, exchangeKey{}, ex)
+}
+
+func exchangeFrom(ctx context.Context) *exchange {
+	if ex, ok := ctx.Value(exchangeKey{}).(*exchange); ok {
+		return ex
+	}
+	return &exchange{}
+}
+
+// attempt records the facts of one try at one hop, set by the dialer and by
+// httptrace hooks; classification reads only these facts.
+type attempt struct {
+	connectErr   atomic.Bool // the dial to the hop failed
+	gotConn      atomic.Bool
+	reused       atomic.Bool
+	wroteHeaders atomic.Bool
+	gotResponse  atomic.Bool
+}
+
+type attemptKey struct{}
+
+func attemptFrom(ctx context.Context) *attempt {
+	a, _ := ctx.Value(attemptKey{}).(*attempt)
+	return a
+}
+
+func (a *attempt) trace() *httptrace.ClientTrace {
+	return &httptrace.ClientTrace{
+		GotConn: func(i httptrace.GotConnInfo) {
+			a.gotConn.Store(true)
+			a.reused.Store(i.Reused)
+		},
+		WroteHeaders:         func() { a.wroteHeaders.Store(true) },
+		GotFirstResponseByte: func() { a.gotResponse.Store(true) },
+	}
+}
+
+// failure classes of one attempt.
+type failure int
+
+const (
+	connectFailed failure = iota // nothing sent; counted against the peer
+	beforeWrite                  // connection had, request not written
+	afterWrite                   // written, no response
+	timedOut                     // written, no response within read_timeout
+)
+
+var failureReasons = [...]string{"connect_failed", "before_write", "after_write", "timeout"}
+
+func classify(a *attempt, err error) failure {
+	switch {
+	case a.connectErr.Load():
+		return connectFailed
+	case !a.wroteHeaders.Load():
+		return beforeWrite
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return timedOut
+	}
+	return afterWrite
+}
+
+// roundTripper is the forwarder behind ReverseProxy: it walks the plan. It
+// is the seam where a cache layer will sit later.
+type roundTripper struct{ p *Proxy }
+
+func (rt roundTripper) RoundTrip(out *http.Request) (*http.Response, error) {
+	return rt.p.forward(out)
+}
+
+// body holds a request body prepared for possible replay.
+type body struct {
+	buf        []byte
+	rest       io.ReadCloser // unbuffered remainder; nil when fully buffered
+	replayable bool
+}
+
+// prepareBody buffers up to max bytes of the request body. A body that fits
+// is replayable; a longer one streams (buffered prefix, then the rest) and
+// makes the request non-retriable after it was written.
+func prepareBody(r *http.Request, max int64) (*body, error) {
+	if r.Body == nil || r.Body == http.NoBody {
+		return &body{replayable: true}, nil
+	}
+	if r.ContentLength > max {
+		return &body{rest: r.Body}, nil
+	}
+	buf, err := io.ReadAll(io.LimitReader(r.Body, max+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(buf)) <= max {
+		r.Body.Close()
+		return &body{buf: buf, replayable: true}, nil
+	}
+	return &body{buf: buf, rest: r.Body}, nil
+}
+
+// install sets out's body for one attempt. A streaming body can be sent
+// only once.
+func (b *body) install(out *http.Request) {
+	switch {
+	case b.rest != nil:
+		out.Body = io.NopCloser(io.MultiReader(bytes.NewReader(b.buf), b.rest))
+	case b.buf == nil:
+		out.Body = nil
+		out.ContentLength = 0
+	default:
+		out.Body = io.NopCloser(bytes.NewReader(b.buf))
+		out.ContentLength = int64(len(b.buf))
+		buf := b.buf
+		out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(buf)), nil }
+	}
+}
+
+// forward walks the plan until a hop answers or nothing is left.
+func (p *Proxy) forward(in *http.Request) (*http.Response, error) {
+	c := p.config()
+	ex := exchangeFrom(in.Context())
+	b, err := prepareBody(in, int64(c.MaxRetryBody))
+	if err != nil {
+		return nil, errorf(http.StatusBadRequest, CodeBadRequest, "", "reading request body: %v", err)
+	}
+	retriable := idempotent(in.Method) && b.replayable
+	p.budget.deposit()
+
+	plan := p.planner.Plan(selection.Request{Method: in.Method, URL: in.URL.String(), ClientIP: ex.client})
+	var lastErr *Error
+	hop, ok := plan.Next()
+	sent := false // a streaming body was consumed by an attempt
+	for ok {
+		if sent && b.rest != nil {
+			break
+		}
+		if hop.Peer != nil && !p.acct.BeginRequest(hop.Peer) {
+			hop, ok = plan.Next() // at max_conn now: skipped, not failed
+			continue
+		}
+		resp, a, err := p.try(in, hop, b, retriable)
+		if err == nil {
+			if hop.Peer != nil && hop.Peer.Type() == peers.Sibling && resp.StatusCode >= 400 {
+				// A sibling's 504 to only-if-cached is a miss; it never
+				// fetches for us. Not a failure, not a retry.
+				discard(resp)
+				hop, ok = plan.Next()
+				continue
+			}
+			if c.retryStatus[resp.StatusCode] && retriable {
+				next, more := plan.Next()
+				if more && p.budget.withdraw() {
+					p.metrics.retry("status")
+					ex.retries++
+					discard(resp)
+					hop, ok = next, more
+					continue
+				}
+				if more {
+					p.metrics.budgetExhausted()
+				}
+			}
+			ex.hop, ex.hopped = hop, true
+			return resp, nil
+		}
+		if hop.Peer != nil {
+			p.acct.EndRequest(hop.Peer)
+		}
+		if in.Context().Err() != nil {
+			return nil, in.Context().Err() // client gone
+		}
+		if a.wroteHeaders.Load() {
+			sent = true
+		}
+		peerName := hopName(hop)
+		class := classify(a, err)
+		switch class {
+		case connectFailed:
+			lastErr = errorf(http.StatusBadGateway, CodeConnectFailed, peerName, "%v", err)
+		case beforeWrite:
+			if lastErr == nil || lastErr.Code != CodeConnectFailed {
+				lastErr = errorf(http.StatusBadGateway, CodeBadGateway, peerName, "%v", err)
+			}
+		case timedOut:
+			lastErr = errorf(http.StatusGatewayTimeout, CodeTimeout, peerName, "no response within read_timeout (%s)", c.ReadTimeout)
+			// A per-try timeout is retriable exactly when 504 is.
+			if !retriable || !c.retryStatus[http.StatusGatewayTimeout] {
+				return nil, lastErr
+			}
+		case afterWrite:
+			lastErr = errorf(http.StatusBadGateway, CodeBadGateway, peerName, "%v", err)
+			if !retriable {
+				return nil, lastErr
+			}
+		}
+		if class == timedOut || class == afterWrite {
+			if !p.budget.withdraw() {
+				p.metrics.budgetExhausted()
+				return nil, lastErr
+			}
+		}
+		next, more := plan.Next()
+		if more {
+			p.metrics.retry(failureReasons[class])
+			ex.retries++
+		}
+		hop, ok = next, more
+	}
+	if lastErr != nil {
+		return nil, lastErr
+	}
+	return nil, errorf(http.StatusServiceUnavailable, CodeNoPeers, "", "no live next hop for %s (all peers dead, unknown, drained or full, and direct = %q)", in.URL.Host, c.Direct)
+}
+
+func hopName(h selection.Hop) string {
+	if h.Peer == nil {
+		return ""
+	}
+	return h.Peer.Name()
+}
+
+// try sends the request to one hop.
+func (p *Proxy) try(in *http.Request, hop selection.Hop, b *body, retriable bool) (*http.Response, *attempt, error) {
+	a := &attempt{}
+	ctx := context.WithValue(in.Context(), attemptKey{}, a)
+	ctx = httptrace.WithClientTrace(ctx, a.trace())
+	out := in.Clone(ctx)
+	b.install(out)
+	if hop.Peer != nil && hop.Peer.Type() == peers.Sibling {
+		appendCacheControl(out.Header, "only-if-cached")
+	}
+	ts := p.transportsFor(hop.Peer)
+	t := ts.fresh
+	if retriable {
+		t = ts.reuse
+	}
+	resp, err := t.RoundTrip(out)
+	if err != nil {
+		return nil, a, err
+	}
+	if hop.Peer != nil {
+		resp.Body = &releaseBody{ReadCloser: resp.Body, release: func() { p.acct.EndRequest(hop.Peer) }}
+	}
+	return resp, a, nil
+}
+
+// releaseBody ends the peer's in-flight accounting when the response body
+// is closed.
+type releaseBody struct {
+	io.ReadCloser
+	once    sync.Once
+	release func()
+}
+
+func (r *releaseBody) Close() error {
+	err := r.ReadCloser.Close()
+	r.once.Do(r.release)
+	return err
+}
+
+func discard(resp *http.Response) {
+	io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	resp.Body.Close()
+}
+
+// retryBudget caps after-write and status retries to a share of requests,
+// with a floor of 10 per second so a quiet proxy can still retry.
+type retryBudget struct {
+	mu     sync.Mutex
+	ratio  float64
+	tokens float64
+	last   time.Time
+}
+
+const (
+	budgetMinPerSec = 10.0
+	budgetCap       = 100.0
+)
+
+func newRetryBudget(ratio float64) *retryBudget {
+	return &retryBudget{ratio: ratio, tokens: budgetCap}
+}
+
+func (b *retryBudget) setRatio(r float64) {
+	b.mu.Lock()
+	b.ratio = r
+	b.mu.Unlock()
+}
+
+func (b *retryBudget) deposit() {
+	b.mu.Lock()
+	b.tokens = min(budgetCap, b.tokens+b.ratio)
+	b.mu.Unlock()
+}
+
+func (b *retryBudget) withdraw() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	now := time.Now()
+	if !b.last.IsZero() {
+		b.tokens = min(budgetCap, b.tokens+now.Sub(b.last).Seconds()*budgetMinPerSec)
+	}
+	b.last = now
+	if b.tokens < 1 {
+		return false
+	}
+	b.tokens--
+	return true
+}
+
+// countingWriter counts the body bytes sent to the client.
+type countingWriter struct {
+	http.ResponseWriter
+	status int
+	bytes  int64
+}
+
+func (w *countingWriter) WriteHeader(code int) {
+	if w.status == 0 && code >= 200 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *countingWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	n, err := w.ResponseWriter.Write(b)
+	w.bytes += int64(n)
+	return n, err
+}
+
+// Unwrap lets http.ResponseController reach Flush and Hijack.
+func (w *countingWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+func (w *countingWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+var _ = fmt.Sprint

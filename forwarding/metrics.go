@@ -1,0 +1,55 @@
+package forwarding
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are the proxy-wide Prometheus metrics. Per-peer metrics are read
+// from the registry by the admin package, not counted twice here.
+type Metrics struct {
+	requests  *prometheus.CounterVec
+	duration  prometheus.Histogram
+	retries   *prometheus.CounterVec
+	exhausted prometheus.Counter
+}
+
+// NewMetrics creates the collectors; register them with Register.
+func NewMetrics() *Metrics {
+	return &Metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "peerd_requests_total", Help: "Client requests by status code and hierarchy code.",
+		}, []string{"code", "hierarchy"}),
+		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "peerd_request_duration_seconds", Help: "Time from request to the end of the response.",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+		}),
+		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "peerd_retries_total", Help: "Attempts on a further next hop, by reason.",
+		}, []string{"reason"}),
+		exhausted: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "peerd_retry_budget_exhausted_total", Help: "Retries refused because the retry budget was spent.",
+		}),
+	}
+}
+
+// Register adds the collectors to r.
+func (m *Metrics) Register(r prometheus.Registerer) error {
+	for _, c := range []prometheus.Collector{m.requests, m.duration, m.retries, m.exhausted} {
+		if err := r.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (m *Metrics) observeRequest(status int, hierarchy string, d time.Duration) {
+	m.requests.WithLabelValues(strconv.Itoa(status), hierarchy).Inc()
+	m.duration.Observe(d.Seconds())
+}
+
+func (m *Metrics) retry(reason string) { m.retries.WithLabelValues(reason).Inc() }
+
+func (m *Metrics) budgetExhausted() { m.exhausted.Inc() }
