@@ -237,6 +237,9 @@ func (p *Peer) InFlight() int64 { return p.inFlight.Load() }
 // LastUsed is when the peer last got a request (zero if never).
 func (p *Peer) LastUsed() time.Time { return unixTime(p.lastUsed.Load()) }
 
+// LastFailure is the time of the last failed connect.
+func (p *Peer) LastFailure() time.Time { return unixTime(p.lastFailure.Load()) }
+
 // LastSuccess is the time of the last successful connect.
 func (p *Peer) LastSuccess() time.Time { return unixTime(p.lastSuccess.Load()) }
 

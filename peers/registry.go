@@ -210,6 +210,8 @@ func (r *Registry) Observe(p *Peer, o Observation) {
 	case Alive:
 		if n >= p.settings().failLimit {
 			r.transition(p, Alive, Dead, o.Err, o.At)
+		} else if n == 1 {
+			r.touch(p) // healthy -> suspect
 		}
 	case Unknown:
 		// The first probe's verdict: no traffic has been sent, and none
@@ -246,6 +248,7 @@ func (r *Registry) observeSuccess(p *Peer, o Observation, at int64) {
 	if st == Alive {
 		if p.consecutive.Load() != 0 {
 			p.consecutive.Store(0)
+			r.touch(p) // suspect -> healthy
 		}
 		return
 	}
@@ -302,6 +305,17 @@ func errString(err error) string {
 	return err.Error()
 }
 
+// touch rewrites p's row if its indexed words changed, waking watchers.
+func (r *Registry) touch(p *Peer) {
+	txn := r.db.Txn(true)
+	defer txn.Abort()
+	if err := r.writeRowTxn(txn, p); err != nil {
+		r.log.WithError(err).WithField("peer", p.Name()).Error("peers: registry update failed")
+		return
+	}
+	txn.Commit()
+}
+
 // writeRowTxn re-inserts p's row with its current state words. A peer that
 // a reload removed has no row and is left alone.
 func (r *Registry) writeRowTxn(txn *memdb.Txn, p *Peer) error {
@@ -317,6 +331,7 @@ func (r *Registry) writeRowTxn(txn *memdb.Txn, p *Peer) error {
 	nr.State = p.State().String()
 	nr.Admin = p.AdminState().String()
 	nr.Type = p.Type().String()
+	nr.Suspect = p.Suspect()
 	if nr == *old {
 		return nil // prevent watch churn
 	}

@@ -21,7 +21,10 @@ type row struct {
 	Type  string
 	State string
 	Admin string
-	Peer  *Peer
+	// Suspect mirrors Peer.Suspect at the last change, so that a peer
+	// turning suspect wakes watchers (the prober settles it by probing).
+	Suspect bool
+	Peer    *Peer
 }
 
 func schema() *memdb.DBSchema {

@@ -188,6 +188,15 @@ func (pr *Prober) dueLocked(p *peers.Peer, s *schedule, h peers.Config, now time
 		return s.next
 	default: // Alive
 		s.deadSince = time.Time{}
+		if p.Suspect() {
+			// Failed connects below the limit: settle it by probing
+			// rather than waiting for traffic (which now avoids it).
+			last := p.LastFailure()
+			if s.lastProbe.After(last) {
+				last = s.lastProbe
+			}
+			return last.Add(h.ProbeInterval)
+		}
 		if h.IdleProbe <= 0 {
 			return time.Time{}
 		}

@@ -1,0 +1,144 @@
+package e2e
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestDeadParentDetectedAndRevivedByProbe is the walking skeleton: a parent
+// stops, is declared dead after connect_fail_limit failures while clients
+// see no error, gets no request while dead, and on its return is revived by
+// a probe (a connection without bytes) before any request reaches it.
+func TestDeadParentDetectedAndRevivedByProbe(t *testing.T) {
+	a := newFakeParent(t, "a")
+	b := newFakeParent(t, "b")
+	p := startPeerd(t, baseConfig+`
+[health]
+connect_fail_limit = 3
+probe_interval = "200ms"
+probe_max_interval = "500ms"
+[selection]
+policy = "round-robin"
+`+peerBlock("", a, b))
+	c := p.client()
+	get := func() (int, string) {
+		resp, err := c.Get("http://origin.test/x")
+		if err != nil {
+			t.Fatalf("client error: %v", err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode, string(body)
+	}
+	// Both alive (probed at start): traffic is shared.
+	for i := 0; i < 10; i++ {
+		if code, body := get(); code != 200 {
+			t.Fatalf("status %d: %s", code, body)
+		}
+	}
+	if a.requests("GET") == 0 || b.requests("GET") == 0 {
+		t.Fatalf("round-robin did not use both parents: a=%d b=%d", a.requests("GET"), b.requests("GET"))
+	}
+
+	a.stop()
+	// Clients see no error: connect failures to a are retried on b.
+	for i := 0; i < 10; i++ {
+		if code, body := get(); code != 200 || !strings.Contains(body, "from b") {
+			t.Fatalf("request %d after a stopped: %d %q", i, code, body)
+		}
+	}
+	// After its first failure a is suspect: plans put it behind b, and the
+	// prober settles it; three consecutive failures in all make it dead.
+	waitFor(t, "a dead", 5*time.Second, func() bool { return p.peer("a").State == "dead" })
+	st := p.peer("a")
+	if st.DeathsTotal != 1 || st.ConnectFailuresTotal != 3 {
+		t.Fatalf("a = %+v; want dead after 3 failures", st)
+	}
+	if !strings.Contains(p.logs(), "Detected DEAD Parent: a") {
+		t.Fatal("no 'Detected DEAD Parent: a' log line")
+	}
+
+	// Back on the same port: the first connection is a probe with no
+	// bytes; requests arrive only after peerd says alive.
+	before := len(a.records())
+	a.restart()
+	waitFor(t, "a revived", 5*time.Second, func() bool { return p.peer("a").State == "alive" })
+	revived := time.Now()
+	recs := a.records()[before:]
+	if len(recs) == 0 || recs[0].bytes != 0 {
+		t.Fatalf("first connection after return carried %d bytes; want a probe (0 bytes)", recs[0].bytes)
+	}
+	for _, r := range recs {
+		if r.requests > 0 && r.at.Before(recs[0].at) {
+			t.Fatal("a request reached a before the revival probe")
+		}
+	}
+	if !strings.Contains(p.logs(), "Detected REVIVED Parent: a") {
+		t.Fatal("no 'Detected REVIVED Parent: a' log line")
+	}
+	for i := 0; i < 10; i++ {
+		get()
+	}
+	if n := len(a.records()); n <= len(recs) {
+		t.Fatalf("revived parent got no traffic (revived %v)", revived)
+	}
+}
+
+func TestNoPeersAndConnectFailedErrors(t *testing.T) {
+	a := newFakeParent(t, "a")
+	p := startPeerd(t, baseConfig+`
+[health]
+connect_fail_limit = 2
+probe_interval = "10s"
+probe_max_interval = "10s"
+`+peerBlock("", a))
+	c := p.client()
+	a.stop()
+	// Two connect failures (the second kills a), then no live peer at all:
+	// the answer comes at once, never from the dead peer.
+	for i, want := range []string{"502 connect-failed", "502 connect-failed", "503 no-peers", "503 no-peers"} {
+		resp, err := c.Get("http://origin.test/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		got := fmt.Sprintf("%d %s", resp.StatusCode, resp.Header.Get("X-Peerd-Error"))
+		if got != want {
+			t.Fatalf("request %d: %s; want %s", i, got, want)
+		}
+	}
+	if st := p.peer("a"); st.State != "dead" || st.ConnectFailuresTotal != 2 {
+		t.Fatalf("a = %+v; want dead after exactly 2 failures", st)
+	}
+}
+
+func TestDirectByDefaultConfig(t *testing.T) {
+	origin := newOrigin(t, func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "origin saw %s via=%q xff=%q", r.RequestURI, r.Header.Get("Via"), r.Header.Get("X-Forwarded-For"))
+	})
+	p := startPeerd(t, `
+[proxy]
+listen = "127.0.0.1:0"
+[admin]
+listen = "127.0.0.1:0"
+`)
+	resp, err := p.client().Get("http://" + origin + "/hello?x=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(body), "origin saw /hello?x=1") {
+		t.Fatalf("%d %s", resp.StatusCode, body)
+	}
+	if !strings.Contains(string(body), `via="1.1 peerd (peerd/`) || !strings.Contains(string(body), `xff="127.0.0.1"`) {
+		t.Fatalf("missing Via/X-Forwarded-For: %s", body)
+	}
+	if v := resp.Header.Get("Via"); !strings.Contains(v, "peerd") {
+		t.Fatalf("response Via = %q", v)
+	}
+}
