@@ -113,6 +113,9 @@ func parseConfig(src []byte) (*fileConfig, problems) {
 		}
 		if ex["port"] {
 			s.Port = raw.Port
+			if raw.Name == "" && raw.Host != "" {
+				s.Name = s.Addr()
+			}
 		}
 		prefix := fmt.Sprintf("peer[%d] %q", i, s.Name)
 		if ex["connect_fail_limit"] && raw.ConnectFailLimit < 1 {

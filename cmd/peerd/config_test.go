@@ -1,0 +1,115 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/peerd/peerd/peers"
+)
+
+// TestExampleConfigMatchesDefaults keeps etc/peerd.toml honest: it decodes
+// to exactly the built-in defaults plus its two example parents.
+func TestExampleConfigMatchesDefaults(t *testing.T) {
+	src, err := os.ReadFile("../../etc/peerd.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, ps := parseConfig(src)
+	if len(ps) > 0 {
+		t.Fatalf("etc/peerd.toml: %v", ps)
+	}
+	want := defaultConfig()
+	want.Peers = []peers.Spec{
+		{Name: "parent1", Host: "10.0.0.1", Port: 3128, Type: "parent", Weight: 1},
+		{Name: "parent2", Host: "10.0.0.2", Port: 3128, Type: "parent", Weight: 1, ConnectTimeout: 5 * time.Second},
+	}
+	if diff := cmp.Diff(&want, got); diff != "" {
+		t.Fatalf("etc/peerd.toml differs from the built-in defaults (-want +got):\n%s", diff)
+	}
+}
+
+func TestEmbeddedDefaultIsADirectProxy(t *testing.T) {
+	cfg, ps := parseConfig(nil)
+	if len(ps) > 0 {
+		t.Fatal(ps)
+	}
+	if cfg.Proxy.Listen != "127.0.0.1:3128" || cfg.Admin.Listen != "127.0.0.1:3180" || cfg.Proxy.Direct != "allow" || len(cfg.Peers) != 0 {
+		t.Fatalf("default = %+v", cfg)
+	}
+}
+
+func TestConfigProblems(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		src  string
+		want []string
+	}{
+		{"unknown key", "[proxy]\nlisten = \"127.0.0.1:1\"\nlistne = \"x\"\n", []string{"line 3: proxy.listne: unknown key"}},
+		{"unknown section", "[proxi]\nlisten = \"x\"\n", []string{"proxi: unknown key", "proxi.listen: unknown key"}},
+		{"unknown peer key", "[[peer]]\nhost = \"h\"\nwieght = 2\n", []string{"line 3: peer.wieght: unknown key"}},
+		{"missing host", "[[peer]]\nname = \"a\"\nport = 1\n", []string{`line 1: peer[0] "a": host: is required`}},
+		{"duplicate names", "[[peer]]\nname = \"a\"\nhost = \"h\"\n[[peer]]\nname = \"a\"\nhost = \"i\"\n", []string{`line 5: peer[1] "a": name: duplicate peer name (also peer[0])`}},
+		{"bad port", "[[peer]]\nhost = \"h\"\nport = 0\n", []string{`line 3: peer[0] "h:0": port: must be 1-65535, got 0`}},
+		{"explicit zero weight", "[[peer]]\nhost = \"h\"\nweight = 0\n", []string{`line 3: peer[0] "h:3128": weight: must be at least 1, got 0`}},
+		{"zero fail limit", "[health]\nconnect_fail_limit = 0\n", []string{"line 2: health.connect_fail_limit: must be at least 1, got 0"}},
+		{"peer zero fail limit", "[[peer]]\nhost = \"h\"\nconnect_fail_limit = 0\n", []string{`line 3: peer[0] "h:3128": connect_fail_limit: must be at least 1, got 0`}},
+		{"bad duration", "[proxy]\nconnect_timeout = \"5 parsecs\"\n", []string{"line 2: proxy.connect_timeout: invalid duration"}},
+		{"wrong type", "[proxy]\nforward_max_tries = \"lots\"\n", []string{"line 2", "forward_max_tries"}},
+		{"bad cidr", "[proxy]\nallow = [\"10.0.0.0/33\"]\n", []string{`line 2: proxy.allow: "10.0.0.0/33" is not a CIDR`}},
+		{"bad words", "[selection]\npolicy = \"random\"\n[proxy]\ndirect = \"sometimes\"\n[[peer]]\nhost = \"h\"\ntype = \"cousin\"\n",
+			[]string{`line 2: selection.policy: unknown policy "random"`, `line 4: proxy.direct: unknown direct mode "sometimes"`, `line 7: peer[0] "h:3128": type: unknown peer type "cousin"`}},
+		{"bad size", "[proxy]\nmax_retry_body = \"lots\"\n", []string{"line 2", "invalid size"}},
+		{"bad level", "[log]\nlevel = \"loud\"\n", []string{`line 2: log.level: "loud" is not a level`}},
+		{"syntax", "[proxy\n", []string{"line 2", "table name"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, ps := parseConfig([]byte(tc.src))
+			all := ps.Error()
+			for _, w := range tc.want {
+				if !strings.Contains(all, w) {
+					t.Errorf("problems %q lack %q", all, w)
+				}
+			}
+		})
+	}
+}
+
+func TestCheckPrintsEveryProblem(t *testing.T) {
+	path := t.TempDir() + "/bad.toml"
+	os.WriteFile(path, []byte("[proxy]\nconect_timeout = \"1s\"\n[health]\nconnect_fail_limit = 0\n[[peer]]\nport = 70000\n"), 0o644)
+	var out, errOut bytes.Buffer
+	if code := run(context.Background(), []string{"-check", "-config", path}, &out, &errOut); code != 1 {
+		t.Fatalf("exit %d; want 1", code)
+	}
+	lines := strings.Split(strings.TrimSpace(errOut.String()), "\n")
+	if len(lines) != 4 { // unknown key, fail limit, host, port
+		t.Fatalf("got %d problems; want 4:\n%s", len(lines), errOut.String())
+	}
+	out.Reset()
+	if code := run(context.Background(), []string{"-check", "-config", "../../etc/peerd.toml"}, &out, &errOut); code != 0 {
+		t.Fatalf("exit %d for etc/peerd.toml; want 0", code)
+	}
+	if code := run(context.Background(), []string{"-check", "-config", "/nonexistent.toml"}, &out, &errOut); code != 1 {
+		t.Fatalf("exit %d for a missing file; want 1", code)
+	}
+}
+
+func FuzzParseConfig(f *testing.F) {
+	src, _ := os.ReadFile("../../etc/peerd.toml")
+	f.Add(string(src))
+	f.Add("[[peer]]\nhost=\"h\"\nport=0\n")
+	f.Fuzz(func(t *testing.T, s string) {
+		cfg, ps := parseConfig([]byte(s))
+		if cfg == nil && len(ps) == 0 {
+			t.Fatal("no config and no problems")
+		}
+		if cfg != nil && len(cfg.validate()) > 0 {
+			t.Fatal("accepted an invalid config")
+		}
+	})
+}
