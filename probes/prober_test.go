@@ -235,7 +235,8 @@ func TestNoIdleDeadUse(t *testing.T) {
 
 func TestNoProbesInMaintenance(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		e := setup(t, health(1), peers.Spec{Name: "p1", Host: "127.0.0.1", Port: 1})
+		h := health(1)
+		e := setup(t, h, peers.Spec{Name: "p1", Host: "127.0.0.1", Port: 1})
 		stop := e.run(t)
 		defer stop()
 		synctest.Wait()
@@ -250,14 +251,18 @@ func TestNoProbesInMaintenance(t *testing.T) {
 			t.Fatalf("%d probes during maintenance; want 0", got-n)
 		}
 		p := e.reg.Get("p1")
-		e.net.set(a1, "accept")
+		// Enabled again while still down: it stays dead (enabling is not a
+		// probe), and probing resumes at once.
 		e.reg.SetAdminState("p1", peers.Enabled)
-		if p.State() != peers.Dead {
-			t.Fatal("enabling revived the peer without a probe")
+		synctest.Wait()
+		if p.State() != peers.Dead || e.net.count(a1) != n+1 {
+			t.Fatalf("after enabling: state %v, %d new probes; want dead and 1 probe", p.State(), e.net.count(a1)-n)
 		}
+		e.net.set(a1, "accept")
+		time.Sleep(h.ProbeMaxInterval)
 		synctest.Wait()
 		if p.State() != peers.Alive {
-			t.Fatalf("state = %v; want alive after the probe that follows enabling", p.State())
+			t.Fatalf("state = %v; want alive after a successful probe", p.State())
 		}
 	})
 }
@@ -384,4 +389,39 @@ func TestNextDelayBoundsAndSpread(t *testing.T) {
 	if lo != base || hi < 4900*time.Millisecond {
 		t.Fatalf("spread [%v, %v]; want about [1s, 5s]", lo, hi)
 	}
+}
+
+func TestSuspectPeerSettledByProbes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := health(3)
+		e := setup(t, h, peers.Spec{Name: "p1", Host: "127.0.0.1", Port: 1})
+		e.net.set(a1, "accept")
+		stop := e.run(t)
+		defer stop()
+		synctest.Wait()
+		p := e.reg.Get("p1")
+		d := &dialer.Dialer{Reporter: e.reg, Dial: e.net.Dial}
+
+		// A transient failure: the next probe clears the suspicion.
+		e.net.set(a1, "refuse")
+		d.DialPeer(context.Background(), p, dialer.Traffic)
+		if !p.Suspect() {
+			t.Fatal("want suspect after one failure")
+		}
+		e.net.set(a1, "accept")
+		time.Sleep(h.ProbeInterval)
+		synctest.Wait()
+		if p.Suspect() || p.State() != peers.Alive {
+			t.Fatalf("suspect=%v state=%v; want cleared by the probe", p.Suspect(), p.State())
+		}
+
+		// A real outage: probes finish the count without client traffic.
+		e.net.set(a1, "refuse")
+		d.DialPeer(context.Background(), p, dialer.Traffic)
+		time.Sleep(3 * h.ProbeInterval)
+		synctest.Wait()
+		if p.State() != peers.Dead || p.Status().DeathsTotal != 1 {
+			t.Fatalf("state %v; want dead after 1 traffic and 2 probe failures", p.State())
+		}
+	})
 }
