@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"os"
 	"os/exec"
@@ -348,16 +349,31 @@ func (f *fakeParent) serveConn(c net.Conn, rec *connRecord) {
 		f.mu.Unlock()
 	}()
 	br := bufio.NewReader(countingReader{r: c, rec: rec, mu: &f.mu})
-	for {
+	f.mu.Lock()
+	mode := f.mode
+	f.mu.Unlock()
+	if mode == "close-at-once" { // accept, then close without reading
+		return
+	}
+	for served := 0; ; served++ {
+		if mode == "idle-close" { // keep-alive connections die after 1s idle
+			c.SetReadDeadline(time.Now().Add(time.Second))
+		}
 		req, err := http.ReadRequest(br)
 		if err != nil {
+			return
+		}
+		if mode == "stale-second" && served > 0 {
+			// The keep-alive race: the peer closed the connection just as
+			// our request arrived. It is not processed, and not recorded.
+			c.(*net.TCPConn).SetLinger(0)
 			return
 		}
 		body, _ := io.ReadAll(req.Body)
 		f.mu.Lock()
 		rec.requests++
 		rec.methods = append(rec.methods, req.Method)
-		mode, status := f.mode, f.status
+		status := f.status
 		f.mu.Unlock()
 		switch mode {
 		case "reset-after-read": // read the request, then reset
@@ -403,6 +419,41 @@ func (f *fakeParent) serveConnect(c net.Conn, br *bufio.Reader, req *http.Reques
 	io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n")
 	go func() { io.Copy(up, br); up.(*net.TCPConn).CloseWrite() }()
 	io.Copy(c, up)
+}
+
+// blackhole returns a loopback address whose accept queue is full: SYNs
+// to it are dropped, so connects time out (like a host that vanished).
+// blackholeAt black-holes a given loopback address.
+func blackholeAt(t testing.TB, at string) string {
+	t.Helper()
+	ap := netip.MustParseAddrPort(at)
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Close(fd) })
+	syscall.SetsockoptInt(fd, syscall.SOL_SOCKET, syscall.SO_REUSEADDR, 1)
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: ap.Addr().As4(), Port: int(ap.Port())}); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Listen(fd, 0); err != nil {
+		t.Fatal(err)
+	}
+	sa, _ := syscall.Getsockname(fd)
+	addr := fmt.Sprintf("127.0.0.1:%d", sa.(*syscall.SockaddrInet4).Port)
+	// Fill the queue (backlog 0 holds one); never accept.
+	for i := 0; i < 3; i++ {
+		c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
+		if err != nil {
+			break
+		}
+		t.Cleanup(func() { c.Close() })
+	}
+	if c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond); err == nil {
+		c.Close()
+		t.Skip("cannot make a black-holed listener here (accept queue never fills)")
+	}
+	return addr
 }
 
 // probes returns the connections that carried no bytes.
