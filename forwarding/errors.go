@@ -52,8 +52,12 @@ func errorf(status int, code, peer string, format string, args ...any) *Error {
 // writeError sends e as a plain-text error page.
 func writeError(w http.ResponseWriter, e *Error) {
 	h := w.Header()
+	closeConn := h.Get("Connection") == "close"
 	for k := range h {
 		delete(h, k)
+	}
+	if closeConn {
+		h.Set("Connection", "close")
 	}
 	h.Set("Content-Type", "text/plain; charset=utf-8")
 	h.Set("X-Peerd-Error", e.Code)

@@ -317,6 +317,11 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		ex.fail(cw, e)
 		return
 	}
+	if ambiguousFraming(r) {
+		w.Header().Set("Connection", "close")
+		ex.fail(cw, errorf(http.StatusBadRequest, CodeBadRequest, "", "request has both Content-Length and Transfer-Encoding (ambiguous framing)"))
+		return
+	}
 	if done := p.maxForwards(cw, r, ex); done {
 		return
 	}

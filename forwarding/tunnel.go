@@ -140,6 +140,7 @@ func (p *Proxy) splice(w http.ResponseWriter, ex *exchange, up net.Conn, upBuf *
 		ex.fail(w, errorf(http.StatusInternalServerError, CodeBadRequest, "", "cannot tunnel on this connection: %v", err))
 		return
 	}
+	stopFraming(client)
 	ex.status = http.StatusOK
 	release := p.tunnels.add(client, up)
 	defer release()

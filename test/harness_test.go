@@ -392,6 +392,10 @@ func (f *fakeParent) serveConn(c net.Conn, rec *connRecord) {
 			return
 		}
 		if req.Method == http.MethodConnect {
+			if mode == "deny-connect" {
+				io.WriteString(c, "HTTP/1.1 403 Forbidden\r\nContent-Length: 6\r\n\r\ndenied")
+				return
+			}
 			f.serveConnect(c, br, req)
 			return
 		}

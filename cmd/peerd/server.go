@@ -99,6 +99,7 @@ func (s *server) newProxyServer() *http.Server {
 		ReadHeaderTimeout: 30 * time.Second,
 		IdleTimeout:       2 * time.Minute, // Squid client_idle_pconn_timeout
 		MaxHeaderBytes:    64 << 10,
+		ConnContext:       forwarding.ConnContext,
 		ErrorLog:          log.New(s.log.WithField("component", "http").WriterLevel(logrus.DebugLevel), "", 0),
 	}
 }
@@ -160,7 +161,7 @@ func (s *server) serve(ctx context.Context) error {
 	}
 	s.mu.Lock()
 	s.proxySrv = s.newProxyServer()
-	s.startServing(s.proxySrv, proxyLn, "proxy")
+	s.startServing(s.proxySrv, forwarding.Listener(proxyLn), "proxy")
 	s.mu.Unlock()
 	s.log.WithFields(logrus.Fields{"proxy": proxyLn.Addr().String(), "admin": adminLn.Addr().String(), "peers": len(s.reg.Peers()), "version": version}).
 		Info("peerd serving")
@@ -305,7 +306,7 @@ func (s *server) reload() error {
 	if newProxyLn != nil && s.proxySrv != nil {
 		oldSrv := s.proxySrv
 		s.proxySrv = s.newProxyServer()
-		s.startServing(s.proxySrv, newProxyLn, "proxy")
+		s.startServing(s.proxySrv, forwarding.Listener(newProxyLn), "proxy")
 		go s.retire(oldSrv, cfg.Proxy.ShutdownTimeout)
 		s.log.WithField("proxy", newProxyLn.Addr().String()).Info("proxy listener moved")
 	}
