@@ -62,6 +62,11 @@ func exchangeFrom(ctx context.Context) *exchange {
 // attempt records the facts of one try at one hop, set by the dialer and by
 // httptrace hooks; classification reads only these facts.
 type attempt struct {
+	hop          selection.Hop
+	ctx          context.Context // the attempt's request context
+	cancel       context.CancelFunc
+	arbiter      *arbiter    // non-nil while racing a hedged connect
+	lost         atomic.Bool // lost the race: must write nothing
 	connectErr   atomic.Bool // the dial to the hop failed
 	gotConn      atomic.Bool
 	reused       atomic.Bool
@@ -79,6 +84,14 @@ func attemptFrom(ctx context.Context) *attempt {
 func (a *attempt) trace() *httptrace.ClientTrace {
 	return &httptrace.ClientTrace{
 		GotConn: func(i httptrace.GotConnInfo) {
+			// Called before anything is written: the one point where a
+			// hedged race is decided.
+			if hc, ok := i.Conn.(*hopConn); ok {
+				hc.owner.Store(a)
+			}
+			if a.arbiter != nil && !a.arbiter.claim(a) {
+				a.lost.Store(true)
+			}
 			a.gotConn.Store(true)
 			a.reused.Store(i.Reused)
 		},
@@ -180,17 +193,15 @@ func (p *Proxy) forward(in *http.Request) (*http.Response, error) {
 	plan := p.planner.Plan(selection.Request{Method: in.Method, URL: in.URL.String(), ClientIP: ex.client})
 	var lastErr *Error
 	hop, ok := plan.Next()
-	sent := false // a streaming body was consumed by an attempt
 	for ok {
-		if sent && b.rest != nil {
-			break
-		}
-		if hop.Peer != nil && !p.acct.BeginRequest(hop.Peer) {
+		r := p.attemptHop(in, hop, &plan, b, retriable)
+		if r.full {
 			hop, ok = plan.Next() // at max_conn now: skipped, not failed
 			continue
 		}
-		resp, a, err := p.try(in, hop, b, retriable)
-		if err == nil {
+		hop = r.a.hop // a hedge may have won
+		if r.err == nil {
+			resp := r.resp
 			if hop.Peer != nil && hop.Peer.Type() == peers.Sibling && resp.StatusCode >= 400 {
 				// A sibling's 504 to only-if-cached is a miss; it never
 				// fetches for us. Not a failure, not a retry.
@@ -214,23 +225,23 @@ func (p *Proxy) forward(in *http.Request) (*http.Response, error) {
 			ex.hop, ex.hopped = hop, true
 			return resp, nil
 		}
-		if hop.Peer != nil {
-			p.acct.EndRequest(hop.Peer)
-		}
 		if in.Context().Err() != nil {
 			return nil, in.Context().Err() // client gone
 		}
-		if a.wroteHeaders.Load() {
-			sent = true
+		a := r.a
+		if a.wroteHeaders.Load() && b.rest != nil {
+			// The streaming body was (partly) consumed: it cannot be sent
+			// again, whatever the class.
+			return nil, errorf(http.StatusBadGateway, CodeBadGateway, hopName(hop), "%v", r.err)
 		}
 		peerName := hopName(hop)
-		class := classify(a, err)
+		class := classify(a, r.err)
 		switch class {
 		case connectFailed:
-			lastErr = errorf(http.StatusBadGateway, CodeConnectFailed, peerName, "%v", err)
+			lastErr = errorf(http.StatusBadGateway, CodeConnectFailed, peerName, "%v", r.err)
 		case beforeWrite:
 			if lastErr == nil || lastErr.Code != CodeConnectFailed {
-				lastErr = errorf(http.StatusBadGateway, CodeBadGateway, peerName, "%v", err)
+				lastErr = errorf(http.StatusBadGateway, CodeBadGateway, peerName, "%v", r.err)
 			}
 		case timedOut:
 			lastErr = errorf(http.StatusGatewayTimeout, CodeTimeout, peerName, "no response within read_timeout (%s)", c.ReadTimeout)
@@ -239,7 +250,7 @@ func (p *Proxy) forward(in *http.Request) (*http.Response, error) {
 				return nil, lastErr
 			}
 		case afterWrite:
-			lastErr = errorf(http.StatusBadGateway, CodeBadGateway, peerName, "%v", err)
+			lastErr = errorf(http.StatusBadGateway, CodeBadGateway, peerName, "%v", r.err)
 			if !retriable {
 				return nil, lastErr
 			}
@@ -270,29 +281,40 @@ func hopName(h selection.Hop) string {
 	return h.Peer.Name()
 }
 
-// try sends the request to one hop.
-func (p *Proxy) try(in *http.Request, hop selection.Hop, b *body, retriable bool) (*http.Response, *attempt, error) {
-	a := &attempt{}
-	ctx := context.WithValue(in.Context(), attemptKey{}, a)
+// try sends the request to a's hop. It accounts the peer's in-flight
+// slot, which the response body's Close (or a failure) releases along with
+// the attempt's context.
+func (p *Proxy) try(a *attempt, in *http.Request, b *body, retriable bool) tryResult {
+	peer := a.hop.Peer
+	if peer != nil && !p.acct.BeginRequest(peer) {
+		a.cancel()
+		return tryResult{a: a, full: true}
+	}
+	done := func() {
+		if peer != nil {
+			p.acct.EndRequest(peer)
+		}
+		a.cancel()
+	}
+	ctx := context.WithValue(a.ctx, attemptKey{}, a)
 	ctx = httptrace.WithClientTrace(ctx, a.trace())
 	out := in.Clone(ctx)
 	b.install(out)
-	if hop.Peer != nil && hop.Peer.Type() == peers.Sibling {
+	if peer != nil && peer.Type() == peers.Sibling {
 		appendCacheControl(out.Header, "only-if-cached")
 	}
-	ts := p.transportsFor(hop.Peer)
+	ts := p.transportsFor(peer)
 	t := ts.fresh
 	if retriable {
 		t = ts.reuse
 	}
 	resp, err := t.RoundTrip(out)
 	if err != nil {
-		return nil, a, err
+		done()
+		return tryResult{a: a, err: err}
 	}
-	if hop.Peer != nil {
-		resp.Body = &releaseBody{ReadCloser: resp.Body, release: func() { p.acct.EndRequest(hop.Peer) }}
-	}
-	return resp, a, nil
+	resp.Body = &releaseBody{ReadCloser: resp.Body, release: done}
+	return tryResult{resp: resp, a: a}
 }
 
 // releaseBody ends the peer's in-flight accounting when the response body

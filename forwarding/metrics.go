@@ -14,6 +14,7 @@ type Metrics struct {
 	duration  prometheus.Histogram
 	retries   *prometheus.CounterVec
 	exhausted prometheus.Counter
+	hedges    prometheus.Counter
 }
 
 // NewMetrics creates the collectors; register them with Register.
@@ -32,12 +33,15 @@ func NewMetrics() *Metrics {
 		exhausted: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "peerd_retry_budget_exhausted_total", Help: "Retries refused because the retry budget was spent.",
 		}),
+		hedges: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "peerd_connect_hedges_total", Help: "Parallel connects started because a connect was slower than its hedge delay.",
+		}),
 	}
 }
 
 // Register adds the collectors to r.
 func (m *Metrics) Register(r prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.requests, m.duration, m.retries, m.exhausted} {
+	for _, c := range []prometheus.Collector{m.requests, m.duration, m.retries, m.exhausted, m.hedges} {
 		if err := r.Register(c); err != nil {
 			return err
 		}
@@ -53,3 +57,5 @@ func (m *Metrics) observeRequest(status int, hierarchy string, d time.Duration) 
 func (m *Metrics) retry(reason string) { m.retries.WithLabelValues(reason).Inc() }
 
 func (m *Metrics) budgetExhausted() { m.exhausted.Inc() }
+
+func (m *Metrics) hedge() { m.hedges.Inc() }

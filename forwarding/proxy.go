@@ -42,10 +42,12 @@ type Planner interface {
 	Plan(r selection.Request) selection.Plan
 }
 
-// Accounting tracks in-flight requests per peer; *peers.Registry is one.
+// Accounting tracks in-flight requests per peer and hears of slow
+// connects; *peers.Registry is one.
 type Accounting interface {
 	BeginRequest(p *peers.Peer) bool
 	EndRequest(p *peers.Peer)
+	MarkSlow(p *peers.Peer)
 }
 
 // PeerDialer connects to peers and reports outcomes; *dialer.Dialer is one.
@@ -131,7 +133,7 @@ func New(o Options) (*Proxy, error) {
 		Transport:      roundTripper{p},
 		ModifyResponse: p.modifyResponse,
 		ErrorHandler:   p.errorHandler,
-		ErrorLog:       log.New(p.log.WithField("component", "forwarding").WriterLevel(logrus.DebugLevel), "", 0),
+		ErrorLog:       DebugLogger(p.log.WithField("component", "forwarding")),
 		BufferPool:     bufferPool{},
 	}
 	return p, nil
@@ -240,7 +242,7 @@ func (p *Proxy) newHopTransports(peer *peers.Peer) *hopTransports {
 				}
 				return nil, err
 			}
-			return &readTimeoutConn{Conn: conn, timeout: c.ReadTimeout}, nil
+			return &hopConn{Conn: conn, timeout: c.ReadTimeout}, nil
 		}
 	}
 	mk := func(reuse bool) *http.Transport {
@@ -280,18 +282,30 @@ func (p *Proxy) dialDirect(ctx context.Context, network, addr string) (net.Conn,
 		}
 		return nil, err
 	}
-	return &readTimeoutConn{Conn: conn, timeout: c.ReadTimeout}, nil
+	return &hopConn{Conn: conn, timeout: c.ReadTimeout}, nil
 }
 
-// readTimeoutConn ends a read that waits longer than read_timeout.
-type readTimeoutConn struct {
+// hopConn is a connection to a next hop. Reads that wait longer than
+// read_timeout fail. Writes are gated by the attempt that holds the
+// connection: an attempt that lost a hedged-connect race writes nothing,
+// so a request is never sent twice.
+type hopConn struct {
 	net.Conn
 	timeout time.Duration
+	owner   atomic.Pointer[attempt]
 }
 
-func (c *readTimeoutConn) Read(b []byte) (int, error) {
+func (c *hopConn) Read(b []byte) (int, error) {
 	c.Conn.SetReadDeadline(time.Now().Add(c.timeout))
 	return c.Conn.Read(b)
+}
+
+func (c *hopConn) Write(b []byte) (int, error) {
+	if a := c.owner.Load(); a != nil && a.lost.Load() {
+		c.Conn.Close()
+		return 0, errHedgeLost
+	}
+	return c.Conn.Write(b)
 }
 
 // ServeHTTP handles one client request.
@@ -435,6 +449,18 @@ func (p *Proxy) finish(ex *exchange, cw *countingWriter) {
 	if al := p.access.Load(); al != nil {
 		al.Log(ex.entry(elapsed, cw.bytes, cw.Header().Get("Content-Type")))
 	}
+}
+
+// DebugLogger adapts l to a *log.Logger writing at debug level, for
+// net/http's ErrorLog fields (logrus's WriterLevel needs a goroutine and a
+// pipe; this needs neither).
+func DebugLogger(l logrus.FieldLogger) *log.Logger { return log.New(debugWriter{l}, "", 0) }
+
+type debugWriter struct{ l logrus.FieldLogger }
+
+func (w debugWriter) Write(b []byte) (int, error) {
+	w.l.Debug(strings.TrimSpace(string(b)))
+	return len(b), nil
 }
 
 // bufferPool recycles ReverseProxy's copy buffers.

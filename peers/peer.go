@@ -152,6 +152,10 @@ type Peer struct {
 
 	lastError atomic.Pointer[string]
 
+	// slow is set when a connect stayed pending past its hedge delay; the
+	// next successful connect clears it.
+	slow atomic.Bool
+
 	// Smoothed connect time and its mean deviation, float64 bits of
 	// milliseconds (RFC 6298 style). Updates may race; they are statistics.
 	srtt      atomic.Uint64
@@ -222,10 +226,11 @@ func (p *Peer) Eligible() bool {
 	return p.State() == Alive && p.AdminState() == Enabled && !p.Full()
 }
 
-// Suspect reports whether an alive peer has failed connects below its limit:
-// still eligible, but planners should prefer healthy peers.
+// Suspect reports whether an alive peer has failed connects below its
+// limit, or a connect pending past its hedge delay: still eligible, but
+// planners put healthy peers first.
 func (p *Peer) Suspect() bool {
-	return p.State() == Alive && p.consecutive.Load() > 0
+	return p.State() == Alive && (p.consecutive.Load() > 0 || p.slow.Load())
 }
 
 // ConsecutiveFailures is the current run of connect failures.

@@ -246,8 +246,9 @@ func (r *Registry) observeSuccess(p *Peer, o Observation, at int64) {
 	}
 	st := p.State()
 	if st == Alive {
-		if p.consecutive.Load() != 0 {
+		if p.consecutive.Load() != 0 || p.slow.Load() {
 			p.consecutive.Store(0)
+			p.slow.Store(false)
 			r.touch(p) // suspect -> healthy
 		}
 		return
@@ -275,6 +276,7 @@ func (r *Registry) transition(p *Peer, from, to State, cause error, at time.Time
 		p.deadSince.Store(at.UnixNano())
 	case Alive:
 		p.consecutive.Store(0)
+		p.slow.Store(false)
 		p.deadSince.Store(0)
 		if from == Dead {
 			p.revivals.Add(1)
@@ -336,6 +338,15 @@ func (r *Registry) writeRowTxn(txn *memdb.Txn, p *Peer) error {
 		return nil // prevent watch churn
 	}
 	return txn.Insert(tablePeers, &nr)
+}
+
+// MarkSlow records that a connect to p has been pending longer than its
+// hedge delay: p turns suspect (sorted behind healthy peers, and probed)
+// until a connect to it succeeds.
+func (r *Registry) MarkSlow(p *Peer) {
+	if p.slow.CompareAndSwap(false, true) {
+		r.touch(p)
+	}
 }
 
 // SetAdminState sets an operator state. Leaving maintenance does not revive

@@ -196,3 +196,52 @@ func TestIdleClosingParent(t *testing.T) {
 		time.Sleep(1100 * time.Millisecond)
 	}
 }
+
+// TestHedgedFailover: a parent whose host vanished (SYNs dropped) under
+// steady load. The first request that picks it is answered by the next
+// parent after the hedge delay; from then on the parent is suspect and no
+// client waits for it; probes declare it dead. No client ever waits out
+// the 1s connect timeout, and none sees an error.
+func TestHedgedFailover(t *testing.T) {
+	a := newFakeParent(t, "a")
+	b := newFakeParent(t, "b")
+	c := newFakeParent(t, "c")
+	p := startPeerd(t, strings.Replace(baseConfig, `connect_timeout = "2s"`, `connect_timeout = "1s"`, 1)+`
+[health]
+connect_fail_limit = 3
+probe_interval = "200ms"
+probe_max_interval = "500ms"
+[selection]
+policy = "round-robin"
+`+peerBlock("", a, b, c))
+	cl := p.client()
+	for i := 0; i < 30; i++ { // warm: connect times known, pools filled
+		do(cl, "GET", "http://o.test/warm", "")
+	}
+	a.stop()
+	blackholeAt(t, a.addr)
+	cl.CloseIdleConnections()
+	var worst time.Duration
+	deadline := time.Now().Add(4 * time.Second)
+	n := 0
+	for time.Now().Before(deadline) && p.peer("a").State != "dead" {
+		start := time.Now()
+		r := do(cl, "GET", fmt.Sprintf("http://o.test/h%d", n), "")
+		d := time.Since(start)
+		if r.status != 200 || r.from == "a" {
+			t.Fatalf("request %d: %s", n, r)
+		}
+		worst = max(worst, d)
+		n++
+		time.Sleep(5 * time.Millisecond)
+	}
+	if st := p.peer("a"); st.State != "dead" {
+		t.Fatalf("a = %+v; want dead by probes", st)
+	}
+	// The auto hedge delay here is its 50ms floor; allow a margin for a
+	// loaded CI machine, far below the 1s connect timeout.
+	if worst > 300*time.Millisecond {
+		t.Fatalf("worst latency %v over %d requests; want about the 50ms hedge delay, far below the 1s connect timeout", worst, n)
+	}
+	t.Logf("%d requests during the outage, worst %v", n, worst)
+}

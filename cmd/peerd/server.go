@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log"
 	"net"
 	"net/http"
 	"os"
@@ -100,7 +99,7 @@ func (s *server) newProxyServer() *http.Server {
 		IdleTimeout:       2 * time.Minute, // Squid client_idle_pconn_timeout
 		MaxHeaderBytes:    64 << 10,
 		ConnContext:       forwarding.ConnContext,
-		ErrorLog:          log.New(s.log.WithField("component", "http").WriterLevel(logrus.DebugLevel), "", 0),
+		ErrorLog:          forwarding.DebugLogger(s.log.WithField("component", "http")),
 	}
 }
 
@@ -108,7 +107,7 @@ func (s *server) newAdminServer() *http.Server {
 	return &http.Server{
 		Handler:           s.api,
 		ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog:          log.New(s.log.WithField("component", "admin").WriterLevel(logrus.DebugLevel), "", 0),
+		ErrorLog:          forwarding.DebugLogger(s.log.WithField("component", "admin")),
 	}
 }
 

@@ -1,0 +1,265 @@
+package forwarding
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/peerd/peerd/dialer"
+	"github.com/peerd/peerd/peers"
+	"github.com/peerd/peerd/selection"
+	"github.com/sirupsen/logrus/hooks/test"
+)
+
+// pipeNet is an injected network: per address a connect delay and whether
+// it then succeeds; accepted connections are served by a tiny HTTP proxy
+// on the far end of a net.Pipe that records every request and byte.
+type pipeNet struct {
+	mu       sync.Mutex
+	delay    map[string]time.Duration
+	refuse   map[string]bool
+	requests map[string]int
+	bytes    map[string]int
+	dials    map[string]int
+	conns    []net.Conn
+}
+
+func newPipeNet() *pipeNet {
+	return &pipeNet{delay: map[string]time.Duration{}, refuse: map[string]bool{}, requests: map[string]int{}, bytes: map[string]int{}, dials: map[string]int{}}
+}
+
+func (n *pipeNet) Dial(ctx context.Context, _, addr string) (net.Conn, error) {
+	n.mu.Lock()
+	n.dials[addr]++
+	d, refuse := n.delay[addr], n.refuse[addr]
+	n.mu.Unlock()
+	select {
+	case <-time.After(d):
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	if refuse {
+		return nil, errors.New("connection refused")
+	}
+	c, s := net.Pipe()
+	n.mu.Lock()
+	n.conns = append(n.conns, c, s)
+	n.mu.Unlock()
+	go n.serve(addr, s)
+	return c, nil
+}
+
+type countReader struct {
+	n    *pipeNet
+	addr string
+	r    io.Reader
+}
+
+func (c countReader) Read(b []byte) (int, error) {
+	k, err := c.r.Read(b)
+	c.n.mu.Lock()
+	c.n.bytes[c.addr] += k
+	c.n.mu.Unlock()
+	return k, err
+}
+
+func (n *pipeNet) serve(addr string, s net.Conn) {
+	defer s.Close()
+	br := bufio.NewReader(countReader{n, addr, s})
+	for {
+		req, err := http.ReadRequest(br)
+		if err != nil {
+			return
+		}
+		io.Copy(io.Discard, req.Body)
+		n.mu.Lock()
+		n.requests[addr]++
+		n.mu.Unlock()
+		body := "from " + addr
+		fmt.Fprintf(s, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	}
+}
+
+func (n *pipeNet) closeAll() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, c := range n.conns {
+		c.Close()
+	}
+}
+
+func (n *pipeNet) get(m map[string]int, addr string) int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return m[addr]
+}
+
+type rig struct {
+	reg   *peers.Registry
+	net   *pipeNet
+	proxy *Proxy
+}
+
+const (
+	addrA = "127.0.0.1:1"
+	addrB = "127.0.0.1:2"
+)
+
+func newRig(t *testing.T, hedge HedgeDelay) *rig {
+	t.Helper()
+	log, _ := test.NewNullLogger()
+	h := peers.DefaultConfig()
+	h.ConnectFailLimit = 3
+	h.ProbeInterval = time.Hour // no prober runs here
+	h.ProbeMaxInterval = time.Hour
+	reg, err := peers.New(peers.Options{Health: h, ConnectTimeout: time.Second, Log: log}, []peers.Spec{
+		{Name: "a", Host: "127.0.0.1", Port: 1}, {Name: "b", Host: "127.0.0.1", Port: 2},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range reg.Peers() {
+		reg.Observe(p, peers.Observation{At: time.Now(), RTT: time.Millisecond, Probe: true})
+	}
+	pn := newPipeNet()
+	cfg := DefaultConfig()
+	cfg.ConnectTimeout = time.Second
+	cfg.Direct = "never"
+	cfg.ConnectHedgeDelay = hedge
+	planner := selection.New(reg, selection.Options{Policy: selection.FirstUp, Direct: selection.DirectNever})
+	px, err := New(Options{Config: cfg, Planner: planner, Accounting: reg,
+		Dialer: &dialer.Dialer{Reporter: reg, Dial: pn.Dial, Log: log}, Log: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { px.CloseIdle(); pn.closeAll() })
+	return &rig{reg: reg, net: pn, proxy: px}
+}
+
+func (r *rig) get(t *testing.T, method string) (*httptest.ResponseRecorder, time.Duration) {
+	t.Helper()
+	var body io.Reader
+	if method == "POST" {
+		body = strings.NewReader("payload")
+	}
+	req := httptest.NewRequest(method, "http://origin.test/x", body)
+	req.RemoteAddr = "127.0.0.1:5555"
+	rec := httptest.NewRecorder()
+	start := time.Now()
+	r.proxy.ServeHTTP(rec, req)
+	return rec, time.Since(start)
+}
+
+func TestHedgeStartsAfterDelayAndSecondWins(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t, HedgeDelay{Auto: true})
+		r.net.delay[addrA] = time.Hour // black-holed: times out at connect_timeout
+		rec, took := r.get(t, "GET")
+		if rec.Code != 200 || rec.Body.String() != "from "+addrB {
+			t.Fatalf("%d %q", rec.Code, rec.Body.String())
+		}
+		// Auto delay: max(50ms, 4 x 1ms smoothed connect time).
+		if took != 50*time.Millisecond {
+			t.Fatalf("answered after %v; want the 50ms hedge delay", took)
+		}
+		a := r.reg.Get("a")
+		if !a.Suspect() {
+			t.Fatal("a peer with a connect pending past its hedge delay is suspect")
+		}
+		// The next request goes to the healthy peer at once.
+		if _, took := r.get(t, "GET"); took != 0 {
+			t.Fatalf("second request took %v; want no wait (a sorted behind b)", took)
+		}
+		// The slow connect still ends, and is counted, as a connect failure.
+		time.Sleep(time.Second)
+		synctest.Wait()
+		if st := a.Status(); st.ConnectFailuresTotal != 1 || st.State != "alive" || st.ConsecutiveFailures != 1 {
+			t.Fatalf("a = %+v; want one connect failure counted", st)
+		}
+		if n := r.net.get(r.net.bytes, addrA); n != 0 {
+			t.Fatalf("%d bytes reached a", n)
+		}
+	})
+}
+
+func TestHedgeFirstConnectWinsAndWritesOnce(t *testing.T) {
+	for _, m := range []string{"GET", "PUT"} {
+		synctest.Test(t, func(t *testing.T) {
+			r := newRig(t, HedgeDelay{Delay: 50 * time.Millisecond})
+			r.net.delay[addrA] = 70 * time.Millisecond  // slow, but first
+			r.net.delay[addrB] = 100 * time.Millisecond // the hedge, slower
+			rec, took := r.get(t, m)
+			if rec.Body.String() != "from "+addrA || took != 70*time.Millisecond {
+				t.Fatalf("%s: %q after %v; want a's answer at 70ms", m, rec.Body.String(), took)
+			}
+			time.Sleep(time.Second)
+			synctest.Wait()
+			if got := r.net.get(r.net.requests, addrA); got != 1 {
+				t.Fatalf("a got %d requests; want 1", got)
+			}
+			if got := r.net.get(r.net.dials, addrB); got != 1 {
+				t.Fatalf("b dialled %d times; want the hedge", got)
+			}
+			if got := r.net.get(r.net.bytes, addrB); got != 0 {
+				t.Fatalf("the hedge's loser received %d bytes; want 0 (never written twice)", got)
+			}
+			// The loser's connect completed and counts (probe + hedge).
+			if st := r.reg.Get("b").Status(); st.ConnectsTotal != 2 || st.ConnectFailuresTotal != 0 {
+				t.Fatalf("b = %+v; the loser's connect still counts as a success", st)
+			}
+		})
+	}
+}
+
+func TestNoHedgeWhenOff(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t, HedgeDelay{})
+		r.net.delay[addrA] = 300 * time.Millisecond
+		rec, took := r.get(t, "GET")
+		if rec.Body.String() != "from "+addrA || took != 300*time.Millisecond || r.net.get(r.net.dials, addrB) != 0 {
+			t.Fatalf("%q after %v, b dials %d; want a after 300ms and no hedge", rec.Body.String(), took, r.net.get(r.net.dials, addrB))
+		}
+	})
+}
+
+func TestAllDeadAnswersAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t, HedgeDelay{Auto: true})
+		for _, p := range r.reg.Peers() {
+			for i := 0; i < 3; i++ {
+				r.reg.Observe(p, peers.Observation{At: time.Now(), Err: errors.New("refused")})
+			}
+		}
+		rec, took := r.get(t, "GET")
+		if rec.Code != 503 || rec.Header().Get("X-Peerd-Error") != "no-peers" || took != 0 {
+			t.Fatalf("%d %q after %v; want 503 no-peers at once", rec.Code, rec.Header().Get("X-Peerd-Error"), took)
+		}
+		if r.net.get(r.net.dials, addrA)+r.net.get(r.net.dials, addrB) != 0 {
+			t.Fatal("dialled a dead peer")
+		}
+	})
+}
+
+func TestConnectFailureRetriedOnNextHop(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t, HedgeDelay{})
+		r.net.refuse[addrA] = true
+		rec, _ := r.get(t, "POST")
+		if rec.Code != 200 || rec.Body.String() != "from "+addrB {
+			t.Fatalf("%d %q", rec.Code, rec.Body.String())
+		}
+		if st := r.reg.Get("a").Status(); st.ConnectFailuresTotal != 1 {
+			t.Fatalf("a = %+v; want the refused connect counted", st)
+		}
+	})
+}
