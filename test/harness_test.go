@@ -427,15 +427,33 @@ func (f *fakeParent) serveConnect(c net.Conn, br *bufio.Reader, req *http.Reques
 
 // blackhole returns a loopback address whose accept queue is full: SYNs
 // to it are dropped, so connects time out (like a host that vanished).
-// blackholeAt black-holes a given loopback address.
+// blackholeAt black-holes a given loopback address until the test ends.
 func blackholeAt(t testing.TB, at string) string {
+	t.Helper()
+	blackholeTemp(t, at)
+	return at
+}
+
+// blackholeTemp black-holes a loopback address; the returned func (also
+// run at cleanup) releases it.
+func blackholeTemp(t testing.TB, at string) (release func()) {
 	t.Helper()
 	ap := netip.MustParseAddrPort(at)
 	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { syscall.Close(fd) })
+	var conns []net.Conn
+	var once sync.Once
+	release = func() {
+		once.Do(func() {
+			syscall.Close(fd)
+			for _, c := range conns {
+				c.Close()
+			}
+		})
+	}
+	t.Cleanup(release)
 	syscall.SetsockoptInt(fd, syscall.SOL_SOCKET, syscall.SO_REUSEADDR, 1)
 	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: ap.Addr().As4(), Port: int(ap.Port())}); err != nil {
 		t.Fatal(err)
@@ -443,21 +461,19 @@ func blackholeAt(t testing.TB, at string) string {
 	if err := syscall.Listen(fd, 0); err != nil {
 		t.Fatal(err)
 	}
-	sa, _ := syscall.Getsockname(fd)
-	addr := fmt.Sprintf("127.0.0.1:%d", sa.(*syscall.SockaddrInet4).Port)
 	// Fill the queue (backlog 0 holds one); never accept.
 	for i := 0; i < 3; i++ {
-		c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
+		c, err := net.DialTimeout("tcp", at, 200*time.Millisecond)
 		if err != nil {
 			break
 		}
-		t.Cleanup(func() { c.Close() })
+		conns = append(conns, c)
 	}
-	if c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond); err == nil {
+	if c, err := net.DialTimeout("tcp", at, 200*time.Millisecond); err == nil {
 		c.Close()
 		t.Skip("cannot make a black-holed listener here (accept queue never fills)")
 	}
-	return addr
+	return release
 }
 
 // probes returns the connections that carried no bytes.
