@@ -1,0 +1,69 @@
+package peerd_test
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// TestDependencyDirection keeps the package graph acyclic and thin:
+// peers imports no package of ours; probes and dialer only peers;
+// selection only peers; forwarding peers, dialer and selection (types);
+// admin only peers; nothing imports cmd/peerd. Third-party libraries stay
+// in their owners: go-memdb in peers, gorilla/mux in admin, toml in
+// cmd/peerd.
+func TestDependencyDirection(t *testing.T) {
+	const mod = "github.com/peerd/peerd/"
+	allowed := map[string][]string{
+		"peers":      {},
+		"dialer":     {"peers"},
+		"probes":     {"peers", "dialer"},
+		"selection":  {"peers"},
+		"forwarding": {"peers", "dialer", "selection"},
+		"admin":      {"peers"},
+	}
+	owners := map[string]string{
+		"github.com/hashicorp/go-memdb": "peers",
+		"github.com/gorilla/mux":        "admin",
+		"github.com/BurntSushi/toml":    "cmd/peerd",
+	}
+	for pkg, ok := range allowed {
+		out, err := exec.Command("go", "list", "-deps", "./"+pkg).Output()
+		if err != nil {
+			t.Fatalf("go list %s: %v", pkg, err)
+		}
+		for _, dep := range strings.Fields(string(out)) {
+			if rest, ours := strings.CutPrefix(dep, mod); ours {
+				if rest == pkg {
+					continue
+				}
+				if !contains(ok, rest) {
+					t.Errorf("%s imports %s; allowed: %v", pkg, rest, ok)
+				}
+			}
+		}
+	}
+	for _, pkg := range []string{"peers", "dialer", "probes", "selection", "forwarding", "admin", "cmd/peerd"} {
+		out, err := exec.Command("go", "list", "-f", "{{join .Imports \" \"}}", "./"+pkg).Output()
+		if err != nil {
+			t.Fatalf("go list %s: %v", pkg, err)
+		}
+		for _, imp := range strings.Fields(string(out)) {
+			if owner, ok := owners[imp]; ok && owner != pkg {
+				t.Errorf("%s imports %s, which only %s may use", pkg, imp, owner)
+			}
+			if imp == mod+"cmd/peerd" {
+				t.Errorf("%s imports cmd/peerd", pkg)
+			}
+		}
+	}
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
