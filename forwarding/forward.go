@@ -190,7 +190,9 @@ func (p *Proxy) forward(in *http.Request) (*http.Response, error) {
 	retriable := idempotent(in.Method) && b.replayable
 	p.budget.deposit()
 
-	plan := p.planner.Plan(selection.Request{Method: in.Method, URL: in.URL.String(), ClientIP: ex.client})
+	// The URL as the client sent it (absolute-form) keys carp: no
+	// re-serialisation on the hot path.
+	plan := p.planner.Plan(selection.Request{Method: in.Method, URL: ex.url, ClientIP: ex.client})
 	var lastErr *Error
 	hop, ok := plan.Next()
 	for ok {
@@ -298,9 +300,12 @@ func (p *Proxy) try(a *attempt, in *http.Request, b *body, retriable bool) tryRe
 	}
 	ctx := context.WithValue(a.ctx, attemptKey{}, a)
 	ctx = httptrace.WithClientTrace(ctx, a.trace())
-	out := in.Clone(ctx)
+	// ReverseProxy already gave us a private copy of the headers; only a
+	// sibling's request changes them, so only it copies them again.
+	out := in.WithContext(ctx)
 	b.install(out)
 	if peer != nil && peer.Type() == peers.Sibling {
+		out.Header = in.Header.Clone()
 		appendCacheControl(out.Header, "only-if-cached")
 	}
 	ts := p.transportsFor(peer)

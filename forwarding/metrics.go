@@ -2,6 +2,7 @@ package forwarding
 
 import (
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -15,6 +16,7 @@ type Metrics struct {
 	retries   *prometheus.CounterVec
 	exhausted prometheus.Counter
 	hedges    prometheus.Counter
+	byKey     sync.Map // requestKey -> prometheus.Counter, so the hot path allocates nothing
 }
 
 // NewMetrics creates the collectors; register them with Register.
@@ -49,8 +51,18 @@ func (m *Metrics) Register(r prometheus.Registerer) error {
 	return nil
 }
 
+type requestKey struct {
+	status    int
+	hierarchy string
+}
+
 func (m *Metrics) observeRequest(status int, hierarchy string, d time.Duration) {
-	m.requests.WithLabelValues(strconv.Itoa(status), hierarchy).Inc()
+	k := requestKey{status, hierarchy}
+	c, ok := m.byKey.Load(k)
+	if !ok {
+		c, _ = m.byKey.LoadOrStore(k, m.requests.WithLabelValues(strconv.Itoa(status), hierarchy))
+	}
+	c.(prometheus.Counter).Inc()
 	m.duration.Observe(d.Seconds())
 }
 

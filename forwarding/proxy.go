@@ -339,7 +339,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if done := p.maxForwards(cw, r, ex); done {
 		return
 	}
-	ex.url = r.URL.String()
+	ex.url = r.RequestURI
 	r = r.WithContext(withExchange(r.Context(), ex))
 	p.rp.ServeHTTP(cw, r)
 }

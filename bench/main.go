@@ -1,0 +1,909 @@
+// Command bench compares peerd with direct access and with Squid as the
+// child proxy, in one run on loopback: keep-alive throughput and latency,
+// failover when a parent dies (killed, then restarted) and when a parent's
+// host vanishes (SYNs dropped), and memory for idle CONNECT tunnels. It
+// prints a table and writes JSON, Markdown and an SVG chart under
+// bench/results/. Squid and wrk are used when installed; without Squid its
+// columns read n/a, without wrk a Go load generator is used. Every load
+// loop is bounded in count and time.
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+var (
+	outDir   = flag.String("out", "bench/results", "results directory")
+	duration = flag.Duration("d", 5*time.Second, "throughput run length per target")
+	conns    = flag.Int("c", 32, "connections for the throughput runs")
+	tunnels  = flag.Int("tunnels", 2000, "idle CONNECT tunnels for the memory run")
+)
+
+func main() {
+	flag.Parse()
+	start := time.Now()
+	must(os.MkdirAll(*outDir, 0o755))
+	work, err := os.MkdirTemp("", "peerd-bench-")
+	must(err)
+	os.Chmod(work, 0o777)
+	defer os.RemoveAll(work)
+
+	peerdBin := filepath.Join(work, "peerd")
+	build := exec.Command("go", "build", "-o", peerdBin, "./cmd/peerd")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	must(build.Run())
+
+	squidBin, _ := exec.LookPath("squid")
+	wrkBin, _ := exec.LookPath("wrk")
+	res := &Results{
+		When:    time.Now().UTC().Format(time.RFC3339),
+		Machine: machine(),
+		Squid:   squidVersion(squidBin),
+		Loader:  "wrk",
+	}
+	if wrkBin == "" {
+		res.Loader = "go"
+	}
+
+	fmt.Fprintln(os.Stderr, "== throughput")
+	res.Throughput = throughput(work, peerdBin, squidBin, wrkBin)
+	fmt.Fprintln(os.Stderr, "== failover: parent killed and restarted")
+	res.Failover = []Failover{failover(work, "peerd", peerdBin, "", "kill")}
+	if squidBin != "" {
+		res.Failover = append(res.Failover, failover(work, "squid", "", squidBin, "kill"))
+	}
+	fmt.Fprintln(os.Stderr, "== failover: parent black-holed")
+	res.Blackhole = []Failover{failover(work, "peerd", peerdBin, "", "blackhole")}
+	if squidBin != "" {
+		res.Blackhole = append(res.Blackhole, failover(work, "squid", "", squidBin, "blackhole"))
+	}
+	fmt.Fprintln(os.Stderr, "== memory: idle CONNECT tunnels")
+	res.Memory = []Memory{memory(work, "peerd", peerdBin, "")}
+	if squidBin != "" {
+		res.Memory = append(res.Memory, memory(work, "squid", "", squidBin))
+	}
+	res.Seconds = time.Since(start).Seconds()
+
+	md := res.markdown()
+	fmt.Println(md)
+	b, _ := json.MarshalIndent(res, "", "  ")
+	must(os.WriteFile(filepath.Join(*outDir, "results.json"), b, 0o644))
+	must(os.WriteFile(filepath.Join(*outDir, "results.md"), []byte(md), 0o644))
+	must(os.WriteFile(filepath.Join(*outDir, "throughput.svg"), []byte(res.svg()), 0o644))
+	fmt.Fprintf(os.Stderr, "wrote %s/results.{json,md} and throughput.svg in %.0fs\n", *outDir, res.Seconds)
+}
+
+func must(err error) {
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+// ------------------------------------------------------------------ results
+
+type Results struct {
+	When       string       `json:"when"`
+	Machine    string       `json:"machine"`
+	Squid      string       `json:"squid"`
+	Loader     string       `json:"loader"`
+	Seconds    float64      `json:"seconds"`
+	Throughput []Throughput `json:"throughput"`
+	Failover   []Failover   `json:"failover"`
+	Blackhole  []Failover   `json:"blackhole"`
+	Memory     []Memory     `json:"memory"`
+}
+
+type Throughput struct {
+	Target string  `json:"target"`
+	RPS    float64 `json:"rps"`
+	P50ms  float64 `json:"p50_ms"`
+	P99ms  float64 `json:"p99_ms"`
+	Errors int     `json:"errors"`
+}
+
+type Failover struct {
+	Child          string  `json:"child"`
+	Scenario       string  `json:"scenario"`
+	Requests       int     `json:"requests"`
+	ClientErrors   int     `json:"client_errors"`
+	Slow100ms      int     `json:"slow_over_100ms"`
+	OutageP99ms    float64 `json:"outage_p99_ms"`
+	LiveAttempts   string  `json:"live_connect_attempts_to_dead_parent"`
+	ReachedDead    int     `json:"requests_reaching_parent_while_dead"`
+	DetectionMs    float64 `json:"detection_ms"`
+	RevivalMs      float64 `json:"revival_ms"`
+	RevivedTraffic bool    `json:"revived_parent_got_traffic"`
+}
+
+type Memory struct {
+	Child   string  `json:"child"`
+	Tunnels int     `json:"tunnels"`
+	BaseMiB float64 `json:"rss_idle_mib"`
+	RSSMiB  float64 `json:"rss_with_tunnels_mib"`
+	PerKiB  float64 `json:"kib_per_tunnel"`
+}
+
+func ratio(a, b float64) string {
+	if b == 0 {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.2f", a/b)
+}
+
+func (r *Results) tp(target string) *Throughput {
+	for i := range r.Throughput {
+		if r.Throughput[i].Target == target {
+			return &r.Throughput[i]
+		}
+	}
+	return nil
+}
+
+func (r *Results) markdown() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "# peerd benchmark\n\n%s; %s; Squid %s; load by %s; %.0fs in all.\n\n", r.When, r.Machine, r.Squid, r.Loader, r.Seconds)
+	fmt.Fprintf(&b, "## 1. Keep-alive GETs (1 KiB), %d connections, %s per target\n\n", *conns, *duration)
+	b.WriteString("| path | req/s | p50 ms | p99 ms | errors |\n|---|---:|---:|---:|---:|\n")
+	for _, t := range r.Throughput {
+		fmt.Fprintf(&b, "| %s | %.0f | %.2f | %.2f | %d |\n", t.Target, t.RPS, t.P50ms, t.P99ms, t.Errors)
+	}
+	d, p, s := r.tp("client → parent (direct)"), r.tp("client → peerd → parent"), r.tp("client → squid → parent")
+	if d != nil && p != nil {
+		fmt.Fprintf(&b, "\nThroughput peerd/direct = %s", ratio(p.RPS, d.RPS))
+		if s != nil && s.RPS > 0 {
+			fmt.Fprintf(&b, "; peerd/squid = %s; added p99: peerd %.2f ms, squid %.2f ms", ratio(p.RPS, s.RPS), p.P99ms-d.P99ms, s.P99ms-d.P99ms)
+		}
+		b.WriteString(".\n")
+	}
+	for _, sec := range []struct {
+		title string
+		rows  []Failover
+	}{{"2. Failover: one of three parents SIGKILLed under 200 req/s, restarted later", r.Failover},
+		{"3. Fast failover: one of three parents black-holed (SYNs dropped), connect timeout 1s, 200 req/s", r.Blackhole}} {
+		fmt.Fprintf(&b, "\n## %s\n\n", sec.title)
+		b.WriteString("| child | requests | client errors | >100 ms | outage p99 ms | live connects to dead parent | requests reaching it while dead | detection ms (no new traffic) | revival ms | traffic after revival |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
+		for _, f := range sec.rows {
+			rev := fmt.Sprintf("%.0f", f.RevivalMs)
+			if f.RevivalMs < 0 {
+				rev = "n/a"
+			}
+			fmt.Fprintf(&b, "| %s | %d | %d | %d | %.1f | %s | %d | %.0f | %s | %v |\n", f.Child, f.Requests, f.ClientErrors, f.Slow100ms, f.OutageP99ms, f.LiveAttempts, f.ReachedDead, f.DetectionMs, rev, f.RevivedTraffic)
+		}
+	}
+	fmt.Fprintf(&b, "\n## 4. Memory with %d idle CONNECT tunnels\n\n| child | RSS idle MiB | RSS with tunnels MiB | KiB per tunnel |\n|---|---:|---:|---:|\n", *tunnels)
+	for _, m := range r.Memory {
+		fmt.Fprintf(&b, "| %s | %.1f | %.1f | %.1f |\n", m.Child, m.BaseMiB, m.RSSMiB, m.PerKiB)
+	}
+	return b.String()
+}
+
+// svg draws throughput (bars) and p99 latency (bars) side by side.
+func (r *Results) svg() string {
+	var b strings.Builder
+	w, h := 720, 300
+	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="12">`, w, h)
+	fmt.Fprintf(&b, `<rect width="%d" height="%d" fill="white"/>`, w, h)
+	colors := []string{"#888", "#2a7", "#c63"}
+	panel := func(x0 int, title string, val func(Throughput) float64, unit string) {
+		max := 0.0
+		for _, t := range r.Throughput {
+			if v := val(t); v > max {
+				max = v
+			}
+		}
+		if max == 0 {
+			max = 1
+		}
+		fmt.Fprintf(&b, `<text x="%d" y="20" font-weight="bold">%s</text>`, x0, title)
+		for i, t := range r.Throughput {
+			v := val(t)
+			bh := int(v / max * 200)
+			x := x0 + i*100
+			fmt.Fprintf(&b, `<rect x="%d" y="%d" width="70" height="%d" fill="%s"/>`, x, 250-bh, bh, colors[i%3])
+			fmt.Fprintf(&b, `<text x="%d" y="%d">%.4g %s</text>`, x, 245-bh, v, unit)
+			label := strings.TrimPrefix(strings.TrimSuffix(t.Target, " → parent"), "client → ")
+			fmt.Fprintf(&b, `<text x="%d" y="268">%s</text>`, x, label)
+		}
+	}
+	panel(20, "keep-alive GET throughput (req/s)", func(t Throughput) float64 { return t.RPS }, "")
+	panel(380, "p99 latency (ms)", func(t Throughput) float64 { return t.P99ms }, "")
+	b.WriteString(`</svg>`)
+	return b.String()
+}
+
+// ------------------------------------------------------------- machinery
+
+func machine() string {
+	cpu := "unknown CPU"
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(l, "model name") {
+				cpu = strings.TrimSpace(strings.SplitN(l, ":", 2)[1])
+				break
+			}
+		}
+	}
+	return fmt.Sprintf("%d cores (%s), %s/%s, %s", runtime.NumCPU(), cpu, runtime.GOOS, runtime.GOARCH, runtime.Version())
+}
+
+func squidVersion(bin string) string {
+	if bin == "" {
+		return "not installed"
+	}
+	out, _ := exec.Command(bin, "-v").Output()
+	if m := regexp.MustCompile(`Version (\S+)`).FindSubmatch(out); m != nil {
+		return string(m[1])
+	}
+	return "unknown"
+}
+
+// parent is an in-process HTTP parent proxy: it answers every request with
+// 1 KiB and counts requests. kill closes the listener and every connection
+// (what peers see of a SIGKILLed process); restart listens again.
+type parent struct {
+	name     string
+	addr     string
+	mu       sync.Mutex
+	ln       net.Listener
+	srv      *http.Server
+	requests atomic.Int64
+	hole     func()
+	times    []time.Time // request arrivals since restart (bounded)
+}
+
+var payload = strings.Repeat("p", 1024)
+
+func newParent(name string) *parent {
+	p := &parent{name: name}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	must(err)
+	p.addr = ln.Addr().String()
+	p.serve(ln)
+	return p
+}
+
+func (p *parent) serve(ln net.Listener) {
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p.requests.Add(1)
+		p.mu.Lock()
+		if p.times != nil && len(p.times) < 10000 {
+			p.times = append(p.times, time.Now())
+		}
+		p.mu.Unlock()
+		if r.Method == http.MethodConnect {
+			http.Error(w, "no", 403)
+			return
+		}
+		w.Header().Set("Content-Length", "1024")
+		w.Header().Set("Cache-Control", "no-store")
+		io.WriteString(w, payload)
+	})}
+	p.mu.Lock()
+	p.ln, p.srv = ln, srv
+	p.mu.Unlock()
+	go srv.Serve(ln)
+}
+
+func (p *parent) port() string { _, port, _ := net.SplitHostPort(p.addr); return port }
+
+func (p *parent) kill() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.srv.Close()
+}
+
+func (p *parent) restart() {
+	if p.hole != nil {
+		p.hole()
+		p.hole = nil
+	}
+	var ln net.Listener
+	var err error
+	for i := 0; i < 100; i++ {
+		if ln, err = net.Listen("tcp", p.addr); err == nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	must(err)
+	p.mu.Lock()
+	p.times = make([]time.Time, 0, 1024)
+	p.mu.Unlock()
+	p.serve(ln)
+}
+
+// arrivalsBefore counts requests that arrived after restart and before t.
+func (p *parent) arrivalsBefore(t time.Time) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for _, a := range p.times {
+		if a.Before(t) {
+			n++
+		}
+	}
+	return n
+}
+
+// blackhole replaces the parent with a listener whose accept queue is
+// full: SYNs are dropped and connects time out, like a vanished host.
+func (p *parent) blackhole() {
+	p.kill()
+	ap := netip.MustParseAddrPort(p.addr)
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
+	must(err)
+	syscall.SetsockoptInt(fd, syscall.SOL_SOCKET, syscall.SO_REUSEADDR, 1)
+	must(syscall.Bind(fd, &syscall.SockaddrInet4{Addr: ap.Addr().As4(), Port: int(ap.Port())}))
+	must(syscall.Listen(fd, 0))
+	var held []net.Conn
+	for i := 0; i < 3; i++ {
+		c, err := net.DialTimeout("tcp", p.addr, 200*time.Millisecond)
+		if err != nil {
+			break
+		}
+		held = append(held, c)
+	}
+	p.hole = func() {
+		syscall.Close(fd)
+		for _, c := range held {
+			c.Close()
+		}
+	}
+}
+
+// child is a running child proxy (peerd or squid).
+type child struct {
+	kind  string
+	addr  string
+	admin string
+	cmd   *exec.Cmd
+	dir   string
+	log   *os.File
+}
+
+func (c *child) stop() {
+	if c.cmd != nil && c.cmd.Process != nil {
+		if c.kind == "squid" {
+			c.cmd.Process.Kill()
+		} else {
+			c.cmd.Process.Signal(syscall.SIGTERM)
+		}
+		c.cmd.Wait()
+	}
+	if c.log != nil {
+		c.log.Close()
+	}
+}
+
+func freePort() string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	must(err)
+	defer ln.Close()
+	_, p, _ := net.SplitHostPort(ln.Addr().String())
+	return p
+}
+
+func waitListening(addr string) {
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+			c.Close()
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	must(fmt.Errorf("%s not listening after 30s", addr))
+}
+
+// startPeerd runs peerd with the given parents.
+func startPeerd(work, bin string, parents []*parent, extra string) *child {
+	dir, _ := os.MkdirTemp(work, "peerd-")
+	port, admin := freePort(), freePort()
+	var b strings.Builder
+	fmt.Fprintf(&b, "[proxy]\nlisten = \"127.0.0.1:%s\"\nconnect_timeout = \"1s\"\n%s\n[admin]\nlisten = \"127.0.0.1:%s\"\n[log]\nlevel = \"warn\"\n", port, extra, admin)
+	fmt.Fprintf(&b, "[health]\nprobe_interval = \"1s\"\nprobe_max_interval = \"5s\"\n[selection]\npolicy = \"round-robin\"\n")
+	for _, p := range parents {
+		fmt.Fprintf(&b, "[[peer]]\nname = %q\nhost = \"127.0.0.1\"\nport = %s\n", p.name, p.port())
+	}
+	conf := filepath.Join(dir, "peerd.toml")
+	must(os.WriteFile(conf, []byte(b.String()), 0o644))
+	logf, _ := os.Create(filepath.Join(dir, "peerd.log"))
+	cmd := exec.Command(bin, "-config", conf)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	must(cmd.Start())
+	c := &child{kind: "peerd", addr: "127.0.0.1:" + port, admin: "127.0.0.1:" + admin, cmd: cmd, dir: dir, log: logf}
+	waitListening(c.addr)
+	return c
+}
+
+// startSquid runs Squid as the child with the given parents (round-robin,
+// no caching), or direct when parents is empty.
+func startSquid(work, bin string, parents []*parent) *child {
+	dir, _ := os.MkdirTemp(work, "squid-")
+	os.Chmod(dir, 0o777)
+	port := freePort()
+	var b strings.Builder
+	fmt.Fprintf(&b, "http_port 127.0.0.1:%s\npid_filename %s/squid.pid\ncache_log %s/cache.log\naccess_log none\ncache_store_log none\ncoredump_dir %s\n", port, dir, dir, dir)
+	b.WriteString("cache deny all\ncache_mem 8 MB\nshutdown_lifetime 0 seconds\nvisible_hostname squidchild\ndns_nameservers 127.0.0.1\nmax_filedescriptors 16384\n")
+	b.WriteString("connect_timeout 1 seconds\npeer_connect_timeout 1 seconds\nhttp_access allow localhost\nhttp_access deny all\n")
+	if os.Geteuid() == 0 {
+		b.WriteString("cache_effective_user proxy\n")
+	}
+	if len(parents) == 0 {
+		b.WriteString("always_direct allow all\n")
+	} else {
+		b.WriteString("never_direct allow all\n")
+		for _, p := range parents {
+			fmt.Fprintf(&b, "cache_peer 127.0.0.1 parent %s 0 no-query no-digest round-robin name=%s\n", p.port(), p.name)
+		}
+	}
+	conf := filepath.Join(dir, "squid.conf")
+	must(os.WriteFile(conf, []byte(b.String()), 0o644))
+	logf, _ := os.Create(filepath.Join(dir, "stderr.log"))
+	cmd := exec.Command(bin, "-N", "-n", "peerdbench"+port, "-f", conf)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	must(cmd.Start())
+	c := &child{kind: "squid", addr: "127.0.0.1:" + port, cmd: cmd, dir: dir, log: logf}
+	waitListening(c.addr)
+	return c
+}
+
+// ---------------------------------------------------------- 1. throughput
+
+func throughput(work, peerdBin, squidBin, wrkBin string) []Throughput {
+	par := newParent("parent")
+	defer par.kill()
+	targets := []struct {
+		name string
+		addr func() (string, func())
+	}{
+		{"client → parent (direct)", func() (string, func()) { return par.addr, func() {} }},
+		{"client → peerd → parent", func() (string, func()) {
+			c := startPeerd(work, peerdBin, []*parent{par}, "")
+			time.Sleep(300 * time.Millisecond) // first probe verdict
+			return c.addr, c.stop
+		}},
+	}
+	if squidBin != "" {
+		targets = append(targets, struct {
+			name string
+			addr func() (string, func())
+		}{"client → squid → parent", func() (string, func()) {
+			c := startSquid(work, squidBin, []*parent{par})
+			return c.addr, c.stop
+		}})
+	}
+	var out []Throughput
+	for _, t := range targets {
+		addr, stop := t.addr()
+		// Warm up, then measure.
+		load(wrkBin, addr, time.Second)
+		r := load(wrkBin, addr, *duration)
+		r.Target = t.name
+		stop()
+		fmt.Fprintf(os.Stderr, "  %-28s %8.0f req/s  p50 %.2f ms  p99 %.2f ms  errors %d\n", t.name, r.RPS, r.P50ms, r.P99ms, r.Errors)
+		out = append(out, r)
+	}
+	return out
+}
+
+const target = "http://origin.bench/obj"
+
+func load(wrkBin, addr string, d time.Duration) Throughput {
+	if wrkBin != "" {
+		return wrkLoad(wrkBin, addr, d)
+	}
+	return goLoad(addr, d)
+}
+
+// wrkLoad drives addr with wrk, sending absolute-URI requests so that the
+// proxy (or the parent, which accepts them too) is addressed as a proxy.
+func wrkLoad(bin, addr string, d time.Duration) Throughput {
+	script := filepath.Join(os.TempDir(), "peerd-bench.lua")
+	os.WriteFile(script, []byte(fmt.Sprintf("wrk.path = %q\nwrk.headers[\"Host\"] = \"origin.bench\"\n", target)), 0o644)
+	out, err := exec.Command(bin, "-t2", fmt.Sprintf("-c%d", *conns), fmt.Sprintf("-d%ds", int(d.Seconds())), "--latency", "-s", script, "http://"+addr+"/").CombinedOutput()
+	must(err)
+	s := string(out)
+	r := Throughput{}
+	if m := regexp.MustCompile(`Requests/sec:\s+([\d.]+)`).FindStringSubmatch(s); m != nil {
+		r.RPS, _ = strconv.ParseFloat(m[1], 64)
+	}
+	r.P50ms = wrkPct(s, "50%")
+	r.P99ms = wrkPct(s, "99%")
+	if m := regexp.MustCompile(`Non-2xx or 3xx responses: (\d+)`).FindStringSubmatch(s); m != nil {
+		r.Errors, _ = strconv.Atoi(m[1])
+	}
+	if m := regexp.MustCompile(`Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)`).FindStringSubmatch(s); m != nil {
+		for _, x := range m[1:] {
+			n, _ := strconv.Atoi(x)
+			r.Errors += n
+		}
+	}
+	return r
+}
+
+func wrkPct(s, pct string) float64 {
+	m := regexp.MustCompile(`\s` + regexp.QuoteMeta(pct) + `\s+([\d.]+)(us|ms|s)`).FindStringSubmatch(s)
+	if m == nil {
+		return 0
+	}
+	v, _ := strconv.ParseFloat(m[1], 64)
+	switch m[2] {
+	case "us":
+		return v / 1000
+	case "s":
+		return v * 1000
+	}
+	return v
+}
+
+func proxyClient(addr string, timeout time.Duration) *http.Client {
+	u, _ := url.Parse("http://" + addr)
+	return &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(u), MaxIdleConnsPerHost: 256, DisableCompression: true}, Timeout: timeout}
+}
+
+// goLoad is a closed-loop generator: *conns workers for d.
+func goLoad(addr string, d time.Duration) Throughput {
+	c := proxyClient(addr, 10*time.Second)
+	var mu sync.Mutex
+	var lat []time.Duration
+	errs := 0
+	end := time.Now().Add(d)
+	var wg sync.WaitGroup
+	for w := 0; w < *conns; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(end) {
+				t0 := time.Now()
+				resp, err := c.Get(target)
+				ok := err == nil && resp.StatusCode == 200
+				if err == nil {
+					io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+				}
+				mu.Lock()
+				if ok {
+					lat = append(lat, time.Since(t0))
+				} else {
+					errs++
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	return Throughput{RPS: float64(len(lat)) / d.Seconds(), P50ms: pctMs(lat, 0.5), P99ms: pctMs(lat, 0.99), Errors: errs}
+}
+
+func pctMs(sorted []time.Duration, q float64) float64 {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(q * float64(len(sorted)-1))
+	return float64(sorted[i]) / float64(time.Millisecond)
+}
+
+// ------------------------------------------------------------ 2. failover
+
+type sample struct {
+	at  time.Time
+	lat time.Duration
+	ok  bool
+}
+
+// failover runs 200 req/s through a child with three parents; at 2s one
+// parent is killed (or black-holed), at 6s it comes back; the run ends at
+// 10s (plus up to 5s for a revival verdict).
+func failover(work, kind, peerdBin, squidBin, how string) Failover {
+	ps := []*parent{newParent("p1"), newParent("p2"), newParent("p3")}
+	defer func() {
+		for _, p := range ps {
+			p.kill()
+			if p.hole != nil {
+				p.hole()
+			}
+		}
+	}()
+	var c *child
+	if kind == "peerd" {
+		c = startPeerd(work, peerdBin, ps, "")
+		time.Sleep(300 * time.Millisecond)
+	} else {
+		c = startSquid(work, squidBin, ps)
+		time.Sleep(500 * time.Millisecond)
+	}
+	defer c.stop()
+	victim := ps[0]
+	cl := proxyClient(c.addr, 15*time.Second)
+	var mu sync.Mutex
+	var samples []sample
+	var wg sync.WaitGroup
+	const rate = 200
+	total := 10 * rate
+	tick := time.NewTicker(time.Second / rate)
+	defer tick.Stop()
+	t0 := time.Now()
+	var killedAt, backAt time.Time
+	var reachedDead atomic.Int64
+	f := Failover{Child: kind, Scenario: how, LiveAttempts: "n/a", RevivalMs: -1}
+	var detectedAt, revivedAt time.Time
+	var phaseMu sync.Mutex
+	// peerd: detection is the moment the victim stops getting new traffic
+	// (suspect or dead); revival the moment it is alive and healthy again.
+	// Polled every 5ms; the gap is allowed for below.
+	const pollEvery = 5 * time.Millisecond
+	pollDone := make(chan struct{})
+	pollStop := make(chan struct{})
+	go func() {
+		defer close(pollDone)
+		if kind != "peerd" {
+			return
+		}
+		for {
+			select {
+			case <-pollStop:
+				return
+			case <-time.After(pollEvery):
+			}
+			phaseMu.Lock()
+			k, b := killedAt, backAt
+			phaseMu.Unlock()
+			if k.IsZero() {
+				continue
+			}
+			st, suspect := peerState(c.admin, victim.name)
+			now := time.Now()
+			phaseMu.Lock()
+			if detectedAt.IsZero() && (st == "dead" || suspect) {
+				detectedAt = now
+			}
+			if !b.IsZero() && revivedAt.IsZero() && st == "alive" && !suspect {
+				revivedAt = now
+			}
+			done := !revivedAt.IsZero()
+			phaseMu.Unlock()
+			if done {
+				return
+			}
+		}
+	}()
+	var beforeBack int64
+	for i := 0; i < total; i++ {
+		<-tick.C
+		el := time.Since(t0)
+		if killedAt.IsZero() && el >= 2*time.Second {
+			if how == "kill" {
+				victim.kill()
+			} else {
+				victim.blackhole()
+			}
+			phaseMu.Lock()
+			killedAt = time.Now()
+			phaseMu.Unlock()
+		}
+		if backAt.IsZero() && el >= 6*time.Second {
+			beforeBack = victim.requests.Load()
+			victim.restart()
+			phaseMu.Lock()
+			backAt = time.Now()
+			phaseMu.Unlock()
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s := sample{at: time.Now()}
+			resp, err := cl.Get(target)
+			if err == nil {
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				s.ok = resp.StatusCode == 200
+			}
+			s.lat = time.Since(s.at)
+			mu.Lock()
+			samples = append(samples, s)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	// Wait (bounded) for a revival verdict.
+	select {
+	case <-pollDone:
+	case <-time.After(5 * time.Second):
+	}
+	close(pollStop)
+	<-pollDone
+	phaseMu.Lock()
+	defer phaseMu.Unlock()
+	if kind == "squid" {
+		detectedAt, revivedAt = squidTimes(filepath.Join(c.dir, "cache.log"), victim.name, killedAt, backAt)
+	}
+	afterBack := victim.requests.Load() - beforeBack
+	if !revivedAt.IsZero() {
+		f.RevivalMs = float64(revivedAt.Sub(backAt)) / float64(time.Millisecond)
+		// Requests the restarted parent got while the child still held it
+		// dead (less the polling gap for peerd; Squid's log has 1s
+		// resolution, so its figure is a lower bound).
+		reachedDead.Store(int64(victim.arrivalsBefore(revivedAt.Add(-pollEvery))))
+	}
+	f.RevivedTraffic = afterBack > 0
+	if !detectedAt.IsZero() {
+		f.DetectionMs = float64(detectedAt.Sub(killedAt)) / float64(time.Millisecond)
+	}
+	var outage []time.Duration
+	for _, s := range samples {
+		f.Requests++
+		if !s.ok {
+			f.ClientErrors++
+		}
+		if s.lat > 100*time.Millisecond {
+			f.Slow100ms++
+		}
+		if !s.at.Before(killedAt) && s.at.Before(backAt) {
+			outage = append(outage, s.lat)
+		}
+	}
+	sort.Slice(outage, func(i, j int) bool { return outage[i] < outage[j] })
+	f.OutageP99ms = pctMs(outage, 0.99)
+	if kind == "peerd" {
+		var st struct {
+			ConnectFailures int `json:"connect_failures_total"`
+			ProbeFailures   int `json:"probe_failures_total"`
+		}
+		getJSON("http://"+c.admin+"/peers/"+victim.name, &st)
+		f.LiveAttempts = strconv.Itoa(st.ConnectFailures - st.ProbeFailures)
+	}
+	f.ReachedDead = int(reachedDead.Load())
+	fmt.Fprintf(os.Stderr, "  %-6s %-9s errors %d, >100ms %d, outage p99 %.1f ms, live connects to dead %s, detect %.0f ms, revive %.0f ms\n",
+		kind, how, f.ClientErrors, f.Slow100ms, f.OutageP99ms, f.LiveAttempts, f.DetectionMs, f.RevivalMs)
+	return f
+}
+
+func peerState(admin, name string) (string, bool) {
+	var st struct {
+		State   string `json:"state"`
+		Suspect bool   `json:"suspect"`
+	}
+	getJSON("http://"+admin+"/peers/"+name, &st)
+	return st.State, st.Suspect
+}
+
+func getJSON(u string, v any) {
+	resp, err := http.Get(u)
+	if err != nil {
+		return
+	}
+	defer resp.Body.Close()
+	json.NewDecoder(resp.Body).Decode(v)
+}
+
+// squidTimes reads Squid's DEAD/REVIVED lines for the peer from cache.log.
+func squidTimes(path, name string, killed, back time.Time) (dead, revived time.Time) {
+	f, err := os.Open(path)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		l := sc.Text()
+		if len(l) < 19 {
+			continue
+		}
+		ts, err := time.ParseInLocation("2006/01/02 15:04:05", l[:19], time.Local)
+		if err != nil {
+			continue
+		}
+		// Second resolution: a death is no later than the end of its
+		// second, a revival no earlier than its start.
+		switch {
+		case strings.Contains(l, "Detected DEAD Parent: "+name) && dead.IsZero() && ts.After(killed.Add(-time.Second)):
+			dead = ts.Add(time.Second)
+		case strings.Contains(l, "Detected REVIVED Parent: "+name) && revived.IsZero() && ts.After(back.Add(-time.Second)):
+			revived = ts
+		}
+	}
+	return
+}
+
+// -------------------------------------------------------------- 3. memory
+
+func rssMiB(pid int) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, "VmRSS:") {
+			kb, _ := strconv.ParseFloat(strings.Fields(l)[1], 64)
+			return kb / 1024
+		}
+	}
+	return 0
+}
+
+// memory opens idle CONNECT tunnels through the child (direct to a local
+// sink that accepts and holds) and reads the child's RSS.
+func memory(work, kind, peerdBin, squidBin string) Memory {
+	sink, err := net.Listen("tcp", "127.0.0.1:0")
+	must(err)
+	defer sink.Close()
+	var held sync.Map
+	go func() {
+		for {
+			c, err := sink.Accept()
+			if err != nil {
+				return
+			}
+			held.Store(c, true)
+		}
+	}()
+	var c *child
+	if kind == "peerd" {
+		c = startPeerd(work, peerdBin, nil, "")
+	} else {
+		c = startSquid(work, squidBin, nil)
+	}
+	defer c.stop()
+	time.Sleep(300 * time.Millisecond)
+	m := Memory{Child: kind, Tunnels: *tunnels, BaseMiB: rssMiB(c.cmd.Process.Pid)}
+	var clients []net.Conn
+	defer func() {
+		for _, cl := range clients {
+			cl.Close()
+		}
+		held.Range(func(k, _ any) bool { k.(net.Conn).Close(); return true })
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	open := 0
+	for i := 0; i < *tunnels && ctx.Err() == nil; i++ {
+		var d net.Dialer
+		cl, err := d.DialContext(ctx, "tcp", c.addr)
+		if err != nil {
+			break
+		}
+		fmt.Fprintf(cl, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", sink.Addr(), sink.Addr())
+		cl.SetReadDeadline(time.Now().Add(10 * time.Second))
+		resp, err := http.ReadResponse(bufio.NewReader(cl), nil)
+		if err != nil || resp.StatusCode != 200 {
+			cl.Close()
+			break
+		}
+		cl.SetReadDeadline(time.Time{})
+		clients = append(clients, cl)
+		open++
+	}
+	time.Sleep(time.Second)
+	runtime.GC()
+	m.Tunnels = open
+	m.RSSMiB = rssMiB(c.cmd.Process.Pid)
+	if open > 0 {
+		m.PerKiB = (m.RSSMiB - m.BaseMiB) * 1024 / float64(open)
+	}
+	fmt.Fprintf(os.Stderr, "  %-6s %d tunnels: RSS %.1f -> %.1f MiB (%.1f KiB each)\n", kind, open, m.BaseMiB, m.RSSMiB, m.PerKiB)
+	return m
+}
