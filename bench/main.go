@@ -650,7 +650,7 @@ func failover(work, kind, peerdBin, squidBin, how string) Failover {
 	var killedAt, backAt time.Time
 	var reachedDead atomic.Int64
 	f := Failover{Child: kind, Scenario: how, LiveAttempts: "n/a", RevivalMs: -1}
-	var detectedAt, revivedAt time.Time
+	var detectedAt, revivedAt, lastUnhealthy time.Time
 	var phaseMu sync.Mutex
 	// peerd: detection is the moment the victim stops getting new traffic
 	// (suspect or dead); revival the moment it is alive and healthy again.
@@ -675,11 +675,18 @@ func failover(work, kind, peerdBin, squidBin, how string) Failover {
 			if k.IsZero() {
 				continue
 			}
+			sent := time.Now()
 			st, suspect := peerState(c.admin, victim.name)
 			now := time.Now()
 			phaseMu.Lock()
-			if detectedAt.IsZero() && (st == "dead" || suspect) {
+			unhealthy := st == "dead" || suspect
+			if detectedAt.IsZero() && unhealthy {
 				detectedAt = now
+			}
+			if !b.IsZero() && unhealthy {
+				// After the restart the victim only gets healthier, so it
+				// was held dead/suspect all along until this query was sent.
+				lastUnhealthy = sent
 			}
 			if !b.IsZero() && revivedAt.IsZero() && st == "alive" && !suspect {
 				revivedAt = now
@@ -745,9 +752,14 @@ func failover(work, kind, peerdBin, squidBin, how string) Failover {
 	if !revivedAt.IsZero() {
 		f.RevivalMs = float64(revivedAt.Sub(backAt)) / float64(time.Millisecond)
 		// Requests the restarted parent got while the child still held it
-		// dead (less the polling gap for peerd; Squid's log has 1s
-		// resolution, so its figure is a lower bound).
-		reachedDead.Store(int64(victim.arrivalsBefore(revivedAt.Add(-pollEvery))))
+		// dead or suspect: for peerd, before the last query that still saw
+		// it so; for Squid, before the second of its REVIVED log line
+		// (1s resolution, so a lower bound).
+		cut := lastUnhealthy
+		if kind == "squid" {
+			cut = revivedAt
+		}
+		reachedDead.Store(int64(victim.arrivalsBefore(cut)))
 	}
 	f.RevivedTraffic = afterBack > 0
 	if !detectedAt.IsZero() {

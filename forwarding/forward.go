@@ -204,7 +204,7 @@ func (p *Proxy) forward(in *http.Request) (*http.Response, error) {
 		hop = r.a.hop // a hedge may have won
 		if r.err == nil {
 			resp := r.resp
-			if hop.Peer != nil && hop.Peer.Type() == peers.Sibling && resp.StatusCode >= 400 {
+			if hop.Peer != nil && hop.Peer.Type() == peers.Sibling && siblingMiss(resp.StatusCode) {
 				// A sibling's 504 to only-if-cached is a miss; it never
 				// fetches for us. Not a failure, not a retry.
 				discard(resp)
@@ -274,6 +274,17 @@ func (p *Proxy) forward(in *http.Request) (*http.Response, error) {
 		return nil, lastErr
 	}
 	return nil, errorf(http.StatusServiceUnavailable, CodeNoPeers, "", "no live next hop for %s (all peers dead, unknown, drained or full, and direct = %q)", in.URL.Host, c.Direct)
+}
+
+// siblingMiss reports whether a sibling's answer means "not from me": the
+// 504 of an only-if-cached miss, a refusal to serve us (401, 403, 407) or
+// a failure of its own (5xx). A cached 404 is a hit and is passed on.
+func siblingMiss(status int) bool {
+	switch {
+	case status == http.StatusUnauthorized, status == http.StatusForbidden, status == http.StatusProxyAuthRequired:
+		return true
+	}
+	return status >= 500
 }
 
 func hopName(h selection.Hop) string {
