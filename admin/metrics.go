@@ -27,12 +27,13 @@ var (
 	descSuspect   = prometheus.NewDesc("peerd_peer_suspect", "1 if the peer is alive but has failed connects below its limit.", labels, nil)
 	descConnTime  = prometheus.NewDesc("peerd_peer_connect_time_seconds", "Smoothed TCP connect time.", labels, nil)
 	descConnVar   = prometheus.NewDesc("peerd_peer_connect_time_deviation_seconds", "Smoothed mean deviation of the connect time.", labels, nil)
+	descProbeRTT  = prometheus.NewDesc("peerd_peer_last_probe_rtt_seconds", "Connect time of the last successful probe.", labels, nil)
 	descAdminDesc = prometheus.NewDesc("peerd_peer_admin_state", "1 for the peer's current admin state.", append(labels, "state"), nil)
 )
 
 // Describe sends the descriptors.
 func (c *PeerCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descUp, descFailures, descConnects, descRequests, descChanges, descProbes, descInFlight, descConsec, descSuspect, descConnTime, descConnVar, descAdminDesc} {
+	for _, d := range []*prometheus.Desc{descUp, descFailures, descConnects, descRequests, descChanges, descProbes, descInFlight, descConsec, descSuspect, descConnTime, descConnVar, descProbeRTT, descAdminDesc} {
 		ch <- d
 	}
 }
@@ -69,6 +70,7 @@ func (c *PeerCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(descSuspect, suspect)
 		gauge(descConnTime, s.ConnectTimeMs/1000)
 		gauge(descConnVar, s.ConnectTimeVarMs/1000)
+		gauge(descProbeRTT, s.LastProbeRTTMs/1000)
 		for _, st := range []peers.AdminState{peers.Enabled, peers.Drain, peers.Maintenance} {
 			v := 0.0
 			if s.AdminState == st.String() {

@@ -293,7 +293,7 @@ func (p *parent) serve(ln net.Listener) {
 		}
 		p.mu.Unlock()
 		if r.Method == http.MethodConnect {
-			http.Error(w, "no", 403)
+			http.Error(w, "no", http.StatusForbidden)
 			return
 		}
 		w.Header().Set("Content-Length", "1024")

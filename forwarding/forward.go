@@ -353,32 +353,36 @@ func discard(resp *http.Response) {
 }
 
 // retryBudget caps after-write and status retries to a share of requests,
-// with a floor of 10 per second so a quiet proxy can still retry.
+// with a floor of 10 per second so a quiet proxy can still retry. Tokens
+// are counted in thousandths so that shares add up exactly.
 type retryBudget struct {
 	mu     sync.Mutex
-	ratio  float64
-	tokens float64
+	ratio  int64 // thousandths of a retry earned per request
+	tokens int64 // thousandths
 	last   time.Time
 }
 
 const (
-	budgetMinPerSec = 10.0
-	budgetCap       = 100.0
+	budgetMinPerSec = 10
+	budgetCap       = 100
+	milli           = 1000
 )
 
 func newRetryBudget(ratio float64) *retryBudget {
-	return &retryBudget{ratio: ratio, tokens: budgetCap}
+	b := &retryBudget{tokens: budgetCap * milli}
+	b.setRatio(ratio)
+	return b
 }
 
 func (b *retryBudget) setRatio(r float64) {
 	b.mu.Lock()
-	b.ratio = r
+	b.ratio = int64(r*milli + 0.5)
 	b.mu.Unlock()
 }
 
 func (b *retryBudget) deposit() {
 	b.mu.Lock()
-	b.tokens = min(budgetCap, b.tokens+b.ratio)
+	b.tokens = min(budgetCap*milli, b.tokens+b.ratio)
 	b.mu.Unlock()
 }
 
@@ -387,13 +391,17 @@ func (b *retryBudget) withdraw() bool {
 	defer b.mu.Unlock()
 	now := time.Now()
 	if !b.last.IsZero() {
-		b.tokens = min(budgetCap, b.tokens+now.Sub(b.last).Seconds()*budgetMinPerSec)
+		// Beyond a minute the bucket is full anyway; the bound also keeps
+		// the product from overflowing after days of quiet.
+		el := min(now.Sub(b.last), time.Minute)
+		earned := int64(el) * budgetMinPerSec * milli / int64(time.Second)
+		b.tokens = min(budgetCap*milli, b.tokens+earned)
 	}
 	b.last = now
-	if b.tokens < 1 {
+	if b.tokens < milli {
 		return false
 	}
-	b.tokens--
+	b.tokens -= milli
 	return true
 }
 

@@ -176,13 +176,28 @@ func (p *Proxy) splice(w http.ResponseWriter, ex *exchange, up net.Conn, upBuf *
 	ex.tunnelBytes = received + sent
 }
 
+type closeWriter interface{ CloseWrite() error }
+
+// closeWrite half-closes c (through peerd's wrappers) so the other side
+// sees EOF but can still answer; a conn that cannot half-close is closed.
 func closeWrite(c net.Conn) {
-	type closeWriter interface{ CloseWrite() error }
-	if cw, ok := c.(closeWriter); ok {
-		cw.CloseWrite()
+	if cw, ok := c.(closeWriter); ok && cw.CloseWrite() == nil {
 		return
 	}
 	c.Close()
+}
+
+// CloseWrite half-closes the underlying connection.
+func (c *hopConn) CloseWrite() error { return closeWriteOf(c.Conn) }
+
+// CloseWrite half-closes the underlying connection.
+func (c *framingConn) CloseWrite() error { return closeWriteOf(c.Conn) }
+
+func closeWriteOf(c net.Conn) error {
+	if cw, ok := c.(closeWriter); ok {
+		return cw.CloseWrite()
+	}
+	return c.Close()
 }
 
 // tunnelSet tracks open tunnels so shutdown can wait for them and, past
@@ -190,7 +205,8 @@ func closeWrite(c net.Conn) {
 type tunnelSet struct {
 	mu    sync.Mutex
 	conns map[net.Conn]struct{}
-	wg    sync.WaitGroup
+	n     int
+	zero  chan struct{} // closed when n drops to 0; nil when nobody waits
 }
 
 func (t *tunnelSet) add(a, b net.Conn) (release func()) {
@@ -199,14 +215,18 @@ func (t *tunnelSet) add(a, b net.Conn) (release func()) {
 		t.conns = make(map[net.Conn]struct{})
 	}
 	t.conns[a], t.conns[b] = struct{}{}, struct{}{}
-	t.wg.Add(1)
+	t.n++
 	t.mu.Unlock()
 	return func() {
 		t.mu.Lock()
+		defer t.mu.Unlock()
 		delete(t.conns, a)
 		delete(t.conns, b)
-		t.mu.Unlock()
-		t.wg.Done()
+		t.n--
+		if t.n == 0 && t.zero != nil {
+			close(t.zero)
+			t.zero = nil
+		}
 	}
 }
 
@@ -214,24 +234,33 @@ func (t *tunnelSet) add(a, b net.Conn) (release func()) {
 func (p *Proxy) Tunnels() int {
 	p.tunnels.mu.Lock()
 	defer p.tunnels.mu.Unlock()
-	return len(p.tunnels.conns) / 2
+	return p.tunnels.n
 }
 
 // WaitTunnels waits for open tunnels to end; when ctx ends first it closes
 // them and returns ctx's error.
 func (p *Proxy) WaitTunnels(ctx context.Context) error {
-	done := make(chan struct{})
-	go func() { p.tunnels.wg.Wait(); close(done) }()
+	t := &p.tunnels
+	t.mu.Lock()
+	if t.n == 0 {
+		t.mu.Unlock()
+		return nil
+	}
+	if t.zero == nil {
+		t.zero = make(chan struct{})
+	}
+	zero := t.zero
+	t.mu.Unlock()
 	select {
-	case <-done:
+	case <-zero:
 		return nil
 	case <-ctx.Done():
 	}
-	p.tunnels.mu.Lock()
-	for c := range p.tunnels.conns {
+	t.mu.Lock()
+	for c := range t.conns {
 		c.Close()
 	}
-	p.tunnels.mu.Unlock()
-	<-done
+	t.mu.Unlock()
+	<-zero
 	return ctx.Err()
 }

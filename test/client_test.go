@@ -194,7 +194,9 @@ func TestConnectTunnels(t *testing.T) {
 	defer tlsOrigin.Close()
 	t.Run("direct", func(t *testing.T) {
 		p := startPeerd(t, "[proxy]\nlisten = \"127.0.0.1:0\"\n[admin]\nlisten = \"127.0.0.1:0\"\n")
-		resp, err := tlsClient(p).Get(tlsOrigin.URL + "/d")
+		c := tlsClient(p)
+		defer c.CloseIdleConnections() // ends the tunnel, so shutdown need not wait
+		resp, err := c.Get(tlsOrigin.URL + "/d")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -209,7 +211,9 @@ func TestConnectTunnels(t *testing.T) {
 		a := newFakeParent(t, "a")
 		p := startPeerd(t, baseConfig+peerBlock("", dead, a))
 		dead.stop()
-		resp, err := tlsClient(p).Get(tlsOrigin.URL + "/t")
+		c := tlsClient(p)
+		defer c.CloseIdleConnections()
+		resp, err := c.Get(tlsOrigin.URL + "/t")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -237,4 +241,63 @@ func TestConnectTunnels(t *testing.T) {
 			t.Fatalf("a CONNECT refusal counted: %+v", st)
 		}
 	})
+}
+
+// TestConnectHalfClose: a tunnel passes a client's half-close to the
+// origin and the origin's answer back after it.
+func TestConnectHalfClose(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		b, _ := io.ReadAll(c) // until the client's half-close
+		fmt.Fprintf(c, "got %d bytes", len(b))
+	}()
+	for _, via := range []string{"direct", "parent"} {
+		t.Run(via, func(t *testing.T) {
+			cfg := "[proxy]\nlisten = \"127.0.0.1:0\"\n[admin]\nlisten = \"127.0.0.1:0\"\n"
+			if via == "parent" {
+				a := newFakeParent(t, "a")
+				cfg = baseConfig + peerBlock("", a)
+			}
+			p := startPeerd(t, cfg)
+			c, err := net.Dial("tcp", p.proxy)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			c.SetDeadline(time.Now().Add(10 * time.Second))
+			fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", ln.Addr(), ln.Addr())
+			br := bufio.NewReader(c)
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil || resp.StatusCode != 200 {
+				t.Fatalf("CONNECT: %v %v", resp, err)
+			}
+			io.WriteString(c, "hello")
+			c.(*net.TCPConn).CloseWrite()
+			rest, _ := io.ReadAll(br)
+			if string(rest) != "got 5 bytes" {
+				t.Fatalf("after half-close got %q", rest)
+			}
+		})
+		if via == "direct" {
+			// the origin goroutine serves one connection; start another
+			go func() {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				defer c.Close()
+				b, _ := io.ReadAll(c)
+				fmt.Fprintf(c, "got %d bytes", len(b))
+			}()
+		}
+	}
 }

@@ -72,6 +72,9 @@ func startPeerd(t testing.TB, config string) *peerd {
 	}
 	p := &peerd{t: t, dir: dir, config: path, exited: make(chan struct{})}
 	p.cmd = exec.Command(peerdBin, "-config", path)
+	// The binary is built with -race: no 1s sleep at exit, and races are
+	// reported in its log, which fails the test below.
+	p.cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=0")
 	stderr, _ := p.cmd.StderrPipe()
 	p.cmd.Stdout = io.Discard
 	if err := p.cmd.Start(); err != nil {
@@ -97,6 +100,9 @@ func startPeerd(t testing.TB, config string) *peerd {
 	go func() { p.err = p.cmd.Wait(); close(p.exited) }()
 	t.Cleanup(func() {
 		p.stop()
+		if strings.Contains(p.logs(), "DATA RACE") {
+			t.Error("the race detector reported a data race in peerd")
+		}
 		if t.Failed() {
 			t.Logf("peerd log:\n%s", p.logs())
 		}
@@ -474,17 +480,6 @@ func blackholeTemp(t testing.TB, at string) (release func()) {
 		t.Skip("cannot make a black-holed listener here (accept queue never fills)")
 	}
 	return release
-}
-
-// probes returns the connections that carried no bytes.
-func probeConns(rs []connRecord) int {
-	n := 0
-	for _, r := range rs {
-		if r.bytes == 0 {
-			n++
-		}
-	}
-	return n
 }
 
 // ---------------------------------------------------------------- origin

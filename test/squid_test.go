@@ -131,6 +131,7 @@ func TestSquidConnectTunnel(t *testing.T) {
 		Proxy:           http.ProxyURL(u),
 		TLSClientConfig: &tls.Config{InsecureSkipVerify: true},
 	}, Timeout: 10 * time.Second}
+	defer c.CloseIdleConnections()
 	resp, err := c.Get(tlsOrigin.URL + "/secure")
 	if err != nil {
 		t.Fatal(err)
