@@ -142,3 +142,32 @@ listen = "127.0.0.1:0"
 		t.Fatalf("response Via = %q", v)
 	}
 }
+
+// TestStartupWaitsForFirstVerdicts: the proxy port opens once every peer
+// has a first probe verdict, so the first requests after a restart are
+// served instead of failing; a peer that gives no verdict (SYNs dropped)
+// holds the port back for at most its probe timeout.
+func TestStartupWaitsForFirstVerdicts(t *testing.T) {
+	a := newFakeParent(t, "a")
+	hole := newFakeParent(t, "hole")
+	hole.stop()
+	blackholeAt(t, hole.addr)
+	start := time.Now()
+	p := startPeerd(t, baseConfig+`
+[health]
+probe_timeout = "1s"
+`+peerBlock("", a, hole))
+	took := time.Since(start)
+	if took < 900*time.Millisecond || took > 10*time.Second {
+		t.Fatalf("proxy port opened after %v; want after about the 1s probe timeout", took)
+	}
+	if st := p.peer("a"); st.State != "alive" {
+		t.Fatalf("a = %s when the port opened; want alive", st.State)
+	}
+	if r := do(p.client(), "GET", "http://o.test/first", ""); r.String() != "200 from a" {
+		t.Fatalf("first request: %s", r)
+	}
+	if st := p.peer("hole"); st.State == "alive" {
+		t.Fatal("a black-holed peer is alive")
+	}
+}
