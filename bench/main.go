@@ -17,7 +17,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/netip"
 	"net/url"
 	"os"
 	"os/exec"
@@ -31,6 +30,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/peerd/peerd/internal/blackhole"
 )
 
 var (
@@ -347,30 +348,13 @@ func (p *parent) arrivalsBefore(t time.Time) int {
 	return n
 }
 
-// blackhole replaces the parent with a listener whose accept queue is
-// full: SYNs are dropped and connects time out, like a vanished host.
+// blackhole replaces the parent with an address that drops SYNs:
+// connects time out, like a vanished host.
 func (p *parent) blackhole() {
 	p.kill()
-	ap := netip.MustParseAddrPort(p.addr)
-	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
+	release, err := blackhole.At(p.addr)
 	must(err)
-	syscall.SetsockoptInt(fd, syscall.SOL_SOCKET, syscall.SO_REUSEADDR, 1)
-	must(syscall.Bind(fd, &syscall.SockaddrInet4{Addr: ap.Addr().As4(), Port: int(ap.Port())}))
-	must(syscall.Listen(fd, 0))
-	var held []net.Conn
-	for i := 0; i < 3; i++ {
-		c, err := net.DialTimeout("tcp", p.addr, 200*time.Millisecond)
-		if err != nil {
-			break
-		}
-		held = append(held, c)
-	}
-	p.hole = func() {
-		syscall.Close(fd)
-		for _, c := range held {
-			c.Close()
-		}
-	}
+	p.hole = release
 }
 
 // child is a running child proxy (peerd or squid).

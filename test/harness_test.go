@@ -6,11 +6,11 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"net/netip"
 	"net/url"
 	"os"
 	"os/exec"
@@ -21,6 +21,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/peerd/peerd/internal/blackhole"
 )
 
 var peerdBin string
@@ -444,41 +446,14 @@ func blackholeAt(t testing.TB, at string) string {
 // run at cleanup) releases it.
 func blackholeTemp(t testing.TB, at string) (release func()) {
 	t.Helper()
-	ap := netip.MustParseAddrPort(at)
-	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
+	release, err := blackhole.At(at)
+	if errors.Is(err, blackhole.ErrNotFull) {
+		t.Skip("cannot make a black-holed listener here (accept queue never fills)")
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	var conns []net.Conn
-	var once sync.Once
-	release = func() {
-		once.Do(func() {
-			syscall.Close(fd)
-			for _, c := range conns {
-				c.Close()
-			}
-		})
-	}
 	t.Cleanup(release)
-	syscall.SetsockoptInt(fd, syscall.SOL_SOCKET, syscall.SO_REUSEADDR, 1)
-	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: ap.Addr().As4(), Port: int(ap.Port())}); err != nil {
-		t.Fatal(err)
-	}
-	if err := syscall.Listen(fd, 0); err != nil {
-		t.Fatal(err)
-	}
-	// Fill the queue (backlog 0 holds one); never accept.
-	for i := 0; i < 3; i++ {
-		c, err := net.DialTimeout("tcp", at, 200*time.Millisecond)
-		if err != nil {
-			break
-		}
-		conns = append(conns, c)
-	}
-	if c, err := net.DialTimeout("tcp", at, 200*time.Millisecond); err == nil {
-		c.Close()
-		t.Skip("cannot make a black-holed listener here (accept queue never fills)")
-	}
 	return release
 }
 
