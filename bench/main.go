@@ -39,6 +39,7 @@ var (
 	duration = flag.Duration("d", 5*time.Second, "throughput run length per target")
 	conns    = flag.Int("c", 32, "connections for the throughput runs")
 	tunnels  = flag.Int("tunnels", 2000, "idle CONNECT tunnels for the memory run")
+	rate     = flag.Int("rate", 1000, "requests per second for the fixed-rate latency runs")
 )
 
 func main() {
@@ -117,11 +118,13 @@ type Results struct {
 }
 
 type Throughput struct {
-	Target string  `json:"target"`
-	RPS    float64 `json:"rps"`
-	P50ms  float64 `json:"p50_ms"`
-	P99ms  float64 `json:"p99_ms"`
-	Errors int     `json:"errors"`
+	Target     string  `json:"target"`
+	RPS        float64 `json:"rps"`
+	P50ms      float64 `json:"p50_ms"`
+	P99ms      float64 `json:"p99_ms"`
+	Errors     int     `json:"errors"`
+	FixedP50ms float64 `json:"fixed_rate_p50_ms"`
+	FixedP99ms float64 `json:"fixed_rate_p99_ms"`
 }
 
 type Failover struct {
@@ -166,15 +169,16 @@ func (r *Results) markdown() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# peerd benchmark\n\n%s; %s; Squid %s; load by %s; %.0fs in all.\n\n", r.When, r.Machine, r.Squid, r.Loader, r.Seconds)
 	fmt.Fprintf(&b, "## 1. Keep-alive GETs (1 KiB), %d connections, %s per target\n\n", *conns, *duration)
-	b.WriteString("| path | req/s | p50 ms | p99 ms | errors |\n|---|---:|---:|---:|---:|\n")
+	fmt.Fprintf(&b, "| path | req/s | p50 ms | p99 ms | errors | p50 ms at %d req/s | p99 ms at %d req/s |\n|---|---:|---:|---:|---:|---:|---:|\n", *rate, *rate)
 	for _, t := range r.Throughput {
-		fmt.Fprintf(&b, "| %s | %.0f | %.2f | %.2f | %d |\n", t.Target, t.RPS, t.P50ms, t.P99ms, t.Errors)
+		fmt.Fprintf(&b, "| %s | %.0f | %.2f | %.2f | %d | %.2f | %.2f |\n", t.Target, t.RPS, t.P50ms, t.P99ms, t.Errors, t.FixedP50ms, t.FixedP99ms)
 	}
 	d, p, s := r.tp("client → parent (direct)"), r.tp("client → peerd → parent"), r.tp("client → squid → parent")
 	if d != nil && p != nil {
 		fmt.Fprintf(&b, "\nThroughput peerd/direct = %s", ratio(p.RPS, d.RPS))
 		if s != nil && s.RPS > 0 {
-			fmt.Fprintf(&b, "; peerd/squid = %s; added p99: peerd %.2f ms, squid %.2f ms", ratio(p.RPS, s.RPS), p.P99ms-d.P99ms, s.P99ms-d.P99ms)
+			fmt.Fprintf(&b, "; peerd/squid = %s; added p99 at saturation: peerd %.2f ms, squid %.2f ms; added p99 at %d req/s: peerd %.2f ms, squid %.2f ms",
+				ratio(p.RPS, s.RPS), p.P99ms-d.P99ms, s.P99ms-d.P99ms, *rate, p.FixedP99ms-d.FixedP99ms, s.FixedP99ms-d.FixedP99ms)
 		}
 		b.WriteString(".\n")
 	}
@@ -486,8 +490,11 @@ func throughput(work, peerdBin, squidBin, wrkBin string) []Throughput {
 		load(wrkBin, addr, time.Second)
 		r := load(wrkBin, addr, *duration)
 		r.Target = t.name
+		// Latency below saturation: an open-loop run at a fixed rate.
+		r.FixedP50ms, r.FixedP99ms = fixedRate(addr, *rate, 3*time.Second)
 		stop()
-		fmt.Fprintf(os.Stderr, "  %-28s %8.0f req/s  p50 %.2f ms  p99 %.2f ms  errors %d\n", t.name, r.RPS, r.P50ms, r.P99ms, r.Errors)
+		fmt.Fprintf(os.Stderr, "  %-28s %8.0f req/s  p50 %.2f ms  p99 %.2f ms  errors %d; at %d req/s p50 %.2f p99 %.2f ms\n",
+			t.name, r.RPS, r.P50ms, r.P99ms, r.Errors, *rate, r.FixedP50ms, r.FixedP99ms)
 		out = append(out, r)
 	}
 	return out
@@ -581,6 +588,37 @@ func goLoad(addr string, d time.Duration) Throughput {
 	wg.Wait()
 	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
 	return Throughput{RPS: float64(len(lat)) / d.Seconds(), P50ms: pctMs(lat, 0.5), P99ms: pctMs(lat, 0.99), Errors: errs}
+}
+
+// fixedRate sends rps requests per second for d (open loop: a slow answer
+// does not delay the next request) and returns p50 and p99 latency.
+func fixedRate(addr string, rps int, d time.Duration) (p50, p99 float64) {
+	c := proxyClient(addr, 10*time.Second)
+	defer c.CloseIdleConnections()
+	n := int(d.Seconds() * float64(rps))
+	lat := make([]time.Duration, n)
+	tick := time.NewTicker(time.Second / time.Duration(rps))
+	defer tick.Stop()
+	var wg sync.WaitGroup
+	for i := 0; i < n; i++ {
+		<-tick.C
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			t0 := time.Now()
+			resp, err := c.Get(target)
+			if err != nil {
+				lat[i] = time.Hour
+				return
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			lat[i] = time.Since(t0)
+		}(i)
+	}
+	wg.Wait()
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	return pctMs(lat, 0.5), pctMs(lat, 0.99)
 }
 
 func pctMs(sorted []time.Duration, q float64) float64 {
