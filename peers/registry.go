@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -232,16 +233,23 @@ func (r *Registry) observeSuccess(p *Peer, o Observation, at int64) {
 			storeFloat(&p.lastProbe, ms)
 		}
 		srtt := loadFloat(&p.srtt)
-		if srtt == 0 {
+		switch {
+		case srtt == 0:
 			storeFloat(&p.srtt, ms)
 			storeFloat(&p.rttvar, ms/2)
-		} else {
-			dev := srtt - ms
-			if dev < 0 {
-				dev = -dev
+		default:
+			dev := math.Abs(srtt - ms)
+			nsrtt := 0.875*srtt + 0.125*ms
+			rv := loadFloat(&p.rttvar)
+			nrv := 0.75*rv + 0.25*dev
+			// Skip stores that change nothing worth knowing (under 1%):
+			// a steady peer's success path then writes no shared line.
+			if math.Abs(nsrtt-srtt) > srtt/100 {
+				storeFloat(&p.srtt, nsrtt)
 			}
-			storeFloat(&p.rttvar, 0.75*loadFloat(&p.rttvar)+0.25*dev)
-			storeFloat(&p.srtt, 0.875*srtt+0.125*ms)
+			if math.Abs(nrv-rv) > srtt/100 {
+				storeFloat(&p.rttvar, nrv)
+			}
 		}
 	}
 	st := p.State()
@@ -391,7 +399,11 @@ func (r *Registry) BeginRequest(p *Peer) bool {
 		}
 	}
 	p.requests.Add(1)
-	storeLater(&p.lastUsed, r.now().UnixNano())
+	// lastUsed only feeds idle_probe; millisecond precision is plenty and
+	// skipping most stores keeps this per-request path uncontended.
+	if now := r.now().UnixNano(); now-p.lastUsed.Load() > int64(time.Millisecond) {
+		storeLater(&p.lastUsed, now)
+	}
 	return true
 }
 
