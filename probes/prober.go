@@ -189,13 +189,12 @@ func (pr *Prober) dueLocked(p *peers.Peer, s *schedule, h peers.Config, now time
 	default: // Alive
 		s.deadSince = time.Time{}
 		if p.Suspect() {
-			// Failed connects below the limit: settle it by probing
-			// rather than waiting for traffic (which now avoids it).
-			last := p.LastFailure()
-			if s.lastProbe.After(last) {
-				last = s.lastProbe
-			}
-			return last.Add(h.ProbeInterval)
+			// Failed (or too slow) connects below the limit. Traffic now
+			// avoids the peer, so probes settle it at once, one after the
+			// other: a success clears it, and a peer that keeps refusing
+			// reaches connect_fail_limit in milliseconds instead of
+			// waiting for client requests to fail on it.
+			return now
 		}
 		if h.IdleProbe <= 0 {
 			return time.Time{}

@@ -409,19 +409,26 @@ func TestSuspectPeerSettledByProbes(t *testing.T) {
 			t.Fatal("want suspect after one failure")
 		}
 		e.net.set(a1, "accept")
-		time.Sleep(h.ProbeInterval)
 		synctest.Wait()
 		if p.Suspect() || p.State() != peers.Alive {
-			t.Fatalf("suspect=%v state=%v; want cleared by the probe", p.Suspect(), p.State())
+			t.Fatalf("suspect=%v state=%v; want cleared by an immediate probe", p.Suspect(), p.State())
 		}
 
-		// A real outage: probes finish the count without client traffic.
+		// A real outage: probes finish the count at once, without client
+		// traffic.
 		e.net.set(a1, "refuse")
 		d.DialPeer(context.Background(), p, dialer.Traffic)
-		time.Sleep(3 * h.ProbeInterval)
 		synctest.Wait()
-		if p.State() != peers.Dead || p.Status().DeathsTotal != 1 {
-			t.Fatalf("state %v; want dead after 1 traffic and 2 probe failures", p.State())
+		st := p.Status()
+		if p.State() != peers.Dead || st.DeathsTotal != 1 || st.ProbeFailuresTotal != 2 {
+			t.Fatalf("state %v probe failures %d; want dead after 1 traffic and 2 probe failures", p.State(), st.ProbeFailuresTotal)
+		}
+		// Then the dead schedule: the next probe only after probe_interval.
+		n := st.ProbesTotal
+		time.Sleep(h.ProbeInterval - time.Millisecond)
+		synctest.Wait()
+		if got := p.Status().ProbesTotal; got != n {
+			t.Fatalf("%d probes within probe_interval of the death; want 0", got-n)
 		}
 	})
 }

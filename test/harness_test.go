@@ -162,6 +162,7 @@ type peerStatus struct {
 	ConnectsTotal        int        `json:"connects_total"`
 	RequestsTotal        int        `json:"requests_total"`
 	ProbesTotal          int        `json:"probes_total"`
+	ProbeFailuresTotal   int        `json:"probe_failures_total"`
 	DeathsTotal          int        `json:"deaths_total"`
 	RevivalsTotal        int        `json:"revivals_total"`
 	DeadSince            *time.Time `json:"dead_since"`
