@@ -15,7 +15,9 @@ type PeerCollector struct {
 func NewPeerCollector(reg *peers.Registry) *PeerCollector { return &PeerCollector{reg: reg} }
 
 var (
-	labels        = []string{"peer", "type"}
+	// Only the peer name: operators and dashboards match on
+	// peerd_peer_up{peer="p1"}; the type is in /peers.
+	labels        = []string{"peer"}
 	descUp        = prometheus.NewDesc("peerd_peer_up", "1 if the peer is alive, 0 if dead or unknown.", labels, nil)
 	descFailures  = prometheus.NewDesc("peerd_peer_connect_failures_total", "Failed TCP connects to the peer (requests, tunnels and probes).", labels, nil)
 	descConnects  = prometheus.NewDesc("peerd_peer_connects_total", "TCP connect attempts to the peer.", labels, nil)
@@ -42,7 +44,7 @@ func (c *PeerCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c *PeerCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, p := range c.reg.Peers() {
 		s := p.Status()
-		l := []string{s.Name, s.Type}
+		l := []string{s.Name}
 		gauge := func(d *prometheus.Desc, v float64, extra ...string) {
 			ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, append(l, extra...)...)
 		}
