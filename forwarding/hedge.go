@@ -113,6 +113,10 @@ func (p *Proxy) attemptHop(in *http.Request, hop selection.Hop, plan *selection.
 		}
 		failed = r // failed before any connection; the other may win
 	}
+	if failed.a == nil {
+		// Both attempts were skipped (full) or lost: nothing was sent.
+		return tryResult{a: first, full: true}
+	}
 	return failed
 }
 
