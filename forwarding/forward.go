@@ -188,6 +188,12 @@ func (p *Proxy) forward(in *http.Request) (*http.Response, error) {
 		return nil, errorf(http.StatusBadRequest, CodeBadRequest, "", "reading request body: %v", err)
 	}
 	retriable := idempotent(in.Method) && b.replayable
+	if b.replayable {
+		// The body is already here: asking the next hop to confirm it
+		// wants it would only add a round trip (or a 1s wait on a hop that
+		// ignores Expect).
+		in.Header.Del("Expect")
+	}
 	p.budget.deposit()
 
 	// The URL as the client sent it (absolute-form) keys carp: no
