@@ -296,11 +296,13 @@ func (s *server) reload() error {
 	s.mu.Lock()
 	s.cfg = cfg
 	if cfg.Log.AccessLog != old.Log.AccessLog {
-		if s.access != nil {
-			s.access.Close()
-		}
+		// Switch writers first, then close the old file.
+		prev := s.access
 		s.access = access
 		s.proxy.SetAccessLog(access)
+		if prev != nil {
+			prev.Close()
+		}
 	}
 	if newProxyLn != nil && s.proxySrv != nil {
 		oldSrv := s.proxySrv
