@@ -30,7 +30,7 @@ vet:
 
 lint: vet
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); exit 1)
-	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.7.0 ./...
+	$(GO) tool staticcheck ./...
 
 fuzz:
 	$(GO) test -run XXX -fuzz FuzzPlanner -fuzztime 30s ./selection/
