@@ -1,0 +1,132 @@
+package admin
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/peerd/peerd/peers"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/sirupsen/logrus/hooks/test"
+)
+
+type fakeProber struct {
+	reg   *peers.Registry
+	calls int
+}
+
+func (f *fakeProber) ProbeNow(_ context.Context, name string) (*peers.Peer, error) {
+	f.calls++
+	p := f.reg.Get(name)
+	if p == nil {
+		return nil, peers.ErrUnknownPeer
+	}
+	f.reg.Observe(p, peers.Observation{At: time.Now(), Probe: true, RTT: time.Millisecond})
+	return p, nil
+}
+
+func newAPI(t *testing.T, token string) (*API, *peers.Registry, *fakeProber, *int) {
+	t.Helper()
+	log, _ := test.NewNullLogger()
+	reg, err := peers.New(peers.Options{Health: peers.DefaultConfig(), Log: log}, []peers.Spec{
+		{Name: "p1", Host: "10.0.0.1", Port: 3128, Login: "u:secret"},
+		{Name: "s1", Host: "10.0.0.2", Port: 3128, Type: "sibling"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr := &fakeProber{reg: reg}
+	reloads := 0
+	promReg := prometheus.NewRegistry()
+	promReg.MustRegister(NewPeerCollector(reg))
+	api := New(Options{Registry: reg, Prober: pr, Reload: func() error {
+		reloads++
+		if reloads > 1 {
+			return errors.New("line 3: proxy.bogus: unknown key")
+		}
+		return nil
+	}, Gatherer: promReg, Log: log}, token)
+	return api, reg, pr, &reloads
+}
+
+func call(t *testing.T, h http.Handler, method, path, token, body string) (int, string) {
+	t.Helper()
+	req := httptest.NewRequest(method, path, strings.NewReader(body))
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	b, _ := io.ReadAll(rec.Body)
+	return rec.Code, string(b)
+}
+
+func TestEndpoints(t *testing.T) {
+	api, reg, pr, reloads := newAPI(t, "tok")
+	for _, tc := range []struct {
+		method, path, token, body string
+		want                      int
+		contains                  string
+	}{
+		{"GET", "/peers", "", "", 200, `"name": "p1"`},
+		{"GET", "/peers/p1", "", "", 200, `"state": "unknown"`},
+		{"GET", "/peers/zz", "", "", 404, `"error": "unknown peer \"zz\""`},
+		{"GET", "/peers?type=sibling", "", "", 200, `"name": "s1"`},
+		{"GET", "/peers?state=alive", "", "", 200, `"peers": []`},
+		{"GET", "/peers?state=zombie", "", "", 400, "unknown state"},
+		{"GET", "/peers?color=red", "", "", 400, "unknown filter"},
+		{"GET", "/healthz", "", "", 200, "ok"},
+		{"GET", "/nope", "", "", 404, "no such endpoint"},
+		{"DELETE", "/peers/p1", "", "", 405, "not allowed"},
+		{"POST", "/peers/p1/probe", "", "", 401, "bearer token"},
+		{"POST", "/peers/p1/probe", "bad", "", 401, "bearer token"},
+		{"POST", "/peers/p1/probe", "tok", "", 200, `"state": "alive"`},
+		{"POST", "/peers/zz/probe", "tok", "", 404, "unknown peer"},
+		{"PUT", "/peers/p1/state", "tok", `{"admin_state":"drain"}`, 200, `"admin_state": "drain"`},
+		{"PUT", "/peers/p1/state", "tok", `{"admin_state":"off"}`, 400, "unknown admin_state"},
+		{"PUT", "/peers/p1/state", "tok", `{"state":"drain"}`, 400, "bad JSON"},
+		{"PUT", "/peers/p1/state", "tok", `{}`, 400, "missing"},
+		{"PUT", "/peers/p1/state", "tok", `[`, 400, "bad JSON"},
+		{"POST", "/reload", "tok", "", 200, "reloaded"},
+		{"POST", "/reload", "tok", "", 400, "proxy.bogus"},
+		{"GET", "/metrics", "", "", 200, `peerd_peer_up{peer="p1"} 1`},
+	} {
+		code, body := call(t, api, tc.method, tc.path, tc.token, tc.body)
+		if code != tc.want || !strings.Contains(body, tc.contains) {
+			t.Errorf("%s %s: %d %s; want %d containing %q", tc.method, tc.path, code, body, tc.want, tc.contains)
+		}
+		if strings.Contains(body, "secret") {
+			t.Errorf("%s %s printed the login secret", tc.method, tc.path)
+		}
+	}
+	if pr.calls != 1 || *reloads != 2 {
+		t.Errorf("probes %d reloads %d; want 1 and 2", pr.calls, *reloads)
+	}
+	if got := reg.Get("p1").AdminState(); got != peers.Drain {
+		t.Errorf("admin state %v; want drain", got)
+	}
+}
+
+func TestWritesRefusedWithoutToken(t *testing.T) {
+	api, _, pr, _ := newAPI(t, "")
+	for _, path := range []string{"/peers/p1/probe", "/reload"} {
+		if code, _ := call(t, api, "POST", path, "anything", ""); code != 403 {
+			t.Errorf("POST %s with no token configured: %d; want 403", path, code)
+		}
+	}
+	if code, _ := call(t, api, "PUT", "/peers/p1/state", "anything", `{"admin_state":"drain"}`); code != 403 {
+		t.Errorf("PUT state with no token configured: %d; want 403", code)
+	}
+	if pr.calls != 0 {
+		t.Error("a refused write ran")
+	}
+	api.SetToken("new")
+	if code, _ := call(t, api, "POST", "/peers/p1/probe", "new", ""); code != 200 {
+		t.Errorf("after SetToken: %d; want 200", code)
+	}
+}
