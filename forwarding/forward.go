@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -30,7 +29,6 @@ type exchange struct {
 	code        string // X-Peerd-Error, when peerd answered itself
 	tunnel      bool
 	clientGone  bool
-	retries     int
 	tunnelBytes int64
 }
 
@@ -68,10 +66,7 @@ type attempt struct {
 	arbiter      *arbiter    // non-nil while racing a hedged connect
 	lost         atomic.Bool // lost the race: must write nothing
 	connectErr   atomic.Bool // the dial to the hop failed
-	gotConn      atomic.Bool
-	reused       atomic.Bool
 	wroteHeaders atomic.Bool
-	gotResponse  atomic.Bool
 }
 
 type attemptKey struct{}
@@ -92,11 +87,8 @@ func (a *attempt) trace() *httptrace.ClientTrace {
 			if a.arbiter != nil && !a.arbiter.claim(a) {
 				a.lost.Store(true)
 			}
-			a.gotConn.Store(true)
-			a.reused.Store(i.Reused)
 		},
-		WroteHeaders:         func() { a.wroteHeaders.Store(true) },
-		GotFirstResponseByte: func() { a.gotResponse.Store(true) },
+		WroteHeaders: func() { a.wroteHeaders.Store(true) },
 	}
 }
 
@@ -221,7 +213,6 @@ func (p *Proxy) forward(in *http.Request) (*http.Response, error) {
 				next, more := plan.Next()
 				if more && p.budget.withdraw() {
 					p.metrics.retry("status")
-					ex.retries++
 					discard(resp)
 					hop, ok = next, more
 					continue
@@ -272,7 +263,6 @@ func (p *Proxy) forward(in *http.Request) (*http.Response, error) {
 		next, more := plan.Next()
 		if more {
 			p.metrics.retry(failureReasons[class])
-			ex.retries++
 		}
 		hop, ok = next, more
 	}
@@ -442,5 +432,3 @@ func (w *countingWriter) Flush() {
 		f.Flush()
 	}
 }
-
-var _ = fmt.Sprint
