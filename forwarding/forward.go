@@ -325,7 +325,17 @@ func (p *Proxy) try(a *attempt, in *http.Request, b *body, retriable bool) tryRe
 		done()
 		return tryResult{a: a, err: err}
 	}
-	resp.Body = &releaseBody{ReadCloser: resp.Body, release: done}
+	rb := &releaseBody{ReadCloser: resp.Body, release: done}
+	if rw, ok := resp.Body.(io.ReadWriteCloser); ok && resp.StatusCode == http.StatusSwitchingProtocols {
+		// An upgraded connection (e.g. WebSocket): ReverseProxy needs to
+		// write to it.
+		resp.Body = struct {
+			*releaseBody
+			io.Writer
+		}{rb, rw}
+	} else {
+		resp.Body = rb
+	}
 	return tryResult{resp: resp, a: a}
 }
 

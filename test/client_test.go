@@ -301,3 +301,40 @@ func TestConnectHalfClose(t *testing.T) {
 		}
 	}
 }
+
+// TestUpgradeThroughPeerd: an Upgrade (WebSocket-style) exchange over a
+// plain-HTTP proxy request is switched and bytes flow both ways.
+func TestUpgradeThroughPeerd(t *testing.T) {
+	origin := newOrigin(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Upgrade") != "echo" {
+			http.Error(w, "want Upgrade: echo", 400)
+			return
+		}
+		c, brw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		io.WriteString(c, "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
+		line, _ := brw.ReadString('\n')
+		io.WriteString(c, "echo: "+line)
+	})
+	p := startPeerd(t, "[proxy]\nlisten = \"127.0.0.1:0\"\n[admin]\nlisten = \"127.0.0.1:0\"\n")
+	c, err := net.Dial("tcp", p.proxy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	fmt.Fprintf(c, "GET http://%s/ws HTTP/1.1\r\nHost: %s\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n", origin, origin)
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != 101 {
+		t.Fatalf("upgrade: %v %v", resp, err)
+	}
+	io.WriteString(c, "hi\n")
+	line, _ := br.ReadString('\n')
+	if line != "echo: hi\n" {
+		t.Fatalf("got %q", line)
+	}
+}
