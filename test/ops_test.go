@@ -391,3 +391,34 @@ func TestExitCodes(t *testing.T) {
 		t.Fatalf("port in use: exit %d %q", code, out)
 	}
 }
+
+// TestSecondSignalExitsAtOnce: during a graceful shutdown that waits for a
+// slow request, a second SIGTERM ends peerd at once.
+func TestSecondSignalExitsAtOnce(t *testing.T) {
+	slow := newOrigin(t, func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-r.Context().Done():
+		case <-time.After(20 * time.Second):
+		}
+	})
+	p := startPeerd(t, "[proxy]\nlisten = \"127.0.0.1:0\"\nshutdown_timeout = \"30s\"\n[admin]\nlisten = \"127.0.0.1:0\"\n")
+	go do(p.client(), "GET", "http://"+slow+"/", "")
+	time.Sleep(200 * time.Millisecond)
+	p.signal(syscall.SIGTERM)
+	time.Sleep(200 * time.Millisecond)
+	select {
+	case <-p.exited:
+		t.Fatal("exited while a request was in flight; want a graceful wait")
+	default:
+	}
+	start := time.Now()
+	p.signal(syscall.SIGTERM)
+	select {
+	case <-p.exited:
+	case <-time.After(5 * time.Second):
+		t.Fatal("a second SIGTERM did not end peerd")
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Fatalf("second signal took %v", d)
+	}
+}
