@@ -45,6 +45,11 @@ func TestSquidParentChain(t *testing.T) {
 			t.Fatalf("Via = %q; want both squid and peerd", via)
 		}
 	}
+	// Squid writes its access log lazily: poll for the lines.
+	waitFor(t, "10 requests in each squid's access log (round-robin)", 10*time.Second, func() bool {
+		return len(s1.accessLog()) == 10 && len(s2.accessLog()) == 10
+	})
+	time.Sleep(200 * time.Millisecond)
 	if n1, n2 := len(s1.accessLog()), len(s2.accessLog()); n1 != 10 || n2 != 10 {
 		t.Fatalf("squid access logs: %d and %d requests; want 10 each (round-robin)", n1, n2)
 	}
@@ -236,6 +241,8 @@ func TestSquidSiblingHitAndMiss(t *testing.T) {
 	if !strings.Contains(log, "/cacheable/miss - FIRSTUP_PARENT/127.0.0.1") {
 		t.Fatalf("miss not served by the parent:\n%s", log)
 	}
+	waitFor(t, "the parent logs the miss", 10*time.Second, func() bool { return len(parent.accessLog()) >= 1 })
+	time.Sleep(200 * time.Millisecond)
 	if n := len(parent.accessLog()); n != 1 {
 		t.Fatalf("parent saw %d requests; want 1 (only the miss)", n)
 	}
