@@ -670,7 +670,6 @@ func failover(work, kind, peerdBin, squidBin, how string) Failover {
 	defer tick.Stop()
 	t0 := time.Now()
 	var killedAt, backAt time.Time
-	var reachedDead atomic.Int64
 	f := Failover{Child: kind, Scenario: how, LiveAttempts: "n/a", RevivalMs: -1}
 	var detectedAt, revivedAt, lastUnhealthy time.Time
 	var phaseMu sync.Mutex
@@ -781,7 +780,7 @@ func failover(work, kind, peerdBin, squidBin, how string) Failover {
 		if kind == "squid" {
 			cut = revivedAt
 		}
-		reachedDead.Store(int64(victim.arrivalsBefore(cut)))
+		f.ReachedDead = victim.arrivalsBefore(cut)
 	}
 	f.RevivedTraffic = afterBack > 0
 	if !detectedAt.IsZero() {
@@ -810,7 +809,6 @@ func failover(work, kind, peerdBin, squidBin, how string) Failover {
 		getJSON("http://"+c.admin+"/peers/"+victim.name, &st)
 		f.LiveAttempts = strconv.Itoa(st.ConnectFailures - st.ProbeFailures)
 	}
-	f.ReachedDead = int(reachedDead.Load())
 	fmt.Fprintf(os.Stderr, "  %-6s %-9s errors %d, >100ms %d, outage p99 %.1f ms, live connects to dead %s, detect %.0f ms, revive %.0f ms\n",
 		kind, how, f.ClientErrors, f.Slow100ms, f.OutageP99ms, f.LiveAttempts, f.DetectionMs, f.RevivalMs)
 	return f

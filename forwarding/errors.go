@@ -13,6 +13,9 @@ type Error struct {
 	Code   string
 	Peer   string
 	Err    error
+	// Close ends the client connection after the answer (the request's
+	// framing cannot be trusted to find the next one).
+	Close bool
 }
 
 func (e *Error) Error() string {
@@ -52,11 +55,10 @@ func errorf(status int, code, peer string, format string, args ...any) *Error {
 // writeError sends e as a plain-text error page.
 func writeError(w http.ResponseWriter, e *Error) {
 	h := w.Header()
-	closeConn := h.Get("Connection") == "close"
 	for k := range h {
 		delete(h, k)
 	}
-	if closeConn {
+	if e.Close {
 		h.Set("Connection", "close")
 	}
 	h.Set("Content-Type", "text/plain; charset=utf-8")

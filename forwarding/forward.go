@@ -360,12 +360,15 @@ func discard(resp *http.Response) {
 
 // retryBudget caps after-write and status retries to a share of requests,
 // with a floor of 10 per second so a quiet proxy can still retry. Tokens
-// are counted in thousandths so that shares add up exactly.
+// are counted in thousandths so that shares add up exactly. Every request
+// deposits, so that path is a lock-free compare-and-swap; only a retry,
+// which is rare, takes the mutex to refill by time.
 type retryBudget struct {
-	mu     sync.Mutex
-	ratio  int64 // thousandths of a retry earned per request
-	tokens int64 // thousandths
-	last   time.Time
+	ratio  atomic.Int64 // thousandths of a retry earned per request
+	tokens atomic.Int64 // thousandths
+
+	mu   sync.Mutex // guards last and serialises withdrawals
+	last time.Time
 }
 
 const (
@@ -375,22 +378,26 @@ const (
 )
 
 func newRetryBudget(ratio float64) *retryBudget {
-	b := &retryBudget{tokens: budgetCap * milli}
+	b := &retryBudget{}
+	b.tokens.Store(budgetCap * milli)
 	b.setRatio(ratio)
 	return b
 }
 
-func (b *retryBudget) setRatio(r float64) {
-	b.mu.Lock()
-	b.ratio = int64(r*milli + 0.5)
-	b.mu.Unlock()
+func (b *retryBudget) setRatio(r float64) { b.ratio.Store(int64(r*milli + 0.5)) }
+
+// add credits d thousandths, never above the cap.
+func (b *retryBudget) add(d int64) {
+	for {
+		cur := b.tokens.Load()
+		next := min(budgetCap*milli, cur+d)
+		if next == cur || b.tokens.CompareAndSwap(cur, next) {
+			return
+		}
+	}
 }
 
-func (b *retryBudget) deposit() {
-	b.mu.Lock()
-	b.tokens = min(budgetCap*milli, b.tokens+b.ratio)
-	b.mu.Unlock()
-}
+func (b *retryBudget) deposit() { b.add(b.ratio.Load()) }
 
 func (b *retryBudget) withdraw() bool {
 	b.mu.Lock()
@@ -400,15 +407,18 @@ func (b *retryBudget) withdraw() bool {
 		// Beyond a minute the bucket is full anyway; the bound also keeps
 		// the product from overflowing after days of quiet.
 		el := min(now.Sub(b.last), time.Minute)
-		earned := int64(el) * budgetMinPerSec * milli / int64(time.Second)
-		b.tokens = min(budgetCap*milli, b.tokens+earned)
+		b.add(int64(el) * budgetMinPerSec * milli / int64(time.Second))
 	}
 	b.last = now
-	if b.tokens < milli {
-		return false
+	for {
+		cur := b.tokens.Load()
+		if cur < milli {
+			return false
+		}
+		if b.tokens.CompareAndSwap(cur, cur-milli) {
+			return true
+		}
 	}
-	b.tokens -= milli
-	return true
 }
 
 // countingWriter counts the body bytes sent to the client.

@@ -227,23 +227,16 @@ func (p *Proxy) transportsFor(peer *peers.Peer) *hopTransports {
 func (p *Proxy) newHopTransports(peer *peers.Peer) *hopTransports {
 	c := p.config()
 	var proxyURL *url.URL
-	dial := p.dialDirect
+	dial := p.hopDial(p.dialOrigin)
 	if peer != nil {
 		proxyURL = &url.URL{Scheme: "http", Host: peer.Addr()}
 		if login := peer.Login(); login != "" {
 			user, pass, _ := strings.Cut(login, ":")
 			proxyURL.User = url.UserPassword(user, pass)
 		}
-		dial = func(ctx context.Context, _, _ string) (net.Conn, error) {
-			conn, err := p.dialer.DialPeer(ctx, peer, dialer.Traffic)
-			if err != nil {
-				if a := attemptFrom(ctx); a != nil {
-					a.connectErr.Store(true)
-				}
-				return nil, err
-			}
-			return &hopConn{Conn: conn, timeout: c.ReadTimeout}, nil
-		}
+		dial = p.hopDial(func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return p.dialer.DialPeer(ctx, peer, dialer.Traffic)
+		})
 	}
 	mk := func(reuse bool) *http.Transport {
 		t := &http.Transport{
@@ -264,25 +257,31 @@ func (p *Proxy) newHopTransports(peer *peers.Peer) *hopTransports {
 	return &hopTransports{reuse: mk(true), fresh: mk(false)}
 }
 
-func (p *Proxy) dialDirect(ctx context.Context, network, addr string) (net.Conn, error) {
-	c := p.config()
-	ctx, cancel := context.WithTimeout(ctx, c.ConnectTimeout)
-	defer cancel()
-	var conn net.Conn
-	var err error
-	if p.directDial != nil {
-		conn, err = p.directDial(ctx, network, addr)
-	} else {
-		var d net.Dialer
-		conn, err = d.DialContext(ctx, network, addr)
-	}
-	if err != nil {
-		if a := attemptFrom(ctx); a != nil {
-			a.connectErr.Store(true)
+// hopDial wraps a dial to a next hop: a failure is recorded on the attempt
+// as a connect failure (the fact classification reads), a success becomes
+// a hopConn.
+func (p *Proxy) hopDial(raw func(ctx context.Context, network, addr string) (net.Conn, error)) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		conn, err := raw(ctx, network, addr)
+		if err != nil {
+			if a := attemptFrom(ctx); a != nil {
+				a.connectErr.Store(true)
+			}
+			return nil, err
 		}
-		return nil, err
+		return &hopConn{Conn: conn, timeout: p.config().ReadTimeout}, nil
 	}
-	return &hopConn{Conn: conn, timeout: c.ReadTimeout}, nil
+}
+
+// dialOrigin connects DIRECT within connect_timeout.
+func (p *Proxy) dialOrigin(ctx context.Context, network, addr string) (net.Conn, error) {
+	ctx, cancel := context.WithTimeout(ctx, p.config().ConnectTimeout)
+	defer cancel()
+	if p.directDial != nil {
+		return p.directDial(ctx, network, addr)
+	}
+	var d net.Dialer
+	return d.DialContext(ctx, network, addr)
 }
 
 // hopConn is a connection to a next hop. Reads that wait longer than
@@ -312,14 +311,14 @@ func (c *hopConn) Write(b []byte) (int, error) {
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	c := p.config()
 	ex := &exchange{start: time.Now(), method: r.Method, url: r.RequestURI}
-	ex.client, _, _ = strings.Cut(r.RemoteAddr, ":")
-	if ap, err := netip.ParseAddrPort(r.RemoteAddr); err == nil {
-		ex.client = ap.Addr().Unmap().String()
-	}
+	// The client address is parsed once: for the ACL, X-Forwarded-For,
+	// sourcehash and the access log.
+	client, parsed := clientAddr(r.RemoteAddr)
+	ex.client = client.String()
 	cw := &countingWriter{ResponseWriter: w}
 	defer p.finish(ex, cw)
 
-	if !p.allowed(c, r.RemoteAddr) {
+	if !parsed || !c.allowed(client) {
 		ex.fail(cw, errorf(http.StatusForbidden, CodeAccessDenied, "", "client %s is not in [proxy] allow", ex.client))
 		return
 	}
@@ -332,30 +331,43 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if ambiguousFraming(r) {
-		w.Header().Set("Connection", "close")
-		ex.fail(cw, errorf(http.StatusBadRequest, CodeBadRequest, "", "request has both Content-Length and Transfer-Encoding (ambiguous framing)"))
+		e := errorf(http.StatusBadRequest, CodeBadRequest, "", "request has both Content-Length and Transfer-Encoding (ambiguous framing)")
+		e.Close = true
+		ex.fail(cw, e)
 		return
 	}
 	if done := p.maxForwards(cw, r, ex); done {
 		return
 	}
-	ex.url = r.RequestURI
 	r = r.WithContext(withExchange(r.Context(), ex))
 	p.rp.ServeHTTP(cw, r)
 }
 
-func (p *Proxy) allowed(c *runtimeConfig, remote string) bool {
+// clientAddr parses a RemoteAddr; ok is false when it is not ip:port.
+func clientAddr(remote string) (a netip.Addr, ok bool) {
 	ap, err := netip.ParseAddrPort(remote)
 	if err != nil {
-		return false
+		return netip.Addr{}, false
 	}
-	a := ap.Addr().Unmap()
+	return ap.Addr().Unmap(), true
+}
+
+// allowed reports whether the [proxy] allow ACL admits a.
+func (c *runtimeConfig) allowed(a netip.Addr) bool {
 	for _, pr := range c.allow {
 		if pr.Contains(a) {
 			return true
 		}
 	}
 	return false
+}
+
+// loopError is the 508 for a request whose Via already names us, or nil.
+func (c *runtimeConfig) loopError(h http.Header) *Error {
+	if !looped(h, c.Name) {
+		return nil
+	}
+	return errorf(http.StatusLoopDetected, CodeLoopDetected, "", "Via already names %q: %s", c.Name, strings.Join(h.Values("Via"), ", "))
 }
 
 // check validates a non-CONNECT request.
@@ -367,10 +379,7 @@ func (p *Proxy) check(c *runtimeConfig, r *http.Request) *Error {
 	if r.URL.Scheme != "http" && r.URL.Scheme != "https" {
 		return errorf(http.StatusBadRequest, CodeBadRequest, "", "unsupported URL scheme %q", r.URL.Scheme)
 	}
-	if looped(r.Header, c.Name) {
-		return errorf(http.StatusLoopDetected, CodeLoopDetected, "", "Via already names %q: %s", c.Name, strings.Join(r.Header.Values("Via"), ", "))
-	}
-	return nil
+	return c.loopError(r.Header)
 }
 
 // maxForwards honours Max-Forwards on TRACE and OPTIONS (RFC 9110 7.6.2):

@@ -29,8 +29,8 @@ func (p *Proxy) serveConnect(w http.ResponseWriter, r *http.Request, ex *exchang
 		ex.fail(w, errorf(http.StatusBadRequest, CodeBadRequest, "", "CONNECT needs host:port, got %q", target))
 		return
 	}
-	if looped(r.Header, c.Name) {
-		ex.fail(w, errorf(http.StatusLoopDetected, CodeLoopDetected, "", "Via already names %q", c.Name))
+	if e := c.loopError(r.Header); e != nil {
+		ex.fail(w, e)
 		return
 	}
 	ctx := r.Context()
@@ -38,7 +38,7 @@ func (p *Proxy) serveConnect(w http.ResponseWriter, r *http.Request, ex *exchang
 	var lastErr *Error
 	for hop, ok := plan.Next(); ok; hop, ok = plan.Next() {
 		if hop.Peer == nil {
-			conn, err := p.dialDirect(ctx, "tcp", target)
+			conn, err := p.hopDial(p.dialOrigin)(ctx, "tcp", target)
 			if err != nil {
 				if ctx.Err() != nil {
 					ex.clientGone = true

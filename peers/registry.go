@@ -9,10 +9,12 @@
 package peers
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -133,20 +135,12 @@ func (r *Registry) List(f Filter) ([]*Peer, error) {
 		}
 	}
 	// The state index orders by name; the API promises config order.
-	sortRows(rows)
+	slices.SortFunc(rows, func(a, b *row) int { return cmp.Compare(a.Order, b.Order) })
 	out := make([]*Peer, len(rows))
 	for i, rw := range rows {
 		out[i] = rw.Peer
 	}
 	return out, nil
-}
-
-func sortRows(rows []*row) {
-	for i := 1; i < len(rows); i++ {
-		for j := i; j > 0 && rows[j].Order < rows[j-1].Order; j-- {
-			rows[j], rows[j-1] = rows[j-1], rows[j]
-		}
-	}
 }
 
 // Watch returns a channel that is closed at the next change of any peer's

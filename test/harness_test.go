@@ -436,16 +436,9 @@ func (f *fakeParent) serveConnect(c net.Conn, br *bufio.Reader, req *http.Reques
 
 // blackhole returns a loopback address whose accept queue is full: SYNs
 // to it are dropped, so connects time out (like a host that vanished).
-// blackholeAt black-holes a given loopback address until the test ends.
-func blackholeAt(t testing.TB, at string) string {
-	t.Helper()
-	blackholeTemp(t, at)
-	return at
-}
-
-// blackholeTemp black-holes a loopback address; the returned func (also
-// run at cleanup) releases it.
-func blackholeTemp(t testing.TB, at string) (release func()) {
+// blackholeAt black-holes a loopback address until release is called or
+// the test ends.
+func blackholeAt(t testing.TB, at string) (release func()) {
 	t.Helper()
 	release, err := blackhole.At(at)
 	if errors.Is(err, blackhole.ErrNotFull) {
@@ -473,11 +466,20 @@ func newOrigin(t testing.TB, h http.HandlerFunc) string {
 	return ln.Addr().String()
 }
 
-// peerBlock renders [[peer]] tables.
-func peerBlock(extra string, fs ...*fakeParent) string {
+// loopbackPeer is anything a test runs on loopback as a peer of peerd:
+// a fake parent or a real Squid.
+type loopbackPeer interface {
+	peerName() string
+	port() string
+}
+
+func (f *fakeParent) peerName() string { return f.name }
+
+// peerBlock renders one [[peer]] table per peer, each with extra keys.
+func peerBlock(extra string, ps ...loopbackPeer) string {
 	var b strings.Builder
-	for _, f := range fs {
-		fmt.Fprintf(&b, "[[peer]]\nname = %q\nhost = \"127.0.0.1\"\nport = %s\n%s\n", f.name, f.port(), extra)
+	for _, p := range ps {
+		fmt.Fprintf(&b, "[[peer]]\nname = %q\nhost = \"127.0.0.1\"\nport = %s\n%s\n", p.peerName(), p.port(), extra)
 	}
 	return b.String()
 }

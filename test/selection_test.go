@@ -31,7 +31,7 @@ func TestWeightedRoundRobinSplit(t *testing.T) {
 }
 
 func TestCARPStickiness(t *testing.T) {
-	fs := []*fakeParent{newFakeParent(t, "a"), newFakeParent(t, "b"), newFakeParent(t, "c")}
+	fs := []loopbackPeer{newFakeParent(t, "a"), newFakeParent(t, "b"), newFakeParent(t, "c")}
 	p := startPeerd(t, baseConfig+"[selection]\npolicy = \"carp\"\n"+peerBlock("", fs...))
 	cl := p.client()
 	owner := map[string]string{}
@@ -76,7 +76,7 @@ policy = "round-robin"
 	}
 	waitFor(t, "a dead", 5*time.Second, func() bool { return p.peer("a").State == "dead" })
 	// Now the address drops SYNs: probes time out; still dead.
-	hole := blackholeTemp(t, a.addr)
+	hole := blackholeAt(t, a.addr)
 	time.Sleep(time.Second)
 	if st := p.peer("a"); st.State != "dead" || st.DeathsTotal != 1 {
 		t.Fatalf("a = %+v", st)

@@ -25,19 +25,10 @@ probe_max_interval = "500ms"
 policy = "round-robin"
 `+peerBlock("", a, b))
 	c := p.client()
-	get := func() (int, string) {
-		resp, err := c.Get("http://origin.test/x")
-		if err != nil {
-			t.Fatalf("client error: %v", err)
-		}
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		return resp.StatusCode, string(body)
-	}
 	// Both alive (probed at start): traffic is shared.
 	for i := 0; i < 10; i++ {
-		if code, body := get(); code != 200 {
-			t.Fatalf("status %d: %s", code, body)
+		if r := do(c, "GET", "http://origin.test/x", ""); r.status != 200 {
+			t.Fatalf("request %d: %s", i, r)
 		}
 	}
 	if a.requests("GET") == 0 || b.requests("GET") == 0 {
@@ -47,8 +38,8 @@ policy = "round-robin"
 	a.stop()
 	// Clients see no error: connect failures to a are retried on b.
 	for i := 0; i < 10; i++ {
-		if code, body := get(); code != 200 || !strings.Contains(body, "from b") {
-			t.Fatalf("request %d after a stopped: %d %q", i, code, body)
+		if r := do(c, "GET", "http://origin.test/x", ""); r.String() != "200 from b" {
+			t.Fatalf("request %d after a stopped: %s", i, r)
 		}
 	}
 	// After its first failure a is suspect: plans put it behind b, and the
@@ -81,7 +72,7 @@ policy = "round-robin"
 		t.Fatal("no 'Detected REVIVED Parent: a' log line")
 	}
 	for i := 0; i < 10; i++ {
-		get()
+		do(c, "GET", "http://origin.test/x", "")
 	}
 	if n := len(a.records()); n <= len(recs) {
 		t.Fatalf("revived parent got no traffic (revived %v)", revived)

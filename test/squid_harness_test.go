@@ -154,10 +154,4 @@ func (s *squid) accessLog() []string {
 	return out
 }
 
-func squidPeerBlock(extra string, ss ...*squid) string {
-	var b strings.Builder
-	for _, s := range ss {
-		fmt.Fprintf(&b, "[[peer]]\nname = %q\nhost = \"127.0.0.1\"\nport = %s\n%s\n", s.name, s.port(), extra)
-	}
-	return b.String()
-}
+func (s *squid) peerName() string { return s.name }

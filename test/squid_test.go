@@ -29,7 +29,7 @@ func TestSquidParentChain(t *testing.T) {
 	origin := newOrigin(t, originHandler)
 	s1 := startSquid(t, "squid1", "")
 	s2 := startSquid(t, "squid2", "")
-	p := startPeerd(t, baseConfig+"[selection]\npolicy = \"round-robin\"\n"+squidPeerBlock("", s1, s2))
+	p := startPeerd(t, baseConfig+"[selection]\npolicy = \"round-robin\"\n"+peerBlock("", s1, s2))
 	c := p.client()
 	for i := 0; i < 20; i++ {
 		resp, err := c.Get(fmt.Sprintf("http://%s/chain/%d", origin, i))
@@ -69,7 +69,7 @@ probe_interval = "200ms"
 probe_max_interval = "1s"
 [selection]
 policy = "round-robin"
-`+squidPeerBlock("", s1, s2))
+`+peerBlock("", s1, s2))
 
 	var errs, oks atomic.Int64
 	var firstErr atomic.Value
@@ -130,7 +130,7 @@ func TestSquidConnectTunnel(t *testing.T) {
 	tlsOrigin := httptest.NewTLSServer(http.HandlerFunc(originHandler))
 	defer tlsOrigin.Close()
 	s1 := startSquid(t, "squid1", "")
-	p := startPeerd(t, baseConfig+squidPeerBlock("", s1))
+	p := startPeerd(t, baseConfig+peerBlock("", s1))
 	u, _ := url.Parse("http://" + p.proxy)
 	c := &http.Client{Transport: &http.Transport{
 		Proxy:           http.ProxyURL(u),
@@ -181,7 +181,7 @@ http_access deny !authed`, helper))
 		want  int
 	}{{"alice:s3cret", 200}, {"alice:wrong", 407}} {
 		t.Run(tc.login, func(t *testing.T) {
-			p := startPeerd(t, baseConfig+squidPeerBlock(fmt.Sprintf("login = %q", tc.login), s1))
+			p := startPeerd(t, baseConfig+peerBlock(fmt.Sprintf("login = %q", tc.login), s1))
 			req, _ := http.NewRequest("GET", "http://"+origin+"/auth", nil)
 			req.Header.Set("Proxy-Authorization", "Basic bWFsbG9yeTp4") // the client's own: never forwarded
 			resp, err := p.client().Do(req)
@@ -219,7 +219,7 @@ func TestSquidSiblingHitAndMiss(t *testing.T) {
 	dir := t.TempDir()
 	accessLog := filepath.Join(dir, "access.log")
 	p := startPeerd(t, strings.Replace(baseConfig, "[log]\n", fmt.Sprintf("[log]\naccess_log = %q\n", accessLog), 1)+
-		squidPeerBlock(`type = "sibling"`, sib)+squidPeerBlock("", parent))
+		peerBlock(`type = "sibling"`, sib)+peerBlock("", parent))
 	c := p.client()
 	for _, path := range []string{"/cacheable/hit", "/cacheable/miss"} {
 		resp, err := c.Get("http://" + origin + path)

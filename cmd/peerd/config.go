@@ -221,21 +221,9 @@ func locateKey(src []byte, k toml.Key) int {
 		}
 		return locate(src, k[0], -1, "")
 	}
-	table, key := strings.Join(k[:len(k)-1], "."), k[len(k)-1]
-	if table == "peer" {
-		// The n-th [[peer]] holding this key is not known here; report the
-		// first one that does.
-		for i := 0; i < 1000; i++ {
-			if l := locate(src, "peer", i, key); l > 0 {
-				return l
-			}
-			if locate(src, "peer", i, "") == 0 {
-				break
-			}
-		}
-		return 0
-	}
-	return locate(src, table, -1, key)
+	// For [[peer]] the index of the table holding the key is not known
+	// here; index -1 finds the first [[peer]] table that holds it.
+	return locate(src, strings.Join(k[:len(k)-1], "."), -1, k[len(k)-1])
 }
 
 var (
