@@ -1,0 +1,657 @@
+package h1
+
+import (
+	"bytes"
+	"net/netip"
+	"net/url"
+)
+
+// Field is one header field line, as slices of the message head: the name
+// as sent and the value with surrounding whitespace removed.
+type Field struct {
+	Name, Value []byte
+}
+
+// Is reports whether the field's name is name (ASCII case-insensitive).
+func (f Field) Is(name string) bool { return EqualFold(f.Name, name) }
+
+// MaxFields bounds the header fields of one head (431 beyond it).
+const MaxFields = 512
+
+// TargetForm is the form of a request target (RFC 9112 3.2).
+type TargetForm uint8
+
+const (
+	OriginForm    TargetForm = iota // /path?query
+	AbsoluteForm                    // http://host:port/path?query
+	AuthorityForm                   // host:port, for CONNECT
+	AsteriskForm                    // *, for OPTIONS
+)
+
+// Request is a parsed request head. Its slices point into the head passed
+// to ParseRequest and are valid only as long as it is. A Request is reused
+// from message to message: ParseRequest resets it.
+type Request struct {
+	Method []byte
+	Target []byte
+	// Minor is the HTTP/1 minor version, 0 or 1.
+	Minor  int
+	Fields []Field
+
+	Form TargetForm
+	// For absolute and authority forms: the scheme (absolute only, as
+	// sent), the host (IPv6 without brackets) and the port ("" when absent).
+	Scheme, Host, Port []byte
+	// HostBracketed says Host is an IPv6 literal.
+	HostBracketed bool
+	// PathQuery is an absolute-form target's path and query; empty when
+	// the URI has neither (it then means "/").
+	PathQuery []byte
+
+	// ContentLength is the body length, -1 when the head has none.
+	ContentLength int64
+	Chunked       bool
+	// KeepAlive: the connection persists after this message (RFC 9112 9.3).
+	KeepAlive bool
+	Expect100 bool
+	// Upgrade is the Upgrade field's value when Connection lists upgrade.
+	Upgrade []byte
+	// ConnTokens are the Connection options other than close, keep-alive
+	// and upgrade: names of fields that are hop-by-hop for this message.
+	ConnTokens [][]byte
+}
+
+// IsMethod reports whether the request's method is m (case-sensitive, as
+// methods are).
+func (r *Request) IsMethod(m string) bool { return string(r.Method) == m }
+
+// Get returns the value of the first field named name, or nil.
+func (r *Request) Get(name string) []byte { return get(r.Fields, name) }
+
+func (r *Request) reset() {
+	*r = Request{Fields: r.Fields[:0], ConnTokens: r.ConnTokens[:0], ContentLength: -1}
+}
+
+// ParseRequest parses a request head as returned by Reader.ReadHead.
+func ParseRequest(head []byte, r *Request) error {
+	r.reset()
+	line, rest, err := firstLine(head)
+	if err != nil {
+		return err
+	}
+	sp := bytes.IndexByte(line, ' ')
+	if sp <= 0 {
+		return ErrRequestLine
+	}
+	r.Method = line[:sp]
+	if !isToken(r.Method) {
+		return ErrMethod
+	}
+	line = line[sp+1:]
+	sp = bytes.IndexByte(line, ' ')
+	if sp <= 0 {
+		return ErrRequestLine
+	}
+	r.Target, line = line[:sp], line[sp+1:]
+	switch string(line) {
+	case "HTTP/1.1":
+		r.Minor = 1
+	case "HTTP/1.0":
+		r.Minor = 0
+	default:
+		if len(line) == 8 && bytes.HasPrefix(line, []byte("HTTP/")) && line[6] == '.' && isDigit(line[5]) && isDigit(line[7]) {
+			return ErrVersion
+		}
+		return ErrRequestLine
+	}
+	if err := r.parseTarget(); err != nil {
+		return err
+	}
+	f, err := parseFields(rest, r.Fields)
+	r.Fields = f
+	if err != nil {
+		return err
+	}
+	return r.framing()
+}
+
+func (r *Request) parseTarget() error {
+	t := r.Target
+	switch {
+	case r.IsMethod("CONNECT"):
+		r.Form = AuthorityForm
+		host, port, bracketed, ok := parseAuthority(t, true)
+		if !ok {
+			return ErrTarget
+		}
+		r.Host, r.Port, r.HostBracketed = host, port, bracketed
+		return nil
+	case len(t) == 1 && t[0] == '*':
+		r.Form = AsteriskForm
+		return nil
+	case t[0] == '/':
+		r.Form = OriginForm
+		return checkPathQuery(t, t)
+	}
+	colon := bytes.IndexByte(t, ':')
+	if colon <= 0 || !isScheme(t[:colon]) || !bytes.HasPrefix(t[colon:], []byte("://")) {
+		return ErrTarget
+	}
+	r.Form = AbsoluteForm
+	r.Scheme = t[:colon]
+	auth := t[colon+3:]
+	end := bytes.IndexAny(auth, "/?")
+	if end < 0 {
+		end = len(auth)
+	}
+	host, port, bracketed, ok := parseAuthority(auth[:end], false)
+	if !ok {
+		return ErrTarget
+	}
+	r.Host, r.Port, r.HostBracketed = host, port, bracketed
+	r.PathQuery = auth[end:]
+	return checkPathQuery(r.PathQuery, t)
+}
+
+// checkPathQuery validates a path and query. The common characters are
+// checked here; a target with anything else (raw UTF-8, "|", "{", ...)
+// must also satisfy net/url, so peerd is never more lenient than Go.
+func checkPathQuery(pq, target []byte) error {
+	slow := false
+	for i := 0; i < len(pq); i++ {
+		c := pq[i]
+		switch {
+		case c <= ' ' || c == 0x7f || c == '#':
+			return ErrTarget
+		case c == '%':
+			if i+2 >= len(pq) || !isHex(pq[i+1]) || !isHex(pq[i+2]) {
+				return ErrTarget
+			}
+			i += 2
+		case !pathChar[c]:
+			slow = true
+		}
+	}
+	if slow {
+		if _, err := url.ParseRequestURI(string(target)); err != nil {
+			return ErrTarget
+		}
+	}
+	return nil
+}
+
+// parseAuthority splits host[:port]; needPort for CONNECT. Userinfo is
+// refused (RFC 9110 4.2.4: a sender must not generate it).
+func parseAuthority(a []byte, needPort bool) (host, port []byte, bracketed, ok bool) {
+	if len(a) == 0 {
+		return nil, nil, false, false
+	}
+	rest := a
+	if a[0] == '[' {
+		end := bytes.IndexByte(a, ']')
+		if end < 0 {
+			return nil, nil, false, false
+		}
+		host, rest, bracketed = a[1:end], a[end+1:], true
+		ip, err := netip.ParseAddr(string(host))
+		if err != nil || !ip.Is6() || ip.Zone() != "" {
+			return nil, nil, false, false
+		}
+	} else {
+		end := bytes.IndexByte(a, ':')
+		if end < 0 {
+			end = len(a)
+		}
+		host, rest = a[:end], a[end:]
+		if len(host) == 0 {
+			return nil, nil, false, false
+		}
+		for _, c := range host {
+			if !hostChar[c] {
+				return nil, nil, false, false
+			}
+		}
+	}
+	if len(rest) > 0 {
+		if rest[0] != ':' || !validPort(rest[1:]) {
+			return nil, nil, false, false
+		}
+		port = rest[1:]
+	} else if needPort {
+		return nil, nil, false, false
+	}
+	return host, port, bracketed, true
+}
+
+func validPort(p []byte) bool {
+	if len(p) == 0 || len(p) > 5 {
+		return false
+	}
+	n := 0
+	for _, c := range p {
+		if !isDigit(c) {
+			return false
+		}
+		n = n*10 + int(c-'0')
+	}
+	return n >= 1 && n <= 65535
+}
+
+// PortNumber returns a validated port's value.
+func PortNumber(p []byte) int {
+	n := 0
+	for _, c := range p {
+		n = n*10 + int(c-'0')
+	}
+	return n
+}
+
+// framing derives body framing and connection facts from the fields.
+func (r *Request) framing() error {
+	hosts := 0
+	te := 0
+	var trailer bool
+	for _, f := range r.Fields {
+		switch {
+		case f.Is("Host"):
+			hosts++
+			if len(f.Value) > 0 {
+				if _, _, _, ok := parseAuthority(f.Value, false); !ok {
+					return ErrHost
+				}
+			}
+		case f.Is("Content-Length"):
+			n, ok := parseLength(f.Value)
+			if !ok || (r.ContentLength >= 0 && n != r.ContentLength) {
+				return ErrContentLength
+			}
+			r.ContentLength = n
+		case f.Is("Transfer-Encoding"):
+			te++
+			if !EqualFold(f.Value, "chunked") || te > 1 {
+				return ErrTransferEncoding
+			}
+		case f.Is("Connection"):
+			r.ConnTokens = connectionTokens(f.Value, r.ConnTokens)
+		case f.Is("Expect"):
+			if !EqualFold(f.Value, "100-continue") {
+				return ErrExpect
+			}
+			r.Expect100 = true
+		case f.Is("Trailer"):
+			trailer = trailer || badTrailer(f.Value)
+		}
+	}
+	// RFC 9112 3.2: an HTTP/1.1 request has exactly one Host (CONNECT is
+	// spared: its target is the authority, and not every client sends it).
+	if hosts > 1 || (hosts == 0 && r.Minor == 1 && r.Form != AuthorityForm) {
+		return ErrHost
+	}
+	if te > 0 {
+		if r.Minor == 0 {
+			return ErrTEOnHTTP10
+		}
+		if r.ContentLength >= 0 {
+			return ErrCLAndTE
+		}
+		r.Chunked = true
+		if trailer {
+			return ErrTrailerField
+		}
+	}
+	var up bool
+	r.ConnTokens, r.KeepAlive, up = connectionOptions(r.ConnTokens, r.Minor)
+	if up {
+		r.Upgrade = r.Get("Upgrade")
+	}
+	return nil
+}
+
+// Status line and response head.
+
+// Response is a parsed response head; like Request, its slices point into
+// the head and it is reused.
+type Response struct {
+	Minor  int
+	Status int
+	Reason []byte
+	Fields []Field
+
+	ContentLength int64 // -1 when absent
+	Chunked       bool
+	KeepAlive     bool
+	Upgrade       []byte
+	ConnTokens    [][]byte
+}
+
+// Get returns the value of the first field named name, or nil.
+func (r *Response) Get(name string) []byte { return get(r.Fields, name) }
+
+// Body says how a message body is delimited.
+type Body uint8
+
+const (
+	NoBody     Body = iota
+	LengthBody      // ContentLength bytes
+	ChunkedBody
+	CloseBody // until the connection closes
+)
+
+// BodyFor says how this response's body is delimited, given whether it
+// answers a HEAD request (RFC 9112 6.3).
+func (r *Response) BodyFor(head bool) Body {
+	switch {
+	case head, r.Status < 200, r.Status == 204, r.Status == 304:
+		return NoBody
+	case r.Chunked:
+		return ChunkedBody
+	case r.ContentLength == 0:
+		return NoBody
+	case r.ContentLength > 0:
+		return LengthBody
+	}
+	return CloseBody
+}
+
+// ParseResponse parses a response head as returned by Reader.ReadHead.
+func ParseResponse(head []byte, r *Response) error {
+	*r = Response{Fields: r.Fields[:0], ConnTokens: r.ConnTokens[:0], ContentLength: -1}
+	line, rest, err := firstLine(head)
+	if err != nil {
+		return err
+	}
+	switch {
+	case bytes.HasPrefix(line, []byte("HTTP/1.1 ")):
+		r.Minor = 1
+	case bytes.HasPrefix(line, []byte("HTTP/1.0 ")):
+		r.Minor = 0
+	default:
+		return ErrStatusLine
+	}
+	line = line[9:]
+	if len(line) < 3 || !isDigit(line[0]) || !isDigit(line[1]) || !isDigit(line[2]) || (len(line) > 3 && line[3] != ' ') {
+		return ErrStatusLine
+	}
+	r.Status = int(line[0]-'0')*100 + int(line[1]-'0')*10 + int(line[2]-'0')
+	if r.Status < 100 || r.Status > 599 {
+		return ErrStatusLine
+	}
+	if len(line) > 4 {
+		r.Reason = line[4:]
+		for _, c := range r.Reason {
+			if !valueByte[c] {
+				return ErrStatusLine
+			}
+		}
+	}
+	f, err := parseFields(rest, r.Fields)
+	r.Fields = f
+	if err != nil {
+		return err
+	}
+	te := 0
+	trailer := false
+	for _, f := range r.Fields {
+		switch {
+		case f.Is("Content-Length"):
+			n, ok := parseLength(f.Value)
+			if !ok || (r.ContentLength >= 0 && n != r.ContentLength) {
+				return ErrContentLength
+			}
+			r.ContentLength = n
+		case f.Is("Transfer-Encoding"):
+			te++
+			if !EqualFold(f.Value, "chunked") || te > 1 {
+				return ErrTransferEncoding
+			}
+		case f.Is("Connection"):
+			r.ConnTokens = connectionTokens(f.Value, r.ConnTokens)
+		case f.Is("Trailer"):
+			trailer = trailer || badTrailer(f.Value)
+		}
+	}
+	if te > 0 {
+		if r.Minor == 0 {
+			return ErrTEOnHTTP10
+		}
+		if r.ContentLength >= 0 {
+			return ErrCLAndTE
+		}
+		r.Chunked = true
+		if trailer {
+			return ErrTrailerField
+		}
+	}
+	var up bool
+	r.ConnTokens, r.KeepAlive, up = connectionOptions(r.ConnTokens, r.Minor)
+	if up {
+		r.Upgrade = r.Get("Upgrade")
+	}
+	return nil
+}
+
+// Shared pieces.
+
+// firstLine splits the start line from the field lines (head ends CRLFCRLF
+// and has no bare LF, as ReadHead guarantees).
+func firstLine(head []byte) (line, rest []byte, err error) {
+	i := bytes.IndexByte(head, '\n')
+	if i < 1 || head[i-1] != '\r' {
+		return nil, nil, ErrBareLF
+	}
+	line = head[:i-1]
+	for _, c := range line {
+		if c < ' ' || c == 0x7f {
+			return nil, nil, ErrRequestLine
+		}
+	}
+	return line, head[i+1:], nil
+}
+
+// parseFields parses field lines up to the blank line, appending to dst.
+func parseFields(b []byte, dst []Field) ([]Field, error) {
+	for {
+		i := bytes.IndexByte(b, '\n')
+		if i < 1 || b[i-1] != '\r' {
+			return dst, ErrBareLF
+		}
+		line := b[:i-1]
+		b = b[i+1:]
+		if len(line) == 0 {
+			return dst, nil
+		}
+		if line[0] == ' ' || line[0] == '\t' {
+			return dst, ErrObsFold
+		}
+		colon := bytes.IndexByte(line, ':')
+		if colon <= 0 {
+			return dst, ErrFieldLine
+		}
+		name := line[:colon]
+		if !isToken(name) {
+			return dst, ErrFieldName
+		}
+		v := line[colon+1:]
+		for _, c := range v {
+			if !valueByte[c] {
+				return dst, ErrFieldValue
+			}
+		}
+		if len(dst) >= MaxFields {
+			return dst, ErrTooManyFields
+		}
+		dst = append(dst, Field{Name: name, Value: trimOWS(v)})
+	}
+}
+
+func get(fields []Field, name string) []byte {
+	for _, f := range fields {
+		if f.Is(name) {
+			return f.Value
+		}
+	}
+	return nil
+}
+
+// parseLength parses a Content-Length value: 1*DIGIT, at most 18 digits.
+func parseLength(v []byte) (int64, bool) {
+	if len(v) == 0 || len(v) > 18 {
+		return 0, false
+	}
+	var n int64
+	for _, c := range v {
+		if !isDigit(c) {
+			return 0, false
+		}
+		n = n*10 + int64(c-'0')
+	}
+	return n, true
+}
+
+// connectionTokens appends the tokens of a Connection value.
+func connectionTokens(v []byte, dst [][]byte) [][]byte {
+	for len(v) > 0 {
+		var tok []byte
+		if i := bytes.IndexByte(v, ','); i >= 0 {
+			tok, v = v[:i], v[i+1:]
+		} else {
+			tok, v = v, nil
+		}
+		if tok = trimOWS(tok); len(tok) > 0 {
+			dst = append(dst, tok)
+		}
+	}
+	return dst
+}
+
+// connectionOptions removes close, keep-alive and upgrade from tokens and
+// reports whether the connection persists and whether upgrade was named.
+func connectionOptions(tokens [][]byte, minor int) (rest [][]byte, keepAlive, upgrade bool) {
+	closeTok, keep := false, false
+	rest = tokens[:0]
+	for _, t := range tokens {
+		switch {
+		case EqualFold(t, "close"):
+			closeTok = true
+		case EqualFold(t, "keep-alive"):
+			keep = true
+		case EqualFold(t, "upgrade"):
+			upgrade = true
+		default:
+			rest = append(rest, t)
+		}
+	}
+	if minor == 0 {
+		return rest, keep && !closeTok, upgrade
+	}
+	return rest, !closeTok, upgrade
+}
+
+// badTrailer reports whether a Trailer value names a field that must not
+// be sent as a trailer (as net/http refuses).
+func badTrailer(v []byte) bool {
+	var toks [16][]byte
+	for _, t := range connectionTokens(v, toks[:0]) {
+		if EqualFold(t, "Transfer-Encoding") || EqualFold(t, "Trailer") || EqualFold(t, "Content-Length") {
+			return true
+		}
+	}
+	return false
+}
+
+// IsHopByHop reports whether a field is hop-by-hop (RFC 9110 7.6.1) for a
+// message whose Connection options are tokens.
+func IsHopByHop(name []byte, tokens [][]byte) bool {
+	switch {
+	case EqualFold(name, "Connection"), EqualFold(name, "Keep-Alive"), EqualFold(name, "Proxy-Connection"),
+		EqualFold(name, "TE"), EqualFold(name, "Transfer-Encoding"), EqualFold(name, "Upgrade"):
+		return true
+	}
+	for _, t := range tokens {
+		if bytes.EqualFold(name, t) {
+			return true
+		}
+	}
+	return false
+}
+
+func trimOWS(b []byte) []byte {
+	for len(b) > 0 && (b[0] == ' ' || b[0] == '\t') {
+		b = b[1:]
+	}
+	for len(b) > 0 && (b[len(b)-1] == ' ' || b[len(b)-1] == '\t') {
+		b = b[:len(b)-1]
+	}
+	return b
+}
+
+// EqualFold is bytes.EqualFold against a string, for ASCII, without
+// converting either.
+func EqualFold(b []byte, s string) bool {
+	if len(b) != len(s) {
+		return false
+	}
+	for i := 0; i < len(b); i++ {
+		c, d := b[i], s[i]
+		if c == d {
+			continue
+		}
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		if 'A' <= d && d <= 'Z' {
+			d += 'a' - 'A'
+		}
+		if c != d {
+			return false
+		}
+	}
+	return true
+}
+
+func isDigit(c byte) bool { return '0' <= c && c <= '9' }
+
+func isHex(c byte) bool {
+	return isDigit(c) || ('a' <= c && c <= 'f') || ('A' <= c && c <= 'F')
+}
+
+func isToken(b []byte) bool {
+	if len(b) == 0 {
+		return false
+	}
+	for _, c := range b {
+		if !tchar[c] {
+			return false
+		}
+	}
+	return true
+}
+
+func isScheme(b []byte) bool {
+	for i, c := range b {
+		alpha := ('a' <= c && c <= 'z') || ('A' <= c && c <= 'Z')
+		if !alpha && (i == 0 || !(isDigit(c) || c == '+' || c == '-' || c == '.')) {
+			return false
+		}
+	}
+	return len(b) > 0
+}
+
+// Character tables.
+var (
+	tchar     [256]bool // RFC 9110 5.6.2 token characters
+	valueByte [256]bool // field-value bytes: HTAB, SP, VCHAR, obs-text
+	pathChar  [256]bool // RFC 3986 pchar and "/" "?", less "%" (checked apart)
+	hostChar  [256]bool // reg-name and IPv4 characters peerd accepts
+)
+
+func init() {
+	for c := 0; c < 256; c++ {
+		b := byte(c)
+		alnum := isDigit(b) || ('a' <= b && b <= 'z') || ('A' <= b && b <= 'Z')
+		tchar[c] = alnum || bytes.IndexByte([]byte("!#$%&'*+-.^_`|~"), b) >= 0
+		valueByte[c] = c == '\t' || (c >= 0x20 && c != 0x7f)
+		pathChar[c] = alnum || bytes.IndexByte([]byte("-._~!$&'()*+,;=:@/?"), b) >= 0
+		hostChar[c] = alnum || b == '-' || b == '.' || b == '_'
+	}
+}
