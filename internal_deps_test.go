@@ -8,19 +8,21 @@ import (
 
 // TestDependencyDirection keeps the package graph acyclic and thin:
 // peers imports no package of ours; probes and dialer only peers;
-// selection only peers; forwarding peers, dialer and selection (types);
-// admin only peers; nothing imports cmd/peerd. Third-party libraries stay
+// selection only peers; forwarding peers, dialer, selection (types) and
+// internal/h1 (framing); internal/h1 nothing of ours; admin only peers;
+// nothing imports cmd/peerd. Third-party libraries stay
 // in their owners: go-memdb in peers, gorilla/mux in admin, toml in
 // cmd/peerd.
 func TestDependencyDirection(t *testing.T) {
 	const mod = "github.com/peerd/peerd/"
 	allowed := map[string][]string{
-		"peers":      {},
-		"dialer":     {"peers"},
-		"probes":     {"peers", "dialer"},
-		"selection":  {"peers"},
-		"forwarding": {"peers", "dialer", "selection"},
-		"admin":      {"peers"},
+		"peers":       {},
+		"dialer":      {"peers"},
+		"probes":      {"peers", "dialer"},
+		"selection":   {"peers"},
+		"forwarding":  {"peers", "dialer", "selection", "internal/h1"},
+		"internal/h1": {},
+		"admin":       {"peers"},
 	}
 	owners := map[string]string{
 		"github.com/hashicorp/go-memdb": "peers",

@@ -4,85 +4,105 @@ import (
 	"bufio"
 	"fmt"
 	"os"
-	"strings"
+	"strconv"
 	"sync"
 	"time"
 )
 
-// Entry is one access log line.
-type Entry struct {
-	Time        time.Time
-	Elapsed     time.Duration
-	Client      string
-	Result      string // Squid result code, e.g. TCP_MISS
-	Status      int
-	Bytes       int64
-	Method      string
-	URL         string
-	Hierarchy   string
-	PeerHost    string
-	ContentType string
-}
-
-// String formats e in Squid's native access.log format:
-// time elapsed client result/status bytes method URL user hierarchy/host type
-func (e Entry) String() string {
-	ct := e.ContentType
-	if ct == "" {
-		ct = "-"
+// appendLog formats the transaction in Squid's native access.log format:
+//
+//	time elapsed client result/status bytes method URL user hierarchy/host type
+//
+// byte by byte, with no fmt: it runs once per request.
+func (tx *txn) appendLog(b []byte, elapsed time.Duration, hier string) []byte {
+	ms := tx.start.Add(elapsed).UnixMilli()
+	b = strconv.AppendInt(b, ms/1000, 10)
+	b = append(b, '.')
+	b = appendPadded(b, ms%1000, 3, '0')
+	b = append(b, ' ')
+	b = appendPadded(b, elapsed.Milliseconds(), 6, ' ')
+	b = append(b, ' ')
+	b = append(b, tx.cc.remoteStr...)
+	b = append(b, ' ')
+	b = append(b, tx.result()...)
+	b = append(b, '/')
+	b = appendPadded(b, int64(tx.status), 3, '0')
+	b = append(b, ' ')
+	b = strconv.AppendInt(b, tx.bytes, 10)
+	b = append(b, ' ')
+	if tx.method == "" {
+		b = append(b, "NONE error:invalid-request"...)
+	} else {
+		b = append(b, tx.method...)
+		b = append(b, ' ')
+		b = appendEscaped(b, tx.req.Target)
 	}
-	host := e.PeerHost
-	if host == "" {
-		host = "-"
-	}
-	ms := e.Time.UnixMilli()
-	return fmt.Sprintf("%d.%03d %6d %s %s/%03d %d %s %s - %s/%s %s\n",
-		ms/1000, ms%1000, e.Elapsed.Milliseconds(), e.Client, e.Result, e.Status, e.Bytes,
-		e.Method, e.URL, e.Hierarchy, host, strings.ReplaceAll(ct, " ", ""))
-}
-
-func (ex *exchange) entry(elapsed time.Duration, bytes int64, contentType string) Entry {
-	e := Entry{Time: ex.start.Add(elapsed), Elapsed: elapsed, Client: ex.client, Status: ex.status,
-		Bytes: bytes, Method: ex.method, URL: ex.url, Hierarchy: ex.hierarchy(), ContentType: contentType}
+	b = append(b, " - "...)
+	b = append(b, hier...)
+	b = append(b, '/')
 	switch {
-	case ex.code == CodeAccessDenied:
-		e.Result = "TCP_DENIED"
-	case ex.tunnel && ex.hopped:
-		e.Result = "TCP_TUNNEL"
-		e.Bytes = ex.tunnelBytes
-	case ex.clientGone:
-		e.Result = "TCP_MISS_ABORTED"
-	case ex.hopped:
-		e.Result = "TCP_MISS"
+	case !tx.hopped:
+		b = append(b, '-')
+	case tx.hop.Peer != nil:
+		b = append(b, tx.hop.Peer.Host()...)
 	default:
-		e.Result = "NONE_NONE"
+		b = appendEscaped(b, tx.req.Host)
 	}
-	if ex.hopped {
-		if ex.hop.Peer != nil {
-			e.PeerHost = ex.hop.Peer.Host()
-		} else {
-			e.PeerHost = hostOf(ex.url)
+	b = append(b, ' ')
+	if len(tx.ctype) == 0 {
+		b = append(b, '-')
+	} else {
+		for _, c := range tx.ctype {
+			if c != ' ' {
+				b = append(b, c)
+			}
 		}
 	}
-	return e
+	return append(b, '\n')
 }
 
-func hostOf(u string) string {
-	if i := strings.Index(u, "://"); i >= 0 {
-		u = u[i+3:]
+// result is the Squid result code of the transaction.
+func (tx *txn) result() string {
+	switch {
+	case tx.code == CodeAccessDenied:
+		return "TCP_DENIED"
+	case tx.tunnelled && tx.hopped:
+		return "TCP_TUNNEL"
+	case tx.clientGone && tx.hopped:
+		return "TCP_MISS_ABORTED"
+	case tx.hopped:
+		return "TCP_MISS"
 	}
-	if i := strings.IndexAny(u, "/?#"); i >= 0 {
-		u = u[:i]
-	}
-	if i := strings.LastIndex(u, ":"); i >= 0 && !strings.HasSuffix(u, "]") {
-		u = u[:i]
-	}
-	return u
+	return "NONE_NONE"
 }
 
-// AccessLog writes Entry lines to a file through a buffer flushed every
-// second, so logging never waits on the disk in the request path. Reopen
-// (on SIGUSR1) lets logrotate move the file away.
+func appendPadded(b []byte, n int64, width int, pad byte) []byte {
+	var d [20]byte
+	s := strconv.AppendInt(d[:0], n, 10)
+	for i := len(s); i < width; i++ {
+		b = append(b, pad)
+	}
+	return append(b, s...)
+}
+
+// appendEscaped appends s %-escaping what Squid escapes in its log: bytes
+// that are not printable ASCII, space, and the quote and percent signs
+// only where they would be ambiguous are kept (Squid keeps % as is).
+func appendEscaped(b, s []byte) []byte {
+	const hex = "0123456789ABCDEF"
+	for _, c := range s {
+		if c <= ' ' || c >= 0x7f || c == '"' {
+			b = append(b, '%', hex[c>>4], hex[c&15])
+			continue
+		}
+		b = append(b, c)
+	}
+	return b
+}
+
+// AccessLog writes lines to a file through a buffer flushed every second,
+// so logging never waits on the disk in the request path. Reopen (on
+// SIGUSR1) lets logrotate move the file away.
 type AccessLog struct {
 	path string
 
@@ -123,11 +143,10 @@ func (a *AccessLog) Reopen() error {
 	return nil
 }
 
-// Log appends one entry.
-func (a *AccessLog) Log(e Entry) {
-	line := e.String()
+// Write appends one formatted line.
+func (a *AccessLog) Write(line []byte) {
 	a.mu.Lock()
-	a.w.WriteString(line)
+	a.w.Write(line)
 	a.mu.Unlock()
 }
 

@@ -39,6 +39,21 @@ type Config struct {
 	PconnTimeout time.Duration `toml:"pconn_timeout"`
 	// ConnectHedgeDelay: "auto", or a duration ("0s" turns hedging off).
 	ConnectHedgeDelay HedgeDelay `toml:"connect_hedge_delay"`
+	// RequestTimeout: a request head must arrive whole within this after
+	// its first byte (Squid request_timeout); slower clients get 408.
+	RequestTimeout time.Duration `toml:"request_timeout"`
+	// ClientIdleTimeout closes idle keep-alive client connections (Squid
+	// client_idle_pconn_timeout).
+	ClientIdleTimeout time.Duration `toml:"client_idle_timeout"`
+	// WriteTimeout cuts a client that accepts no response bytes for this
+	// long (Squid write_timeout).
+	WriteTimeout time.Duration `toml:"write_timeout"`
+	// MaxHeaderSize bounds request heads (431 beyond it) and response heads
+	// from next hops (a broken response beyond it).
+	MaxHeaderSize ByteSize `toml:"max_header_size"`
+	// MaxConnections caps open client connections; more are closed at once
+	// and counted.
+	MaxConnections int `toml:"max_connections"`
 }
 
 // DefaultConfig returns the built-in [proxy] defaults.
@@ -57,6 +72,11 @@ func DefaultConfig() Config {
 		RetryBudget:       0.2,
 		PconnTimeout:      time.Minute,
 		ConnectHedgeDelay: HedgeDelay{Auto: true},
+		RequestTimeout:    time.Minute,
+		ClientIdleTimeout: 2 * time.Minute,
+		WriteTimeout:      15 * time.Minute,
+		MaxHeaderSize:     64 << 10,
+		MaxConnections:    16384,
 	}
 }
 
@@ -79,10 +99,21 @@ func (c Config) Validate() error {
 	if c.ForwardMaxTries < 1 {
 		bad("forward_max_tries", "must be at least 1, got %d", c.ForwardMaxTries)
 	}
-	for key, d := range map[string]time.Duration{"connect_timeout": c.ConnectTimeout, "read_timeout": c.ReadTimeout, "shutdown_timeout": c.ShutdownTimeout, "pconn_timeout": c.PconnTimeout} {
-		if d <= 0 {
-			bad(key, "must be positive, got %s", d)
+	for _, d := range []struct {
+		key string
+		d   time.Duration
+	}{{"connect_timeout", c.ConnectTimeout}, {"read_timeout", c.ReadTimeout}, {"shutdown_timeout", c.ShutdownTimeout},
+		{"pconn_timeout", c.PconnTimeout}, {"request_timeout", c.RequestTimeout}, {"client_idle_timeout", c.ClientIdleTimeout},
+		{"write_timeout", c.WriteTimeout}} {
+		if d.d <= 0 {
+			bad(d.key, "must be positive, got %s", d.d)
 		}
+	}
+	if c.MaxHeaderSize < 1<<10 || c.MaxHeaderSize > 16<<20 {
+		bad("max_header_size", "must be between 1KiB and 16MiB, got %d bytes", int64(c.MaxHeaderSize))
+	}
+	if c.MaxConnections < 1 {
+		bad("max_connections", "must be at least 1, got %d", c.MaxConnections)
 	}
 	for _, s := range c.RetryOnStatus {
 		if s < 100 || s > 599 {

@@ -1,9 +1,10 @@
 package forwarding
 
 import (
-	"errors"
+	"bufio"
 	"fmt"
 	"net/http"
+	"strconv"
 )
 
 // Error is an answer peerd gives itself (contract section 7): a status, the
@@ -27,59 +28,61 @@ func (e *Error) Error() string {
 
 func (e *Error) Unwrap() error { return e.Err }
 
-// The codes of contract section 7.
+// The codes of contract sections 7 and 10, and peerd's own for a client
+// too slow to send its request.
 const (
-	CodeAccessDenied  = "access-denied"
-	CodeBadRequest    = "bad-request"
-	CodeConnectFailed = "connect-failed"
-	CodeBadGateway    = "bad-gateway"
-	CodeNoPeers       = "no-peers"
-	CodeTimeout       = "timeout"
-	CodeLoopDetected  = "loop-detected"
+	CodeAccessDenied   = "access-denied"
+	CodeBadRequest     = "bad-request"
+	CodeConnectFailed  = "connect-failed"
+	CodeBadGateway     = "bad-gateway"
+	CodeNoPeers        = "no-peers"
+	CodeTimeout        = "timeout"
+	CodeLoopDetected   = "loop-detected"
+	CodeRequestTimeout = "request-timeout"
 )
 
 var explanations = map[string]string{
-	CodeAccessDenied:  "your address is not allowed to use this proxy",
-	CodeBadRequest:    "the request is malformed",
-	CodeConnectFailed: "every next hop failed to connect",
-	CodeBadGateway:    "the next hop broke the response and the request could not be retried",
-	CodeNoPeers:       "no live next hop is available",
-	CodeTimeout:       "the next hop accepted the request but sent nothing in time",
-	CodeLoopDetected:  "the request has already passed through this proxy (forwarding loop)",
+	CodeAccessDenied:   "your address is not allowed to use this proxy",
+	CodeBadRequest:     "the request is malformed",
+	CodeConnectFailed:  "every next hop failed to connect",
+	CodeBadGateway:     "the next hop broke the response and the request could not be retried",
+	CodeNoPeers:        "no live next hop is available",
+	CodeTimeout:        "the next hop accepted the request but sent nothing in time",
+	CodeLoopDetected:   "the request has already passed through this proxy (forwarding loop)",
+	CodeRequestTimeout: "the request did not arrive in time",
 }
 
 func errorf(status int, code, peer string, format string, args ...any) *Error {
 	return &Error{Status: status, Code: code, Peer: peer, Err: fmt.Errorf(format, args...)}
 }
 
-// writeError sends e as a plain-text error page.
-func writeError(w http.ResponseWriter, e *Error) {
-	h := w.Header()
-	for k := range h {
-		delete(h, k)
-	}
-	if e.Close {
-		h.Set("Connection", "close")
-	}
-	h.Set("Content-Type", "text/plain; charset=utf-8")
-	h.Set("X-Peerd-Error", e.Code)
-	if e.Peer != "" {
-		h.Set("X-Peerd-Peer", e.Peer)
-	}
-	h.Set("Cache-Control", "no-store")
-	w.WriteHeader(e.Status)
-	detail := ""
+// writeError writes e as a plain-text answer and returns the body size.
+// A HEAD request gets the head only.
+func writeError(w *bufio.Writer, e *Error, head, keepAlive bool) int {
+	body := "peerd: " + strconv.Itoa(e.Status) + " " + e.Code + ": " + explanations[e.Code]
 	if e.Err != nil {
-		detail = "\n" + e.Err.Error()
+		body += "\n" + e.Err.Error()
 	}
-	fmt.Fprintf(w, "peerd: %d %s: %s%s\n", e.Status, e.Code, explanations[e.Code], detail)
-}
-
-// asError returns err as an *Error, or a 502 bad-gateway wrapping it.
-func asError(err error) *Error {
-	var e *Error
-	if errors.As(err, &e) {
-		return e
+	body += "\n"
+	w.WriteString("HTTP/1.1 ")
+	w.WriteString(strconv.Itoa(e.Status))
+	w.WriteString(" ")
+	w.WriteString(http.StatusText(e.Status))
+	w.WriteString("\r\nContent-Type: text/plain; charset=utf-8\r\nX-Peerd-Error: ")
+	w.WriteString(e.Code)
+	if e.Peer != "" {
+		w.WriteString("\r\nX-Peerd-Peer: ")
+		w.WriteString(e.Peer)
 	}
-	return &Error{Status: http.StatusBadGateway, Code: CodeBadGateway, Err: err}
+	w.WriteString("\r\nCache-Control: no-store\r\nContent-Length: ")
+	w.WriteString(strconv.Itoa(len(body)))
+	if !keepAlive {
+		w.WriteString("\r\nConnection: close")
+	}
+	w.WriteString("\r\n\r\n")
+	if head {
+		return 0
+	}
+	w.WriteString(body)
+	return len(body)
 }

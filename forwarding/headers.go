@@ -1,57 +1,83 @@
 package forwarding
 
 import (
+	"bytes"
+	"encoding/base64"
 	"net/http"
 	"strings"
+
+	"github.com/peerd/peerd/internal/h1"
 )
 
-// viaNames returns the received-by names of every Via entry.
-func viaNames(h http.Header) []string {
-	var out []string
-	for _, v := range h.Values("Via") {
-		for _, entry := range strings.Split(v, ",") {
-			f := strings.Fields(strings.TrimSpace(entry))
-			if len(f) >= 2 {
-				out = append(out, f[1])
+// looped reports whether the request's Via already names this proxy:
+// some entry's received-by (the word after the protocol) is name.
+func looped(fields []h1.Field, name string) bool {
+	for _, f := range fields {
+		if !f.Is("Via") {
+			continue
+		}
+		for v := f.Value; len(v) > 0; {
+			var entry []byte
+			if i := bytes.IndexByte(v, ','); i >= 0 {
+				entry, v = v[:i], v[i+1:]
+			} else {
+				entry, v = v, nil
+			}
+			if h1.EqualFold(receivedBy(entry), name) {
+				return true
 			}
 		}
 	}
-	return out
+	return false
 }
 
-// looped reports whether h's Via already names this proxy.
-func looped(h http.Header, name string) bool {
-	for _, n := range viaNames(h) {
-		if strings.EqualFold(n, name) {
+// receivedBy returns the second word of a Via entry.
+func receivedBy(entry []byte) []byte {
+	word := func(b []byte) ([]byte, []byte) {
+		for len(b) > 0 && (b[0] == ' ' || b[0] == '\t') {
+			b = b[1:]
+		}
+		i := 0
+		for i < len(b) && b[i] != ' ' && b[i] != '\t' {
+			i++
+		}
+		return b[:i], b[i:]
+	}
+	_, rest := word(entry)
+	by, _ := word(rest)
+	return by
+}
+
+// loopError is the 508 for a request whose Via already names us, or nil.
+func (c *runtimeConfig) loopError(fields []h1.Field) *Error {
+	if !looped(fields, c.Name) {
+		return nil
+	}
+	var vias []string
+	for _, f := range fields {
+		if f.Is("Via") {
+			vias = append(vias, string(f.Value))
+		}
+	}
+	return errorf(http.StatusLoopDetected, CodeLoopDetected, "", "Via already names %q: %s", c.Name, strings.Join(vias, ", "))
+}
+
+// hasDirective reports whether a field named name lists directive.
+func hasDirective(fields []h1.Field, name, directive string) bool {
+	for _, f := range fields {
+		if f.Is(name) && strings.Contains(strings.ToLower(string(f.Value)), directive) {
 			return true
 		}
 	}
 	return false
 }
 
-// appendVia adds our entry to the Via header, keeping earlier ones.
-func appendVia(h http.Header, entry string) {
-	prior := h.Values("Via")
-	if len(prior) == 0 {
-		h.Set("Via", entry)
-		return
-	}
-	h.Set("Via", strings.Join(prior, ", ")+", "+entry)
-}
-
-// appendCacheControl adds a directive to Cache-Control.
-func appendCacheControl(h http.Header, directive string) {
-	prior := h.Values("Cache-Control")
-	for _, v := range prior {
-		if strings.Contains(strings.ToLower(v), directive) {
-			return
-		}
-	}
-	if len(prior) == 0 {
-		h.Set("Cache-Control", directive)
-		return
-	}
-	h.Set("Cache-Control", strings.Join(prior, ", ")+", "+directive)
+// appendLogin appends a Proxy-Authorization field for a peer's
+// "user:pass".
+func appendLogin(b []byte, login string) []byte {
+	b = append(b, "Proxy-Authorization: Basic "...)
+	b = base64.StdEncoding.AppendEncode(b, []byte(login))
+	return append(b, "\r\n"...)
 }
 
 // idempotent methods may be re-sent after they were written (RFC 9110 9.2.2).
@@ -61,4 +87,15 @@ func idempotent(method string) bool {
 		return true
 	}
 	return false
+}
+
+// siblingMiss reports whether a sibling's answer means "not from me": the
+// 504 of an only-if-cached miss, a refusal to serve us (401, 403, 407) or
+// a failure of its own (5xx). A cached 404 is a hit and is passed on.
+func siblingMiss(status int) bool {
+	switch {
+	case status == http.StatusUnauthorized, status == http.StatusForbidden, status == http.StatusProxyAuthRequired:
+		return true
+	}
+	return status >= 500
 }

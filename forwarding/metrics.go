@@ -16,7 +16,10 @@ type Metrics struct {
 	retries   *prometheus.CounterVec
 	exhausted prometheus.Counter
 	hedges    prometheus.Counter
-	byKey     sync.Map // requestKey -> prometheus.Counter, so the hot path allocates nothing
+	refused   prometheus.Counter
+
+	mu    sync.RWMutex // guards byKey
+	byKey map[requestKey]prometheus.Counter
 }
 
 // NewMetrics creates the collectors; register them with Register.
@@ -38,12 +41,16 @@ func NewMetrics() *Metrics {
 		hedges: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "peerd_connect_hedges_total", Help: "Parallel connects started because a connect was slower than its hedge delay.",
 		}),
+		refused: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "peerd_client_connections_refused_total", Help: "Client connections closed at once because max_connections were open.",
+		}),
+		byKey: make(map[requestKey]prometheus.Counter),
 	}
 }
 
 // Register adds the collectors to r.
 func (m *Metrics) Register(r prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.requests, m.duration, m.retries, m.exhausted, m.hedges} {
+	for _, c := range []prometheus.Collector{m.requests, m.duration, m.retries, m.exhausted, m.hedges, m.refused} {
 		if err := r.Register(c); err != nil {
 			return err
 		}
@@ -58,13 +65,20 @@ type requestKey struct {
 
 func (m *Metrics) observeRequest(status int, hierarchy string, d time.Duration) {
 	k := requestKey{status, hierarchy}
-	c, ok := m.byKey.Load(k)
-	if !ok {
-		c, _ = m.byKey.LoadOrStore(k, m.requests.WithLabelValues(strconv.Itoa(status), hierarchy))
+	m.mu.RLock()
+	c := m.byKey[k]
+	m.mu.RUnlock()
+	if c == nil {
+		c = m.requests.WithLabelValues(strconv.Itoa(status), hierarchy)
+		m.mu.Lock()
+		m.byKey[k] = c
+		m.mu.Unlock()
 	}
-	c.(prometheus.Counter).Inc()
+	c.Inc()
 	m.duration.Observe(d.Seconds())
 }
+
+func (m *Metrics) connRefused() { m.refused.Inc() }
 
 func (m *Metrics) retry(reason string) { m.retries.WithLabelValues(reason).Inc() }
 

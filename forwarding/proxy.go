@@ -1,35 +1,38 @@
-// Package forwarding is peerd's HTTP forward proxy: the client-facing
-// handler (ACL, request checks, CONNECT tunnels, error pages, access log)
-// and the forwarder that walks a selection plan, classifies every failure
-// once where it happens and retries only when that is safe.
+// Package forwarding is peerd's forward proxy: its own HTTP/1.1 engine on
+// the proxy port (client connections, keep-alive, pipelining, limits and
+// timeouts), the walk over a selection plan with one explicit attempt per
+// hop, the per-hop connection pools, CONNECT and Upgrade tunnels, error
+// answers and the access log.
 //
-// The failure classes, decided from facts and never from error strings:
+// An attempt's progress (dialling, connected, head written, body written,
+// response head read, first byte sent to the client) is a plain field set
+// where each step happens; one pure function, decide, turns the class of a
+// failed attempt and the request's facts into "answer", "next hop" or "same
+// hop on a fresh connection":
 //
-//	connect failure   the TCP connect to the hop failed. Reported to the
-//	                  registry by the dialer; always retried on the next hop.
-//	before write      a connection was had but the request headers were not
-//	                  written. Nothing reached the hop: retried, free.
-//	after write       the request was written, no response byte came back.
-//	                  Retried only for idempotent requests whose body was
-//	                  buffered, within the retry budget.
-//	after response    a response byte reached the client: never retried; the
-//	                  client connection is cut so it sees a truncated answer,
-//	                  never a spliced one.
+//	connect failure   no connection; counted against the peer by the
+//	                  dialer; always retried on the next hop.
+//	stale connection  a pooled connection the peer had closed: nothing
+//	                  reached it; redone on a fresh connection, for free.
+//	before write      a connection, but the head was not written whole:
+//	                  nothing usable reached the hop; retried, free.
+//	after write       written, no (whole) response: retried only when the
+//	                  request is idempotent with a buffered body, within the
+//	                  retry budget.
+//	timeout           written, no response byte within read_timeout:
+//	                  retriable exactly when 504 is (retry_on_status).
+//	committed         a response byte reached the client: never redone.
 package forwarding
 
 import (
-	"context"
-	"log"
+	"errors"
 	"net"
-	"net/http"
-	"net/http/httputil"
 	"net/netip"
-	"net/url"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"context"
 
 	"github.com/peerd/peerd/dialer"
 	"github.com/peerd/peerd/peers"
@@ -69,7 +72,7 @@ type Options struct {
 	Version    string
 }
 
-// Proxy is the forward proxy. It is an http.Handler.
+// Proxy is the forward proxy: Serve it on one or more listeners.
 type Proxy struct {
 	planner    Planner
 	acct       Accounting
@@ -81,30 +84,23 @@ type Proxy struct {
 	version    string
 
 	cfg    atomic.Pointer[runtimeConfig]
-	rp     *httputil.ReverseProxy
 	budget *retryBudget
-
-	mu         sync.Mutex // guards transports
-	transports map[*peers.Peer]*hopTransports
-	direct     *hopTransports
+	pools  *pools
 
 	tunnels tunnelSet
+	conns   connSet
+
+	janitorOnce sync.Once
+	stop        chan struct{} // closed by Shutdown
 }
 
 // runtimeConfig is Config with its words parsed, swapped whole on reload.
 type runtimeConfig struct {
 	Config
 	allow       []netip.Prefix
-	retryStatus map[int]bool
+	retryStatus [600]bool
 	via         string
-}
-
-// hopTransports are the connection pools to one next hop: reuse for
-// requests that may be retried if a pooled connection turns out stale, and
-// fresh for those that may not (Squid's rule: a non-retriable request never
-// goes over a connection that sat idle).
-type hopTransports struct {
-	reuse, fresh *http.Transport
+	maxHeader   int
 }
 
 // New returns a proxy.
@@ -112,8 +108,9 @@ func New(o Options) (*Proxy, error) {
 	p := &Proxy{
 		planner: o.Planner, acct: o.Accounting, dialer: o.Dialer, directDial: o.DirectDial,
 		metrics: o.Metrics, log: o.Log, version: o.Version,
-		transports: make(map[*peers.Peer]*hopTransports),
-		budget:     newRetryBudget(o.Config.RetryBudget),
+		budget: newRetryBudget(o.Config.RetryBudget),
+		pools:  newPools(),
+		stop:   make(chan struct{}),
 	}
 	p.access.Store(o.AccessLog)
 	if p.log == nil {
@@ -125,48 +122,33 @@ func New(o Options) (*Proxy, error) {
 	if p.metrics == nil {
 		p.metrics = NewMetrics()
 	}
+	p.conns.init()
 	if err := p.Update(o.Config); err != nil {
 		return nil, err
-	}
-	p.rp = &httputil.ReverseProxy{
-		Rewrite:        p.rewrite,
-		Transport:      roundTripper{p},
-		ModifyResponse: p.modifyResponse,
-		ErrorHandler:   p.errorHandler,
-		ErrorLog:       DebugLogger(p.log.WithField("component", "forwarding")),
-		BufferPool:     bufferPool{},
 	}
 	return p, nil
 }
 
-// Update applies a new [proxy] config (on reload). Pools are rebuilt lazily
-// with the new timeouts.
+// Update applies a new [proxy] config (on reload). Pooled connections stay:
+// they are TCP connections to the same addresses, and everything a config
+// changes about a request (credentials, timeouts, names) is applied per
+// request.
 func (p *Proxy) Update(c Config) error {
 	if err := c.Validate(); err != nil {
 		return err
 	}
 	allow, _ := ParseAllow(c.Allow)
-	rc := &runtimeConfig{Config: c, allow: allow, retryStatus: make(map[int]bool)}
+	rc := &runtimeConfig{Config: c, allow: allow, maxHeader: int(c.MaxHeaderSize)}
 	for _, s := range c.RetryOnStatus {
 		rc.retryStatus[s] = true
 	}
 	rc.via = "1.1 " + c.Name + " (peerd/" + p.version + ")"
-	old := p.cfg.Swap(rc)
+	p.cfg.Store(rc)
 	p.budget.setRatio(c.RetryBudget)
-	if old != nil && (old.PconnTimeout != c.PconnTimeout || old.ReadTimeout != c.ReadTimeout || old.ConnectTimeout != c.ConnectTimeout) {
-		p.mu.Lock()
-		for k, t := range p.transports {
-			t.closeIdle()
-			delete(p.transports, k)
-		}
-		if p.direct != nil {
-			p.direct.closeIdle()
-			p.direct = nil
-		}
-		p.mu.Unlock()
-	}
 	return nil
 }
+
+func (p *Proxy) config() *runtimeConfig { return p.cfg.Load() }
 
 // SetAccessLog switches the access log (nil: off).
 func (p *Proxy) SetAccessLog(a *AccessLog) { p.access.Store(a) }
@@ -177,305 +159,179 @@ func (p *Proxy) Prune(current []*peers.Peer) {
 	for _, c := range current {
 		keep[c] = true
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for k, t := range p.transports {
-		if !keep[k] {
-			t.closeIdle()
-			delete(p.transports, k)
-		}
-	}
+	p.pools.expire(time.Now(), p.config().PconnTimeout, keep)
 }
 
 // CloseIdle closes every idle pooled connection.
-func (p *Proxy) CloseIdle() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, t := range p.transports {
-		t.closeIdle()
-	}
-	if p.direct != nil {
-		p.direct.closeIdle()
-	}
-}
+func (p *Proxy) CloseIdle() { p.pools.expire(time.Now(), 0, nil) }
 
-func (t *hopTransports) closeIdle() {
-	t.reuse.CloseIdleConnections()
-	t.fresh.CloseIdleConnections()
-}
-
-func (p *Proxy) config() *runtimeConfig { return p.cfg.Load() }
-
-// transportsFor returns the pools for a hop (nil peer: DIRECT).
-func (p *Proxy) transportsFor(peer *peers.Peer) *hopTransports {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if peer == nil {
-		if p.direct == nil {
-			p.direct = p.newHopTransports(nil)
-		}
-		return p.direct
-	}
-	t := p.transports[peer]
-	if t == nil {
-		t = p.newHopTransports(peer)
-		p.transports[peer] = t
-	}
-	return t
-}
-
-func (p *Proxy) newHopTransports(peer *peers.Peer) *hopTransports {
-	c := p.config()
-	var proxyURL *url.URL
-	dial := p.hopDial(p.dialOrigin)
-	if peer != nil {
-		proxyURL = &url.URL{Scheme: "http", Host: peer.Addr()}
-		if login := peer.Login(); login != "" {
-			user, pass, _ := strings.Cut(login, ":")
-			proxyURL.User = url.UserPassword(user, pass)
-		}
-		dial = p.hopDial(func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return p.dialer.DialPeer(ctx, peer, dialer.Traffic)
-		})
-	}
-	mk := func(reuse bool) *http.Transport {
-		t := &http.Transport{
-			DialContext:           dial,
-			MaxIdleConnsPerHost:   256,
-			IdleConnTimeout:       c.PconnTimeout,
-			ResponseHeaderTimeout: c.ReadTimeout,
-			ExpectContinueTimeout: time.Second,
-			TLSHandshakeTimeout:   c.ConnectTimeout,
-			DisableCompression:    true,
-			DisableKeepAlives:     !reuse,
-		}
-		if proxyURL != nil {
-			t.Proxy = http.ProxyURL(proxyURL)
-		}
-		return t
-	}
-	return &hopTransports{reuse: mk(true), fresh: mk(false)}
-}
-
-// hopDial wraps a dial to a next hop: a failure is recorded on the attempt
-// as a connect failure (the fact classification reads), a success becomes
-// a hopConn.
-func (p *Proxy) hopDial(raw func(ctx context.Context, network, addr string) (net.Conn, error)) func(ctx context.Context, network, addr string) (net.Conn, error) {
-	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		conn, err := raw(ctx, network, addr)
-		if err != nil {
-			if a := attemptFrom(ctx); a != nil {
-				a.connectErr.Store(true)
-			}
-			return nil, err
-		}
-		return &hopConn{Conn: conn, timeout: p.config().ReadTimeout}, nil
-	}
-}
-
-// dialOrigin connects DIRECT within connect_timeout.
-func (p *Proxy) dialOrigin(ctx context.Context, network, addr string) (net.Conn, error) {
-	ctx, cancel := context.WithTimeout(ctx, p.config().ConnectTimeout)
-	defer cancel()
-	if p.directDial != nil {
-		return p.directDial(ctx, network, addr)
-	}
-	var d net.Dialer
-	return d.DialContext(ctx, network, addr)
-}
-
-// hopConn is a connection to a next hop. Reads that wait longer than
-// read_timeout fail. Writes are gated by the attempt that holds the
-// connection: an attempt that lost a hedged-connect race writes nothing,
-// so a request is never sent twice.
-type hopConn struct {
-	net.Conn
-	timeout time.Duration
-	owner   atomic.Pointer[attempt]
-}
-
-func (c *hopConn) Read(b []byte) (int, error) {
-	c.Conn.SetReadDeadline(time.Now().Add(c.timeout))
-	return c.Conn.Read(b)
-}
-
-func (c *hopConn) Write(b []byte) (int, error) {
-	if a := c.owner.Load(); a != nil && a.lost.Load() {
-		c.Conn.Close()
-		return 0, errHedgeLost
-	}
-	return c.Conn.Write(b)
-}
-
-// ServeHTTP handles one client request.
-func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	c := p.config()
-	ex := &exchange{start: time.Now(), method: r.Method, url: r.RequestURI}
-	// The client address is parsed once: for the ACL, X-Forwarded-For,
-	// sourcehash and the access log.
-	client, parsed := clientAddr(r.RemoteAddr)
-	ex.client = client.String()
-	cw := &countingWriter{ResponseWriter: w}
-	defer p.finish(ex, cw)
-
-	if !parsed || !c.allowed(client) {
-		ex.fail(cw, errorf(http.StatusForbidden, CodeAccessDenied, "", "client %s is not in [proxy] allow", ex.client))
-		return
-	}
-	if r.Method == http.MethodConnect {
-		p.serveConnect(cw, r, ex)
-		return
-	}
-	if e := p.check(c, r); e != nil {
-		ex.fail(cw, e)
-		return
-	}
-	if ambiguousFraming(r) {
-		e := errorf(http.StatusBadRequest, CodeBadRequest, "", "request has both Content-Length and Transfer-Encoding (ambiguous framing)")
-		e.Close = true
-		ex.fail(cw, e)
-		return
-	}
-	if done := p.maxForwards(cw, r, ex); done {
-		return
-	}
-	r = r.WithContext(withExchange(r.Context(), ex))
-	p.rp.ServeHTTP(cw, r)
-}
-
-// clientAddr parses a RemoteAddr; ok is false when it is not ip:port.
-func clientAddr(remote string) (a netip.Addr, ok bool) {
-	ap, err := netip.ParseAddrPort(remote)
-	if err != nil {
-		return netip.Addr{}, false
-	}
-	return ap.Addr().Unmap(), true
-}
-
-// allowed reports whether the [proxy] allow ACL admits a.
-func (c *runtimeConfig) allowed(a netip.Addr) bool {
-	for _, pr := range c.allow {
-		if pr.Contains(a) {
-			return true
+// janitor closes pooled connections idle past pconn_timeout, so an idle
+// hop is not held open forever.
+func (p *Proxy) janitor() {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-p.stop:
+			return
+		case now := <-t.C:
+			p.pools.expire(now, p.config().PconnTimeout, nil)
 		}
 	}
-	return false
 }
 
-// loopError is the 508 for a request whose Via already names us, or nil.
-func (c *runtimeConfig) loopError(h http.Header) *Error {
-	if !looped(h, c.Name) {
+// Serve accepts client connections on ln until ln is closed or Shutdown
+// is called. Several listeners may be served at once (a listener moved by
+// a reload keeps its connections while the new one accepts).
+func (p *Proxy) Serve(ln net.Listener) error {
+	p.janitorOnce.Do(func() { go p.janitor() })
+	if !p.conns.addListener(ln) {
+		ln.Close()
 		return nil
 	}
-	return errorf(http.StatusLoopDetected, CodeLoopDetected, "", "Via already names %q: %s", c.Name, strings.Join(h.Values("Via"), ", "))
+	defer p.conns.removeListener(ln)
+	var backoff time.Duration
+	for {
+		nc, err := ln.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) || p.conns.closing() {
+				return nil
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, errTooManyFiles) {
+				// Out of file descriptors or similar: wait, as net/http does.
+				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+				p.log.WithError(err).Warn("proxy accept failed; retrying")
+				time.Sleep(backoff)
+				continue
+			}
+			return err
+		}
+		backoff = 0
+		c := p.config()
+		if !p.conns.admit(c.MaxConnections) {
+			p.metrics.connRefused()
+			nc.Close()
+			continue
+		}
+		go newClientConn(p, nc).serve()
+	}
 }
 
-// check validates a non-CONNECT request.
-func (p *Proxy) check(c *runtimeConfig, r *http.Request) *Error {
-	if !r.URL.IsAbs() || r.URL.Host == "" {
-		return errorf(http.StatusBadRequest, CodeBadRequest, "",
-			"%s %s: peerd is a forward proxy; send an absolute URI (GET http://host/path) or CONNECT host:port", r.Method, r.RequestURI)
+// Shutdown stops accepting, closes idle client connections, and waits for
+// requests in flight to finish; when ctx ends first it closes the rest.
+// Tunnels are waited for by WaitTunnels.
+func (p *Proxy) Shutdown(ctx context.Context) error {
+	p.conns.beginClose()
+	select {
+	case <-p.stop:
+	default:
+		close(p.stop)
 	}
-	if r.URL.Scheme != "http" && r.URL.Scheme != "https" {
-		return errorf(http.StatusBadRequest, CodeBadRequest, "", "unsupported URL scheme %q", r.URL.Scheme)
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	for {
+		if p.conns.closeIdle() == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			p.conns.closeAll()
+			return ctx.Err()
+		case <-t.C:
+		}
 	}
-	return c.loopError(r.Header)
 }
 
-// maxForwards honours Max-Forwards on TRACE and OPTIONS (RFC 9110 7.6.2):
-// at zero peerd answers itself; otherwise the value is decremented.
-func (p *Proxy) maxForwards(w http.ResponseWriter, r *http.Request, ex *exchange) bool {
-	if r.Method != http.MethodTrace && r.Method != http.MethodOptions {
+// connSet tracks listeners and client connections for shutdown and for
+// max_connections.
+type connSet struct {
+	mu        sync.Mutex
+	listeners map[net.Listener]struct{}
+	conns     map[*clientConn]struct{}
+	open      atomic.Int64
+	shutting  atomic.Bool
+}
+
+func (s *connSet) init() {
+	s.listeners = make(map[net.Listener]struct{})
+	s.conns = make(map[*clientConn]struct{})
+}
+
+func (s *connSet) closing() bool { return s.shutting.Load() }
+
+func (s *connSet) addListener(ln net.Listener) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.shutting.Load() {
 		return false
 	}
-	v := r.Header.Get("Max-Forwards")
-	if v == "" {
-		return false
-	}
-	n, err := strconv.Atoi(strings.TrimSpace(v))
-	if err != nil || n < 0 {
-		ex.fail(w, errorf(http.StatusBadRequest, CodeBadRequest, "", "bad Max-Forwards %q", v))
-		return true
-	}
-	if n > 0 {
-		r.Header.Set("Max-Forwards", strconv.Itoa(n-1))
-		return false
-	}
-	ex.status = http.StatusOK
-	if r.Method == http.MethodOptions {
-		w.Header().Set("Allow", "GET, HEAD, POST, PUT, DELETE, OPTIONS, TRACE, CONNECT, PATCH")
-		w.Header().Set("Content-Length", "0")
-		w.WriteHeader(http.StatusOK)
-		return true
-	}
-	w.Header().Set("Content-Type", "message/http")
-	w.WriteHeader(http.StatusOK)
-	r.Header.Del("Proxy-Authorization")
-	r.Write(w)
+	s.listeners[ln] = struct{}{}
 	return true
 }
 
-// rewrite prepares the outgoing request. ReverseProxy has already removed
-// hop-by-hop headers (Connection and what it names, Keep-Alive,
-// Proxy-Connection, Proxy-Authorization, TE, Trailer, Transfer-Encoding,
-// Upgrade) and X-Forwarded-*.
-func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
-	c := p.config()
-	ex := exchangeFrom(pr.In.Context())
-	out := pr.Out
-	out.URL = pr.In.URL
-	out.Host = pr.In.Host
-	if prior := pr.In.Header.Values("X-Forwarded-For"); len(prior) > 0 {
-		out.Header.Set("X-Forwarded-For", strings.Join(prior, ", ")+", "+ex.client)
-	} else {
-		out.Header.Set("X-Forwarded-For", ex.client)
+func (s *connSet) removeListener(ln net.Listener) {
+	s.mu.Lock()
+	delete(s.listeners, ln)
+	s.mu.Unlock()
+}
+
+// admit counts a new connection unless max are open.
+func (s *connSet) admit(max int) bool {
+	if s.open.Add(1) > int64(max) {
+		s.open.Add(-1)
+		return false
 	}
-	appendVia(out.Header, c.via)
+	return true
 }
 
-func (p *Proxy) modifyResponse(resp *http.Response) error {
-	appendVia(resp.Header, p.config().via)
-	return nil
-}
-
-func (p *Proxy) errorHandler(w http.ResponseWriter, r *http.Request, err error) {
-	ex := exchangeFrom(r.Context())
-	if r.Context().Err() != nil {
-		ex.clientGone = true
-		return // the client went away; there is no one to answer
+func (s *connSet) add(c *clientConn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.shutting.Load() {
+		return false
 	}
-	ex.fail(w, asError(err))
+	s.conns[c] = struct{}{}
+	return true
 }
 
-// finish writes the access log line and metrics of one exchange.
-func (p *Proxy) finish(ex *exchange, cw *countingWriter) {
-	if ex.status == 0 {
-		ex.status = cw.status
+// remove forgets c; counted says whether it still counts towards
+// max_connections (a connection that became a tunnel is counted by its
+// tunnel until it ends).
+func (s *connSet) remove(c *clientConn) {
+	s.mu.Lock()
+	delete(s.conns, c)
+	s.mu.Unlock()
+}
+
+func (s *connSet) release() { s.open.Add(-1) }
+
+func (s *connSet) beginClose() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.shutting.Store(true)
+	for ln := range s.listeners {
+		ln.Close()
 	}
-	elapsed := time.Since(ex.start)
-	hier := ex.hierarchy()
-	p.metrics.observeRequest(ex.status, hier, elapsed)
-	if al := p.access.Load(); al != nil {
-		al.Log(ex.entry(elapsed, cw.bytes, cw.Header().Get("Content-Type")))
+}
+
+// closeIdle closes connections waiting for a request and returns how
+// many connections remain.
+func (s *connSet) closeIdle() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for c := range s.conns {
+		if c.idle.Load() {
+			c.nc.Close()
+		}
+	}
+	return len(s.conns)
+}
+
+func (s *connSet) closeAll() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for c := range s.conns {
+		c.nc.Close()
 	}
 }
-
-// DebugLogger adapts l to a *log.Logger writing at debug level, for
-// net/http's ErrorLog fields (logrus's WriterLevel needs a goroutine and a
-// pipe; this needs neither).
-func DebugLogger(l logrus.FieldLogger) *log.Logger { return log.New(debugWriter{l}, "", 0) }
-
-type debugWriter struct{ l logrus.FieldLogger }
-
-func (w debugWriter) Write(b []byte) (int, error) {
-	w.l.Debug(strings.TrimSpace(string(b)))
-	return len(b), nil
-}
-
-// bufferPool recycles ReverseProxy's copy buffers.
-type bufferPool struct{}
-
-var copyBuffers = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
-
-func (bufferPool) Get() []byte  { return *copyBuffers.Get().(*[]byte) }
-func (bufferPool) Put(b []byte) { copyBuffers.Put(&b) }

@@ -1,185 +1,255 @@
 package forwarding
 
 import (
-	"bufio"
 	"context"
-	"encoding/base64"
+	"errors"
 	"io"
 	"net"
 	"net/http"
-	"net/url"
-	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
-	"github.com/peerd/peerd/dialer"
+	"github.com/peerd/peerd/internal/h1"
 	"github.com/peerd/peerd/selection"
 )
 
 // serveConnect tunnels CONNECT host:port through a parent (by CONNECT to
-// it) or directly. A parent's non-200 answer is passed to the client and is
-// not a peer failure; a failed connect is, and the next hop is tried.
-func (p *Proxy) serveConnect(w http.ResponseWriter, r *http.Request, ex *exchange) {
-	c := p.config()
-	ex.tunnel = true
-	target := r.RequestURI
-	ex.url = target
-	host, port, err := net.SplitHostPort(target)
-	if n, perr := strconv.Atoi(port); err != nil || host == "" || perr != nil || n < 1 || n > 65535 {
-		ex.fail(w, errorf(http.StatusBadRequest, CodeBadRequest, "", "CONNECT needs host:port, got %q", target))
-		return
-	}
-	if e := c.loopError(r.Header); e != nil {
-		ex.fail(w, e)
-		return
-	}
-	ctx := r.Context()
-	plan := p.planner.Plan(selection.Request{Method: http.MethodConnect, URL: target, ClientIP: ex.client})
-	var lastErr *Error
-	for hop, ok := plan.Next(); ok; hop, ok = plan.Next() {
-		if hop.Peer == nil {
-			conn, err := p.hopDial(p.dialOrigin)(ctx, "tcp", target)
-			if err != nil {
-				if ctx.Err() != nil {
-					ex.clientGone = true
-					return
-				}
-				lastErr = errorf(http.StatusBadGateway, CodeConnectFailed, "", "connect to %s: %v", target, err)
-				continue
-			}
-			ex.hop, ex.hopped = hop, true
-			p.splice(w, ex, conn, nil)
-			return
+// it) or directly, walking the same plan, dial step and in-flight
+// accounting as plain requests. A parent's non-2xx answer is passed to the
+// client and is not a peer failure; a failed connect is, and the next hop
+// is tried.
+func (tx *txn) serveConnect() outcome {
+	p := tx.cc.p
+	req := &tx.req
+	tx.facts = facts{} // a tunnel is never replayed and never rides an idle connection
+	plan := p.planner.Plan(selection.Request{Method: http.MethodConnect, URL: urlString(req.Target), ClientIP: tx.cc.remoteStr})
+	hop, ok := plan.Next()
+	for ok {
+		a := tx.connect(hop, &plan, false)
+		if a == nil {
+			break
 		}
-		if !p.acct.BeginRequest(hop.Peer) {
+		if a.hop.Peer == nil {
+			tx.hop, tx.hopped = a.hop, true
+			return tx.tunnel(a, []byte("HTTP/1.1 200 Connection established\r\n\r\n"))
+		}
+		if done := tx.connectVia(a); done {
+			return closeConn
+		}
+		tx.release(a)
+		if tx.clientGone {
+			return closeConn
+		}
+		hop, ok = plan.Next()
+	}
+	if tx.lastErr == nil {
+		tx.lastErr = errorf(http.StatusServiceUnavailable, CodeNoPeers, "", "no live next hop for CONNECT %s", req.Target)
+	}
+	tx.lastErr.Close = true
+	tx.fail(tx.lastErr)
+	return closeConn
+}
+
+// connectVia asks a parent to open the tunnel. It reports whether the
+// client got an answer (a tunnel, or the parent's refusal); otherwise the
+// next hop is tried. The client is watched while the parent thinks: a
+// client that leaves releases everything at once.
+func (tx *txn) connectVia(a *attempt) bool {
+	c := a.conn
+	cfg := tx.cfg
+	req := &tx.req
+	b := append(tx.out[:0], "CONNECT "...)
+	b = append(append(b, req.Target...), " HTTP/1.1\r\nHost: "...)
+	b = append(append(b, req.Target...), "\r\n"...)
+	if ua := req.Get("User-Agent"); ua != nil {
+		b = appendField(b, []byte("User-Agent"), ua)
+	}
+	if login := a.hop.Peer.Login(); login != "" {
+		b = appendLogin(b, login)
+	}
+	b = append(b, "Via: "...)
+	if req.Get("Via") != nil {
+		b = append(appendValues(b, req.Fields, "Via"), ", "...)
+	}
+	b = append(append(b, cfg.via...), "\r\n\r\n"...)
+	tx.out = b
+	c.nc.SetWriteDeadline(time.Now().Add(cfg.ReadTimeout))
+	if _, err := c.nc.Write(b); err != nil {
+		tx.lastErr = errorf(http.StatusBadGateway, CodeBadGateway, a.hop.Peer.Name(), "sending CONNECT: %v", err)
+		return false
+	}
+	w := tx.cc.watch(c.nc)
+	head, err := tx.connectReply(c)
+	w.stop()
+	if tx.clientGone {
+		return false
+	}
+	if err != nil {
+		tx.lastErr = errorf(http.StatusBadGateway, CodeBadGateway, a.hop.Peer.Name(), "reading the CONNECT reply: %v", err)
+		return false
+	}
+	tx.hop, tx.hopped = a.hop, true
+	resp := &tx.resp
+	if resp.Status/100 == 2 {
+		c.r.Release(head)
+		tx.tunnel(a, []byte("HTTP/1.1 200 Connection established\r\n\r\n"))
+		return true
+	}
+	// The parent's refusal (403, 407, 503, ...) goes to the client as is.
+	kind := resp.BodyFor(false)
+	tx.keepAlive = false
+	out := appendStatusLine(tx.out[:0], resp)
+	out = tx.appendResponseFields(out, resp)
+	out = append(out, "X-Peerd-Peer: "...)
+	out = append(append(out, a.hop.Peer.Name()...), "\r\nConnection: close\r\n\r\n"...)
+	tx.out = out
+	tx.cc.w.Write(out)
+	tx.status, tx.headSent = resp.Status, true
+	c.r.Release(head)
+	tx.upBody.Reset(c.r, kind, resp.ContentLength, cfg.maxHeader)
+	n, _ := io.Copy(tx.cc.w, io.LimitReader(&tx.upBody, 1<<20))
+	tx.bytes = n
+	tx.cc.w.Flush()
+	tx.release(a)
+	return true
+}
+
+// connectReply reads a parent's final answer to CONNECT. Interim (1xx)
+// answers are skipped, never taken for the tunnel's start; a reply head
+// larger than max_header_size is a broken answer.
+func (tx *txn) connectReply(c *upConn) ([]byte, error) {
+	c.nc.SetReadDeadline(time.Now().Add(tx.cfg.ReadTimeout))
+	for interim := 0; interim <= 8; interim++ {
+		head, err := c.r.ReadHead(tx.cfg.maxHeader)
+		if err != nil {
+			return nil, err
+		}
+		if err := h1.ParseResponse(head, &tx.resp); err != nil {
+			return nil, err
+		}
+		if tx.resp.Status >= 200 {
+			return head, nil
+		}
+		c.r.Release(head)
+	}
+	return nil, errTooManyInterim
+}
+
+// upgraded switches protocols: the 101 goes to the client and the two
+// connections become a tunnel.
+func (tx *txn) upgraded(a *attempt) outcome {
+	out := appendStatusLine(tx.out[:0], &tx.resp)
+	out = tx.appendResponseFields(out, &tx.resp)
+	out = append(out, "Connection: Upgrade\r\nUpgrade: "...)
+	out = append(append(out, tx.resp.Upgrade...), "\r\n\r\n"...)
+	tx.out = out
+	tx.hop, tx.hopped = a.hop, true
+	a.conn.r.Release(a.head)
+	a.head = nil
+	return tx.tunnel(a, out)
+}
+
+// tunnel answers the client with hello, then copies bytes both ways until
+// both sides are done or idle for read_timeout, passing half-closes on.
+func (tx *txn) tunnel(a *attempt, hello []byte) outcome {
+	p := tx.cc.p
+	cc := tx.cc
+	up := a.conn
+	a.conn = nil
+	defer tx.release(a)
+	tx.status = http.StatusOK
+	if tx.resp.Status == http.StatusSwitchingProtocols {
+		tx.status = http.StatusSwitchingProtocols
+	}
+	tx.tunnelled, tx.headSent = true, true
+	cc.w.Write(hello)
+	if cc.w.Flush() != nil {
+		up.close()
+		tx.clientGone = true
+		return closeConn
+	}
+	release := p.tunnels.add(cc.nc, up.nc)
+	defer release()
+	cc.nc.SetDeadline(time.Time{})
+	up.nc.SetDeadline(time.Time{})
+	fromClient := cc.r.Peek()
+	cc.r.Discard(len(fromClient))
+	fromUp := up.r.Peek()
+	up.r.Discard(len(fromUp))
+	sent, received := splice(cc.nc, fromClient, up.nc, fromUp, tx.cfg.ReadTimeout)
+	cc.nc.Close()
+	up.close()
+	tx.bytes = sent + received
+	return closeConn
+}
+
+// splice copies a→b and b→a (each after its pending bytes) until both
+// directions end. A side that sent EOF is half-closed on the other; when
+// neither direction carries a byte for idle, both are closed.
+func splice(a net.Conn, aPending []byte, b net.Conn, bPending []byte, idle time.Duration) (aToB, bToA int64) {
+	var last atomic.Int64
+	last.Store(time.Now().UnixNano())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		bToA = pipe(a, b, bPending, idle, &last, b)
+	}()
+	aToB = pipe(b, a, aPending, idle, &last, a)
+	wg.Wait()
+	return aToB, bToA
+}
+
+// pipe copies src to dst. Reads time out every idle; a timeout ends the
+// tunnel only when the other direction was idle too.
+func pipe(dst, src net.Conn, pending []byte, idle time.Duration, last *atomic.Int64, other net.Conn) int64 {
+	var n int64
+	if len(pending) > 0 {
+		m, err := dst.Write(pending)
+		n += int64(m)
+		if err != nil {
+			src.Close()
+			dst.Close()
+			return n
+		}
+	}
+	bufp := copyBuffers.Get().(*[]byte)
+	defer copyBuffers.Put(bufp)
+	buf := *bufp
+	for {
+		src.SetReadDeadline(time.Now().Add(idle))
+		m, err := src.Read(buf)
+		if m > 0 {
+			last.Store(time.Now().UnixNano())
+			dst.SetWriteDeadline(time.Now().Add(idle))
+			if _, werr := dst.Write(buf[:m]); werr != nil {
+				src.Close()
+				dst.Close()
+				return n
+			}
+			n += int64(m)
+		}
+		if err == nil {
 			continue
 		}
-		done, err := p.connectVia(w, r, ex, hop, target)
-		if done {
-			return
+		if isTimeout(err) && time.Since(time.Unix(0, last.Load())) < idle {
+			continue // the other direction is busy
 		}
-		p.acct.EndRequest(hop.Peer)
-		if ctx.Err() != nil {
-			ex.clientGone = true
-			return
+		if errors.Is(err, io.EOF) {
+			closeWrite(dst)
+			return n
 		}
-		lastErr = err
+		src.Close()
+		dst.Close()
+		return n
 	}
-	if lastErr == nil {
-		lastErr = errorf(http.StatusServiceUnavailable, CodeNoPeers, "", "no live next hop for CONNECT %s", target)
-	}
-	ex.fail(w, lastErr)
-}
-
-// connectVia asks a parent to open the tunnel. It returns done when the
-// client got an answer (a tunnel, or the parent's refusal); otherwise the
-// error explains why the next hop should be tried. The caller releases the
-// peer's in-flight slot only when done is false.
-func (p *Proxy) connectVia(w http.ResponseWriter, r *http.Request, ex *exchange, hop selection.Hop, target string) (bool, *Error) {
-	c := p.config()
-	peer := hop.Peer
-	conn, err := p.dialer.DialPeer(r.Context(), peer, dialer.Traffic)
-	if err != nil {
-		return false, errorf(http.StatusBadGateway, CodeConnectFailed, peer.Name(), "%v", err)
-	}
-	req := &http.Request{
-		Method: http.MethodConnect, URL: &url.URL{Host: target}, Host: target,
-		Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1, Header: make(http.Header),
-	}
-	if login := peer.Login(); login != "" {
-		req.Header.Set("Proxy-Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte(login)))
-	}
-	if ua := r.Header.Get("User-Agent"); ua != "" {
-		req.Header.Set("User-Agent", ua)
-	}
-	appendVia(req.Header, c.via)
-	conn.SetDeadline(time.Now().Add(c.ReadTimeout))
-	if err := req.Write(conn); err != nil {
-		conn.Close()
-		return false, errorf(http.StatusBadGateway, CodeBadGateway, peer.Name(), "sending CONNECT: %v", err)
-	}
-	br := bufio.NewReader(conn)
-	resp, err := http.ReadResponse(br, req)
-	if err != nil {
-		conn.Close()
-		return false, errorf(http.StatusBadGateway, CodeBadGateway, peer.Name(), "reading CONNECT reply: %v", err)
-	}
-	ex.hop, ex.hopped = hop, true
-	if resp.StatusCode != http.StatusOK {
-		// The parent's answer (e.g. 403, 407, 503) goes to the client as is.
-		defer p.acct.EndRequest(peer)
-		defer conn.Close()
-		h := w.Header()
-		for k, vv := range resp.Header {
-			if k == "Connection" || k == "Keep-Alive" || k == "Proxy-Connection" || k == "Transfer-Encoding" {
-				continue
-			}
-			h[k] = vv
-		}
-		appendVia(h, c.via)
-		h.Set("X-Peerd-Peer", peer.Name())
-		h.Set("Connection", "close")
-		w.WriteHeader(resp.StatusCode)
-		io.Copy(w, io.LimitReader(resp.Body, 1<<20))
-		resp.Body.Close()
-		return true, nil
-	}
-	conn.SetDeadline(time.Time{})
-	defer p.acct.EndRequest(peer)
-	p.splice(w, ex, conn, br)
-	return true, nil
-}
-
-// splice answers 200 to the client and copies bytes both ways until both
-// sides are done, propagating half-closes.
-func (p *Proxy) splice(w http.ResponseWriter, ex *exchange, up net.Conn, upBuf *bufio.Reader) {
-	rc := http.NewResponseController(w)
-	client, brw, err := rc.Hijack()
-	if err != nil {
-		up.Close()
-		ex.fail(w, errorf(http.StatusInternalServerError, CodeBadRequest, "", "cannot tunnel on this connection: %v", err))
-		return
-	}
-	stopFraming(client)
-	ex.status = http.StatusOK
-	release := p.tunnels.add(client, up)
-	defer release()
-	if _, err := client.Write([]byte("HTTP/1.1 200 Connection established\r\n\r\n")); err != nil {
-		client.Close()
-		up.Close()
-		return
-	}
-	var fromUp io.Reader = up
-	if upBuf != nil && upBuf.Buffered() > 0 {
-		fromUp = io.MultiReader(io.LimitReader(upBuf, int64(upBuf.Buffered())), up)
-	}
-	var fromClient io.Reader = client
-	if n := brw.Reader.Buffered(); n > 0 {
-		fromClient = io.MultiReader(io.LimitReader(brw.Reader, int64(n)), client)
-	}
-	var wg sync.WaitGroup
-	var sent, received int64
-	wg.Add(2)
-	go func() {
-		defer wg.Done()
-		sent, _ = io.Copy(up, fromClient)
-		closeWrite(up)
-	}()
-	go func() {
-		defer wg.Done()
-		received, _ = io.Copy(client, fromUp)
-		closeWrite(client)
-	}()
-	wg.Wait()
-	client.Close()
-	up.Close()
-	ex.tunnelBytes = received + sent
 }
 
 type closeWriter interface{ CloseWrite() error }
 
-// closeWrite half-closes c (through peerd's wrappers) so the other side
-// sees EOF but can still answer; a conn that cannot half-close is closed.
+// closeWrite half-closes c so the other side sees EOF but can still
+// answer; a connection that cannot half-close is closed.
 func closeWrite(c net.Conn) {
 	if cw, ok := c.(closeWriter); ok && cw.CloseWrite() == nil {
 		return
@@ -187,17 +257,39 @@ func closeWrite(c net.Conn) {
 	c.Close()
 }
 
-// CloseWrite half-closes the underlying connection.
-func (c *hopConn) CloseWrite() error { return closeWriteOf(c.Conn) }
+// watcher reads the client connection while peerd waits on a next hop, so
+// that a client that leaves is noticed at once. Bytes it reads (a client
+// that talks first, or pipelines) stay buffered for later.
+type watcher struct {
+	cc   *clientConn
+	done chan struct{}
+	gone atomic.Bool // the client closed or broke the connection
+}
 
-// CloseWrite half-closes the underlying connection.
-func (c *framingConn) CloseWrite() error { return closeWriteOf(c.Conn) }
+// watch starts watching the client; when it leaves, up is closed, which
+// ends any wait on it.
+func (cc *clientConn) watch(up net.Conn) *watcher {
+	w := &watcher{cc: cc, done: make(chan struct{})}
+	cc.nc.SetReadDeadline(time.Time{})
+	go func() {
+		defer close(w.done)
+		if err := cc.r.Fill(); err != nil && !isTimeout(err) {
+			w.gone.Store(true)
+			up.Close()
+		}
+	}()
+	return w
+}
 
-func closeWriteOf(c net.Conn) error {
-	if cw, ok := c.(closeWriter); ok {
-		return cw.CloseWrite()
+// stop ends the watch, waits for it, and reports whether the client left.
+func (w *watcher) stop() bool {
+	w.cc.nc.SetReadDeadline(time.Unix(1, 0))
+	<-w.done
+	w.cc.nc.SetReadDeadline(time.Time{})
+	if w.gone.Load() {
+		w.cc.tx.clientGone = true
 	}
-	return c.Close()
+	return w.gone.Load()
 }
 
 // tunnelSet tracks open tunnels so shutdown can wait for them and, past

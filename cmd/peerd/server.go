@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"net"
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -24,6 +26,18 @@ import (
 	"github.com/sirupsen/logrus"
 )
 
+// debugLogger adapts l to a *log.Logger writing at debug level, for
+// net/http's ErrorLog field (logrus's WriterLevel needs a goroutine and a
+// pipe; this needs neither).
+func debugLogger(l logrus.FieldLogger) *log.Logger { return log.New(debugWriter{l}, "", 0) }
+
+type debugWriter struct{ l logrus.FieldLogger }
+
+func (w debugWriter) Write(b []byte) (int, error) {
+	w.l.Debug(strings.TrimSpace(string(b)))
+	return len(b), nil
+}
+
 // server wires the packages together and owns listeners and signals.
 type server struct {
 	path string
@@ -35,9 +49,9 @@ type server struct {
 	proxy   *forwarding.Proxy
 	api     *admin.API
 
-	mu        sync.Mutex // guards cfg, the HTTP servers and access
+	mu        sync.Mutex // guards cfg, the listeners, the admin server and access
 	cfg       *fileConfig
-	proxySrv  *http.Server
+	proxyLn   net.Listener
 	adminSrv  *http.Server
 	access    *forwarding.AccessLog
 	reloading sync.Mutex
@@ -92,23 +106,23 @@ func configureLogger(lg *logrus.Logger, c logConfig) {
 	}
 }
 
-func (s *server) newProxyServer() *http.Server {
-	return &http.Server{
-		Handler:           s.proxy,
-		ReadHeaderTimeout: 30 * time.Second,
-		IdleTimeout:       2 * time.Minute, // Squid client_idle_pconn_timeout
-		MaxHeaderBytes:    64 << 10,
-		ConnContext:       forwarding.ConnContext,
-		ErrorLog:          forwarding.DebugLogger(s.log.WithField("component", "http")),
-	}
-}
-
 func (s *server) newAdminServer() *http.Server {
 	return &http.Server{
 		Handler:           s.api,
 		ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog:          forwarding.DebugLogger(s.log.WithField("component", "admin")),
+		ErrorLog:          debugLogger(s.log.WithField("component", "admin")),
 	}
+}
+
+// serveProxy runs the proxy engine on ln.
+func (s *server) serveProxy(ln net.Listener) {
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		if err := s.proxy.Serve(ln); err != nil {
+			s.log.WithError(err).Error("proxy server stopped")
+		}
+	}()
 }
 
 func (s *server) startServing(srv *http.Server, ln net.Listener, what string) {
@@ -159,8 +173,8 @@ func (s *server) serve(ctx context.Context) error {
 		return fmt.Errorf("proxy listen: %w", err)
 	}
 	s.mu.Lock()
-	s.proxySrv = s.newProxyServer()
-	s.startServing(s.proxySrv, forwarding.Listener(proxyLn), "proxy")
+	s.proxyLn = proxyLn
+	s.serveProxy(proxyLn)
 	s.mu.Unlock()
 	s.log.WithFields(logrus.Fields{"proxy": proxyLn.Addr().String(), "admin": adminLn.Addr().String(), "peers": len(s.reg.Peers()), "version": version}).
 		Info("peerd serving")
@@ -189,7 +203,7 @@ func (s *server) serve(ctx context.Context) error {
 func (s *server) shutdown(sigs <-chan os.Signal) error {
 	s.mu.Lock()
 	timeout := s.cfg.Proxy.ShutdownTimeout
-	proxySrv, adminSrv := s.proxySrv, s.adminSrv
+	adminSrv := s.adminSrv
 	s.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
@@ -206,11 +220,7 @@ func (s *server) shutdown(sigs <-chan os.Signal) error {
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
-		if proxySrv != nil {
-			if err := proxySrv.Shutdown(ctx); err != nil {
-				proxySrv.Close()
-			}
-		}
+		s.proxy.Shutdown(ctx)
 	}()
 	go func() {
 		defer wg.Done()
@@ -304,11 +314,13 @@ func (s *server) reload() error {
 			prev.Close()
 		}
 	}
-	if newProxyLn != nil && s.proxySrv != nil {
-		oldSrv := s.proxySrv
-		s.proxySrv = s.newProxyServer()
-		s.startServing(s.proxySrv, forwarding.Listener(newProxyLn), "proxy")
-		go s.retire(oldSrv, cfg.Proxy.ShutdownTimeout)
+	if newProxyLn != nil && s.proxyLn != nil {
+		// The old listener stops accepting; its connections finish their
+		// requests as usual.
+		old := s.proxyLn
+		s.proxyLn = newProxyLn
+		s.serveProxy(newProxyLn)
+		old.Close()
 		s.log.WithField("proxy", newProxyLn.Addr().String()).Info("proxy listener moved")
 	}
 	if newAdminLn != nil {

@@ -42,6 +42,16 @@ func (b *Reader) Buffered() int { return b.w - b.r }
 // Peek returns the buffered bytes without consuming them.
 func (b *Reader) Peek() []byte { return b.buf[b.r:b.w] }
 
+// Fill reads from src once when nothing is buffered: it waits for the
+// first byte of the next message.
+func (b *Reader) Fill() error {
+	if b.w > b.r {
+		return nil
+	}
+	b.r, b.w, b.scan = 0, 0, 0
+	return b.fill(len(b.buf))
+}
+
 // Discard consumes n buffered bytes.
 func (b *Reader) Discard(n int) {
 	b.r += n
@@ -87,8 +97,6 @@ func (b *Reader) shrink() {
 	n := copy(b.small, b.buf[b.r:b.w])
 	b.buf, b.r, b.w = b.small, 0, n
 }
-
-var crlfcrlf = []byte("\r\n\r\n")
 
 // ReadHead reads a message head: everything up to and including the blank
 // line that ends it. The slice is valid until the next call on b; the

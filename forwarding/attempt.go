@@ -1,0 +1,152 @@
+package forwarding
+
+import (
+	"github.com/peerd/peerd/selection"
+)
+
+// progress is how far one attempt at one next hop got. It only moves
+// forward, and it is set where each step happens, so retry decisions read
+// facts, never error text (the gorouter lesson).
+type progress uint8
+
+const (
+	planned      progress = iota // hop chosen; nothing done
+	dialling                     // a connect is pending
+	connected                    // a connection is had (fresh or pooled)
+	headWritten                  // the whole request head was written
+	bodyWritten                  // the request body was written too
+	responseHead                 // a final response head was read
+	sentToClient                 // a response byte (1xx or final) went to the client
+)
+
+var progressNames = [...]string{"planned", "dialling", "connected", "head_written", "body_written", "response_head", "sent_to_client"}
+
+func (p progress) String() string { return progressNames[p] }
+
+// attempt is one try at one hop.
+type attempt struct {
+	hop      selection.Hop
+	progress progress
+	// reused: the connection sat idle in a pool before this attempt.
+	reused bool
+	// err ends the attempt early; nil once a final response head was read.
+	err error
+	// timedOut: err is read_timeout passing with no response byte.
+	timedOut bool
+	// gotBytes: some response bytes arrived (a head that broke halfway).
+	gotBytes bool
+	// final: a final response head was read; status is its status and
+	// head its bytes in the connection's buffer.
+	final  bool
+	status int
+	head   []byte
+	// clientBody: the client's own body broke while it was sent on.
+	clientBody bool
+
+	conn  *upConn
+	begun bool // the peer's in-flight slot is held
+}
+
+// failure is the class of an attempt that did not end in a usable answer.
+type failure uint8
+
+const (
+	notFailed     failure = iota
+	connectFailed         // no connection: nothing sent; counted against the peer
+	staleConn             // a pooled connection the peer had closed: nothing reached it
+	beforeWrite           // a connection, but the head was not written whole
+	afterWrite            // written; the response never came or broke
+	timedOut              // written; no response byte within read_timeout
+	statusRetry           // a final status listed in retry_on_status
+	committed             // a response byte reached the client: nothing can be redone
+)
+
+var failureReasons = [...]string{"none", "connect_failed", "stale_connection", "before_write", "after_write", "timeout", "status", "committed"}
+
+func (f failure) String() string { return failureReasons[f] }
+
+// class says what kind of failure a finished attempt is. retryStatus
+// reports whether its final status is in retry_on_status.
+func (a *attempt) class(retryStatus bool) failure {
+	switch {
+	case a.final:
+		if retryStatus && a.progress < sentToClient {
+			return statusRetry
+		}
+		return notFailed
+	case a.progress == sentToClient, a.clientBody:
+		// An interim response reached the client, or the client's own
+		// body broke: nothing can be redone.
+		return committed
+	case a.err == nil:
+		return notFailed
+	case a.progress <= dialling:
+		return connectFailed
+	case a.reused && !a.gotBytes && !a.timedOut:
+		// The peer closed the idle connection before our request reached
+		// it (the write succeeded into the kernel, the read saw EOF or a
+		// reset with no byte of answer). Only retriable requests ride
+		// pooled connections, so redoing it is safe.
+		return staleConn
+	case a.progress == connected:
+		return beforeWrite
+	case a.timedOut:
+		return timedOut
+	}
+	return afterWrite
+}
+
+// facts are what the retry decision needs to know about the request.
+type facts struct {
+	// idempotent: the method may be repeated (RFC 9110 9.2.2).
+	idempotent bool
+	// replayable: the body (if any) is buffered and can be sent again.
+	replayable bool
+	// retry504: 504 is in retry_on_status, so a per-try timeout is
+	// retriable exactly like a 504 (the linkerd lesson).
+	retry504 bool
+}
+
+// retriable reports whether the request may be sent again after it was
+// written.
+func (f facts) retriable() bool { return f.idempotent && f.replayable }
+
+// verdict is what to do after an attempt.
+type verdict uint8
+
+const (
+	answer    verdict = iota // give the client what we have: the response or the error
+	nextHop                  // try the next hop of the plan
+	sameFresh                // try the same hop again on a fresh connection
+)
+
+var verdictNames = [...]string{"answer", "next_hop", "same_hop_fresh"}
+
+func (v verdict) String() string { return verdictNames[v] }
+
+// costsBudget reports whether retrying after class c spends the retry
+// budget: connect failures and nothing-written retries cost the peers
+// nothing and are exempt.
+func costsBudget(c failure) bool {
+	return c == afterWrite || c == timedOut || c == statusRetry
+}
+
+// decide is the one place that says whether an attempt is retried. It is
+// pure: budget says whether a budget-costing retry would be allowed now.
+func decide(c failure, f facts, budget bool) verdict {
+	switch c {
+	case connectFailed, beforeWrite:
+		return nextHop
+	case staleConn:
+		return sameFresh
+	case afterWrite, statusRetry:
+		if f.retriable() && budget {
+			return nextHop
+		}
+	case timedOut:
+		if f.retriable() && f.retry504 && budget {
+			return nextHop
+		}
+	}
+	return answer // conservatively
+}

@@ -1,0 +1,144 @@
+package forwarding
+
+import (
+	"bufio"
+	"errors"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/peerd/peerd/internal/h1"
+)
+
+var errTooManyFiles = syscall.EMFILE
+
+// clientConn is one client connection. Requests on it are handled one at
+// a time, in order, so pipelined requests are answered in order; the
+// buffers and the transaction record are reused from request to request.
+type clientConn struct {
+	p  *Proxy
+	nc net.Conn
+	r  *h1.Reader
+	w  *bufio.Writer
+	dw deadlineWriter
+
+	remote    netip.Addr
+	remoteOK  bool
+	remoteStr string
+
+	idle atomic.Bool // waiting for a request (Shutdown may close it)
+	tx   txn
+}
+
+func newClientConn(p *Proxy, nc net.Conn) *clientConn {
+	cc := &clientConn{p: p, nc: nc}
+	cc.dw = deadlineWriter{nc: nc}
+	cc.r = h1.NewReader(nc, 4<<10)
+	cc.w = bufio.NewWriterSize(&cc.dw, 4<<10)
+	if ap, err := netip.ParseAddrPort(nc.RemoteAddr().String()); err == nil {
+		cc.remote, cc.remoteOK = ap.Addr().Unmap(), true
+		cc.remoteStr = cc.remote.String()
+	} else {
+		cc.remoteStr = nc.RemoteAddr().String()
+	}
+	cc.tx.cc = cc
+	return cc
+}
+
+// deadlineWriter applies write_timeout to every write to the client: a
+// client that accepts nothing for that long is cut.
+type deadlineWriter struct {
+	nc      net.Conn
+	timeout time.Duration
+}
+
+func (d *deadlineWriter) Write(b []byte) (int, error) {
+	d.nc.SetWriteDeadline(time.Now().Add(d.timeout))
+	return d.nc.Write(b)
+}
+
+func isTimeout(err error) bool { return errors.Is(err, os.ErrDeadlineExceeded) }
+
+// serve handles requests until the connection closes or must close.
+func (cc *clientConn) serve() {
+	p := cc.p
+	tunnelled := false
+	defer func() {
+		p.conns.remove(cc)
+		if !tunnelled {
+			cc.nc.Close()
+			p.conns.release()
+		}
+	}()
+	if !p.conns.add(cc) {
+		return
+	}
+	for {
+		c := p.config()
+		cc.dw.timeout = c.WriteTimeout
+		if cc.r.Buffered() == 0 {
+			cc.idle.Store(true)
+			if p.conns.closing() {
+				return
+			}
+			cc.nc.SetReadDeadline(time.Now().Add(c.ClientIdleTimeout))
+			err := cc.r.Fill()
+			cc.idle.Store(false)
+			if err != nil {
+				return // idle timeout, client closed, or shutdown
+			}
+		}
+		start := time.Now()
+		cc.nc.SetReadDeadline(start.Add(c.RequestTimeout))
+		head, err := cc.r.ReadHead(c.maxHeader)
+		if err != nil {
+			cc.refuse(c, start, err)
+			return
+		}
+		cc.nc.SetReadDeadline(time.Time{})
+		tx := &cc.tx
+		tx.begin(c, start, head)
+		cc.r.Release(head)
+		switch tx.serve() {
+		case keepOpen:
+			if p.conns.closing() {
+				return
+			}
+		case tunnel:
+			tunnelled = true
+			return
+		default:
+			return
+		}
+	}
+}
+
+// refuse answers a request head that could not be read: 408 for one too
+// slow, 431 for one too large, 400 for a malformed one. A client that
+// simply closed, or reset, gets nothing.
+func (cc *clientConn) refuse(c *runtimeConfig, start time.Time, err error) {
+	tx := &cc.tx
+	tx.begin(c, start, nil)
+	var e *Error
+	switch {
+	case isTimeout(err):
+		e = errorf(408, CodeRequestTimeout, "", "the request head did not arrive within request_timeout (%s)", c.RequestTimeout)
+	case err == h1.ErrHeadTooLarge:
+		e = errorf(431, CodeBadRequest, "", "request head larger than max_header_size (%d bytes)", c.maxHeader)
+	case err == io.EOF || errors.Is(err, net.ErrClosed) || errors.Is(err, syscall.ECONNRESET):
+		return
+	default:
+		var he h1.Error
+		if !errors.As(err, &he) {
+			return // a read error: the client is gone
+		}
+		e = errorf(h1.Status(err), CodeBadRequest, "", "%v", err)
+	}
+	e.Close = true
+	tx.fail(e)
+	tx.finish()
+}

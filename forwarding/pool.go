@@ -1,0 +1,163 @@
+package forwarding
+
+import (
+	"bufio"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/peerd/peerd/internal/h1"
+	"github.com/peerd/peerd/peers"
+)
+
+// upConn is a connection to a next hop that peerd owns: its buffers live
+// as long as it does, so a keep-alive exchange allocates nothing.
+type upConn struct {
+	nc net.Conn
+	r  *h1.Reader
+	w  *bufio.Writer
+	// pool is where the connection goes back when an exchange leaves it
+	// reusable; nil for a connection that is never pooled.
+	pool   *pool
+	idleAt time.Time
+}
+
+func newUpConn(nc net.Conn, pl *pool) *upConn {
+	return &upConn{nc: nc, r: h1.NewReader(nc, 4<<10), w: bufio.NewWriterSize(nc, 4<<10), pool: pl}
+}
+
+func (c *upConn) close() { c.nc.Close() }
+
+// pool is the idle list of one next hop. The newest connection is reused
+// first, so a steady load keeps few connections warm and the rest expire.
+type pool struct {
+	mu   sync.Mutex
+	idle []*upConn
+	// gone: the pool was dropped from the set; what comes back is closed.
+	gone bool
+}
+
+// maxIdlePerHop bounds a hop's idle list.
+const maxIdlePerHop = 256
+
+// get returns an idle connection that has not sat longer than maxIdle, or
+// nil. Connections past it are closed.
+func (pl *pool) get(now time.Time, maxIdle time.Duration) *upConn {
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	for n := len(pl.idle); n > 0; n = len(pl.idle) {
+		c := pl.idle[n-1]
+		pl.idle[n-1] = nil
+		pl.idle = pl.idle[:n-1]
+		if now.Sub(c.idleAt) < maxIdle {
+			return c
+		}
+		c.close()
+	}
+	return nil
+}
+
+// put returns c to the idle list.
+func (pl *pool) put(c *upConn, now time.Time) {
+	c.idleAt = now
+	pl.mu.Lock()
+	if !pl.gone && len(pl.idle) < maxIdlePerHop {
+		pl.idle = append(pl.idle, c)
+		c = nil
+	}
+	pl.mu.Unlock()
+	if c != nil {
+		c.close()
+	}
+}
+
+// expire closes connections idle longer than maxIdle (or all, with 0) and
+// reports how many stay.
+func (pl *pool) expire(now time.Time, maxIdle time.Duration, drop bool) int {
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	pl.gone = pl.gone || drop
+	keep := pl.idle[:0]
+	for _, c := range pl.idle {
+		if !pl.gone && maxIdle > 0 && now.Sub(c.idleAt) < maxIdle {
+			keep = append(keep, c)
+		} else {
+			c.close()
+		}
+	}
+	clear(pl.idle[len(keep):])
+	pl.idle = keep
+	return len(keep)
+}
+
+// pools holds the idle lists of every next hop: per peer handle, and per
+// origin (scheme and authority) for DIRECT.
+type pools struct {
+	mu     sync.RWMutex
+	peers  map[*peers.Peer]*pool
+	direct map[string]*pool
+}
+
+func newPools() *pools {
+	return &pools{peers: make(map[*peers.Peer]*pool), direct: make(map[string]*pool)}
+}
+
+func (ps *pools) forPeer(p *peers.Peer) *pool {
+	ps.mu.RLock()
+	pl := ps.peers[p]
+	ps.mu.RUnlock()
+	if pl != nil {
+		return pl
+	}
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if pl = ps.peers[p]; pl == nil {
+		pl = &pool{}
+		ps.peers[p] = pl
+	}
+	return pl
+}
+
+// forOrigin returns the pool of an origin; key is scheme://host:port. The
+// lookup converts key without allocating; only a new origin's entry does.
+func (ps *pools) forOrigin(key []byte) *pool {
+	ps.mu.RLock()
+	pl := ps.direct[string(key)]
+	ps.mu.RUnlock()
+	if pl != nil {
+		return pl
+	}
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if pl = ps.direct[string(key)]; pl == nil {
+		pl = &pool{}
+		ps.direct[string(key)] = pl
+	}
+	return pl
+}
+
+// expire closes idle connections older than maxIdle everywhere (all of
+// them with 0), drops empty origin pools, and drops the pools of peers not
+// in keep (nil keeps every peer).
+func (ps *pools) expire(now time.Time, maxIdle time.Duration, keep map[*peers.Peer]bool) {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	for p, pl := range ps.peers {
+		if keep != nil && !keep[p] {
+			pl.expire(now, 0, true)
+			delete(ps.peers, p)
+			continue
+		}
+		pl.expire(now, maxIdle, false)
+	}
+	for k, pl := range ps.direct {
+		pl.mu.Lock()
+		empty := len(pl.idle) == 0
+		pl.gone = pl.gone || empty
+		pl.mu.Unlock()
+		if empty || pl.expire(now, maxIdle, false) == 0 {
+			pl.expire(now, 0, true)
+			delete(ps.direct, k)
+		}
+	}
+}

@@ -1,0 +1,432 @@
+package forwarding
+
+import (
+	"errors"
+	"io"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"time"
+	"unsafe"
+
+	"github.com/peerd/peerd/internal/h1"
+	"github.com/peerd/peerd/peers"
+	"github.com/peerd/peerd/selection"
+)
+
+// outcome says what becomes of the client connection after a request.
+type outcome uint8
+
+const (
+	closeConn outcome = iota
+	keepOpen
+	tunnel // the connection belongs to a tunnel now
+)
+
+// body states of a request.
+const (
+	noBody uint8 = iota
+	buffered
+	streaming
+)
+
+// txn is one request on a client connection: what it asked, what happened
+// to it, and the buffers it uses. It is reused from request to request.
+type txn struct {
+	cc    *clientConn
+	cfg   *runtimeConfig
+	start time.Time
+	head  []byte // the request head, copied out of the connection's buffer
+	req   h1.Request
+	// method is the request's method as a string (shared constants for the
+	// common ones, so no allocation).
+	method string
+
+	// What the client got.
+	status     int
+	code       string // X-Peerd-Error when peerd answered itself
+	bytes      int64  // body bytes sent to the client
+	hop        selection.Hop
+	hopped     bool // hop answered
+	headSent   bool // a final response head went to the client
+	keepAlive  bool // the client connection may carry another request
+	clientGone bool
+	tunnelled  bool
+	ctype      []byte // the response's Content-Type, for the access log
+
+	// The request body.
+	body      h1.BodyReader
+	bodyState uint8
+	bodyDone  bool // the body was read to its end (or there was none)
+	buf       []byte
+	maxFwd    int // Max-Forwards to send on, -1 for none
+	facts     facts
+
+	// Upstream.
+	out     []byte // head being built
+	resp    h1.Response
+	upBody  h1.BodyReader
+	a       attempt
+	origin  origin
+	oKey    []byte // the DIRECT pool key, scheme://host:port
+	lastErr *Error
+	logBuf  []byte
+}
+
+// begin starts a transaction for a request head (nil when the head could
+// not be read). head is copied: the connection's buffer moves on.
+func (tx *txn) begin(c *runtimeConfig, start time.Time, head []byte) {
+	*tx = txn{
+		cc: tx.cc, cfg: c, start: start,
+		head: append(tx.head[:0], head...),
+		req:  tx.req, body: tx.body, buf: tx.buf[:0], out: tx.out[:0], resp: tx.resp,
+		upBody: tx.upBody, oKey: tx.oKey[:0], logBuf: tx.logBuf[:0], ctype: tx.ctype[:0],
+		maxFwd: -1, bodyDone: true,
+	}
+}
+
+var methods = [...]string{"GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS", "TRACE", "PATCH", "CONNECT"}
+
+// methodString returns m as a string, without allocating for the common
+// methods.
+func methodString(m []byte) string {
+	for _, s := range methods {
+		if string(m) == s {
+			return s
+		}
+	}
+	return string(m)
+}
+
+// serve handles one parsed request head.
+func (tx *txn) serve() outcome {
+	defer tx.finish()
+	c := tx.cfg
+	cc := tx.cc
+	req := &tx.req
+	if err := h1.ParseRequest(tx.head, req); err != nil {
+		e := errorf(h1.Status(err), CodeBadRequest, "", "%v", err)
+		e.Close = true
+		tx.fail(e)
+		return closeConn
+	}
+	tx.method = methodString(req.Method)
+	tx.keepAlive = req.KeepAlive
+	if req.Chunked || req.ContentLength > 0 {
+		tx.bodyDone = false
+	}
+	if !cc.remoteOK || !c.allowed(cc.remote) {
+		tx.fail(errorf(http.StatusForbidden, CodeAccessDenied, "", "client %s is not in [proxy] allow", cc.remoteStr))
+		return tx.after()
+	}
+	if e := c.loopError(req.Fields); e != nil {
+		tx.fail(e)
+		return tx.after()
+	}
+	if req.Form == h1.AuthorityForm {
+		return tx.serveConnect()
+	}
+	if req.Form != h1.AbsoluteForm {
+		tx.fail(errorf(http.StatusBadRequest, CodeBadRequest, "",
+			"%s %s: peerd is a forward proxy; send an absolute URI (GET http://host/path) or CONNECT host:port", tx.method, req.Target))
+		return tx.after()
+	}
+	if !h1.EqualFold(req.Scheme, "http") && !h1.EqualFold(req.Scheme, "https") {
+		tx.fail(errorf(http.StatusBadRequest, CodeBadRequest, "", "unsupported URL scheme %q", req.Scheme))
+		return tx.after()
+	}
+	if done := tx.maxForwards(); done {
+		return tx.after()
+	}
+	return tx.forward()
+}
+
+// after says what becomes of the connection once peerd answered: it stays
+// open only when the request's body (if any) was consumed, so the next
+// request's framing is known.
+func (tx *txn) after() outcome {
+	if tx.keepAlive && tx.bodyDone && !tx.clientGone {
+		return keepOpen
+	}
+	return closeConn
+}
+
+// maxForwards honours Max-Forwards on TRACE and OPTIONS (RFC 9110 7.6.2):
+// at zero peerd answers itself; otherwise the value is decremented.
+func (tx *txn) maxForwards() bool {
+	if tx.method != http.MethodTrace && tx.method != http.MethodOptions {
+		return false
+	}
+	v := tx.req.Get("Max-Forwards")
+	if v == nil {
+		return false
+	}
+	n, err := strconv.Atoi(string(v))
+	if err != nil || n < 0 {
+		tx.fail(errorf(http.StatusBadRequest, CodeBadRequest, "", "bad Max-Forwards %q", v))
+		return true
+	}
+	if n > 0 {
+		tx.maxFwd = n - 1
+		return false
+	}
+	w := tx.cc.w
+	tx.status = http.StatusOK
+	tx.headSent = true
+	if tx.method == http.MethodOptions {
+		w.WriteString("HTTP/1.1 200 OK\r\nAllow: GET, HEAD, POST, PUT, DELETE, OPTIONS, TRACE, CONNECT, PATCH\r\nContent-Length: 0\r\n\r\n")
+		w.Flush()
+		return true
+	}
+	// TRACE: echo the request as received, less credentials.
+	echo := tx.out[:0]
+	for i, line := range splitLines(tx.head) {
+		if i > 0 && len(line) > 20 && h1.EqualFold(line[:20], "Proxy-Authorization:") {
+			continue
+		}
+		echo = append(append(echo, line...), '\r', '\n')
+	}
+	tx.out = echo
+	w.WriteString("HTTP/1.1 200 OK\r\nContent-Type: message/http\r\nContent-Length: ")
+	w.WriteString(strconv.Itoa(len(echo)))
+	w.WriteString("\r\n\r\n")
+	w.Write(echo)
+	w.Flush()
+	tx.bytes = int64(len(echo))
+	return true
+}
+
+// splitLines splits a head into its lines, without CRLF, up to the blank
+// line.
+func splitLines(head []byte) [][]byte {
+	var out [][]byte
+	for len(head) > 0 {
+		i := 0
+		for i+1 < len(head) && !(head[i] == '\r' && head[i+1] == '\n') {
+			i++
+		}
+		if i == 0 {
+			break
+		}
+		out = append(out, head[:i])
+		head = head[min(i+2, len(head)):]
+	}
+	return out
+}
+
+// urlString views the request target as a string for the planner, which
+// only hashes it while the plan is built.
+func urlString(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
+
+// forward sends a plain request along its plan and relays the answer.
+func (tx *txn) forward() outcome {
+	p := tx.cc.p
+	c := tx.cfg
+	if err := tx.prepareBody(); err != nil {
+		if tx.clientGone {
+			return closeConn
+		}
+		e := errorf(http.StatusBadRequest, CodeBadRequest, "", "reading the request body: %v", err)
+		e.Close = true
+		tx.fail(e)
+		return closeConn
+	}
+	tx.facts = facts{idempotent: idempotent(tx.method), replayable: tx.bodyState != streaming, retry504: c.retryStatus[http.StatusGatewayTimeout]}
+	p.budget.deposit()
+	plan := p.planner.Plan(selection.Request{Method: tx.method, URL: urlString(tx.req.Target), ClientIP: tx.cc.remoteStr})
+	hop, ok := plan.Next()
+	pooled := true // the next attempt may ride an idle connection
+	for ok {
+		a := tx.connect(hop, &plan, pooled)
+		pooled = true
+		if a == nil {
+			break // every hop left failed to connect
+		}
+		tx.exchange(a)
+		if tx.clientGone {
+			tx.release(a)
+			return closeConn
+		}
+		if a.progress == responseHead && a.hop.Peer != nil && a.hop.Peer.Type() == peers.Sibling && siblingMiss(a.status) {
+			// A sibling's 504 to only-if-cached is a miss; it never
+			// fetches for us. Not a failure, not a retry.
+			tx.release(a)
+			hop, ok = plan.Next()
+			continue
+		}
+		class := a.class(c.retryStatus[a.status])
+		tx.noteFailure(a, class)
+		switch decide(class, tx.facts, costsBudget(class) && p.budget.available()) {
+		case nextHop:
+			next, more := plan.Next()
+			if more && costsBudget(class) && !p.budget.withdraw() {
+				p.metrics.budgetExhausted()
+				more = false
+			}
+			if more {
+				p.metrics.retry(class.String())
+				tx.release(a)
+				hop = next
+				continue
+			}
+		case sameFresh:
+			p.metrics.retry(class.String())
+			tx.release(a)
+			hop, pooled = a.hop, false
+			continue
+		}
+		return tx.answer(a)
+	}
+	if tx.lastErr != nil {
+		tx.fail(tx.lastErr)
+		return tx.after()
+	}
+	tx.fail(errorf(http.StatusServiceUnavailable, CodeNoPeers, "",
+		"no live next hop for %s (all peers dead, unknown, drained or full, and direct = %q)", tx.req.Host, c.Direct))
+	return tx.after()
+}
+
+// answer gives the client the attempt's response, or its error.
+func (tx *txn) answer(a *attempt) outcome {
+	if a.progress >= responseHead && a.err == nil {
+		return tx.relay(a)
+	}
+	tx.release(a)
+	e := tx.lastErr
+	if e == nil {
+		e = errorf(http.StatusBadGateway, CodeBadGateway, hopName(a.hop), "no response")
+	}
+	if tx.headSent {
+		return closeConn // truncated: the client sees a cut, never a splice
+	}
+	tx.fail(e)
+	return tx.after()
+}
+
+// noteFailure keeps the error the client gets if nothing better follows.
+func (tx *txn) noteFailure(a *attempt, class failure) {
+	peer := hopName(a.hop)
+	switch class {
+	case connectFailed:
+		tx.lastErr = errorf(http.StatusBadGateway, CodeConnectFailed, peer, "%v", a.err)
+	case beforeWrite, staleConn:
+		if tx.lastErr == nil || tx.lastErr.Code != CodeConnectFailed {
+			tx.lastErr = errorf(http.StatusBadGateway, CodeBadGateway, peer, "%v", a.err)
+		}
+	case timedOut:
+		tx.lastErr = errorf(http.StatusGatewayTimeout, CodeTimeout, peer, "no response within read_timeout (%s)", tx.cfg.ReadTimeout)
+	case afterWrite:
+		tx.lastErr = errorf(http.StatusBadGateway, CodeBadGateway, peer, "%v", a.err)
+	}
+}
+
+func hopName(h selection.Hop) string {
+	if h.Peer == nil {
+		return ""
+	}
+	return h.Peer.Name()
+}
+
+// prepareBody reads up to max_retry_body of the request body, so that the
+// request can be sent again; a longer body streams (the buffered part,
+// then the rest) and makes the request non-retriable once written. A
+// client that asked for 100-continue is told to go on first.
+func (tx *txn) prepareBody() error {
+	req := &tx.req
+	if !req.Chunked && req.ContentLength <= 0 {
+		return nil
+	}
+	if req.Expect100 && req.Minor == 1 {
+		tx.cc.w.WriteString("HTTP/1.1 100 Continue\r\n\r\n")
+		if err := tx.cc.w.Flush(); err != nil {
+			tx.clientGone = true
+			return err
+		}
+	}
+	kind := h1.LengthBody
+	if req.Chunked {
+		kind = h1.ChunkedBody
+	}
+	tx.body.Reset(tx.cc.r, kind, req.ContentLength, tx.cfg.maxHeader)
+	max := int64(tx.cfg.MaxRetryBody)
+	if !req.Chunked && req.ContentLength > max {
+		tx.bodyState = streaming
+		return nil
+	}
+	tx.cc.nc.SetReadDeadline(time.Now().Add(tx.cfg.RequestTimeout))
+	defer tx.cc.nc.SetReadDeadline(time.Time{})
+	for int64(len(tx.buf)) <= max {
+		if len(tx.buf) == cap(tx.buf) {
+			tx.buf = append(tx.buf, 0)[:len(tx.buf)]
+		}
+		n, err := tx.body.Read(tx.buf[len(tx.buf):min(cap(tx.buf), int(max)+1)])
+		tx.buf = tx.buf[:len(tx.buf)+n]
+		if err == io.EOF {
+			tx.bodyState, tx.bodyDone = buffered, true
+			return nil
+		}
+		if err != nil {
+			var he h1.Error
+			if !errors.As(err, &he) {
+				tx.clientGone = true
+			}
+			return err
+		}
+	}
+	tx.bodyState = streaming
+	return nil
+}
+
+// fail answers the client with an error peerd made itself.
+func (tx *txn) fail(e *Error) {
+	tx.status, tx.code = e.Status, e.Code
+	if e.Close {
+		tx.keepAlive = false
+	}
+	if tx.headSent {
+		return
+	}
+	tx.headSent = true
+	if !tx.bodyDone {
+		// The body was not read: the connection's framing is lost after
+		// this answer.
+		tx.keepAlive = false
+	}
+	n := writeError(tx.cc.w, e, tx.method == http.MethodHead, tx.keepAlive)
+	tx.bytes = int64(n)
+	if tx.cc.w.Flush() != nil {
+		tx.clientGone = true
+	}
+}
+
+// finish writes the access log line and metrics of the transaction.
+func (tx *txn) finish() {
+	p := tx.cc.p
+	if tx.status == 0 && !tx.clientGone {
+		return // nothing was asked (a client that went away idle)
+	}
+	elapsed := time.Since(tx.start)
+	hier := tx.hierarchy()
+	p.metrics.observeRequest(tx.status, hier, elapsed)
+	if al := p.access.Load(); al != nil {
+		tx.logBuf = tx.appendLog(tx.logBuf[:0], elapsed, hier)
+		al.Write(tx.logBuf)
+	}
+}
+
+func (tx *txn) hierarchy() string {
+	if !tx.hopped {
+		return "HIER_NONE"
+	}
+	return tx.hop.Code
+}
+
+// allowed reports whether the [proxy] allow ACL admits a.
+func (c *runtimeConfig) allowed(a netip.Addr) bool {
+	for _, pr := range c.allow {
+		if pr.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
