@@ -37,7 +37,10 @@ import (
 var (
 	outDir   = flag.String("out", "bench/results", "results directory")
 	duration = flag.Duration("d", 5*time.Second, "throughput run length per target")
-	conns    = flag.Int("c", 32, "connections for the throughput runs")
+	conns    = flag.Int("c", 16, "connections for the throughput runs")
+	size     = flag.Int("size", 512, "response body bytes of the throughput runs")
+	lowRate  = flag.Int("lowrate", 100, "requests per second for the low-rate latency run through real Squid parents")
+	sections = flag.String("run", "throughput,lowrate,failover,memory", "sections to run, comma-separated")
 	tunnels  = flag.Int("tunnels", 2000, "idle CONNECT tunnels for the memory run")
 	rate     = flag.Int("rate", 1000, "requests per second for the fixed-rate latency runs")
 )
@@ -57,33 +60,45 @@ func main() {
 	must(build.Run())
 
 	squidBin, _ := exec.LookPath("squid")
+	atsBin, _ := exec.LookPath("traffic_server")
 	wrkBin, _ := exec.LookPath("wrk")
 	res := &Results{
 		When:    time.Now().UTC().Format(time.RFC3339),
 		Machine: machine(),
 		Squid:   squidVersion(squidBin),
+		ATS:     atsVersion(atsBin),
 		Loader:  "wrk",
 	}
 	if wrkBin == "" {
 		res.Loader = "go"
 	}
 
-	fmt.Fprintln(os.Stderr, "== throughput")
-	res.Throughput = throughput(work, peerdBin, squidBin, wrkBin)
-	fmt.Fprintln(os.Stderr, "== failover: parent killed and restarted")
-	res.Failover = []Failover{failover(work, "peerd", peerdBin, "", "kill")}
-	if squidBin != "" {
-		res.Failover = append(res.Failover, failover(work, "squid", "", squidBin, "kill"))
+	if want("throughput") {
+		fmt.Fprintln(os.Stderr, "== throughput")
+		res.Throughput = throughput(work, peerdBin, squidBin, atsBin, wrkBin)
 	}
-	fmt.Fprintln(os.Stderr, "== failover: parent black-holed")
-	res.Blackhole = []Failover{failover(work, "peerd", peerdBin, "", "blackhole")}
-	if squidBin != "" {
-		res.Blackhole = append(res.Blackhole, failover(work, "squid", "", squidBin, "blackhole"))
+	if squidBin != "" && want("lowrate") {
+		fmt.Fprintf(os.Stderr, "== latency at %d req/s through two real Squid parents\n", *lowRate)
+		res.LowRate = lowRateRun(work, peerdBin, squidBin, atsBin)
 	}
-	fmt.Fprintln(os.Stderr, "== memory: idle CONNECT tunnels")
-	res.Memory = []Memory{memory(work, "peerd", peerdBin, "")}
-	if squidBin != "" {
-		res.Memory = append(res.Memory, memory(work, "squid", "", squidBin))
+	if want("failover") {
+		fmt.Fprintln(os.Stderr, "== failover: parent killed and restarted")
+		res.Failover = []Failover{failover(work, "peerd", peerdBin, "", "kill")}
+		if squidBin != "" {
+			res.Failover = append(res.Failover, failover(work, "squid", "", squidBin, "kill"))
+		}
+		fmt.Fprintln(os.Stderr, "== failover: parent black-holed")
+		res.Blackhole = []Failover{failover(work, "peerd", peerdBin, "", "blackhole")}
+		if squidBin != "" {
+			res.Blackhole = append(res.Blackhole, failover(work, "squid", "", squidBin, "blackhole"))
+		}
+	}
+	if want("memory") {
+		fmt.Fprintln(os.Stderr, "== memory: idle CONNECT tunnels")
+		res.Memory = []Memory{memory(work, "peerd", peerdBin, "")}
+		if squidBin != "" {
+			res.Memory = append(res.Memory, memory(work, "squid", "", squidBin))
+		}
 	}
 	res.Seconds = time.Since(start).Seconds()
 
@@ -94,6 +109,16 @@ func main() {
 	must(os.WriteFile(filepath.Join(*outDir, "results.md"), []byte(md), 0o644))
 	must(os.WriteFile(filepath.Join(*outDir, "throughput.svg"), []byte(res.svg()), 0o644))
 	fmt.Fprintf(os.Stderr, "wrote %s/results.{json,md} and throughput.svg in %.0fs\n", *outDir, res.Seconds)
+}
+
+// want reports whether a section was asked for with -run.
+func want(section string) bool {
+	for _, s := range strings.Split(*sections, ",") {
+		if strings.TrimSpace(s) == section {
+			return true
+		}
+	}
+	return false
 }
 
 func must(err error) {
@@ -109,9 +134,11 @@ type Results struct {
 	When       string       `json:"when"`
 	Machine    string       `json:"machine"`
 	Squid      string       `json:"squid"`
+	ATS        string       `json:"ats"`
 	Loader     string       `json:"loader"`
 	Seconds    float64      `json:"seconds"`
 	Throughput []Throughput `json:"throughput"`
+	LowRate    []Throughput `json:"low_rate_via_squid_parents"`
 	Failover   []Failover   `json:"failover"`
 	Blackhole  []Failover   `json:"blackhole"`
 	Memory     []Memory     `json:"memory"`
@@ -125,6 +152,10 @@ type Throughput struct {
 	Errors     int     `json:"errors"`
 	FixedP50ms float64 `json:"fixed_rate_p50_ms"`
 	FixedP99ms float64 `json:"fixed_rate_p99_ms"`
+	// CPU of the child process over the loaded window: share of one core,
+	// and microseconds per request (0: not measured, e.g. direct).
+	CPUPct      float64 `json:"child_cpu_pct"`
+	CPUusPerReq float64 `json:"child_cpu_us_per_request"`
 }
 
 type Failover struct {
@@ -167,21 +198,34 @@ func (r *Results) tp(target string) *Throughput {
 
 func (r *Results) markdown() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "# peerd benchmark\n\n%s; %s; Squid %s; load by %s; %.0fs in all.\n\n", r.When, r.Machine, r.Squid, r.Loader, r.Seconds)
-	fmt.Fprintf(&b, "## 1. Keep-alive GETs (1 KiB), %d connections, %s per target\n\n", *conns, *duration)
-	fmt.Fprintf(&b, "| path | req/s | p50 ms | p99 ms | errors | p50 ms at %d req/s | p99 ms at %d req/s |\n|---|---:|---:|---:|---:|---:|---:|\n", *rate, *rate)
+	fmt.Fprintf(&b, "# peerd benchmark\n\n%s; %s; Squid %s; ATS %s; load by %s; %.0fs in all.\n\n", r.When, r.Machine, r.Squid, r.ATS, r.Loader, r.Seconds)
+	fmt.Fprintf(&b, "## 1. Keep-alive GETs (%d B answers), %d connections, %s per target\n\n", *size, *conns, *duration)
+	fmt.Fprintf(&b, "| path | req/s | child CPU %% | CPU µs per request | p50 ms | p99 ms | errors | p50 ms at %d req/s | p99 ms at %d req/s |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n", *rate, *rate)
 	for _, t := range r.Throughput {
-		fmt.Fprintf(&b, "| %s | %.0f | %.2f | %.2f | %d | %.2f | %.2f |\n", t.Target, t.RPS, t.P50ms, t.P99ms, t.Errors, t.FixedP50ms, t.FixedP99ms)
+		cpu, per := "n/a", "n/a"
+		if t.CPUusPerReq > 0 {
+			cpu, per = fmt.Sprintf("%.0f", t.CPUPct), fmt.Sprintf("%.1f", t.CPUusPerReq)
+		}
+		fmt.Fprintf(&b, "| %s | %.0f | %s | %s | %.2f | %.2f | %d | %.2f | %.2f |\n", t.Target, t.RPS, cpu, per, t.P50ms, t.P99ms, t.Errors, t.FixedP50ms, t.FixedP99ms)
 	}
-	d, p, s := r.tp("client → parent (direct)"), r.tp("client → peerd → parent"), r.tp("client → squid → parent")
+	d, p, s, a := r.tp(targetDirect), r.tp(targetPeerd), r.tp(targetSquid), r.tp(targetATS)
 	if d != nil && p != nil {
 		fmt.Fprintf(&b, "\nThroughput peerd/direct = %s", ratio(p.RPS, d.RPS))
 		if s != nil && s.RPS > 0 {
-			fmt.Fprintf(&b, "; peerd/squid = %s; added p99 at saturation: peerd %.2f ms, squid %.2f ms; added p99 at %d req/s: peerd %.2f ms, squid %.2f ms",
-				ratio(p.RPS, s.RPS), p.P99ms-d.P99ms, s.P99ms-d.P99ms, *rate, p.FixedP99ms-d.FixedP99ms, s.FixedP99ms-d.FixedP99ms)
+			fmt.Fprintf(&b, "; peerd/squid = %s", ratio(p.RPS, s.RPS))
+		}
+		if a != nil && a.RPS > 0 {
+			fmt.Fprintf(&b, "; peerd/ats = %s", ratio(p.RPS, a.RPS))
 		}
 		b.WriteString(".\n")
 	}
+	if len(r.LowRate) > 0 {
+		fmt.Fprintf(&b, "\n### Latency at %d req/s (open loop) through two real Squid parents\n\n| child | p50 ms | p99 ms | errors |\n|---|---:|---:|---:|\n", *lowRate)
+		for _, t := range r.LowRate {
+			fmt.Fprintf(&b, "| %s | %.2f | %.2f | %d |\n", t.Target, t.FixedP50ms, t.FixedP99ms, t.Errors)
+		}
+	}
+	b.WriteString(r.goals())
 	for _, sec := range []struct {
 		title string
 		rows  []Failover
@@ -253,6 +297,17 @@ func machine() string {
 	return fmt.Sprintf("%d cores (%s), %s/%s, %s", runtime.NumCPU(), cpu, runtime.GOOS, runtime.GOARCH, runtime.Version())
 }
 
+func atsVersion(bin string) string {
+	if bin == "" {
+		return "not installed"
+	}
+	out, _ := exec.Command(bin, "-V").CombinedOutput()
+	if m := regexp.MustCompile(`Traffic Server (\S+)`).FindSubmatch(out); m != nil {
+		return string(m[1])
+	}
+	return "unknown"
+}
+
 func squidVersion(bin string) string {
 	if bin == "" {
 		return "not installed"
@@ -278,7 +333,8 @@ type parent struct {
 	times    []time.Time // request arrivals since restart (bounded)
 }
 
-var payload = strings.Repeat("p", 1024)
+// payload is the parents' answer body (-size bytes).
+var payload = sync.OnceValue(func() string { return strings.Repeat("p", *size) })
 
 func newParent(name string) *parent {
 	p := &parent{name: name}
@@ -301,9 +357,10 @@ func (p *parent) serve(ln net.Listener) {
 			http.Error(w, "no", http.StatusForbidden)
 			return
 		}
-		w.Header().Set("Content-Length", "1024")
+		body := payload()
+		w.Header().Set("Content-Length", strconv.Itoa(len(body)))
 		w.Header().Set("Cache-Control", "no-store")
-		io.WriteString(w, payload)
+		io.WriteString(w, body)
 	})}
 	p.mu.Lock()
 	p.ln, p.srv = ln, srv
@@ -311,7 +368,23 @@ func (p *parent) serve(ln net.Listener) {
 	go srv.Serve(ln)
 }
 
-func (p *parent) port() string { _, port, _ := net.SplitHostPort(p.addr); return port }
+func (p *parent) port() string { return portOf(p.addr) }
+
+func (p *parent) hop() hop { return hop{name: p.name, port: p.port()} }
+
+func portOf(addr string) string { _, port, _ := net.SplitHostPort(addr); return port }
+
+// hop is a next hop of a child under test: a loopback parent's name and
+// port.
+type hop struct{ name, port string }
+
+func hopsOf(ps []*parent) []hop {
+	out := make([]hop, len(ps))
+	for i, p := range ps {
+		out[i] = p.hop()
+	}
+	return out
+}
 
 func (p *parent) kill() {
 	p.mu.Lock()
@@ -373,7 +446,7 @@ type child struct {
 
 func (c *child) stop() {
 	if c.cmd != nil && c.cmd.Process != nil {
-		if c.kind == "squid" {
+		if c.kind == "squid" || c.kind == "ats" {
 			c.cmd.Process.Kill()
 		} else {
 			c.cmd.Process.Signal(syscall.SIGTERM)
@@ -406,14 +479,14 @@ func waitListening(addr string) {
 }
 
 // startPeerd runs peerd with the given parents.
-func startPeerd(work, bin string, parents []*parent, extra string) *child {
+func startPeerd(work, bin string, parents []hop, extra string) *child {
 	dir, _ := os.MkdirTemp(work, "peerd-")
 	port, admin := freePort(), freePort()
 	var b strings.Builder
 	fmt.Fprintf(&b, "[proxy]\nlisten = \"127.0.0.1:%s\"\nconnect_timeout = \"1s\"\n%s\n[admin]\nlisten = \"127.0.0.1:%s\"\n[log]\nlevel = \"warn\"\n", port, extra, admin)
 	fmt.Fprintf(&b, "[health]\nprobe_interval = \"1s\"\nprobe_max_interval = \"5s\"\n[selection]\npolicy = \"round-robin\"\n")
 	for _, p := range parents {
-		fmt.Fprintf(&b, "[[peer]]\nname = %q\nhost = \"127.0.0.1\"\nport = %s\n", p.name, p.port())
+		fmt.Fprintf(&b, "[[peer]]\nname = %q\nhost = \"127.0.0.1\"\nport = %s\n", p.name, p.port)
 	}
 	conf := filepath.Join(dir, "peerd.toml")
 	must(os.WriteFile(conf, []byte(b.String()), 0o644))
@@ -428,7 +501,7 @@ func startPeerd(work, bin string, parents []*parent, extra string) *child {
 
 // startSquid runs Squid as the child with the given parents (round-robin,
 // no caching), or direct when parents is empty.
-func startSquid(work, bin string, parents []*parent) *child {
+func startSquid(work, bin string, parents []hop) *child {
 	dir, _ := os.MkdirTemp(work, "squid-")
 	os.Chmod(dir, 0o777)
 	port := freePort()
@@ -444,7 +517,7 @@ func startSquid(work, bin string, parents []*parent) *child {
 	} else {
 		b.WriteString("never_direct allow all\n")
 		for _, p := range parents {
-			fmt.Fprintf(&b, "cache_peer 127.0.0.1 parent %s 0 no-query no-digest round-robin name=%s\n", p.port(), p.name)
+			fmt.Fprintf(&b, "cache_peer 127.0.0.1 parent %s 0 no-query no-digest round-robin name=%s\n", p.port, p.name)
 		}
 	}
 	conf := filepath.Join(dir, "squid.conf")
@@ -458,46 +531,228 @@ func startSquid(work, bin string, parents []*parent) *child {
 	return c
 }
 
+// startATS runs Apache Traffic Server as the child: a forward proxy with
+// its cache off, every request to the given parents (round-robin), in a
+// private runroot so it touches nothing of the system's.
+func startATS(work, bin string, parents []hop) *child {
+	dir, _ := os.MkdirTemp(work, "ats-")
+	for _, d := range []string{"etc", "run", "log", "cache"} {
+		must(os.MkdirAll(filepath.Join(dir, d), 0o777))
+	}
+	port := freePort()
+	files := map[string]string{
+		"runroot.yaml": fmt.Sprintf("prefix: /usr\nexec_prefix: /usr\nbindir: /usr/bin\nsbindir: /usr/sbin\nsysconfdir: %[1]s/etc\n"+
+			"datadir: %[1]s/cache\nincludedir: /usr/include\nlibdir: /usr/lib/trafficserver\nlibexecdir: /usr/lib/trafficserver/modules\n"+
+			"localstatedir: %[1]s/run\nruntimedir: %[1]s/run\nlogdir: %[1]s/log\ncachedir: %[1]s/cache\n", dir),
+		"etc/records.config": "CONFIG proxy.config.http.server_ports STRING " + port + "\n" + `CONFIG proxy.config.admin.user_id STRING #-1
+CONFIG proxy.config.http.cache.http INT 0
+CONFIG proxy.config.url_remap.remap_required INT 0
+CONFIG proxy.config.reverse_proxy.enabled INT 0
+CONFIG proxy.config.http.parent_proxy_routing_enable INT 1
+CONFIG proxy.config.http.no_dns_just_forward_to_parent INT 1
+CONFIG proxy.config.http.uncacheable_requests_bypass_parent INT 0
+CONFIG proxy.config.http.parent_proxy.self_detect INT 0
+CONFIG proxy.config.http.connect_attempts_timeout INT 1
+CONFIG proxy.config.exec_thread.autoconfig INT 0
+CONFIG proxy.config.exec_thread.limit INT 2
+CONFIG proxy.config.accept_threads INT 0
+CONFIG proxy.config.log.logging_enabled INT 0
+CONFIG proxy.config.diags.debug.enabled INT 0
+CONFIG proxy.config.cache.ram_cache.size INT 8388608
+`,
+		"etc/storage.config": dir + "/cache 64M\n",
+		"etc/remap.config":   "\n",
+		"etc/ip_allow.yaml":  "ip_allow:\n  - apply: in\n    ip_addrs: 0/0\n    action: allow\n    methods: ALL\n  - apply: in\n    ip_addrs: ::/0\n    action: allow\n    methods: ALL\n",
+		"etc/plugin.config":  "\n",
+		"etc/logging.yaml":   "logging: {}\n",
+	}
+	var ps []string
+	for _, p := range parents {
+		ps = append(ps, "127.0.0.1:"+p.port)
+	}
+	files["etc/parent.config"] = fmt.Sprintf("dest_domain=. parent=%q round_robin=strict go_direct=false\n", strings.Join(ps, ";"))
+	for _, f := range []string{"hosting.config", "volume.config", "cache.config", "sni.yaml", "socks.config", "splitdns.config", "ssl_multicert.config", "strategies.yaml"} {
+		files["etc/"+f] = ""
+	}
+	for name, body := range files {
+		must(os.WriteFile(filepath.Join(dir, name), []byte(body), 0o666))
+	}
+	logf, _ := os.Create(filepath.Join(dir, "stderr.log"))
+	cmd := exec.Command(bin, "--run-root="+filepath.Join(dir, "runroot.yaml"))
+	cmd.Dir = dir
+	cmd.Stdout, cmd.Stderr = logf, logf
+	must(cmd.Start())
+	c := &child{kind: "ats", addr: "127.0.0.1:" + port, cmd: cmd, dir: dir, log: logf}
+	waitListening(c.addr)
+	return c
+}
+
 // ---------------------------------------------------------- 1. throughput
 
-func throughput(work, peerdBin, squidBin, wrkBin string) []Throughput {
+// The throughput targets, by name.
+const (
+	targetDirect = "client → parent (direct)"
+	targetPeerd  = "client → peerd → parent"
+	targetSquid  = "client → squid → parent"
+	targetATS    = "client → ats → parent"
+)
+
+func throughput(work, peerdBin, squidBin, atsBin, wrkBin string) []Throughput {
 	par := newParent("parent")
 	defer par.kill()
-	targets := []struct {
-		name string
-		addr func() (string, func())
-	}{
-		{"client → parent (direct)", func() (string, func()) { return par.addr, func() {} }},
-		{"client → peerd → parent", func() (string, func()) {
-			c := startPeerd(work, peerdBin, []*parent{par}, "")
-			time.Sleep(300 * time.Millisecond) // first probe verdict
-			return c.addr, c.stop
-		}},
+	hops := []hop{par.hop()}
+	type tgt struct {
+		name  string
+		start func() *child // nil: direct
+	}
+	targets := []tgt{
+		{targetDirect, nil},
+		{targetPeerd, func() *child { return startPeerd(work, peerdBin, hops, "") }},
 	}
 	if squidBin != "" {
-		targets = append(targets, struct {
-			name string
-			addr func() (string, func())
-		}{"client → squid → parent", func() (string, func()) {
-			c := startSquid(work, squidBin, []*parent{par})
-			return c.addr, c.stop
-		}})
+		targets = append(targets, tgt{targetSquid, func() *child { return startSquid(work, squidBin, hops) }})
+	}
+	if atsBin != "" {
+		targets = append(targets, tgt{targetATS, func() *child { return startATS(work, atsBin, hops) }})
 	}
 	var out []Throughput
 	for _, t := range targets {
-		addr, stop := t.addr()
-		// Warm up, then measure.
+		addr := par.addr
+		var c *child
+		if t.start != nil {
+			c = t.start()
+			addr = c.addr
+			time.Sleep(300 * time.Millisecond) // first probe verdicts
+		}
+		// Warm up, then measure, with the child's CPU over the window.
 		load(wrkBin, addr, time.Second)
+		var before cpuTime
+		if c != nil {
+			before = readCPU(c.cmd.Process.Pid)
+		}
 		r := load(wrkBin, addr, *duration)
+		if c != nil {
+			used := readCPU(c.cmd.Process.Pid) - before
+			r.CPUPct = 100 * used.Seconds() / duration.Seconds()
+			if n := r.RPS * duration.Seconds(); n > 0 {
+				r.CPUusPerReq = float64(used) / float64(time.Microsecond) / n
+			}
+		}
 		r.Target = t.name
 		// Latency below saturation: an open-loop run at a fixed rate.
-		r.FixedP50ms, r.FixedP99ms = fixedRate(addr, *rate, 3*time.Second)
-		stop()
-		fmt.Fprintf(os.Stderr, "  %-28s %8.0f req/s  p50 %.2f ms  p99 %.2f ms  errors %d; at %d req/s p50 %.2f p99 %.2f ms\n",
-			t.name, r.RPS, r.P50ms, r.P99ms, r.Errors, *rate, r.FixedP50ms, r.FixedP99ms)
+		r.FixedP50ms, r.FixedP99ms, _ = fixedRate(addr, target, *rate, 3*time.Second)
+		if c != nil {
+			c.stop()
+		}
+		fmt.Fprintf(os.Stderr, "  %-28s %8.0f req/s  cpu %.0f%% %.1f µs/req  p50 %.2f ms  p99 %.2f ms  errors %d; at %d req/s p50 %.2f p99 %.2f ms\n",
+			t.name, r.RPS, r.CPUPct, r.CPUusPerReq, r.P50ms, r.P99ms, r.Errors, *rate, r.FixedP50ms, r.FixedP99ms)
 		out = append(out, r)
 	}
 	return out
+}
+
+// cpuTime is a process's user+system CPU time.
+type cpuTime time.Duration
+
+func (c cpuTime) Seconds() float64 { return time.Duration(c).Seconds() }
+
+// readCPU reads utime+stime of pid (all its threads) from /proc/PID/stat.
+func readCPU(pid int) cpuTime {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// The command name (field 2) may hold spaces: fields count from ")".
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(f) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return cpuTime(time.Duration(ut+st) * time.Second / time.Duration(clockTicks()))
+}
+
+var clkTck = sync.OnceValue(func() int64 {
+	out, err := exec.Command("getconf", "CLK_TCK").Output()
+	if n, perr := strconv.ParseInt(strings.TrimSpace(string(out)), 10, 64); err == nil && perr == nil && n > 0 {
+		return n
+	}
+	return 100
+})
+
+func clockTicks() int64 { return clkTck() }
+
+// lowRateRun: latency below saturation through two real Squid parents
+// (which fetch from a local origin), with peerd, Squid and ATS as the
+// child in turn.
+func lowRateRun(work, peerdBin, squidBin, atsBin string) []Throughput {
+	origin := newParent("origin")
+	defer origin.kill()
+	sp1, sp2 := startSquid(work, squidBin, nil), startSquid(work, squidBin, nil)
+	defer sp1.stop()
+	defer sp2.stop()
+	hops := []hop{{name: "sq1", port: portOf(sp1.addr)}, {name: "sq2", port: portOf(sp2.addr)}}
+	u := "http://" + origin.addr + "/obj"
+	kinds := []struct {
+		name  string
+		start func() *child
+	}{
+		{"peerd", func() *child { return startPeerd(work, peerdBin, hops, "") }},
+		{"squid", func() *child { return startSquid(work, squidBin, hops) }},
+	}
+	if atsBin != "" {
+		kinds = append(kinds, struct {
+			name  string
+			start func() *child
+		}{"ats", func() *child { return startATS(work, atsBin, hops) }})
+	}
+	var out []Throughput
+	for _, k := range kinds {
+		c := k.start()
+		time.Sleep(300 * time.Millisecond)
+		fixedRate(c.addr, u, *lowRate, time.Second) // warm
+		r := Throughput{Target: k.name}
+		r.FixedP50ms, r.FixedP99ms, r.Errors = fixedRate(c.addr, u, *lowRate, 5*time.Second)
+		c.stop()
+		fmt.Fprintf(os.Stderr, "  %-6s p50 %.2f ms  p99 %.2f ms  errors %d\n", k.name, r.FixedP50ms, r.FixedP99ms, r.Errors)
+		out = append(out, r)
+	}
+	return out
+}
+
+// goals checks issue 11's figures, all from this one run.
+func (r *Results) goals() string {
+	p, s, a := r.tp(targetPeerd), r.tp(targetSquid), r.tp(targetATS)
+	if p == nil || s == nil || a == nil {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString("\n### Goals (same run)\n\n| goal | figure | met |\n|---|---|---|\n")
+	row := func(goal, fig string, ok bool) { fmt.Fprintf(&b, "| %s | %s | %v |\n", goal, fig, ok) }
+	if a.CPUusPerReq > 0 {
+		q := p.CPUusPerReq / a.CPUusPerReq
+		row("peerd CPU per request ≤ 0.5 × ATS", fmt.Sprintf("%.1f / %.1f µs = %.2f", p.CPUusPerReq, a.CPUusPerReq, q), q <= 0.5)
+	}
+	if a.RPS > 0 {
+		q := p.RPS / a.RPS
+		row("peerd req/s ≥ 1.3 × ATS", fmt.Sprintf("%.0f / %.0f = %.2f", p.RPS, a.RPS, q), q >= 1.3)
+	}
+	worst := min(s.FixedP99ms, a.FixedP99ms)
+	row(fmt.Sprintf("peerd p99 at %d req/s ≤ both anchors", *rate), fmt.Sprintf("%.2f ms (squid %.2f, ats %.2f)", p.FixedP99ms, s.FixedP99ms, a.FixedP99ms), p.FixedP99ms <= worst)
+	var lp, ls *Throughput
+	for i := range r.LowRate {
+		switch r.LowRate[i].Target {
+		case "peerd":
+			lp = &r.LowRate[i]
+		case "squid":
+			ls = &r.LowRate[i]
+		}
+	}
+	if lp != nil && ls != nil {
+		row(fmt.Sprintf("peerd p50 at %d req/s via Squid parents ≤ Squid's", *lowRate), fmt.Sprintf("%.2f ms (squid %.2f)", lp.FixedP50ms, ls.FixedP50ms), lp.FixedP50ms <= ls.FixedP50ms)
+	}
+	return b.String()
 }
 
 const target = "http://origin.bench/obj"
@@ -592,7 +847,7 @@ func goLoad(addr string, d time.Duration) Throughput {
 
 // fixedRate sends rps requests per second for d (open loop: a slow answer
 // does not delay the next request) and returns p50 and p99 latency.
-func fixedRate(addr string, rps int, d time.Duration) (p50, p99 float64) {
+func fixedRate(addr, target string, rps int, d time.Duration) (p50, p99 float64, errs int) {
 	c := proxyClient(addr, 10*time.Second)
 	defer c.CloseIdleConnections()
 	n := int(d.Seconds() * float64(rps))
@@ -614,11 +869,19 @@ func fixedRate(addr string, rps int, d time.Duration) (p50, p99 float64) {
 			io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()
 			lat[i] = time.Since(t0)
+			if resp.StatusCode != 200 {
+				lat[i] = time.Hour
+			}
 		}(i)
 	}
 	wg.Wait()
 	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
-	return pctMs(lat, 0.5), pctMs(lat, 0.99)
+	for _, l := range lat {
+		if l == time.Hour {
+			errs++
+		}
+	}
+	return pctMs(lat, 0.5), pctMs(lat, 0.99), errs
 }
 
 func pctMs(sorted []time.Duration, q float64) float64 {
@@ -652,10 +915,10 @@ func failover(work, kind, peerdBin, squidBin, how string) Failover {
 	}()
 	var c *child
 	if kind == "peerd" {
-		c = startPeerd(work, peerdBin, ps, "")
+		c = startPeerd(work, peerdBin, hopsOf(ps), "")
 		time.Sleep(300 * time.Millisecond)
 	} else {
-		c = startSquid(work, squidBin, ps)
+		c = startSquid(work, squidBin, hopsOf(ps))
 		time.Sleep(500 * time.Millisecond)
 	}
 	defer c.stop()

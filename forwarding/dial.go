@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"net"
+	"net/netip"
 	"sync"
 	"time"
 
@@ -48,24 +49,52 @@ func (p *Proxy) dialHop(hop selection.Hop, o origin) (net.Conn, error) {
 
 // origin is where DIRECT goes for one request.
 type origin struct {
-	addr string // host:port
-	host string // for TLS
+	host string // name or literal address, for resolution and TLS
+	port uint16
 	tls  bool
 }
 
 // dialOrigin connects to an origin within connect_timeout, with TLS for
-// https URLs.
+// https URLs. The name is resolved here, and every address is put to the
+// destination policy before anything is dialled: a name that resolves to
+// the proxy host itself is refused (*access.Denied), whatever else it
+// resolves to.
 func (p *Proxy) dialOrigin(o origin) (net.Conn, error) {
 	c := p.config()
+	pol := p.policy.Load()
 	ctx, cancel := context.WithTimeout(context.Background(), c.ConnectTimeout)
 	defer cancel()
+	var addrs []netip.Addr
+	if a, err := netip.ParseAddr(o.host); err == nil {
+		addrs = []netip.Addr{a}
+	} else {
+		if addrs, err = p.resolver.LookupNetIP(ctx, "ip", o.host); err != nil {
+			return nil, err
+		}
+		if len(addrs) == 0 {
+			return nil, &net.DNSError{Err: "no addresses", Name: o.host, IsNotFound: true}
+		}
+	}
+	if pol.DialChecks() {
+		for _, a := range addrs {
+			if err := pol.CheckDial(netip.AddrPortFrom(a, o.port)); err != nil {
+				return nil, err
+			}
+		}
+	}
 	var conn net.Conn
 	var err error
-	if p.directDial != nil {
-		conn, err = p.directDial(ctx, "tcp", o.addr)
-	} else {
-		var d net.Dialer
-		conn, err = d.DialContext(ctx, "tcp", o.addr)
+	for _, a := range addrs {
+		addr := netip.AddrPortFrom(a, o.port).String()
+		if p.directDial != nil {
+			conn, err = p.directDial(ctx, "tcp", addr)
+		} else {
+			var d net.Dialer
+			conn, err = d.DialContext(ctx, "tcp", addr)
+		}
+		if err == nil || ctx.Err() != nil {
+			break
+		}
 	}
 	if err != nil || !o.tls {
 		return conn, err

@@ -39,6 +39,7 @@ const (
 	CodeTimeout        = "timeout"
 	CodeLoopDetected   = "loop-detected"
 	CodeRequestTimeout = "request-timeout"
+	CodeDenied         = "destination-denied"
 )
 
 var explanations = map[string]string{
@@ -50,6 +51,7 @@ var explanations = map[string]string{
 	CodeTimeout:        "the next hop accepted the request but sent nothing in time",
 	CodeLoopDetected:   "the request has already passed through this proxy (forwarding loop)",
 	CodeRequestTimeout: "the request did not arrive in time",
+	CodeDenied:         "this proxy does not connect to that destination",
 }
 
 func errorf(status int, code, peer string, format string, args ...any) *Error {

@@ -34,6 +34,7 @@ import (
 
 	"context"
 
+	"github.com/peerd/peerd/access"
 	"github.com/peerd/peerd/dialer"
 	"github.com/peerd/peerd/peers"
 	"github.com/peerd/peerd/selection"
@@ -70,6 +71,17 @@ type Options struct {
 	Metrics    *Metrics
 	Log        logrus.FieldLogger
 	Version    string
+	// Policy is the destination policy ([access]); nil means the defaults
+	// with no own addresses.
+	Policy *access.Policy
+	// Resolver resolves origin names for DIRECT; nil means
+	// net.DefaultResolver.
+	Resolver Resolver
+}
+
+// Resolver looks up an origin's addresses.
+type Resolver interface {
+	LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error)
 }
 
 // Proxy is the forward proxy: Serve it on one or more listeners.
@@ -79,6 +91,8 @@ type Proxy struct {
 	dialer     PeerDialer
 	directDial func(ctx context.Context, network, addr string) (net.Conn, error)
 	access     atomic.Pointer[AccessLog]
+	policy     atomic.Pointer[access.Policy]
+	resolver   Resolver
 	metrics    *Metrics
 	log        logrus.FieldLogger
 	version    string
@@ -107,12 +121,23 @@ type runtimeConfig struct {
 func New(o Options) (*Proxy, error) {
 	p := &Proxy{
 		planner: o.Planner, acct: o.Accounting, dialer: o.Dialer, directDial: o.DirectDial,
-		metrics: o.Metrics, log: o.Log, version: o.Version,
+		metrics: o.Metrics, log: o.Log, version: o.Version, resolver: o.Resolver,
 		budget: newRetryBudget(o.Config.RetryBudget),
 		pools:  newPools(),
 		stop:   make(chan struct{}),
 	}
 	p.access.Store(o.AccessLog)
+	if o.Policy == nil {
+		pol, err := access.Compile(access.DefaultConfig(), nil)
+		if err != nil {
+			return nil, err
+		}
+		o.Policy = pol
+	}
+	p.policy.Store(o.Policy)
+	if p.resolver == nil {
+		p.resolver = net.DefaultResolver
+	}
 	if p.log == nil {
 		p.log = logrus.StandardLogger()
 	}
@@ -149,6 +174,9 @@ func (p *Proxy) Update(c Config) error {
 }
 
 func (p *Proxy) config() *runtimeConfig { return p.cfg.Load() }
+
+// SetPolicy replaces the destination policy (on reload).
+func (p *Proxy) SetPolicy(pol *access.Policy) { p.policy.Store(pol) }
 
 // SetAccessLog switches the access log (nil: off).
 func (p *Proxy) SetAccessLog(a *AccessLog) { p.access.Store(a) }

@@ -43,11 +43,12 @@ func (tx *txn) serveConnect() outcome {
 		}
 		hop, ok = plan.Next()
 	}
-	if tx.lastErr == nil {
-		tx.lastErr = errorf(http.StatusServiceUnavailable, CodeNoPeers, "", "no live next hop for CONNECT %s", req.Target)
+	e := tx.finalError()
+	if e == nil {
+		e = errorf(http.StatusServiceUnavailable, CodeNoPeers, "", "no live next hop for CONNECT %s", req.Target)
 	}
-	tx.lastErr.Close = true
-	tx.fail(tx.lastErr)
+	e.Close = true
+	tx.fail(e)
 	return closeConn
 }
 

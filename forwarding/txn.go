@@ -9,6 +9,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/peerd/peerd/access"
 	"github.com/peerd/peerd/internal/h1"
 	"github.com/peerd/peerd/peers"
 	"github.com/peerd/peerd/selection"
@@ -61,6 +62,8 @@ type txn struct {
 	buf       []byte
 	maxFwd    int // Max-Forwards to send on, -1 for none
 	facts     facts
+	port      int    // the destination port (the URL's, or its scheme's)
+	upgrade   []byte // the Upgrade offered on, when the policy allows it
 
 	// Upstream.
 	out     []byte // head being built
@@ -70,6 +73,7 @@ type txn struct {
 	origin  origin
 	oKey    []byte // the DIRECT pool key, scheme://host:port
 	lastErr *Error
+	denied  *Error // a destination the policy refused on the way: it outranks lastErr
 	logBuf  []byte
 }
 
@@ -124,6 +128,12 @@ func (tx *txn) serve() outcome {
 		return tx.after()
 	}
 	if req.Form == h1.AuthorityForm {
+		tx.port = h1.PortNumber(req.Port)
+		if e := tx.checkDestination(true); e != nil {
+			e.Close = true
+			tx.fail(e)
+			return closeConn
+		}
 		return tx.serveConnect()
 	}
 	if req.Form != h1.AbsoluteForm {
@@ -135,10 +145,47 @@ func (tx *txn) serve() outcome {
 		tx.fail(errorf(http.StatusBadRequest, CodeBadRequest, "", "unsupported URL scheme %q", req.Scheme))
 		return tx.after()
 	}
+	switch {
+	case len(req.Port) > 0:
+		tx.port = h1.PortNumber(req.Port)
+	case tx.https():
+		tx.port = 443
+	default:
+		tx.port = 80
+	}
+	if e := tx.checkDestination(false); e != nil {
+		tx.fail(e)
+		return tx.after()
+	}
+	if req.Upgrade != nil {
+		if v := cc.p.policy.Load().Upgrade(string(req.Upgrade)); v != "" {
+			tx.upgrade = req.Upgrade
+		}
+	}
 	if done := tx.maxForwards(); done {
 		return tx.after()
 	}
 	return tx.forward()
+}
+
+// https reports whether the request's URL is https.
+func (tx *txn) https() bool {
+	return tx.req.Form == h1.AbsoluteForm && h1.EqualFold(tx.req.Scheme, "https")
+}
+
+// checkDestination puts the destination's port and name to the policy
+// before anything is dialled or sent; the address dialled is checked again
+// when DIRECT resolves it.
+func (tx *txn) checkDestination(connect bool) *Error {
+	pol := tx.cc.p.policy.Load()
+	err := pol.CheckPort(connect, tx.port)
+	if err == nil && pol.HostChecks() {
+		err = pol.CheckHost(string(tx.req.Host))
+	}
+	if err != nil {
+		return errorf(http.StatusForbidden, CodeDenied, "", "%v", err)
+	}
+	return nil
 }
 
 // after says what becomes of the connection once peerd answered: it stays
@@ -231,7 +278,9 @@ func (tx *txn) forward() outcome {
 		tx.fail(e)
 		return closeConn
 	}
-	tx.facts = facts{idempotent: idempotent(tx.method), replayable: tx.bodyState != streaming, retry504: c.retryStatus[http.StatusGatewayTimeout]}
+	// An upgrade may switch protocols on its connection: never replayed,
+	// never on an idle connection.
+	tx.facts = facts{idempotent: idempotent(tx.method) && tx.upgrade == nil, replayable: tx.bodyState != streaming, retry504: c.retryStatus[http.StatusGatewayTimeout]}
 	p.budget.deposit()
 	plan := p.planner.Plan(selection.Request{Method: tx.method, URL: urlString(tx.req.Target), ClientIP: tx.cc.remoteStr})
 	hop, ok := plan.Next()
@@ -277,8 +326,8 @@ func (tx *txn) forward() outcome {
 		}
 		return tx.answer(a)
 	}
-	if tx.lastErr != nil {
-		tx.fail(tx.lastErr)
+	if e := tx.finalError(); e != nil {
+		tx.fail(e)
 		return tx.after()
 	}
 	tx.fail(errorf(http.StatusServiceUnavailable, CodeNoPeers, "",
@@ -292,7 +341,7 @@ func (tx *txn) answer(a *attempt) outcome {
 		return tx.relay(a)
 	}
 	tx.release(a)
-	e := tx.lastErr
+	e := tx.finalError()
 	if e == nil {
 		e = errorf(http.StatusBadGateway, CodeBadGateway, hopName(a.hop), "no response")
 	}
@@ -303,9 +352,22 @@ func (tx *txn) answer(a *attempt) outcome {
 	return tx.after()
 }
 
+// finalError is the error the client gets when no hop answered.
+func (tx *txn) finalError() *Error {
+	if tx.denied != nil {
+		return tx.denied
+	}
+	return tx.lastErr
+}
+
 // noteFailure keeps the error the client gets if nothing better follows.
 func (tx *txn) noteFailure(a *attempt, class failure) {
 	peer := hopName(a.hop)
+	var denied *access.Denied
+	if errors.As(a.err, &denied) {
+		tx.denied = errorf(http.StatusForbidden, CodeDenied, "", "%v", denied)
+		return
+	}
 	switch class {
 	case connectFailed:
 		tx.lastErr = errorf(http.StatusBadGateway, CodeConnectFailed, peer, "%v", a.err)

@@ -3,7 +3,6 @@ package forwarding
 import (
 	"errors"
 	"io"
-	"net"
 	"net/http"
 	"strconv"
 	"sync"
@@ -166,18 +165,9 @@ func (tx *txn) originFor(hop selection.Hop) origin {
 	if hop.Peer != nil {
 		return origin{}
 	}
-	if tx.origin.addr == "" {
+	if tx.origin.host == "" {
 		req := &tx.req
-		port := string(req.Port)
-		https := req.Form == h1.AbsoluteForm && h1.EqualFold(req.Scheme, "https")
-		if port == "" {
-			port = "80"
-			if https {
-				port = "443"
-			}
-		}
-		host := string(req.Host)
-		tx.origin = origin{addr: net.JoinHostPort(host, port), host: host, tls: https}
+		tx.origin = origin{host: string(req.Host), port: uint16(tx.port), tls: tx.https()}
 	}
 	return tx.origin
 }
@@ -374,7 +364,7 @@ func (tx *txn) receive(a *attempt) {
 			return
 		}
 		st := tx.resp.Status
-		if st >= 200 || (st == http.StatusSwitchingProtocols && tx.req.Upgrade != nil) {
+		if st >= 200 || (st == http.StatusSwitchingProtocols && tx.upgrade != nil) {
 			a.final, a.status, a.head = true, st, head
 			if a.progress < responseHead {
 				a.progress = responseHead
@@ -585,9 +575,9 @@ func (tx *txn) requestHead(hop selection.Hop) []byte {
 			b = appendLogin(b, login)
 		}
 	}
-	if req.Upgrade != nil {
+	if tx.upgrade != nil {
 		b = append(b, "Connection: Upgrade\r\nUpgrade: "...)
-		b = append(append(b, req.Upgrade...), "\r\n"...)
+		b = append(append(b, tx.upgrade...), "\r\n"...)
 	}
 	switch {
 	case tx.bodyState == streaming && req.Chunked, tx.bodyState == buffered && len(tx.body.Trailer) > 0:

@@ -134,12 +134,7 @@ func TestHTTPSemantics(t *testing.T) {
 			io.WriteString(w, "hello")
 		}
 	})
-	p := startPeerd(t, `
-[proxy]
-listen = "127.0.0.1:0"
-[admin]
-listen = "127.0.0.1:0"
-`)
+	p := startPeerd(t, directConfig)
 	c := p.client()
 	get := func(method, path string, body io.Reader) (*http.Response, string) {
 		req, _ := http.NewRequest(method, "http://"+origin+path, body)
@@ -193,7 +188,7 @@ func TestConnectTunnels(t *testing.T) {
 	tlsOrigin := httptest.NewTLSServer(http.HandlerFunc(originHandler))
 	defer tlsOrigin.Close()
 	t.Run("direct", func(t *testing.T) {
-		p := startPeerd(t, "[proxy]\nlisten = \"127.0.0.1:0\"\n[admin]\nlisten = \"127.0.0.1:0\"\n")
+		p := startPeerd(t, directConfig)
 		c := tlsClient(p)
 		defer c.CloseIdleConnections() // ends the tunnel, so shutdown need not wait
 		resp, err := c.Get(tlsOrigin.URL + "/d")
@@ -262,7 +257,7 @@ func TestConnectHalfClose(t *testing.T) {
 	}()
 	for _, via := range []string{"direct", "parent"} {
 		t.Run(via, func(t *testing.T) {
-			cfg := "[proxy]\nlisten = \"127.0.0.1:0\"\n[admin]\nlisten = \"127.0.0.1:0\"\n"
+			cfg := directConfig
 			if via == "parent" {
 				a := newFakeParent(t, "a")
 				cfg = baseConfig + peerBlock("", a)
@@ -319,7 +314,7 @@ func TestUpgradeThroughPeerd(t *testing.T) {
 		line, _ := brw.ReadString('\n')
 		io.WriteString(c, "echo: "+line)
 	})
-	p := startPeerd(t, "[proxy]\nlisten = \"127.0.0.1:0\"\n[admin]\nlisten = \"127.0.0.1:0\"\n")
+	p := startPeerd(t, directConfig+"upgrade = [\"echo\"]\n")
 	c, err := net.Dial("tcp", p.proxy)
 	if err != nil {
 		t.Fatal(err)

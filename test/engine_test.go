@@ -79,11 +79,17 @@ func readBody(t *testing.T, resp *http.Response) string {
 	return string(b)
 }
 
+// directConfig is a direct proxy whose destination policy lets DIRECT
+// requests and tunnels reach the tests' loopback origins, which the
+// default policy (rightly) refuses.
 const directConfig = `
 [proxy]
 listen = "127.0.0.1:0"
 [admin]
 listen = "127.0.0.1:0"
+[access]
+deny_to_local = false
+connect_ports = ["1-65535"]
 `
 
 // TestPipelinedRequestsAnsweredInOrder: three requests in one write get

@@ -494,4 +494,6 @@ listen = "127.0.0.1:0"
 token = "secret"
 [log]
 level = "debug"
+[access]
+connect_ports = ["1-65535"]
 `

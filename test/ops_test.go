@@ -103,7 +103,7 @@ func TestReloadMovesListener(t *testing.T) {
 		time.Sleep(700 * time.Millisecond)
 		io.WriteString(w, "slow done")
 	})
-	cfg := "[proxy]\nlisten = \"127.0.0.1:0\"\n[admin]\nlisten = \"127.0.0.1:0\"\n"
+	cfg := directConfig
 	p := startPeerd(t, cfg)
 	oldProxy := p.proxy
 	done := make(chan result, 1)
@@ -133,7 +133,7 @@ func TestGracefulShutdown(t *testing.T) {
 		time.Sleep(800 * time.Millisecond)
 		io.WriteString(w, "finished")
 	})
-	p := startPeerd(t, "[proxy]\nlisten = \"127.0.0.1:0\"\nshutdown_timeout = \"5s\"\n[admin]\nlisten = \"127.0.0.1:0\"\n")
+	p := startPeerd(t, strings.Replace(directConfig, "[proxy]\n", "[proxy]\nshutdown_timeout = \"5s\"\n", 1))
 	done := make(chan result, 1)
 	go func() { done <- do(p.client(), "GET", "http://"+slow+"/", "") }()
 	time.Sleep(200 * time.Millisecond)
@@ -347,7 +347,7 @@ func TestAccessLogReopen(t *testing.T) {
 	dir := t.TempDir()
 	path := dir + "/access.log"
 	origin := newOrigin(t, originHandler)
-	p := startPeerd(t, fmt.Sprintf("[proxy]\nlisten = \"127.0.0.1:0\"\n[admin]\nlisten = \"127.0.0.1:0\"\n[log]\naccess_log = %q\n", path))
+	p := startPeerd(t, directConfig+fmt.Sprintf("[log]\naccess_log = %q\n", path))
 	do(p.client(), "GET", "http://"+origin+"/one", "")
 	waitFor(t, "flush", 5*time.Second, func() bool { b, _ := os.ReadFile(path); return len(b) > 0 })
 	os.Rename(path, path+".1")
@@ -401,7 +401,7 @@ func TestSecondSignalExitsAtOnce(t *testing.T) {
 		case <-time.After(20 * time.Second):
 		}
 	})
-	p := startPeerd(t, "[proxy]\nlisten = \"127.0.0.1:0\"\nshutdown_timeout = \"30s\"\n[admin]\nlisten = \"127.0.0.1:0\"\n")
+	p := startPeerd(t, strings.Replace(directConfig, "[proxy]\n", "[proxy]\nshutdown_timeout = \"30s\"\n", 1))
 	go do(p.client(), "GET", "http://"+slow+"/", "")
 	time.Sleep(200 * time.Millisecond)
 	p.signal(syscall.SIGTERM)

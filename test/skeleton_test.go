@@ -121,12 +121,7 @@ func TestDirectByDefaultConfig(t *testing.T) {
 	origin := newOrigin(t, func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, "origin saw %s via=%q xff=%q", r.RequestURI, r.Header.Get("Via"), r.Header.Get("X-Forwarded-For"))
 	})
-	p := startPeerd(t, `
-[proxy]
-listen = "127.0.0.1:0"
-[admin]
-listen = "127.0.0.1:0"
-`)
+	p := startPeerd(t, directConfig)
 	resp, err := p.client().Get("http://" + origin + "/hello?x=1")
 	if err != nil {
 		t.Fatal(err)

@@ -5,12 +5,15 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"net"
+	"net/netip"
 	"regexp"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/BurntSushi/toml"
+	"github.com/peerd/peerd/access"
 	"github.com/peerd/peerd/admin"
 	"github.com/peerd/peerd/forwarding"
 	"github.com/peerd/peerd/peers"
@@ -21,6 +24,7 @@ import (
 // fileConfig is the TOML file: each section owned by its package.
 type fileConfig struct {
 	Proxy     forwarding.Config `toml:"proxy"`
+	Access    access.Config     `toml:"access"`
 	Health    peers.Config      `toml:"health"`
 	Selection selection.Config  `toml:"selection"`
 	Admin     admin.Config      `toml:"admin"`
@@ -52,6 +56,7 @@ func (c logConfig) Validate() error {
 func defaultConfig() fileConfig {
 	return fileConfig{
 		Proxy:     forwarding.DefaultConfig(),
+		Access:    access.DefaultConfig(),
 		Health:    peers.DefaultConfig(),
 		Selection: selection.DefaultConfig(),
 		Admin:     admin.DefaultConfig(),
@@ -152,6 +157,7 @@ func (c *fileConfig) validate() []error {
 		errs = append(errs, err)
 	}
 	add(c.Proxy.Validate())
+	add(c.Access.Validate())
 	if _, err := selection.ParseDirect(c.Proxy.Direct); err != nil {
 		add(fmt.Errorf("proxy.direct: %w", err))
 	}
@@ -227,7 +233,7 @@ func locateKey(src []byte, k toml.Key) int {
 }
 
 var (
-	sectionMsg = regexp.MustCompile(`^(proxy|health|selection|admin|log)\.([a-z_]+):`)
+	sectionMsg = regexp.MustCompile(`^(proxy|access|health|selection|admin|log)\.([a-z_]+):`)
 	peerMsg    = regexp.MustCompile(`^peer\[(\d+)\] "[^"]*": ([a-z_]+):`)
 )
 
@@ -256,6 +262,42 @@ func (c *fileConfig) plannerOptions() selection.Options {
 	pol, _ := selection.ParsePolicy(c.Selection.Policy)
 	dir, _ := selection.ParseDirect(c.Proxy.Direct)
 	return selection.Options{Policy: pol, Direct: dir, MaxTries: c.Proxy.ForwardMaxTries}
+}
+
+// policy compiles the destination policy. peerd's own listen and admin
+// addresses are refused as destinations (deny_to_local); a wildcard listen
+// address stands for every address of the host's interfaces.
+func (c *fileConfig) policy() (*access.Policy, error) {
+	var own []netip.AddrPort
+	var local []netip.Addr
+	for _, l := range []string{c.Proxy.Listen, c.Admin.Listen} {
+		ap, err := netip.ParseAddrPort(l)
+		if err != nil {
+			continue
+		}
+		if !ap.Addr().IsUnspecified() {
+			own = append(own, ap)
+			continue
+		}
+		if local == nil {
+			local = interfaceAddrs()
+		}
+		for _, a := range local {
+			own = append(own, netip.AddrPortFrom(a, ap.Port()))
+		}
+	}
+	return access.Compile(c.Access, own)
+}
+
+func interfaceAddrs() []netip.Addr {
+	addrs, _ := net.InterfaceAddrs()
+	out := []netip.Addr{}
+	for _, a := range addrs {
+		if pfx, err := netip.ParsePrefix(a.String()); err == nil {
+			out = append(out, pfx.Addr().Unmap())
+		}
+	}
+	return out
 }
 
 // verdictWait is how long start-up waits for first probe verdicts: the

@@ -84,9 +84,13 @@ func newServer(path string, cfg *fileConfig, stderr io.Writer) (*server, error) 
 			return nil, err
 		}
 	}
+	pol, err := cfg.policy()
+	if err != nil {
+		return nil, err
+	}
 	s.proxy, err = forwarding.New(forwarding.Options{
 		Config: cfg.Proxy, Planner: s.planner, Accounting: reg, Dialer: d,
-		AccessLog: s.access, Metrics: metrics, Log: lg, Version: version,
+		AccessLog: s.access, Metrics: metrics, Log: lg, Version: version, Policy: pol,
 	})
 	if err != nil {
 		return nil, err
@@ -291,7 +295,13 @@ func (s *server) reload() error {
 		}
 	}
 
+	pol, err := cfg.policy()
+	if err != nil {
+		s.log.WithError(err).Error("config reload refused")
+		return err
+	}
 	configureLogger(s.log, cfg.Log)
+	s.proxy.SetPolicy(pol)
 	if err := s.reg.Reconcile(cfg.peerOptions(s.log), cfg.Peers); err != nil {
 		s.log.WithError(err).Error("config reload: peers not applied")
 		return err
