@@ -9,7 +9,8 @@ import (
 // TestDependencyDirection keeps the package graph acyclic and thin:
 // peers imports no package of ours; probes and dialer only peers;
 // selection only peers; forwarding peers, dialer, selection (types) and
-// internal/h1 (framing); internal/h1 nothing of ours; admin only peers;
+// internal/h1 (framing) and access (destination policy); internal/h1 and
+// access nothing of ours; admin only peers;
 // nothing imports cmd/peerd. Third-party libraries stay
 // in their owners: go-memdb in peers, gorilla/mux in admin, toml in
 // cmd/peerd.
@@ -20,7 +21,8 @@ func TestDependencyDirection(t *testing.T) {
 		"dialer":      {"peers"},
 		"probes":      {"peers", "dialer"},
 		"selection":   {"peers"},
-		"forwarding":  {"peers", "dialer", "selection", "internal/h1"},
+		"forwarding":  {"peers", "dialer", "selection", "internal/h1", "access"},
+		"access":      {},
 		"internal/h1": {},
 		"admin":       {"peers"},
 	}
