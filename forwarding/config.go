@@ -13,7 +13,8 @@ import (
 type Config struct {
 	// Listen is the proxy's address (Squid http_port).
 	Listen string `toml:"listen"`
-	// Name is used in Via and for loop detection (visible_hostname).
+	// Name is used in Via and for loop detection (visible_hostname); ""
+	// means the machine's host name.
 	Name string `toml:"name"`
 	// Allow lists the client CIDRs served; anyone else gets 403.
 	Allow []string `toml:"allow"`
@@ -60,7 +61,7 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		Listen:            "127.0.0.1:3128",
-		Name:              "peerd",
+		Name:              "",
 		Allow:             []string{"127.0.0.0/8", "::1/128", "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"},
 		ForwardMaxTries:   25,
 		ConnectTimeout:    30 * time.Second,
@@ -90,8 +91,8 @@ func (c Config) Validate() error {
 	if _, err := netip.ParseAddrPort(c.Listen); err != nil {
 		bad("listen", "%q is not an ip:port address: %v", c.Listen, err)
 	}
-	if strings.TrimSpace(c.Name) == "" || strings.ContainsAny(c.Name, " ,()") {
-		bad("name", "%q must be a non-empty token without spaces, commas or parentheses", c.Name)
+	if c.Name != "" && (strings.TrimSpace(c.Name) == "" || strings.ContainsAny(c.Name, " \t,()")) {
+		bad("name", "%q must be a token without spaces, commas or parentheses (or \"\" for the host name)", c.Name)
 	}
 	if _, err := ParseAllow(c.Allow); err != nil {
 		bad("allow", "%v", err)

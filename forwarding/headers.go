@@ -9,9 +9,13 @@ import (
 	"github.com/peerd/peerd/internal/h1"
 )
 
-// looped reports whether the request's Via already names this proxy:
-// some entry's received-by (the word after the protocol) is name.
-func looped(fields []h1.Field, name string) bool {
+// looped reports whether the request's Via already names this proxy. A
+// configured name is matched on the received-by alone, as Squid matches its
+// unique_hostname. The default name is the host name, which every peerd on
+// the host shares: an entry written by a peerd (its comment says so) is
+// ours only when it carries our instance tag; any other entry with our name
+// is taken for a loop, as before.
+func looped(fields []h1.Field, c *runtimeConfig) bool {
 	for _, f := range fields {
 		if !f.Is("Via") {
 			continue
@@ -23,7 +27,11 @@ func looped(fields []h1.Field, name string) bool {
 			} else {
 				entry, v = v, nil
 			}
-			if h1.EqualFold(receivedBy(entry), name) {
+			by, comment := receivedBy(entry)
+			if !h1.EqualFold(by, c.Name) {
+				continue
+			}
+			if c.named || !bytes.Contains(comment, []byte("(peerd/")) || bytes.HasSuffix(bytes.TrimRight(comment, ") \t"), c.tag) {
 				return true
 			}
 		}
@@ -31,8 +39,8 @@ func looped(fields []h1.Field, name string) bool {
 	return false
 }
 
-// receivedBy returns the second word of a Via entry.
-func receivedBy(entry []byte) []byte {
+// receivedBy returns the second word of a Via entry, and what follows it.
+func receivedBy(entry []byte) (by, rest []byte) {
 	word := func(b []byte) ([]byte, []byte) {
 		for len(b) > 0 && (b[0] == ' ' || b[0] == '\t') {
 			b = b[1:]
@@ -43,14 +51,13 @@ func receivedBy(entry []byte) []byte {
 		}
 		return b[:i], b[i:]
 	}
-	_, rest := word(entry)
-	by, _ := word(rest)
-	return by
+	_, rest = word(entry)
+	return word(rest)
 }
 
 // loopError is the 508 for a request whose Via already names us, or nil.
 func (c *runtimeConfig) loopError(fields []h1.Field) *Error {
-	if !looped(fields, c.Name) {
+	if !looped(fields, c) {
 		return nil
 	}
 	var vias []string

@@ -25,14 +25,17 @@
 package forwarding
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/netip"
+	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"context"
 
 	"github.com/peerd/peerd/access"
 	"github.com/peerd/peerd/dialer"
@@ -97,9 +100,10 @@ type Proxy struct {
 	log        logrus.FieldLogger
 	version    string
 
-	cfg    atomic.Pointer[runtimeConfig]
-	budget *retryBudget
-	pools  *pools
+	cfg      atomic.Pointer[runtimeConfig]
+	instance string // random per process, for loop detection under the default name
+	budget   *retryBudget
+	pools    *pools
 
 	tunnels tunnelSet
 	conns   connSet
@@ -111,6 +115,10 @@ type Proxy struct {
 // runtimeConfig is Config with its words parsed, swapped whole on reload.
 type runtimeConfig struct {
 	Config
+	// named: the name was configured, not defaulted to the host name.
+	named bool
+	// tag ends this process's Via version under the default name.
+	tag         []byte
 	allow       []netip.Prefix
 	retryStatus [600]bool
 	via         string
@@ -122,9 +130,10 @@ func New(o Options) (*Proxy, error) {
 	p := &Proxy{
 		planner: o.Planner, acct: o.Accounting, dialer: o.Dialer, directDial: o.DirectDial,
 		metrics: o.Metrics, log: o.Log, version: o.Version, resolver: o.Resolver,
-		budget: newRetryBudget(o.Config.RetryBudget),
-		pools:  newPools(),
-		stop:   make(chan struct{}),
+		budget:   newRetryBudget(o.Config.RetryBudget),
+		pools:    newPools(),
+		stop:     make(chan struct{}),
+		instance: fmt.Sprintf("%08x", rand.Uint32()),
 	}
 	p.access.Store(o.AccessLog)
 	if o.Policy == nil {
@@ -167,13 +176,38 @@ func (p *Proxy) Update(c Config) error {
 	for _, s := range c.RetryOnStatus {
 		rc.retryStatus[s] = true
 	}
-	rc.via = "1.1 " + c.Name + " (peerd/" + p.version + ")"
+	rc.named = c.Name != ""
+	rc.tag = []byte("+" + p.instance)
+	if !rc.named {
+		rc.Name = hostName()
+	}
+	rc.via = "1.1 " + rc.Name + " (peerd/" + p.viaVersion(rc.named) + ")"
 	p.cfg.Store(rc)
 	p.budget.setRatio(c.RetryBudget)
 	return nil
 }
 
 func (p *Proxy) config() *runtimeConfig { return p.cfg.Load() }
+
+// hostName is the default name: the machine's host name, as Squid's
+// visible_hostname defaults to it.
+func hostName() string {
+	if h, err := os.Hostname(); err == nil && h != "" && !strings.ContainsAny(h, " \t,()") {
+		return h
+	}
+	return "peerd"
+}
+
+// viaVersion is the version peerd writes in its Via comment. Under the
+// default name it carries this process's instance tag as build metadata
+// ("0.1.0+3f9a1c2e"): peerds on one host share the host name, and the tag
+// is how one tells its own Via entry (a loop) from another's (a chain).
+func (p *Proxy) viaVersion(named bool) string {
+	if named {
+		return p.version
+	}
+	return p.version + "+" + p.instance
+}
 
 // SetPolicy replaces the destination policy (on reload).
 func (p *Proxy) SetPolicy(pol *access.Policy) { p.policy.Store(pol) }

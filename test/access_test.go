@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 )
@@ -100,4 +101,38 @@ func rawBody(t *testing.T, p *peerd, req string) rawResult {
 	}
 	b, _ := io.ReadAll(resp.Body)
 	return rawResult{resp.StatusCode, resp.Header.Get("X-Peerd-Error"), string(b)}
+}
+
+// TestChainedDefaultPeerds: two peerds with default names (the host name)
+// chained on one host serve each other's requests instead of answering
+// 508; a request that really comes back to a peerd is still a loop.
+func TestChainedDefaultPeerds(t *testing.T) {
+	origin := newOrigin(t, func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "via=%s", r.Header.Get("Via"))
+	})
+	parent := startPeerd(t, directConfig)
+	_, pport, _ := net.SplitHostPort(parent.proxy)
+	child := startPeerd(t, "[proxy]\nlisten = \"127.0.0.1:0\"\ndirect = \"never\"\n[admin]\nlisten = \"127.0.0.1:0\"\n"+
+		"[[peer]]\nname = \"parent\"\nhost = \"127.0.0.1\"\nport = "+pport+"\n")
+	resp, err := child.client().Get("http://" + origin + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	via := strings.TrimPrefix(string(b), "via=")
+	if resp.StatusCode != 200 || strings.Count(via, "(peerd/") != 2 {
+		t.Fatalf("through two default peerds: %d %q; want 200 with both Via entries", resp.StatusCode, via)
+	}
+	// The Via the origin saw names both; sent back to either, it is a loop.
+	host, _ := os.Hostname()
+	for _, tc := range []struct {
+		to  *peerd
+		via string
+	}{{parent, via}, {child, via}, {parent, "1.1 " + host}} {
+		r := rawBody(t, tc.to, "GET http://"+origin+"/again HTTP/1.1\r\nHost: x\r\nVia: "+tc.via+"\r\n\r\n")
+		if r.status != 508 || r.code != "loop-detected" {
+			t.Fatalf("Via %q: %d %q; want 508 loop-detected", tc.via, r.status, r.code)
+		}
+	}
 }

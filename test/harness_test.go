@@ -487,6 +487,7 @@ func peerBlock(extra string, ps ...loopbackPeer) string {
 const baseConfig = `
 [proxy]
 listen = "127.0.0.1:0"
+name = "peerd"
 connect_timeout = "2s"
 direct = "never"
 [admin]

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -131,7 +132,8 @@ func TestDirectByDefaultConfig(t *testing.T) {
 	if resp.StatusCode != 200 || !strings.Contains(string(body), "origin saw /hello?x=1") {
 		t.Fatalf("%d %s", resp.StatusCode, body)
 	}
-	if !strings.Contains(string(body), `via="1.1 peerd (peerd/`) || !strings.Contains(string(body), `xff="127.0.0.1"`) {
+	host, _ := os.Hostname()
+	if !strings.Contains(string(body), `via="1.1 `+host+` (peerd/`) || !strings.Contains(string(body), `xff="127.0.0.1"`) {
 		t.Fatalf("missing Via/X-Forwarded-For: %s", body)
 	}
 	if v := resp.Header.Get("Via"); !strings.Contains(v, "peerd") {

@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/peerd/peerd/access"
 	"github.com/peerd/peerd/admin"
 	"github.com/peerd/peerd/dialer"
 	"github.com/peerd/peerd/forwarding"
@@ -254,10 +255,13 @@ func (s *server) reopenAccessLog() {
 	s.log.WithField("path", s.access.Path()).Info("access log reopened")
 }
 
-// reload re-reads the config file. A bad file is refused and the running
-// config stays; a good one is applied: peers keeping their name and address
-// keep their state, listeners whose address changed are rebound without
-// dropping in-flight requests.
+// reload re-reads the config file, as a transaction. Everything the new
+// config needs that can fail (listeners on moved addresses, a new access
+// log, the destination policy) is built first; only when all of it exists
+// is it swapped in, and the old is retired, tracked. On any error what was
+// opened is closed again and the running config is untouched. Peers
+// keeping their name and address keep their state; in-flight requests on a
+// moved listener finish.
 func (s *server) reload() error {
 	s.reloading.Lock()
 	defer s.reloading.Unlock()
@@ -269,80 +273,116 @@ func (s *server) reload() error {
 	s.mu.Lock()
 	old := s.cfg
 	s.mu.Unlock()
+	st, err := s.stage(cfg, old)
+	if err != nil {
+		s.log.WithError(err).Error("config reload refused; keeping the running config")
+		return err
+	}
+	if err := s.reg.Reconcile(cfg.peerOptions(s.log), cfg.Peers); err != nil {
+		st.abort()
+		s.log.WithError(err).Error("config reload refused; keeping the running config")
+		return err
+	}
+	s.commit(st, old)
+	s.log.WithFields(logrus.Fields{"peers": len(cfg.Peers), "path": displayPath(s.path)}).Info("config reloaded")
+	return nil
+}
 
-	var newProxyLn, newAdminLn net.Listener
-	var err error
+// staged is what a reload built before anything was swapped.
+type staged struct {
+	cfg              *fileConfig
+	proxyLn, adminLn net.Listener
+	access           *forwarding.AccessLog
+	policy           *access.Policy
+}
+
+// abort closes what staging opened.
+func (st *staged) abort() {
+	if st.proxyLn != nil {
+		st.proxyLn.Close()
+	}
+	if st.adminLn != nil {
+		st.adminLn.Close()
+	}
+	if st.access != nil {
+		st.access.Close()
+	}
+}
+
+// stage builds the resources cfg needs beyond old's.
+func (s *server) stage(cfg, old *fileConfig) (st *staged, err error) {
+	st = &staged{cfg: cfg}
+	defer func() {
+		if err != nil {
+			st.abort()
+		}
+	}()
 	if cfg.Proxy.Listen != old.Proxy.Listen {
-		if newProxyLn, err = net.Listen("tcp", cfg.Proxy.Listen); err != nil {
-			s.log.WithError(err).Error("config reload refused: cannot bind proxy.listen")
-			return fmt.Errorf("proxy.listen: %w", err)
+		if st.proxyLn, err = net.Listen("tcp", cfg.Proxy.Listen); err != nil {
+			return nil, fmt.Errorf("proxy.listen: %w", err)
 		}
 	}
 	if cfg.Admin.Listen != old.Admin.Listen {
-		if newAdminLn, err = net.Listen("tcp", cfg.Admin.Listen); err != nil {
-			if newProxyLn != nil {
-				newProxyLn.Close()
-			}
-			s.log.WithError(err).Error("config reload refused: cannot bind admin.listen")
-			return fmt.Errorf("admin.listen: %w", err)
+		if st.adminLn, err = net.Listen("tcp", cfg.Admin.Listen); err != nil {
+			return nil, fmt.Errorf("admin.listen: %w", err)
 		}
 	}
-	var access *forwarding.AccessLog
 	if cfg.Log.AccessLog != "" && cfg.Log.AccessLog != old.Log.AccessLog {
-		if access, err = forwarding.OpenAccessLog(cfg.Log.AccessLog); err != nil {
-			s.log.WithError(err).Error("config reload refused")
-			return err
+		if st.access, err = forwarding.OpenAccessLog(cfg.Log.AccessLog); err != nil {
+			return nil, fmt.Errorf("log.access_log: %w", err)
 		}
 	}
+	if st.policy, err = cfg.policy(); err != nil {
+		return nil, err
+	}
+	if err = cfg.Proxy.Validate(); err != nil {
+		return nil, err
+	}
+	return st, nil
+}
 
-	pol, err := cfg.policy()
-	if err != nil {
-		s.log.WithError(err).Error("config reload refused")
-		return err
-	}
+// commit swaps the staged config in. Nothing here can fail.
+func (s *server) commit(st *staged, old *fileConfig) {
+	cfg := st.cfg
 	configureLogger(s.log, cfg.Log)
-	s.proxy.SetPolicy(pol)
-	if err := s.reg.Reconcile(cfg.peerOptions(s.log), cfg.Peers); err != nil {
-		s.log.WithError(err).Error("config reload: peers not applied")
-		return err
-	}
+	s.proxy.SetPolicy(st.policy)
 	s.planner.SetOptions(cfg.plannerOptions())
-	if err := s.proxy.Update(cfg.Proxy); err != nil {
-		return err
-	}
+	s.proxy.Update(cfg.Proxy) // validated in stage
 	s.proxy.Prune(s.reg.Peers())
 	s.api.SetToken(cfg.Admin.Token)
 
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	s.cfg = cfg
 	if cfg.Log.AccessLog != old.Log.AccessLog {
 		// Switch writers first, then close the old file.
 		prev := s.access
-		s.access = access
-		s.proxy.SetAccessLog(access)
+		s.access = st.access
+		s.proxy.SetAccessLog(st.access)
 		if prev != nil {
 			prev.Close()
 		}
 	}
-	if newProxyLn != nil && s.proxyLn != nil {
+	if st.proxyLn != nil && s.proxyLn != nil {
 		// The old listener stops accepting; its connections finish their
 		// requests as usual.
-		old := s.proxyLn
-		s.proxyLn = newProxyLn
-		s.serveProxy(newProxyLn)
-		old.Close()
-		s.log.WithField("proxy", newProxyLn.Addr().String()).Info("proxy listener moved")
+		prev := s.proxyLn
+		s.proxyLn = st.proxyLn
+		s.serveProxy(st.proxyLn)
+		prev.Close()
+		s.log.WithField("proxy", st.proxyLn.Addr().String()).Info("proxy listener moved")
 	}
-	if newAdminLn != nil {
-		oldSrv := s.adminSrv
+	if st.adminLn != nil {
+		prev := s.adminSrv
 		s.adminSrv = s.newAdminServer()
-		s.startServing(s.adminSrv, newAdminLn, "admin")
-		go s.retire(oldSrv, cfg.Proxy.ShutdownTimeout)
-		s.log.WithField("admin", newAdminLn.Addr().String()).Info("admin listener moved")
+		s.startServing(s.adminSrv, st.adminLn, "admin")
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.retire(prev, cfg.Proxy.ShutdownTimeout)
+		}()
+		s.log.WithField("admin", st.adminLn.Addr().String()).Info("admin listener moved")
 	}
-	s.mu.Unlock()
-	s.log.WithFields(logrus.Fields{"peers": len(cfg.Peers), "path": displayPath(s.path)}).Info("config reloaded")
-	return nil
 }
 
 // retire stops an old server after a listener move, letting its in-flight
