@@ -309,34 +309,35 @@ func (st *staged) abort() {
 	}
 }
 
-// stage builds the resources cfg needs beyond old's.
-func (s *server) stage(cfg, old *fileConfig) (st *staged, err error) {
-	st = &staged{cfg: cfg}
-	defer func() {
-		if err != nil {
-			st.abort()
-		}
-	}()
+// stage builds the resources cfg needs beyond old's; on an error it
+// closes what it opened.
+func (s *server) stage(cfg, old *fileConfig) (*staged, error) {
+	st := &staged{cfg: cfg}
+	fail := func(err error) (*staged, error) {
+		st.abort()
+		return nil, err
+	}
+	var err error
 	if cfg.Proxy.Listen != old.Proxy.Listen {
 		if st.proxyLn, err = net.Listen("tcp", cfg.Proxy.Listen); err != nil {
-			return nil, fmt.Errorf("proxy.listen: %w", err)
+			return fail(fmt.Errorf("proxy.listen: %w", err))
 		}
 	}
 	if cfg.Admin.Listen != old.Admin.Listen {
 		if st.adminLn, err = net.Listen("tcp", cfg.Admin.Listen); err != nil {
-			return nil, fmt.Errorf("admin.listen: %w", err)
+			return fail(fmt.Errorf("admin.listen: %w", err))
 		}
 	}
 	if cfg.Log.AccessLog != "" && cfg.Log.AccessLog != old.Log.AccessLog {
 		if st.access, err = forwarding.OpenAccessLog(cfg.Log.AccessLog); err != nil {
-			return nil, fmt.Errorf("log.access_log: %w", err)
+			return fail(fmt.Errorf("log.access_log: %w", err))
 		}
 	}
 	if st.policy, err = cfg.policy(); err != nil {
-		return nil, err
+		return fail(err)
 	}
 	if err = cfg.Proxy.Validate(); err != nil {
-		return nil, err
+		return fail(err)
 	}
 	return st, nil
 }
