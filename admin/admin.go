@@ -4,6 +4,7 @@
 package admin
 
 import (
+	"bytes"
 	"context"
 	"crypto/subtle"
 	"encoding/json"
@@ -66,11 +67,12 @@ type API struct {
 	log    logrus.FieldLogger
 	token  atomic.Pointer[string]
 	router *mux.Router
+	guard  *tokenGuard
 }
 
 // New builds the API with the given token.
 func New(o Options, token string) *API {
-	a := &API{reg: o.Registry, prober: o.Prober, reload: o.Reload, log: o.Log}
+	a := &API{reg: o.Registry, prober: o.Prober, reload: o.Reload, log: o.Log, guard: newTokenGuard()}
 	if a.log == nil {
 		a.log = logrus.StandardLogger()
 	}
@@ -103,7 +105,9 @@ func (a *API) SetToken(t string) { a.token.Store(&t) }
 func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) { a.router.ServeHTTP(w, r) }
 
 // write guards a write endpoint: 403 when no token is configured, 401
-// without the right bearer token. The compare is constant-time.
+// without the right bearer token (the scheme is case-insensitive, RFC 9110
+// 11.1), 429 for a source that failed too often. The compare is
+// constant-time.
 func (a *API) write(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		token := *a.token.Load()
@@ -111,14 +115,66 @@ func (a *API) write(h http.HandlerFunc) http.HandlerFunc {
 			writeError(w, http.StatusForbidden, "write endpoints are disabled: set [admin] token")
 			return
 		}
-		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
+		src := sourceOf(r)
+		if !a.guard.allowed(src) {
+			w.Header().Set("Retry-After", "1")
+			writeError(w, http.StatusTooManyRequests, "too many failed token attempts from "+src+"; slow down")
+			return
+		}
+		scheme, got, ok := strings.Cut(strings.TrimSpace(r.Header.Get("Authorization")), " ")
+		if !ok || !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare([]byte(strings.TrimSpace(got)), []byte(token)) != 1 {
+			a.guard.failed(src)
+			a.log.WithField("remote", src).Warn("admin write refused: missing or wrong bearer token")
 			w.Header().Set("WWW-Authenticate", `Bearer realm="peerd"`)
 			writeError(w, http.StatusUnauthorized, "missing or wrong bearer token")
 			return
 		}
 		h(w, r)
 	}
+}
+
+// sourceOf is a request's client address without the port.
+func sourceOf(r *http.Request) string {
+	if ap, err := netip.ParseAddrPort(r.RemoteAddr); err == nil {
+		return ap.Addr().Unmap().String()
+	}
+	return r.RemoteAddr
+}
+
+// maxBody bounds an admin request body.
+const maxBody = 1 << 20
+
+// decodeBody decodes exactly one JSON value of at most maxBody bytes into
+// v, refusing unknown fields and anything after the value. It answers the
+// client itself and reports false on a bad body.
+func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "reading the body: "+err.Error())
+		return false
+	}
+	if len(body) > maxBody {
+		writeError(w, http.StatusRequestEntityTooLarge, "body larger than 1 MiB")
+		return false
+	}
+	if err := decodeJSON(body, v); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return false
+	}
+	return true
+}
+
+// decodeJSON decodes exactly one JSON value into v.
+func decodeJSON(body []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("bad JSON: %v", err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return errors.New("bad JSON: unexpected data after the value")
+	}
+	return nil
 }
 
 func (a *API) listPeers(w http.ResponseWriter, r *http.Request) {
@@ -180,10 +236,7 @@ func (a *API) setState(w http.ResponseWriter, r *http.Request) {
 	var body struct {
 		AdminState *string `json:"admin_state"`
 	}
-	dec := json.NewDecoder(io.LimitReader(r.Body, 1<<16))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&body); err != nil {
-		writeError(w, http.StatusBadRequest, "bad JSON: "+err.Error())
+	if !decodeBody(w, r, &body) {
 		return
 	}
 	if body.AdminState == nil {

@@ -3,11 +3,13 @@ package admin
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/peerd/peerd/peers"
@@ -129,4 +131,68 @@ func TestWritesRefusedWithoutToken(t *testing.T) {
 	if code, _ := call(t, api, "POST", "/peers/p1/probe", "new", ""); code != 200 {
 		t.Errorf("after SetToken: %d; want 200", code)
 	}
+}
+
+// callAuth sends a request with a raw Authorization header.
+func callAuth(t *testing.T, h http.Handler, method, path, auth, body string) (int, string) {
+	t.Helper()
+	req := httptest.NewRequest(method, path, strings.NewReader(body))
+	req.RemoteAddr = "192.0.2.9:4444"
+	if auth != "" {
+		req.Header.Set("Authorization", auth)
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	b, _ := io.ReadAll(rec.Body)
+	return rec.Code, string(b)
+}
+
+func TestHardening(t *testing.T) {
+	api, _, _, _ := newAPI(t, "tok")
+	for _, tc := range []struct {
+		name, auth, body string
+		want             int
+		contains         string
+	}{
+		{"lower-case scheme", "bearer tok", `{"admin_state":"drain"}`, 200, `"admin_state": "drain"`},
+		{"upper-case scheme", "BEARER tok", `{"admin_state":"enabled"}`, 200, `"admin_state": "enabled"`},
+		{"basic scheme", "Basic tok", `{"admin_state":"drain"}`, 401, "bearer token"},
+		{"junk after the value", "Bearer tok", `{"admin_state":"drain"} junk`, 400, "after the value"},
+		{"two values", "Bearer tok", `{"admin_state":"drain"}{"admin_state":"drain"}`, 400, "after the value"},
+		{"too large", "Bearer tok", `{"admin_state":"drain","x":"` + strings.Repeat("a", 1<<20) + `"}`, 413, "1 MiB"},
+	} {
+		code, body := callAuth(t, api, "PUT", "/peers/p1/state", tc.auth, tc.body)
+		if code != tc.want || !strings.Contains(body, tc.contains) {
+			t.Errorf("%s: %d %s; want %d containing %q", tc.name, code, body, tc.want, tc.contains)
+		}
+	}
+}
+
+// TestFailedTokensLimited: a source that keeps guessing is slowed to one
+// attempt a second after a burst of 5; others are not affected, and time
+// restores it.
+func TestFailedTokensLimited(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		api, _, _, _ := newAPI(t, "tok")
+		codes := ""
+		for i := 0; i < 8; i++ {
+			code, _ := callAuth(t, api, "POST", "/peers/p1/probe", "Bearer guess", "")
+			codes += fmt.Sprint(code, " ")
+		}
+		if codes != "401 401 401 401 401 429 429 429 " {
+			t.Fatalf("guesses answered %s; want 5 x 401 then 429", codes)
+		}
+		req := httptest.NewRequest("POST", "/peers/p1/probe", nil)
+		req.RemoteAddr = "198.51.100.1:1"
+		req.Header.Set("Authorization", "Bearer tok")
+		rec := httptest.NewRecorder()
+		api.ServeHTTP(rec, req)
+		if rec.Code != 200 {
+			t.Fatalf("another source: %d; want 200", rec.Code)
+		}
+		time.Sleep(time.Second)
+		if code, _ := callAuth(t, api, "POST", "/peers/p1/probe", "Bearer tok", ""); code != 200 {
+			t.Fatalf("after a second the right token: %d; want 200", code)
+		}
+	})
 }

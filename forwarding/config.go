@@ -3,6 +3,7 @@ package forwarding
 import (
 	"errors"
 	"fmt"
+	"math"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -167,6 +168,9 @@ func (b *ByteSize) UnmarshalText(text []byte) error {
 	n, err := strconv.ParseInt(s, 10, 64)
 	if err != nil || n < 0 {
 		return fmt.Errorf("invalid size %q (want e.g. 64KiB, 1MiB or 512)", string(text))
+	}
+	if n > math.MaxInt64/mult {
+		return fmt.Errorf("size %q is too large (at most 8EiB)", string(text))
 	}
 	*b = ByteSize(n * mult)
 	return nil

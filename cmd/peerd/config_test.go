@@ -64,6 +64,8 @@ func TestConfigProblems(t *testing.T) {
 		{"bad words", "[selection]\npolicy = \"random\"\n[proxy]\ndirect = \"sometimes\"\n[[peer]]\nhost = \"h\"\ntype = \"cousin\"\n",
 			[]string{`line 2: selection.policy: unknown policy "random"`, `line 4: proxy.direct: unknown direct mode "sometimes"`, `line 7: peer[0] "h:3128": type: unknown peer type "cousin"`}},
 		{"bad size", "[proxy]\nmax_retry_body = \"lots\"\n", []string{"line 2", "invalid size"}},
+		{"overflowing size", "[proxy]\nmax_retry_body = \"99999999999999999KiB\"\n", []string{"line 2", "max_retry_body", "too large"}},
+		{"size past int64", "[proxy]\nmax_retry_body = \"99999999999999999999KiB\"\n", []string{"line 2", "max_retry_body", "invalid size"}},
 		{"bad level", "[log]\nlevel = \"loud\"\n", []string{`line 2: log.level: "loud" is not a level`}},
 		{"syntax", "[proxy\n", []string{"line 2", "table name"}},
 	} {

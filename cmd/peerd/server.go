@@ -115,6 +115,9 @@ func (s *server) newAdminServer() *http.Server {
 	return &http.Server{
 		Handler:           s.api,
 		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second, // bodies are at most 1 MiB
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          debugLogger(s.log.WithField("component", "admin")),
 	}
 }
