@@ -41,6 +41,8 @@ var smuggling = []vector{
 	{"POST http://o.test/ HTTP/1.1\r\nHost: o.test\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\nabcd", ErrContentLength},
 	{"POST http://o.test/ HTTP/1.1\r\nHost: o.test\r\nContent-Length: 3\r\nContent-Length: 3\r\n\r\nabc", nil},
 	{"POST http://o.test/ HTTP/1.1\r\nHost: o.test\r\nContent-Length: 3, 3\r\n\r\nabc", ErrContentLength},
+	// Found by FuzzRequest: equal lengths written differently.
+	{"POST http://o.test/ HTTP/1.1\r\nHost: o.test\r\nContent-Length: 03\r\nContent-Length: 3\r\n\r\nabc", ErrContentLength},
 	{"POST http://o.test/ HTTP/1.1\r\nHost: o.test\r\nContent-Length: +3\r\n\r\nabc", ErrContentLength},
 	{"POST http://o.test/ HTTP/1.1\r\nHost: o.test\r\nContent-Length: 0x3\r\n\r\nabc", ErrContentLength},
 	{"POST http://o.test/ HTTP/1.1\r\nHost: o.test\r\nContent-Length: 99999999999999999999\r\n\r\n", ErrContentLength},

@@ -251,6 +251,7 @@ func (r *Request) framing() error {
 	hosts := 0
 	te := 0
 	var trailer bool
+	var cl []byte
 	for _, f := range r.Fields {
 		switch {
 		case f.Is("Host"):
@@ -261,11 +262,13 @@ func (r *Request) framing() error {
 				}
 			}
 		case f.Is("Content-Length"):
+			// Repeats must repeat the same text, not just the same number
+			// ("03" beside "3" is refused, as net/http refuses it).
 			n, ok := parseLength(f.Value)
-			if !ok || (r.ContentLength >= 0 && n != r.ContentLength) {
+			if !ok || (cl != nil && !bytes.Equal(cl, f.Value)) {
 				return ErrContentLength
 			}
-			r.ContentLength = n
+			r.ContentLength, cl = n, f.Value
 		case f.Is("Transfer-Encoding"):
 			te++
 			if !EqualFold(f.Value, "chunked") || te > 1 {
@@ -391,14 +394,17 @@ func ParseResponse(head []byte, r *Response) error {
 	}
 	te := 0
 	trailer := false
+	var cl []byte
 	for _, f := range r.Fields {
 		switch {
 		case f.Is("Content-Length"):
+			// Repeats must repeat the same text, not just the same number
+			// ("03" beside "3" is refused, as net/http refuses it).
 			n, ok := parseLength(f.Value)
-			if !ok || (r.ContentLength >= 0 && n != r.ContentLength) {
+			if !ok || (cl != nil && !bytes.Equal(cl, f.Value)) {
 				return ErrContentLength
 			}
-			r.ContentLength = n
+			r.ContentLength, cl = n, f.Value
 		case f.Is("Transfer-Encoding"):
 			te++
 			if !EqualFold(f.Value, "chunked") || te > 1 {
