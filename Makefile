@@ -5,7 +5,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 PREFIX  ?= /usr/local
 
-.PHONY: build run test race e2e vet lint fuzz bench ci install clean
+.PHONY: build run test race e2e vet lint fuzz bench soak ci install clean
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/peerd
@@ -32,14 +32,25 @@ lint: vet
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); exit 1)
 	$(GO) tool staticcheck ./...
 
+# Short fuzz runs; a release wants each target for 10 minutes or more
+# (FUZZTIME=10m make fuzz).
+FUZZTIME ?= 30s
 fuzz:
-	$(GO) test -run XXX -fuzz FuzzPlanner -fuzztime 30s ./selection/
-	$(GO) test -run XXX -fuzz FuzzParseConfig -fuzztime 30s ./cmd/peerd/
+	$(GO) test -run XXX -fuzz '^FuzzRequest$$' -fuzztime $(FUZZTIME) ./internal/h1/
+	$(GO) test -run XXX -fuzz '^FuzzResponse$$' -fuzztime $(FUZZTIME) ./internal/h1/
+	$(GO) test -run XXX -fuzz FuzzPlanner -fuzztime $(FUZZTIME) ./selection/
+	$(GO) test -run XXX -fuzz FuzzParseConfig -fuzztime $(FUZZTIME) ./cmd/peerd/
 
 # Micro-benchmarks, then the comparison against direct and Squid.
 bench:
 	$(GO) test -run XXX -bench . -benchmem ./peers/ ./selection/ ./forwarding/
 	$(GO) run ./bench
+
+# Faults, reloads and load for SOAK (default 10m): nothing lost, nothing
+# sent twice, nothing leaked.
+SOAK ?= 10m
+soak:
+	$(GO) run ./bench/soak -d $(SOAK)
 
 ci: lint test
 

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"net"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/peerd/peerd/internal/h1"
@@ -13,9 +14,10 @@ import (
 // upConn is a connection to a next hop that peerd owns: its buffers live
 // as long as it does, so a keep-alive exchange allocates nothing.
 type upConn struct {
-	nc net.Conn
-	r  *h1.Reader
-	w  *bufio.Writer
+	nc  net.Conn
+	raw syscall.RawConn // nil when nc is not a socket peerd can peek at
+	r   *h1.Reader
+	w   *bufio.Writer
 	// pool is where the connection goes back when an exchange leaves it
 	// reusable; nil for a connection that is never pooled.
 	pool   *pool
@@ -23,10 +25,35 @@ type upConn struct {
 }
 
 func newUpConn(nc net.Conn, pl *pool) *upConn {
-	return &upConn{nc: nc, r: h1.NewReader(nc, 4<<10), w: bufio.NewWriterSize(nc, 4<<10), pool: pl}
+	c := &upConn{nc: nc, r: h1.NewReader(nc, 4<<10), w: bufio.NewWriterSize(nc, 4<<10), pool: pl}
+	if sc, ok := nc.(syscall.Conn); ok {
+		c.raw, _ = sc.SyscallConn()
+	}
+	return c
 }
 
 func (c *upConn) close() { c.nc.Close() }
+
+// closedByPeer reports whether an idle connection is no use any more: the
+// peer closed it (EOF), broke it, or sent something unasked (an idle
+// connection has nothing to say). A non-blocking peek; nothing is read.
+func (c *upConn) closedByPeer() bool {
+	if c.raw == nil || c.r.Buffered() > 0 {
+		return c.r.Buffered() > 0
+	}
+	var b [1]byte
+	var err error
+	n := 0
+	if rerr := c.raw.Read(func(fd uintptr) bool {
+		n, _, err = syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		return true
+	}); rerr != nil {
+		return true
+	}
+	// EAGAIN: nothing to read, the connection is fine. Anything else (EOF
+	// is n == 0 with no error) means it is finished.
+	return !(n < 0 && (err == syscall.EAGAIN || err == syscall.EWOULDBLOCK))
+}
 
 // pool is the idle list of one next hop. The newest connection is reused
 // first, so a steady load keeps few connections warm and the rest expire.
@@ -71,15 +98,15 @@ func (pl *pool) put(c *upConn, now time.Time) {
 	}
 }
 
-// expire closes connections idle longer than maxIdle (or all, with 0) and
-// reports how many stay.
+// expire closes connections idle longer than maxIdle (or all, with 0),
+// and those their peer has closed meanwhile, and reports how many stay.
 func (pl *pool) expire(now time.Time, maxIdle time.Duration, drop bool) int {
 	pl.mu.Lock()
 	defer pl.mu.Unlock()
 	pl.gone = pl.gone || drop
 	keep := pl.idle[:0]
 	for _, c := range pl.idle {
-		if !pl.gone && maxIdle > 0 && now.Sub(c.idleAt) < maxIdle {
+		if !pl.gone && maxIdle > 0 && now.Sub(c.idleAt) < maxIdle && !c.closedByPeer() {
 			keep = append(keep, c)
 		} else {
 			c.close()
