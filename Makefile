@@ -40,6 +40,7 @@ fuzz:
 	$(GO) test -run XXX -fuzz '^FuzzResponse$$' -fuzztime $(FUZZTIME) ./internal/h1/
 	$(GO) test -run XXX -fuzz FuzzPlanner -fuzztime $(FUZZTIME) ./selection/
 	$(GO) test -run XXX -fuzz FuzzParseConfig -fuzztime $(FUZZTIME) ./cmd/peerd/
+	$(GO) test -run XXX -fuzz FuzzStateBody -fuzztime $(FUZZTIME) ./admin/
 
 # Micro-benchmarks, then the comparison against direct and Squid.
 bench:

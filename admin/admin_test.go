@@ -196,3 +196,36 @@ func TestFailedTokensLimited(t *testing.T) {
 		}
 	})
 }
+
+// FuzzStateBody feeds arbitrary bodies to PUT /peers/{name}/state: never a
+// panic, only 200, 400 or 413, and the peer's admin state changes only on
+// a 200, to the state the body named.
+func FuzzStateBody(f *testing.F) {
+	for _, s := range []string{`{"admin_state":"drain"}`, `{"admin_state":"enabled"} x`, `{"admin_state":1}`, `[`, ``, `{"admin_state":"maintenance","extra":1}`, `null`, `{"admin_state":null}`} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, body string) {
+		api, reg, _, _ := newAPI(t, "tok")
+		before := reg.Get("p1").AdminState()
+		code, out := call(t, api, "PUT", "/peers/p1/state", "tok", body)
+		after := reg.Get("p1").AdminState()
+		switch code {
+		case 200:
+			var want struct {
+				AdminState string `json:"admin_state"`
+			}
+			if err := decodeJSON([]byte(body), &want); err != nil || want.AdminState != after.String() {
+				t.Fatalf("200 for %q, state %s", body, after)
+			}
+		case 400, 413:
+			if after != before {
+				t.Fatalf("%d for %q but the state changed to %s", code, body, after)
+			}
+			if !strings.Contains(out, `"error"`) {
+				t.Fatalf("%d without an error message: %s", code, out)
+			}
+		default:
+			t.Fatalf("%d for %q", code, body)
+		}
+	})
+}
