@@ -8,20 +8,21 @@
 package access
 
 import (
-	"errors"
 	"fmt"
 	"net/netip"
 	"strconv"
 	"strings"
+
+	"github.com/peerd/peerd/internal/conf"
 )
 
 // Config is the [access] section.
 type Config struct {
 	// SafePorts are the ports plain requests may go to (Squid Safe_ports):
 	// "80" or ranges "1025-65535".
-	SafePorts []string `toml:"safe_ports"`
+	SafePorts []PortRange `toml:"safe_ports"`
 	// ConnectPorts are the ports CONNECT may go to (Squid SSL_ports).
-	ConnectPorts []string `toml:"connect_ports"`
+	ConnectPorts []PortRange `toml:"connect_ports"`
 	// DenyToLocal refuses DIRECT requests and tunnels to loopback,
 	// link-local, unspecified and multicast addresses and to peerd's own
 	// listen addresses, checked on the address dialled (so a name that
@@ -31,7 +32,7 @@ type Config struct {
 	// DenyTo lists more destinations refused, DIRECT and via peers: CIDRs
 	// (checked on literal and resolved addresses) and host names (".example.com"
 	// matches the domain and every name under it).
-	DenyTo []string `toml:"deny_to"`
+	DenyTo []Destination `toml:"deny_to"`
 	// Upgrade lists the Upgrade protocols passed through (e.g.
 	// "websocket"); a request asking for another is forwarded without
 	// Upgrade.
@@ -41,56 +42,112 @@ type Config struct {
 // DefaultConfig returns the built-in [access] defaults: Squid's.
 func DefaultConfig() Config {
 	return Config{
-		SafePorts:    []string{"80", "21", "443", "70", "210", "1025-65535", "280", "488", "591", "777"},
-		ConnectPorts: []string{"443"},
+		SafePorts:    MustPorts("80", "21", "443", "70", "210", "1025-65535", "280", "488", "591", "777"),
+		ConnectPorts: MustPorts("443"),
 		DenyToLocal:  true,
-		DenyTo:       []string{},
+		DenyTo:       []Destination{},
 		Upgrade:      []string{},
 	}
 }
 
 // Validate reports every problem, each naming its key.
 func (c Config) Validate() error {
-	_, err := Compile(c, nil)
-	return err
-}
-
-// portRange is an inclusive range of ports.
-type portRange struct{ lo, hi uint16 }
-
-// parsePorts parses port words ("80", "1025-65535").
-func parsePorts(key string, words []string) ([]portRange, []error) {
-	var out []portRange
-	var errs []error
-	for _, w := range words {
-		lo, hi, isRange := strings.Cut(strings.TrimSpace(w), "-")
-		a, err1 := strconv.Atoi(lo)
-		b := a
-		var err2 error
-		if isRange {
-			b, err2 = strconv.Atoi(hi)
+	var es conf.Errors
+	for _, u := range c.Upgrade {
+		if !validProtocol(u) {
+			es.Addf("access", "upgrade", "%q is not a protocol name (e.g. \"websocket\")", u)
 		}
-		if err1 != nil || err2 != nil || a < 1 || b > 65535 || a > b {
-			errs = append(errs, fmt.Errorf("access.%s: %q is not a port (1-65535) or a range such as \"1025-65535\"", key, w))
-			continue
-		}
-		out = append(out, portRange{uint16(a), uint16(b)})
 	}
-	return out, errs
+	return es.Err()
 }
 
-func inRanges(rs []portRange, port int) bool {
+func validProtocol(u string) bool {
+	return u != "" && !strings.ContainsAny(u, " \t,/") && validName(u)
+}
+
+// PortRange is an inclusive range of ports, written "80" or "1025-65535".
+type PortRange struct{ Lo, Hi uint16 }
+
+// UnmarshalText parses a port or a range.
+func (r *PortRange) UnmarshalText(b []byte) error {
+	lo, hi, isRange := strings.Cut(strings.TrimSpace(string(b)), "-")
+	a, err1 := strconv.Atoi(lo)
+	z := a
+	var err2 error
+	if isRange {
+		z, err2 = strconv.Atoi(hi)
+	}
+	if err1 != nil || err2 != nil || a < 1 || z > 65535 || a > z {
+		return fmt.Errorf("%q is not a port (1-65535) or a range such as \"1025-65535\"", b)
+	}
+	*r = PortRange{uint16(a), uint16(z)}
+	return nil
+}
+
+// MarshalText prints the port or range.
+func (r PortRange) MarshalText() ([]byte, error) {
+	if r.Lo == r.Hi {
+		return []byte(strconv.Itoa(int(r.Lo))), nil
+	}
+	return []byte(fmt.Sprintf("%d-%d", r.Lo, r.Hi)), nil
+}
+
+// MustPorts parses literal ports (for defaults and tests).
+func MustPorts(ss ...string) []PortRange {
+	out := make([]PortRange, len(ss))
+	for i, s := range ss {
+		if err := out[i].UnmarshalText([]byte(s)); err != nil {
+			panic(err)
+		}
+	}
+	return out
+}
+
+func inRanges(rs []PortRange, port int) bool {
 	for _, r := range rs {
-		if port >= int(r.lo) && port <= int(r.hi) {
+		if port >= int(r.Lo) && port <= int(r.Hi) {
 			return true
 		}
 	}
 	return false
 }
 
+// Destination is a deny_to entry: a CIDR (or one address), or a host name
+// (".example.com" for the domain and every name under it).
+type Destination struct {
+	Net  netip.Prefix // valid for a network
+	Name string       // lower case, for a name
+}
+
+// UnmarshalText parses a destination.
+func (d *Destination) UnmarshalText(b []byte) error {
+	s := strings.TrimSpace(string(b))
+	if pr, err := netip.ParsePrefix(s); err == nil {
+		*d = Destination{Net: pr.Masked()}
+		return nil
+	}
+	if a, err := netip.ParseAddr(s); err == nil {
+		*d = Destination{Net: netip.PrefixFrom(a, a.BitLen())}
+		return nil
+	}
+	if !validName(strings.TrimPrefix(s, ".")) {
+		return fmt.Errorf("%q is neither a CIDR, an address nor a host name", b)
+	}
+	*d = Destination{Name: strings.ToLower(s)}
+	return nil
+}
+
+// MarshalText prints the destination.
+func (d Destination) MarshalText() ([]byte, error) {
+	if d.Net.IsValid() {
+		return []byte(d.Net.String()), nil
+	}
+	return []byte(d.Name), nil
+}
+
 // Policy is a compiled Config. It is immutable and safe for concurrent use.
 type Policy struct {
-	safe, connect []portRange
+	safe, connect []PortRange
 	denyLocal     bool
 	denyNets      []netip.Prefix
 	denyNames     []string // lower case; a leading "." matches subdomains
@@ -103,39 +160,19 @@ type Policy struct {
 // Compile checks c and builds its policy. own are peerd's own listen and
 // admin addresses, refused as destinations under deny_to_local.
 func Compile(c Config, own []netip.AddrPort) (*Policy, error) {
-	var errs []error
-	p := &Policy{denyLocal: c.DenyToLocal, upgrade: map[string]bool{}, own: own}
-	var e []error
-	p.safe, e = parsePorts("safe_ports", c.SafePorts)
-	errs = append(errs, e...)
-	p.connect, e = parsePorts("connect_ports", c.ConnectPorts)
-	errs = append(errs, e...)
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	p := &Policy{safe: c.SafePorts, connect: c.ConnectPorts, denyLocal: c.DenyToLocal, upgrade: map[string]bool{}, own: own}
 	for _, d := range c.DenyTo {
-		d = strings.TrimSpace(d)
-		if pr, err := netip.ParsePrefix(d); err == nil {
-			p.denyNets = append(p.denyNets, pr.Masked())
-			continue
+		if d.Net.IsValid() {
+			p.denyNets = append(p.denyNets, d.Net)
+		} else {
+			p.denyNames = append(p.denyNames, d.Name)
 		}
-		if a, err := netip.ParseAddr(d); err == nil {
-			p.denyNets = append(p.denyNets, netip.PrefixFrom(a, a.BitLen()))
-			continue
-		}
-		if !validName(strings.TrimPrefix(d, ".")) {
-			errs = append(errs, fmt.Errorf("access.deny_to: %q is neither a CIDR, an address nor a host name", d))
-			continue
-		}
-		p.denyNames = append(p.denyNames, strings.ToLower(d))
 	}
 	for _, u := range c.Upgrade {
-		u = strings.TrimSpace(u)
-		if u == "" || strings.ContainsAny(u, " ,/") {
-			errs = append(errs, fmt.Errorf("access.upgrade: %q is not a protocol name (e.g. \"websocket\")", u))
-			continue
-		}
 		p.upgrade[strings.ToLower(u)] = true
-	}
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
 	}
 	return p, nil
 }

@@ -51,7 +51,7 @@ func TestPorts(t *testing.T) {
 
 func TestDial(t *testing.T) {
 	c := DefaultConfig()
-	c.DenyTo = []string{"192.0.2.0/24", "203.0.113.7"}
+	c.DenyTo = mustDests(t, "192.0.2.0/24", "203.0.113.7")
 	p := mustCompile(t, c, "10.1.2.3:3128", "10.1.2.3:3180")
 	for _, tc := range []struct {
 		addr, want string
@@ -85,7 +85,7 @@ func TestDial(t *testing.T) {
 
 func TestHosts(t *testing.T) {
 	c := DefaultConfig()
-	c.DenyTo = []string{"intranet.example", ".corp.example", "198.51.100.0/24"}
+	c.DenyTo = mustDests(t, "intranet.example", ".corp.example", "198.51.100.0/24")
 	p := mustCompile(t, c)
 	for _, tc := range []struct{ host, want string }{
 		{"intranet.example", "deny_to"}, {"INTRANET.example.", "deny_to"}, {"www.intranet.example", ""},
@@ -112,22 +112,44 @@ func TestUpgrade(t *testing.T) {
 	}
 }
 
-func TestValidate(t *testing.T) {
-	c := DefaultConfig()
-	c.SafePorts = []string{"80", "0", "70000", "9-1", "x"}
-	c.ConnectPorts = []string{"443-"}
-	c.DenyTo = []string{"10.0.0.0/33", "bad host"}
-	c.Upgrade = []string{"web socket"}
-	err := c.Validate()
-	if err == nil {
-		t.Fatal("no error")
-	}
-	msg := err.Error()
-	for _, want := range []string{`access.safe_ports: "0"`, `access.safe_ports: "70000"`, `access.safe_ports: "9-1"`, `access.safe_ports: "x"`,
-		`access.connect_ports: "443-"`, `access.deny_to: "10.0.0.0/33"`, `access.deny_to: "bad host"`, `access.upgrade: "web socket"`} {
-		if !strings.Contains(msg, want) {
-			t.Errorf("missing %q in:\n%s", want, msg)
+func mustDests(t *testing.T, ss ...string) []Destination {
+	t.Helper()
+	out := make([]Destination, len(ss))
+	for i, s := range ss {
+		if err := out[i].UnmarshalText([]byte(s)); err != nil {
+			t.Fatal(err)
 		}
+	}
+	return out
+}
+
+// TestWords: the typed values refuse bad words where they are decoded.
+func TestWords(t *testing.T) {
+	for _, w := range []string{"0", "70000", "9-1", "x", "443-", ""} {
+		var r PortRange
+		if err := r.UnmarshalText([]byte(w)); err == nil {
+			t.Errorf("port %q accepted", w)
+		}
+	}
+	for _, w := range []string{"80", "1025-65535", "1-1"} {
+		var r PortRange
+		if err := r.UnmarshalText([]byte(w)); err != nil {
+			t.Errorf("port %q: %v", w, err)
+		}
+		if b, _ := r.MarshalText(); string(b) != w && w != "1-1" {
+			t.Errorf("port %q prints as %q", w, b)
+		}
+	}
+	for _, w := range []string{"10.0.0.0/33", "bad host", "a/b"} {
+		var d Destination
+		if err := d.UnmarshalText([]byte(w)); err == nil {
+			t.Errorf("destination %q accepted", w)
+		}
+	}
+	c := DefaultConfig()
+	c.Upgrade = []string{"web socket", "websocket"}
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), `access.upgrade: "web socket"`) {
+		t.Errorf("Validate: %v", err)
 	}
 	if err := DefaultConfig().Validate(); err != nil {
 		t.Fatal(err)

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/gorilla/mux"
+	"github.com/peerd/peerd/internal/conf"
 	"github.com/peerd/peerd/peers"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -39,7 +40,7 @@ func DefaultConfig() Config { return Config{Listen: "127.0.0.1:3180"} }
 // Validate reports a problem naming its key.
 func (c Config) Validate() error {
 	if _, err := netip.ParseAddrPort(c.Listen); err != nil {
-		return fmt.Errorf("admin.listen: %q is not an ip:port address: %v", c.Listen, err)
+		return conf.Errorf("admin", "listen", "%q is not an ip:port address: %v", c.Listen, err)
 	}
 	return nil
 }

@@ -37,7 +37,7 @@ func newAPI(t *testing.T, token string) (*API, *peers.Registry, *fakeProber, *in
 	log, _ := test.NewNullLogger()
 	reg, err := peers.New(peers.Options{Health: peers.DefaultConfig(), Log: log}, []peers.Spec{
 		{Name: "p1", Host: "10.0.0.1", Port: 3128, Login: "u:secret"},
-		{Name: "s1", Host: "10.0.0.2", Port: 3128, Type: "sibling"},
+		{Name: "s1", Host: "10.0.0.2", Port: 3128, Type: peers.Sibling},
 	})
 	if err != nil {
 		t.Fatal(err)

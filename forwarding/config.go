@@ -1,13 +1,15 @@
 package forwarding
 
 import (
-	"errors"
 	"fmt"
 	"math"
 	"net/netip"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/peerd/peerd/internal/conf"
+	"github.com/peerd/peerd/selection"
 )
 
 // Config is the [proxy] section.
@@ -18,7 +20,7 @@ type Config struct {
 	// means the machine's host name.
 	Name string `toml:"name"`
 	// Allow lists the client CIDRs served; anyone else gets 403.
-	Allow []string `toml:"allow"`
+	Allow []CIDR `toml:"allow"`
 	// ForwardMaxTries caps attempts per request across hops.
 	ForwardMaxTries int `toml:"forward_max_tries"`
 	// ConnectTimeout is the default connect timeout for peers and DIRECT.
@@ -28,7 +30,7 @@ type Config struct {
 	// ShutdownTimeout bounds the wait for in-flight requests on stop.
 	ShutdownTimeout time.Duration `toml:"shutdown_timeout"`
 	// Direct is allow, never, prefer or always.
-	Direct string `toml:"direct"`
+	Direct selection.Direct `toml:"direct"`
 	// RetryOnStatus lists next-hop statuses that make an idempotent
 	// request try the next hop.
 	RetryOnStatus []int `toml:"retry_on_status"`
@@ -63,12 +65,12 @@ func DefaultConfig() Config {
 	return Config{
 		Listen:            "127.0.0.1:3128",
 		Name:              "",
-		Allow:             []string{"127.0.0.0/8", "::1/128", "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"},
+		Allow:             MustCIDRs("127.0.0.0/8", "::1/128", "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"),
 		ForwardMaxTries:   25,
 		ConnectTimeout:    30 * time.Second,
 		ReadTimeout:       15 * time.Minute,
 		ShutdownTimeout:   30 * time.Second,
-		Direct:            "allow",
+		Direct:            selection.DirectAllow,
 		RetryOnStatus:     []int{502, 504},
 		MaxRetryBody:      64 << 10,
 		RetryBudget:       0.2,
@@ -82,21 +84,15 @@ func DefaultConfig() Config {
 	}
 }
 
-// Validate reports every problem, each naming its key. The direct word is
-// checked by the caller that owns its meaning (selection.ParseDirect).
+// Validate reports every problem, each naming its key.
 func (c Config) Validate() error {
-	var errs []error
-	bad := func(key, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("proxy.%s: %s", key, fmt.Sprintf(format, args...)))
-	}
+	var es conf.Errors
+	bad := func(key, format string, args ...any) { es.Addf("proxy", key, format, args...) }
 	if _, err := netip.ParseAddrPort(c.Listen); err != nil {
 		bad("listen", "%q is not an ip:port address: %v", c.Listen, err)
 	}
 	if c.Name != "" && (strings.TrimSpace(c.Name) == "" || strings.ContainsAny(c.Name, " \t,()")) {
 		bad("name", "%q must be a token without spaces, commas or parentheses (or \"\" for the host name)", c.Name)
-	}
-	if _, err := ParseAllow(c.Allow); err != nil {
-		bad("allow", "%v", err)
 	}
 	if c.ForwardMaxTries < 1 {
 		bad("forward_max_tries", "must be at least 1, got %d", c.ForwardMaxTries)
@@ -131,20 +127,34 @@ func (c Config) Validate() error {
 	if !c.ConnectHedgeDelay.Auto && c.ConnectHedgeDelay.Delay < 0 {
 		bad("connect_hedge_delay", "must not be negative")
 	}
-	return errors.Join(errs...)
+	return es.Err()
 }
 
-// ParseAllow parses the client ACL.
-func ParseAllow(cidrs []string) ([]netip.Prefix, error) {
-	out := make([]netip.Prefix, 0, len(cidrs))
-	for _, s := range cidrs {
-		p, err := netip.ParsePrefix(s)
-		if err != nil {
-			return nil, fmt.Errorf("%q is not a CIDR (e.g. 10.0.0.0/8)", s)
-		}
-		out = append(out, p.Masked())
+// CIDR is a client network of [proxy] allow, written "10.0.0.0/8".
+type CIDR netip.Prefix
+
+// UnmarshalText parses a CIDR; the address is masked to the network.
+func (c *CIDR) UnmarshalText(b []byte) error {
+	p, err := netip.ParsePrefix(string(b))
+	if err != nil {
+		return fmt.Errorf("%q is not a CIDR (e.g. 10.0.0.0/8)", b)
 	}
-	return out, nil
+	*c = CIDR(p.Masked())
+	return nil
+}
+
+// MarshalText prints the CIDR.
+func (c CIDR) MarshalText() ([]byte, error) { return []byte(netip.Prefix(c).String()), nil }
+
+// MustCIDRs parses literal CIDRs (for defaults and tests).
+func MustCIDRs(ss ...string) []CIDR {
+	out := make([]CIDR, len(ss))
+	for i, s := range ss {
+		if err := out[i].UnmarshalText([]byte(s)); err != nil {
+			panic(err)
+		}
+	}
+	return out
 }
 
 // ByteSize is a size in bytes, written in TOML as "64KiB", "1MiB", "512".

@@ -132,7 +132,7 @@ func newRig(t *testing.T, hedge HedgeDelay) *rig {
 	pn := newPipeNet()
 	cfg := DefaultConfig()
 	cfg.ConnectTimeout = time.Second
-	cfg.Direct = "never"
+	cfg.Direct = selection.DirectNever
 	cfg.ConnectHedgeDelay = hedge
 	planner := selection.New(reg, selection.Options{Policy: selection.FirstUp, Direct: selection.DirectNever})
 	px, err := New(Options{Config: cfg, Planner: planner, Accounting: reg,

@@ -26,15 +26,12 @@ func TestPoolReapsConnectionsThePeerClosed(t *testing.T) {
 		}
 	}()
 	pl := &pool{}
-	var ours []*upConn
 	for i := 0; i < 2; i++ {
 		c, err := net.Dial("tcp", ln.Addr().String())
 		if err != nil {
 			t.Fatal(err)
 		}
-		uc := newUpConn(c, pl)
-		ours = append(ours, uc)
-		pl.put(uc, time.Now())
+		pl.put(newUpConn(c, pl), time.Now())
 	}
 	gone, kept := <-accepted, <-accepted
 	defer kept.Close()

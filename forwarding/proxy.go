@@ -171,8 +171,10 @@ func (p *Proxy) Update(c Config) error {
 	if err := c.Validate(); err != nil {
 		return err
 	}
-	allow, _ := ParseAllow(c.Allow)
-	rc := &runtimeConfig{Config: c, allow: allow, maxHeader: int(c.MaxHeaderSize)}
+	rc := &runtimeConfig{Config: c, maxHeader: int(c.MaxHeaderSize)}
+	for _, a := range c.Allow {
+		rc.allow = append(rc.allow, netip.Prefix(a))
+	}
 	for _, s := range c.RetryOnStatus {
 		rc.retryStatus[s] = true
 	}

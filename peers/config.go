@@ -1,11 +1,12 @@
 package peers
 
 import (
-	"errors"
 	"fmt"
 	"net"
 	"strings"
 	"time"
+
+	"github.com/peerd/peerd/internal/conf"
 )
 
 // Config is the [health] section: how connect outcomes turn into liveness and
@@ -39,23 +40,24 @@ func DefaultConfig() Config {
 
 // Validate reports every problem with c, each naming its key.
 func (c Config) Validate() error {
-	var errs []error
+	var es conf.Errors
+	bad := func(key, format string, args ...any) { es.Addf("health", key, format, args...) }
 	if c.ConnectFailLimit < 1 {
-		errs = append(errs, fmt.Errorf("health.connect_fail_limit: must be at least 1, got %d", c.ConnectFailLimit))
+		bad("connect_fail_limit", "must be at least 1, got %d", c.ConnectFailLimit)
 	}
 	if c.ProbeInterval <= 0 {
-		errs = append(errs, fmt.Errorf("health.probe_interval: must be positive, got %s", c.ProbeInterval))
+		bad("probe_interval", "must be positive, got %s", c.ProbeInterval)
 	}
 	if c.ProbeMaxInterval < c.ProbeInterval {
-		errs = append(errs, fmt.Errorf("health.probe_max_interval: must be at least probe_interval (%s), got %s", c.ProbeInterval, c.ProbeMaxInterval))
+		bad("probe_max_interval", "must be at least probe_interval (%s), got %s", c.ProbeInterval, c.ProbeMaxInterval)
 	}
 	if c.ProbeTimeout < 0 {
-		errs = append(errs, fmt.Errorf("health.probe_timeout: must not be negative, got %s", c.ProbeTimeout))
+		bad("probe_timeout", "must not be negative, got %s", c.ProbeTimeout)
 	}
 	if c.IdleProbe < 0 {
-		errs = append(errs, fmt.Errorf("health.idle_probe: must not be negative, got %s", c.IdleProbe))
+		bad("idle_probe", "must not be negative, got %s", c.IdleProbe)
 	}
-	return errors.Join(errs...)
+	return es.Err()
 }
 
 // Spec is one [[peer]] table: a parent or sibling proxy as configured.
@@ -68,7 +70,7 @@ type Spec struct {
 	// Port is the peer's HTTP proxy port; default 3128.
 	Port int `toml:"port"`
 	// Type is "parent" (default) or "sibling".
-	Type string `toml:"type"`
+	Type Type `toml:"type"`
 	// Weight shapes weighted-round-robin and carp shares; default 1.
 	Weight int `toml:"weight"`
 	// ConnectFailLimit overrides [health] connect_fail_limit; 0 inherits.
@@ -90,9 +92,6 @@ func (s Spec) WithDefaults() Spec {
 	if s.Port == 0 {
 		s.Port = 3128
 	}
-	if s.Type == "" {
-		s.Type = "parent"
-	}
 	if s.Weight == 0 {
 		s.Weight = 1
 	}
@@ -105,12 +104,11 @@ func (s Spec) WithDefaults() Spec {
 // Addr is the peer's dial address, host:port.
 func (s Spec) Addr() string { return net.JoinHostPort(s.Host, fmt.Sprint(s.Port)) }
 
-// Validate reports every problem with one peer; prefix names it in messages
-// (e.g. `peer[2] "p3"`).
-func (s Spec) Validate(prefix string) error {
-	var errs []error
+// Validate reports every problem with the index-th peer.
+func (s Spec) Validate(index int) error {
+	var es conf.Errors
 	bad := func(key, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("%s: %s: %s", prefix, key, fmt.Sprintf(format, args...)))
+		es.Add(&conf.Error{Section: "peer", Index: index, Name: s.Name, Key: key, Msg: fmt.Sprintf(format, args...)})
 	}
 	if strings.TrimSpace(s.Host) == "" {
 		bad("host", "is required")
@@ -119,9 +117,6 @@ func (s Spec) Validate(prefix string) error {
 	}
 	if s.Port < 1 || s.Port > 65535 {
 		bad("port", "must be 1-65535, got %d", s.Port)
-	}
-	if _, err := ParseType(s.Type); err != nil {
-		bad("type", "%v", err)
 	}
 	if s.Weight < 1 {
 		bad("weight", "must be at least 1, got %d", s.Weight)
@@ -138,23 +133,20 @@ func (s Spec) Validate(prefix string) error {
 	if s.Login != "" && !strings.Contains(s.Login, ":") {
 		bad("login", `must be "user:pass"`)
 	}
-	return errors.Join(errs...)
+	return es.Err()
 }
 
 // ValidateSpecs checks every peer and the set as a whole (unique names).
 func ValidateSpecs(specs []Spec) error {
-	var errs []error
+	var es conf.Errors
 	seen := make(map[string]int, len(specs))
 	for i, s := range specs {
-		prefix := fmt.Sprintf("peer[%d] %q", i, s.Name)
-		if err := s.Validate(prefix); err != nil {
-			errs = append(errs, err)
-		}
+		es.Add(s.Validate(i))
 		if j, dup := seen[s.Name]; dup {
-			errs = append(errs, fmt.Errorf("%s: name: duplicate peer name (also peer[%d])", prefix, j))
+			es.Add(&conf.Error{Section: "peer", Index: i, Name: s.Name, Key: "name", Msg: fmt.Sprintf("duplicate peer name (also peer[%d])", j)})
 		} else {
 			seen[s.Name] = i
 		}
 	}
-	return errors.Join(errs...)
+	return es.Err()
 }

@@ -34,6 +34,18 @@ func (t Type) String() string {
 	return "parent"
 }
 
+// UnmarshalText decodes the config word.
+func (t *Type) UnmarshalText(b []byte) error {
+	v, err := ParseType(string(b))
+	if err == nil {
+		*t = v
+	}
+	return err
+}
+
+// MarshalText encodes the config word.
+func (t Type) MarshalText() ([]byte, error) { return []byte(t.String()), nil }
+
 // Label is the word Squid uses in its state-change messages.
 func (t Type) Label() string {
 	if t == Sibling {

@@ -438,10 +438,7 @@ func (r *Registry) Reconcile(opts Options, specs []Spec) error {
 	next := make([]*Peer, 0, len(specs))
 	for i, spec := range specs {
 		spec = spec.WithDefaults()
-		typ, err := ParseType(spec.Type)
-		if err != nil {
-			return fmt.Errorf("peer %q: %w", spec.Name, err)
-		}
+		typ := spec.Type
 		s := resolve(opts, spec, typ)
 		p, ok := old[spec.Name]
 		if ok && p.Addr() == spec.Addr() {

@@ -118,7 +118,7 @@ func TestFailLimitCountsConsecutiveFailures(t *testing.T) {
 }
 
 func TestDeadPeerRevivedOnlyByProbe(t *testing.T) {
-	r, hook := newTestRegistry(t, 1, Spec{Name: "s1", Host: "127.0.0.1", Port: 1, Type: "sibling"})
+	r, hook := newTestRegistry(t, 1, Spec{Name: "s1", Host: "127.0.0.1", Port: 1, Type: Sibling})
 	p := r.Get("s1")
 	succeed(r, p, true)
 	fail(r, p, false)
@@ -272,7 +272,7 @@ func TestWatchFiresOnTransitions(t *testing.T) {
 }
 
 func TestListFiltersInConfigOrder(t *testing.T) {
-	r, _ := newTestRegistry(t, 1, parent("zz", 1), parent("aa", 2), Spec{Name: "mm", Host: "h", Port: 3, Type: "sibling"})
+	r, _ := newTestRegistry(t, 1, parent("zz", 1), parent("aa", 2), Spec{Name: "mm", Host: "h", Port: 3, Type: Sibling})
 	fail(r, r.Get("zz"), true)
 	fail(r, r.Get("mm"), true)
 	names := func(ps []*Peer) string {
@@ -366,16 +366,19 @@ func TestWaitVerdicts(t *testing.T) {
 func TestValidateSpecs(t *testing.T) {
 	specs := []Spec{
 		parent("a", 1).WithDefaults(),
-		{Name: "a", Host: "", Port: 70000, Type: "cousin", Weight: 0, Login: "nopass"},
+		{Name: "a", Host: "", Port: 70000, Weight: 0, Login: "nopass"},
 	}
 	err := ValidateSpecs(specs)
 	if err == nil {
 		t.Fatal("want errors")
 	}
+	var typ Type
+	if err := typ.UnmarshalText([]byte("cousin")); err == nil || !strings.Contains(err.Error(), `unknown peer type "cousin"`) {
+		t.Errorf("type cousin: %v", err)
+	}
 	for _, want := range []string{
 		`peer[1] "a": host: is required`,
 		`peer[1] "a": port: must be 1-65535, got 70000`,
-		`peer[1] "a": type: unknown peer type "cousin"`,
 		`peer[1] "a": weight: must be at least 1, got 0`,
 		`peer[1] "a": login: must be "user:pass"`,
 		`peer[1] "a": name: duplicate peer name (also peer[0])`,

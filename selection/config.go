@@ -30,6 +30,19 @@ func ParsePolicy(s string) (Policy, error) {
 	return 0, fmt.Errorf("unknown policy %q (want first-up, round-robin, weighted-round-robin, carp or sourcehash)", s)
 }
 
+// UnmarshalText decodes the config word, so a bad one is refused where it
+// is written, with its position.
+func (p *Policy) UnmarshalText(b []byte) error {
+	v, err := ParsePolicy(string(b))
+	if err == nil {
+		*p = v
+	}
+	return err
+}
+
+// MarshalText encodes the config word.
+func (p Policy) MarshalText() ([]byte, error) { return []byte(p.String()), nil }
+
 // Direct says whether and when requests may go to the origin directly.
 type Direct uint8
 
@@ -54,20 +67,27 @@ func ParseDirect(s string) (Direct, error) {
 	return 0, fmt.Errorf("unknown direct mode %q (want allow, never, prefer or always)", s)
 }
 
+// UnmarshalText decodes the config word.
+func (d *Direct) UnmarshalText(b []byte) error {
+	v, err := ParseDirect(string(b))
+	if err == nil {
+		*d = v
+	}
+	return err
+}
+
+// MarshalText encodes the config word.
+func (d Direct) MarshalText() ([]byte, error) { return []byte(d.String()), nil }
+
 // Config is the [selection] section.
 type Config struct {
 	// Policy orders parents: first-up (default), round-robin,
 	// weighted-round-robin, carp or sourcehash.
-	Policy string `toml:"policy"`
+	Policy Policy `toml:"policy"`
 }
 
 // DefaultConfig returns the built-in [selection] defaults.
-func DefaultConfig() Config { return Config{Policy: "first-up"} }
+func DefaultConfig() Config { return Config{Policy: FirstUp} }
 
-// Validate reports a problem naming its key.
-func (c Config) Validate() error {
-	if _, err := ParsePolicy(c.Policy); err != nil {
-		return fmt.Errorf("selection.policy: %w", err)
-	}
-	return nil
-}
+// Validate reports problems; a decoded Policy is always valid.
+func (c Config) Validate() error { return nil }

@@ -31,7 +31,7 @@ func newFixture(t testing.TB, specs ...string) *fixture {
 		for _, o := range parts[1:] {
 			switch {
 			case o == "s":
-				sp.Type = "sibling"
+				sp.Type = peers.Sibling
 			case o == "d":
 				sp.Default = true
 			case strings.HasPrefix(o, "w"):

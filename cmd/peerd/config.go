@@ -1,14 +1,14 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"net"
 	"net/netip"
-	"regexp"
-	"strconv"
+	"reflect"
+	"slices"
 	"strings"
 	"time"
 
@@ -16,6 +16,7 @@ import (
 	"github.com/peerd/peerd/access"
 	"github.com/peerd/peerd/admin"
 	"github.com/peerd/peerd/forwarding"
+	"github.com/peerd/peerd/internal/conf"
 	"github.com/peerd/peerd/peers"
 	"github.com/peerd/peerd/selection"
 	"github.com/sirupsen/logrus"
@@ -35,24 +36,41 @@ type fileConfig struct {
 // logConfig is the [log] section.
 type logConfig struct {
 	// Level is a logrus level: debug, info, warn, error.
-	Level string `toml:"level"`
+	Level logLevel `toml:"level"`
 	// Format is text or json.
-	Format string `toml:"format"`
+	Format logFormat `toml:"format"`
 	// AccessLog is a file path for the Squid-format access log; "" is off.
 	AccessLog string `toml:"access_log"`
 }
 
-func (c logConfig) Validate() error {
-	var errs []error
-	if _, err := logrus.ParseLevel(c.Level); err != nil {
-		errs = append(errs, fmt.Errorf("log.level: %q is not a level (want debug, info, warn or error)", c.Level))
+// logLevel is a logrus level word.
+type logLevel logrus.Level
+
+func (l *logLevel) UnmarshalText(b []byte) error {
+	v, err := logrus.ParseLevel(string(b))
+	if err != nil {
+		return fmt.Errorf("%q is not a level (want debug, info, warn or error)", b)
 	}
-	if c.Format != "text" && c.Format != "json" {
-		errs = append(errs, fmt.Errorf("log.format: %q (want text or json)", c.Format))
-	}
-	return errors.Join(errs...)
+	*l = logLevel(v)
+	return nil
 }
 
+func (l logLevel) MarshalText() ([]byte, error) { return logrus.Level(l).MarshalText() }
+
+// logFormat is "text" or "json".
+type logFormat string
+
+func (f *logFormat) UnmarshalText(b []byte) error {
+	if s := string(b); s == "text" || s == "json" {
+		*f = logFormat(s)
+		return nil
+	}
+	return fmt.Errorf("%q is not a log format (want text or json)", b)
+}
+
+func (c logConfig) Validate() error { return nil }
+
+// defaultConfig is the embedded default: every section's own defaults.
 func defaultConfig() fileConfig {
 	return fileConfig{
 		Proxy:     forwarding.DefaultConfig(),
@@ -60,7 +78,7 @@ func defaultConfig() fileConfig {
 		Health:    peers.DefaultConfig(),
 		Selection: selection.DefaultConfig(),
 		Admin:     admin.DefaultConfig(),
-		Log:       logConfig{Level: "info", Format: "text"},
+		Log:       logConfig{Level: logLevel(logrus.InfoLevel), Format: "text"},
 	}
 }
 
@@ -68,6 +86,9 @@ func defaultConfig() fileConfig {
 type problem struct {
 	line int
 	msg  string
+	// key names what the problem is about ("" only for a file that is not
+	// TOML at all); every other problem names a key.
+	key string
 }
 
 func (p problem) String() string {
@@ -77,7 +98,7 @@ func (p problem) String() string {
 	return p.msg
 }
 
-// problems is every error found in a config file.
+// problems is every error found in a config file, in file order.
 type problems []problem
 
 func (ps problems) Error() string {
@@ -88,168 +109,362 @@ func (ps problems) Error() string {
 	return strings.Join(s, "; ")
 }
 
+// sort puts problems in file order (those without a line last), then by
+// message, so that -check prints the same thing on every run.
+func (ps problems) sort() {
+	slices.SortStableFunc(ps, func(a, b problem) int {
+		la, lb := a.line, b.line
+		if la == 0 {
+			la = 1 << 30
+		}
+		if lb == 0 {
+			lb = 1 << 30
+		}
+		return cmp.Or(cmp.Compare(la, lb), cmp.Compare(a.msg, b.msg))
+	})
+}
+
+// decoder decodes one file key by key, so that a bad value is reported
+// with its position and decoding goes on past it.
+type decoder struct {
+	md  toml.MetaData
+	src []byte
+	ps  problems
+	// at is where each decoded key is: "health.connect_fail_limit" and,
+	// for peers, "peer[2].port".
+	at map[string]int
+	// peerKeys says which keys each [[peer]] table sets.
+	peerKeys []map[string]bool
+	// peerErrs are decode errors of [[peer]] keys, reported once the
+	// peer's name (perhaps defaulted from host:port) is known.
+	peerErrs []*conf.Error
+}
+
 // parseConfig decodes and validates src, returning every problem found.
 func parseConfig(src []byte) (*fileConfig, problems) {
 	cfg := defaultConfig()
-	md, err := toml.NewDecoder(bytes.NewReader(src)).Decode(&cfg)
+	d := &decoder{src: src, at: map[string]int{}}
+	var top map[string]toml.Primitive
+	md, err := toml.NewDecoder(bytes.NewReader(src)).Decode(&top)
 	if err != nil {
 		var pe toml.ParseError
 		if errors.As(err, &pe) {
-			msg := pe.Message
-			if pe.LastKey != "" {
-				msg = pe.LastKey + ": " + msg
+			key, msg := pe.LastKey, pe.Message
+			if key != "" {
+				msg = key + ": " + msg
 			}
-			return nil, problems{{line: pe.Position.Line, msg: msg}}
+			return nil, problems{{line: pe.Position.Line, msg: msg, key: key}}
 		}
 		return nil, problems{{msg: strings.TrimPrefix(err.Error(), "toml: ")}}
 	}
-	var ps problems
-	for _, k := range md.Undecoded() {
-		ps = append(ps, problem{line: locateKey(src, k), msg: fmt.Sprintf("%s: unknown key", k)})
+	d.md = md
+	sections := map[string]any{
+		"proxy": &cfg.Proxy, "access": &cfg.Access, "health": &cfg.Health,
+		"selection": &cfg.Selection, "admin": &cfg.Admin, "log": &cfg.Log,
 	}
-	explicit := explicitPeerKeys(md)
+	for name, prim := range top {
+		switch target, ok := sections[name]; {
+		case name == "peer":
+			cfg.Peers = d.peers(prim)
+		case ok:
+			d.table(name, prim, target)
+		default:
+			d.unknown(name, prim)
+		}
+	}
 	for i := range cfg.Peers {
-		raw := cfg.Peers[i]
-		s := raw.WithDefaults()
-		ex := explicit[i]
-		// An explicit zero is a mistake, not a request for the default.
-		if ex["weight"] {
-			s.Weight = raw.Weight
-		}
-		if ex["port"] {
-			s.Port = raw.Port
-			if raw.Name == "" && raw.Host != "" {
-				s.Name = s.Addr()
-			}
-		}
-		prefix := fmt.Sprintf("peer[%d] %q", i, s.Name)
-		if ex["connect_fail_limit"] && raw.ConnectFailLimit < 1 {
-			ps = append(ps, problem{line: locate(src, "peer", i, "connect_fail_limit"), msg: fmt.Sprintf("%s: connect_fail_limit: must be at least 1, got %d", prefix, raw.ConnectFailLimit)})
-		}
-		if ex["connect_timeout"] && raw.ConnectTimeout <= 0 {
-			ps = append(ps, problem{line: locate(src, "peer", i, "connect_timeout"), msg: fmt.Sprintf("%s: connect_timeout: must be positive, got %s", prefix, raw.ConnectTimeout)})
-		}
-		cfg.Peers[i] = s
+		cfg.Peers[i] = d.peerDefaults(i, cfg.Peers[i])
+	}
+	for _, e := range d.peerErrs {
+		e.Name = cfg.Peers[e.Index].Name
+		d.report(e)
 	}
 	for _, err := range cfg.validate() {
-		ps = append(ps, problem{line: locateMessage(src, err.Error()), msg: err.Error()})
+		d.report(err)
 	}
-	if len(ps) > 0 {
-		return nil, ps
+	d.ps.sort()
+	if len(d.ps) > 0 {
+		return nil, d.ps
 	}
 	return &cfg, nil
 }
 
-// validate runs every section's own validation and the cross-section checks.
-func (c *fileConfig) validate() []error {
-	var errs []error
-	var add func(err error)
-	add = func(err error) {
-		if err == nil {
-			return
+// table decodes a section's keys into target (a pointer to its Config).
+func (d *decoder) table(section string, prim toml.Primitive, target any) {
+	var keys map[string]toml.Primitive
+	if err := d.md.PrimitiveDecode(prim, &keys); err != nil {
+		d.add(d.line(prim), section, section+": must be a table ([%s])", section)
+		return
+	}
+	fields := tomlFields(target)
+	for key, p := range keys {
+		path := section + "." + key
+		line := d.line(p)
+		d.at[path] = line
+		f, ok := fields[key]
+		if !ok {
+			d.add(line, path, "%s: unknown key", path)
+			continue
 		}
-		if j, ok := err.(interface{ Unwrap() []error }); ok {
-			for _, e := range j.Unwrap() {
-				add(e)
-			}
-			return
-		}
-		errs = append(errs, err)
+		d.decode(path, line, p, f)
 	}
-	add(c.Proxy.Validate())
-	add(c.Access.Validate())
-	if _, err := selection.ParseDirect(c.Proxy.Direct); err != nil {
-		add(fmt.Errorf("proxy.direct: %w", err))
-	}
-	add(c.Health.Validate())
-	add(c.Selection.Validate())
-	add(c.Admin.Validate())
-	add(c.Log.Validate())
-	add(peers.ValidateSpecs(c.Peers))
-	if c.Proxy.Listen == c.Admin.Listen && !strings.HasSuffix(c.Proxy.Listen, ":0") {
-		add(fmt.Errorf("admin.listen: %q is also proxy.listen", c.Admin.Listen))
-	}
-	return errs
 }
 
-// explicitPeerKeys lists, per [[peer]] table, the keys the file sets.
-func explicitPeerKeys(md toml.MetaData) map[int]map[string]bool {
-	out := map[int]map[string]bool{}
-	idx := -1
-	for _, k := range md.Keys() {
-		switch {
-		case len(k) == 1 && k[0] == "peer":
-			idx++
-			out[idx] = map[string]bool{}
-		case len(k) == 2 && k[0] == "peer" && idx >= 0:
-			out[idx][k[1]] = true
+// peers decodes the [[peer]] tables.
+func (d *decoder) peers(prim toml.Primitive) []peers.Spec {
+	var tables []map[string]toml.Primitive
+	if err := d.md.PrimitiveDecode(prim, &tables); err != nil {
+		d.add(d.line(prim), "peer", "peer: must be an array of tables ([[peer]])")
+		return nil
+	}
+	// The decoder keeps one position per key path, so keys of different
+	// [[peer]] tables share one; the i-th table's lines come from a scan
+	// of the file's table headers instead.
+	lines := peerLines(d.src)
+	specs := make([]peers.Spec, len(tables))
+	d.peerKeys = make([]map[string]bool, len(tables))
+	for i, keys := range tables {
+		d.peerKeys[i] = map[string]bool{}
+		fields := tomlFields(&specs[i])
+		for key, p := range keys {
+			path := fmt.Sprintf("peer[%d].%s", i, key)
+			line := 0
+			if i < len(lines) {
+				line = lines[i].keys[key]
+				d.at[fmt.Sprintf("peer[%d]", i)] = lines[i].header
+			}
+			d.at[path] = line
+			d.peerKeys[i][key] = true
+			f, ok := fields[key]
+			if !ok {
+				d.add(line, "peer."+key, "peer.%s: unknown key", key)
+				continue
+			}
+			if msg := d.decodeErr(p, f); msg != "" {
+				d.peerErrs = append(d.peerErrs, &conf.Error{Section: "peer", Index: i, Key: key, Msg: msg})
+			}
+		}
+	}
+	return specs
+}
+
+// peerDefaults fills a peer's defaults; an explicit zero where zero would
+// mean "inherit" or "default" is kept, for validation to refuse.
+func (d *decoder) peerDefaults(i int, raw peers.Spec) peers.Spec {
+	s := raw.WithDefaults()
+	set := d.peerKeys[i]
+	if set["weight"] {
+		s.Weight = raw.Weight
+	}
+	if set["port"] {
+		s.Port = raw.Port
+		if raw.Name == "" && raw.Host != "" {
+			s.Name = s.Addr()
+		}
+	}
+	bad := func(key, format string, args ...any) {
+		d.report(&conf.Error{Section: "peer", Index: i, Name: s.Name, Key: key, Msg: fmt.Sprintf(format, args...)})
+	}
+	if set["connect_fail_limit"] && raw.ConnectFailLimit < 1 {
+		bad("connect_fail_limit", "must be at least 1, got %d", raw.ConnectFailLimit)
+	}
+	if set["connect_timeout"] && raw.ConnectTimeout <= 0 {
+		bad("connect_timeout", "must be positive, got %s", raw.ConnectTimeout)
+	}
+	return s
+}
+
+// decode decodes one key's value into its field.
+func (d *decoder) decode(path string, line int, p toml.Primitive, f reflect.Value) {
+	if msg := d.decodeErr(p, f); msg != "" {
+		d.add(line, path, "%s: %s", path, msg)
+	}
+}
+
+// decodeErr decodes one value into its field, returning what was wrong
+// with it ("" when nothing was).
+func (d *decoder) decodeErr(p toml.Primitive, f reflect.Value) string {
+	err := d.md.PrimitiveDecode(p, f.Addr().Interface())
+	if err == nil {
+		return ""
+	}
+	var pe toml.ParseError
+	if errors.As(err, &pe) {
+		return pe.Message
+	}
+	return "wrong type: want " + kindName(f.Type())
+}
+
+// unknown reports a top-level key or section nobody owns.
+func (d *decoder) unknown(name string, prim toml.Primitive) {
+	var keys map[string]toml.Primitive
+	if d.md.PrimitiveDecode(prim, &keys) == nil {
+		line := d.tableLine(name)
+		d.add(line, name, "%s: unknown key", name)
+		for key, p := range keys {
+			d.add(d.line(p), name+"."+key, "%s.%s: unknown key", name, key)
+		}
+		return
+	}
+	d.add(d.line(prim), name, "%s: unknown key", name)
+}
+
+// report files a validation error at its key's line.
+func (d *decoder) report(err error) {
+	var ce *conf.Error
+	if !errors.As(err, &ce) {
+		d.add(0, "?", "%v", err) // every package names its keys; see FuzzParseConfig
+		return
+	}
+	line := 0
+	if ce.Section == "peer" {
+		line = d.at[fmt.Sprintf("peer[%d].%s", ce.Index, ce.Key)]
+		if line == 0 {
+			line = d.at[fmt.Sprintf("peer[%d]", ce.Index)]
+		}
+	} else {
+		line = d.at[ce.Path()]
+		if line == 0 {
+			line = d.tableLine(ce.Section)
+		}
+	}
+	d.ps = append(d.ps, problem{line: line, msg: ce.Error(), key: ce.Path()})
+}
+
+func (d *decoder) add(line int, key, format string, args ...any) {
+	d.ps = append(d.ps, problem{line: line, msg: fmt.Sprintf(format, args...), key: key})
+}
+
+// probe is a value every decode refuses: the refusal is a ParseError that
+// carries the decoder's position of the key (its only exported form).
+type probe struct{}
+
+var errProbe = errors.New("probe")
+
+func (*probe) UnmarshalText([]byte) error { return errProbe }
+
+// line is where a key's value is, from the decoder's own position of it.
+func (d *decoder) line(p toml.Primitive) int {
+	var pe toml.ParseError
+	for _, target := range []any{&probe{}, &[]probe{}} {
+		if err := d.md.PrimitiveDecode(p, target); errors.As(err, &pe) {
+			return pe.Position.Line
+		}
+	}
+	var keys map[string]toml.Primitive
+	if d.md.PrimitiveDecode(p, &keys) == nil {
+		best := 0
+		for _, kp := range keys {
+			if l := d.line(kp); l > 0 && (best == 0 || l < best) {
+				best = l
+			}
+		}
+		return best
+	}
+	return 0
+}
+
+// tableLine is the line of the first key of a section, or 0.
+func (d *decoder) tableLine(section string) int {
+	best := 0
+	for k, l := range d.at {
+		if strings.HasPrefix(k, section+".") && l > 0 && (best == 0 || l < best) {
+			best = l
+		}
+	}
+	return best
+}
+
+// tomlFields maps the toml tags of the struct v points to onto its fields.
+func tomlFields(v any) map[string]reflect.Value {
+	rv := reflect.ValueOf(v).Elem()
+	out := map[string]reflect.Value{}
+	for i := 0; i < rv.NumField(); i++ {
+		if tag, _, _ := strings.Cut(rv.Type().Field(i).Tag.Get("toml"), ","); tag != "" && tag != "-" {
+			out[tag] = rv.Field(i)
 		}
 	}
 	return out
 }
 
-var tableHeader = regexp.MustCompile(`^\s*\[(\[)?\s*([A-Za-z0-9_.-]+)\s*\]`)
+func kindName(t reflect.Type) string {
+	switch {
+	case t == reflect.TypeOf(time.Duration(0)):
+		return "a duration such as \"30s\""
+	case t.Kind() == reflect.Slice:
+		return "an array"
+	case t.Kind() == reflect.Bool:
+		return "true or false"
+	case t.Kind() >= reflect.Int && t.Kind() <= reflect.Uint64:
+		return "an integer"
+	case t.Kind() == reflect.Float64:
+		return "a number"
+	}
+	return "a string"
+}
 
-// locate finds the line of key in table (the idx-th one for arrays of
-// tables; -1 for plain tables). 0 means not found.
-func locate(src []byte, table string, idx int, key string) int {
-	sc := bufio.NewScanner(bytes.NewReader(src))
-	line, cur, n := 0, "", -1
-	for sc.Scan() {
-		line++
-		text := sc.Text()
-		if m := tableHeader.FindStringSubmatch(text); m != nil {
-			cur = m[2]
-			if m[1] != "" && cur == table {
-				n++
-			}
-			if key == "" && cur == table && (idx < 0 || n == idx) {
-				return line
+// peerTable is where one [[peer]] table is in the file.
+type peerTable struct {
+	header int
+	keys   map[string]int
+}
+
+// peerLines scans the file for [[peer]] tables and the lines of their keys.
+// Only table headers and "key =" at the start of a line are read; a
+// multi-line string is skipped whole.
+func peerLines(src []byte) []peerTable {
+	var out []peerTable
+	in := false
+	inString := ""
+	for i, raw := range strings.Split(string(src), "\n") {
+		line := strings.TrimSpace(raw)
+		if inString != "" {
+			if strings.Count(line, inString)%2 == 1 {
+				inString = ""
 			}
 			continue
 		}
-		if cur != table || (idx >= 0 && n != idx) {
-			continue
+		for _, q := range []string{`"""`, `'''`} {
+			if strings.Count(line, q)%2 == 1 {
+				inString = q
+			}
 		}
-		t := strings.TrimSpace(text)
-		if rest, ok := strings.CutPrefix(t, key); ok && strings.HasPrefix(strings.TrimSpace(rest), "=") {
-			return line
+		switch {
+		case strings.HasPrefix(line, "["):
+			name := strings.Trim(line, "[] \t")
+			if c := strings.IndexByte(name, '#'); c >= 0 {
+				name = strings.TrimSpace(strings.Trim(name[:c], "[] \t"))
+			}
+			in = strings.HasPrefix(line, "[[") && name == "peer"
+			if in {
+				out = append(out, peerTable{header: i + 1, keys: map[string]int{}})
+			}
+		case in:
+			if key, _, ok := strings.Cut(line, "="); ok {
+				key = strings.Trim(strings.TrimSpace(key), `"'`)
+				if _, seen := out[len(out)-1].keys[key]; !seen {
+					out[len(out)-1].keys[key] = i + 1
+				}
+			}
 		}
 	}
-	return 0
+	return out
 }
 
-// locateKey finds an undecoded key's line.
-func locateKey(src []byte, k toml.Key) int {
-	if len(k) == 1 {
-		if l := locate(src, "", -1, k[0]); l > 0 {
-			return l
-		}
-		return locate(src, k[0], -1, "")
+// validate runs every section's own validation and the cross-section checks.
+func (c *fileConfig) validate() []error {
+	var es conf.Errors
+	es.Add(c.Proxy.Validate())
+	es.Add(c.Access.Validate())
+	es.Add(c.Health.Validate())
+	es.Add(c.Selection.Validate())
+	es.Add(c.Admin.Validate())
+	es.Add(c.Log.Validate())
+	es.Add(peers.ValidateSpecs(c.Peers))
+	if c.Proxy.Listen == c.Admin.Listen && !strings.HasSuffix(c.Proxy.Listen, ":0") {
+		es.Addf("admin", "listen", "%q is also proxy.listen", c.Admin.Listen)
 	}
-	// For [[peer]] the index of the table holding the key is not known
-	// here; index -1 finds the first [[peer]] table that holds it.
-	return locate(src, strings.Join(k[:len(k)-1], "."), -1, k[len(k)-1])
-}
-
-var (
-	sectionMsg = regexp.MustCompile(`^(proxy|access|health|selection|admin|log)\.([a-z_]+):`)
-	peerMsg    = regexp.MustCompile(`^peer\[(\d+)\] "[^"]*": ([a-z_]+):`)
-)
-
-// locateMessage finds the line a validation message is about.
-func locateMessage(src []byte, msg string) int {
-	if m := sectionMsg.FindStringSubmatch(msg); m != nil {
-		return locate(src, m[1], -1, m[2])
-	}
-	if m := peerMsg.FindStringSubmatch(msg); m != nil {
-		i, _ := strconv.Atoi(m[1])
-		if l := locate(src, "peer", i, m[2]); l > 0 {
-			return l
-		}
-		return locate(src, "peer", i, "")
-	}
-	return 0
+	return es
 }
 
 // peerOptions builds the registry options from the config.
@@ -259,9 +474,7 @@ func (c *fileConfig) peerOptions(log logrus.FieldLogger) peers.Options {
 
 // plannerOptions builds the selection options from the config.
 func (c *fileConfig) plannerOptions() selection.Options {
-	pol, _ := selection.ParsePolicy(c.Selection.Policy)
-	dir, _ := selection.ParseDirect(c.Proxy.Direct)
-	return selection.Options{Policy: pol, Direct: dir, MaxTries: c.Proxy.ForwardMaxTries}
+	return selection.Options{Policy: c.Selection.Policy, Direct: c.Proxy.Direct, MaxTries: c.Proxy.ForwardMaxTries}
 }
 
 // policy compiles the destination policy. peerd's own listen and admin

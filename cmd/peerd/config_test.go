@@ -3,13 +3,18 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/BurntSushi/toml"
 	"github.com/google/go-cmp/cmp"
+	"github.com/peerd/peerd/access"
+	"github.com/peerd/peerd/forwarding"
 	"github.com/peerd/peerd/peers"
+	"github.com/peerd/peerd/selection"
 )
 
 // TestExampleConfigMatchesDefaults keeps etc/peerd.toml honest: it decodes
@@ -25,10 +30,14 @@ func TestExampleConfigMatchesDefaults(t *testing.T) {
 	}
 	want := defaultConfig()
 	want.Peers = []peers.Spec{
-		{Name: "parent1", Host: "10.0.0.1", Port: 3128, Type: "parent", Weight: 1},
-		{Name: "parent2", Host: "10.0.0.2", Port: 3128, Type: "parent", Weight: 1, ConnectTimeout: 5 * time.Second},
+		{Name: "parent1", Host: "10.0.0.1", Port: 3128, Type: peers.Parent, Weight: 1},
+		{Name: "parent2", Host: "10.0.0.2", Port: 3128, Type: peers.Parent, Weight: 1, ConnectTimeout: 5 * time.Second},
 	}
-	if diff := cmp.Diff(&want, got); diff != "" {
+	netips := cmp.Options{
+		cmp.Comparer(func(a, b forwarding.CIDR) bool { return a == b }),
+		cmp.Comparer(func(a, b access.Destination) bool { return a == b }),
+	}
+	if diff := cmp.Diff(&want, got, netips); diff != "" {
 		t.Fatalf("etc/peerd.toml differs from the built-in defaults (-want +got):\n%s", diff)
 	}
 }
@@ -38,7 +47,7 @@ func TestEmbeddedDefaultIsADirectProxy(t *testing.T) {
 	if len(ps) > 0 {
 		t.Fatal(ps)
 	}
-	if cfg.Proxy.Listen != "127.0.0.1:3128" || cfg.Admin.Listen != "127.0.0.1:3180" || cfg.Proxy.Direct != "allow" || len(cfg.Peers) != 0 {
+	if cfg.Proxy.Listen != "127.0.0.1:3128" || cfg.Admin.Listen != "127.0.0.1:3180" || cfg.Proxy.Direct != selection.DirectAllow || len(cfg.Peers) != 0 {
 		t.Fatalf("default = %+v", cfg)
 	}
 }
@@ -101,10 +110,63 @@ func TestCheckPrintsEveryProblem(t *testing.T) {
 	}
 }
 
+// TestCheckFileOrder: five mistakes of different kinds (decode errors and
+// validation errors, in sections and in [[peer]] tables) are all printed,
+// in line order, and identically on every run.
+func TestCheckFileOrder(t *testing.T) {
+	src := `[proxy]
+connect_timeout = "5 parsecs"
+forward_max_tries = 0
+[selection]
+policy = "random"
+[[peer]]
+host = "a"
+[[peer]]
+host = "b"
+port = 70000
+[health]
+probe_interval = "0s"
+`
+	path := t.TempDir() + "/five.toml"
+	os.WriteFile(path, []byte(src), 0o644)
+	var first string
+	for run := 0; run < 5; run++ {
+		var out, errOut bytes.Buffer
+		if code := runMain([]string{"-check", "-config", path}, &out, &errOut); code != 1 {
+			t.Fatalf("exit %d; want 1", code)
+		}
+		if run == 0 {
+			first = errOut.String()
+			continue
+		}
+		if errOut.String() != first {
+			t.Fatalf("run %d printed\n%s\nbut run 0 printed\n%s", run, errOut.String(), first)
+		}
+	}
+	var lines []int
+	for _, l := range strings.Split(strings.TrimSpace(first), "\n") {
+		var n int
+		if _, err := fmt.Sscanf(l[strings.Index(l, "line "):], "line %d:", &n); err != nil {
+			t.Fatalf("no line number in %q", l)
+		}
+		lines = append(lines, n)
+	}
+	if fmt.Sprint(lines) != "[2 3 5 10 12]" {
+		t.Fatalf("problems on lines %v; want [2 3 5 10 12]:\n%s", lines, first)
+	}
+}
+
+func runMain(args []string, stdout, stderr *bytes.Buffer) int {
+	return run(context.Background(), args, stdout, stderr)
+}
+
 func FuzzParseConfig(f *testing.F) {
 	src, _ := os.ReadFile("../../etc/peerd.toml")
 	f.Add(string(src))
 	f.Add("[[peer]]\nhost=\"h\"\nport=0\n")
+	f.Add("[proxy]\nconnect_timeout = \"5 parsecs\"\n[selection]\npolicy = 3\n[nope]\nx = 1\n")
+	f.Add("[[peer]]\nhost = \"a\"\nweight = 0\n[[peer]]\nname = \"a\"\nhost = \"b\"\n")
+	f.Add("[access]\nsafe_ports = [\"0\"]\ndeny_to = [\"a b\"]\n")
 	f.Fuzz(func(t *testing.T, s string) {
 		cfg, ps := parseConfig([]byte(s))
 		if cfg == nil && len(ps) == 0 {
@@ -112,6 +174,15 @@ func FuzzParseConfig(f *testing.F) {
 		}
 		if cfg != nil && len(cfg.validate()) > 0 {
 			t.Fatal("accepted an invalid config")
+		}
+		// Every problem names a key, unless the file is not TOML at all.
+		var any map[string]any
+		if _, err := toml.Decode(s, &any); err == nil {
+			for _, p := range ps {
+				if p.key == "" || p.key == "?" {
+					t.Fatalf("a problem that names no key: %q", p)
+				}
+			}
 		}
 	})
 }

@@ -101,9 +101,7 @@ func newServer(path string, cfg *fileConfig, stderr io.Writer) (*server, error) 
 }
 
 func configureLogger(lg *logrus.Logger, c logConfig) {
-	if lvl, err := logrus.ParseLevel(c.Level); err == nil {
-		lg.SetLevel(lvl)
-	}
+	lg.SetLevel(logrus.Level(c.Level))
 	if c.Format == "json" {
 		lg.SetFormatter(&logrus.JSONFormatter{})
 	} else {
