@@ -41,6 +41,8 @@ var (
 	size     = flag.Int("size", 512, "response body bytes of the throughput runs")
 	lowRate  = flag.Int("lowrate", 100, "requests per second for the low-rate latency run through real Squid parents")
 	sections = flag.String("run", "throughput,lowrate,failover,memory", "sections to run, comma-separated")
+	threads  = flag.Int("threads", 0, "worker threads of each child (peerd GOMAXPROCS, ATS exec threads; Squid has one); 0: each child's default (one per core)")
+	rounds   = flag.Int("rounds", 3, "interleaved rounds of the throughput runs; figures are the medians")
 	tunnels  = flag.Int("tunnels", 2000, "idle CONNECT tunnels for the memory run")
 	rate     = flag.Int("rate", 1000, "requests per second for the fixed-rate latency runs")
 )
@@ -156,6 +158,8 @@ type Throughput struct {
 	// and microseconds per request (0: not measured, e.g. direct).
 	CPUPct      float64 `json:"child_cpu_pct"`
 	CPUusPerReq float64 `json:"child_cpu_us_per_request"`
+	// Rounds are the single runs a median was taken over.
+	Rounds []Throughput `json:"rounds,omitempty"`
 }
 
 type Failover struct {
@@ -199,7 +203,7 @@ func (r *Results) tp(target string) *Throughput {
 func (r *Results) markdown() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# peerd benchmark\n\n%s; %s; Squid %s; ATS %s; load by %s; %.0fs in all.\n\n", r.When, r.Machine, r.Squid, r.ATS, r.Loader, r.Seconds)
-	fmt.Fprintf(&b, "## 1. Keep-alive GETs (%d B answers), %d connections, %s per target\n\n", *size, *conns, *duration)
+	fmt.Fprintf(&b, "## 1. Keep-alive GETs (%d B answers), %d connections, %s per target, median of %d interleaved rounds\n\n", *size, *conns, *duration, max(1, *rounds))
 	fmt.Fprintf(&b, "| path | req/s | child CPU %% | CPU µs per request | p50 ms | p99 ms | errors | p50 ms at %d req/s | p99 ms at %d req/s |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n", *rate, *rate)
 	for _, t := range r.Throughput {
 		cpu, per := "n/a", "n/a"
@@ -216,6 +220,17 @@ func (r *Results) markdown() string {
 		}
 		if a != nil && a.RPS > 0 {
 			fmt.Fprintf(&b, "; peerd/ats = %s", ratio(p.RPS, a.RPS))
+		}
+		b.WriteString(".\n")
+	}
+	if p != nil && a != nil && len(p.Rounds) == len(a.Rounds) && len(p.Rounds) > 1 {
+		b.WriteString("\nPer round, peerd/ATS CPU per request:")
+		for i := range p.Rounds {
+			fmt.Fprintf(&b, " %s", ratio(p.Rounds[i].CPUusPerReq, a.Rounds[i].CPUusPerReq))
+		}
+		b.WriteString("; req/s:")
+		for i := range p.Rounds {
+			fmt.Fprintf(&b, " %s", ratio(p.Rounds[i].RPS, a.Rounds[i].RPS))
 		}
 		b.WriteString(".\n")
 	}
@@ -492,6 +507,9 @@ func startPeerd(work, bin string, parents []hop, extra string) *child {
 	must(os.WriteFile(conf, []byte(b.String()), 0o644))
 	logf, _ := os.Create(filepath.Join(dir, "peerd.log"))
 	cmd := exec.Command(bin, "-config", conf)
+	if *threads > 0 {
+		cmd.Env = append(os.Environ(), fmt.Sprintf("GOMAXPROCS=%d", *threads))
+	}
 	cmd.Stdout, cmd.Stderr = logf, logf
 	must(cmd.Start())
 	c := &child{kind: "peerd", addr: "127.0.0.1:" + port, admin: "127.0.0.1:" + admin, cmd: cmd, dir: dir, log: logf}
@@ -531,6 +549,15 @@ func startSquid(work, bin string, parents []hop) *child {
 	return c
 }
 
+// atsThreads is ATS's thread setting: its own default (one exec thread
+// per core) unless -threads says otherwise.
+func atsThreads() string {
+	if *threads <= 0 {
+		return "CONFIG proxy.config.exec_thread.autoconfig INT 1\nCONFIG proxy.config.exec_thread.autoconfig.scale FLOAT 1.0\n"
+	}
+	return fmt.Sprintf("CONFIG proxy.config.exec_thread.autoconfig INT 0\nCONFIG proxy.config.exec_thread.limit INT %d\n", *threads)
+}
+
 // startATS runs Apache Traffic Server as the child: a forward proxy with
 // its cache off, every request to the given parents (round-robin), in a
 // private runroot so it touches nothing of the system's.
@@ -553,9 +580,7 @@ CONFIG proxy.config.http.no_dns_just_forward_to_parent INT 1
 CONFIG proxy.config.http.uncacheable_requests_bypass_parent INT 0
 CONFIG proxy.config.http.parent_proxy.self_detect INT 0
 CONFIG proxy.config.http.connect_attempts_timeout INT 1
-CONFIG proxy.config.exec_thread.autoconfig INT 0
-CONFIG proxy.config.exec_thread.limit INT 2
-CONFIG proxy.config.accept_threads INT 0
+` + atsThreads() + `CONFIG proxy.config.accept_threads INT 0
 CONFIG proxy.config.log.logging_enabled INT 0
 CONFIG proxy.config.diags.debug.enabled INT 0
 CONFIG proxy.config.cache.ram_cache.size INT 8388608
@@ -615,38 +640,75 @@ func throughput(work, peerdBin, squidBin, atsBin, wrkBin string) []Throughput {
 	if atsBin != "" {
 		targets = append(targets, tgt{targetATS, func() *child { return startATS(work, atsBin, hops) }})
 	}
-	var out []Throughput
-	for _, t := range targets {
-		addr := par.addr
-		var c *child
-		if t.start != nil {
-			c = t.start()
-			addr = c.addr
-			time.Sleep(300 * time.Millisecond) // first probe verdicts
-		}
-		// Warm up, then measure, with the child's CPU over the window.
-		load(wrkBin, addr, time.Second)
-		var before cpuTime
-		if c != nil {
-			before = readCPU(c.cmd.Process.Pid)
-		}
-		r := load(wrkBin, addr, *duration)
-		if c != nil {
-			used := readCPU(c.cmd.Process.Pid) - before
-			r.CPUPct = 100 * used.Seconds() / duration.Seconds()
-			if n := r.RPS * duration.Seconds(); n > 0 {
-				r.CPUusPerReq = float64(used) / float64(time.Microsecond) / n
+	// Rounds are interleaved (every target once per round) so that the
+	// machine drifting in speed during the run affects every target alike;
+	// each figure is the median over the rounds.
+	runs := make([][]Throughput, len(targets))
+	for round := 0; round < max(1, *rounds); round++ {
+		for i, t := range targets {
+			addr := par.addr
+			var c *child
+			if t.start != nil {
+				c = t.start()
+				addr = c.addr
+				time.Sleep(300 * time.Millisecond) // first probe verdicts
 			}
+			// Warm up, then measure, with the child's CPU over the window.
+			load(wrkBin, addr, time.Second)
+			var before cpuTime
+			if c != nil {
+				before = readCPU(c.cmd.Process.Pid)
+			}
+			r := load(wrkBin, addr, *duration)
+			if c != nil {
+				used := readCPU(c.cmd.Process.Pid) - before
+				r.CPUPct = 100 * used.Seconds() / duration.Seconds()
+				if n := r.RPS * duration.Seconds(); n > 0 {
+					r.CPUusPerReq = float64(used) / float64(time.Microsecond) / n
+				}
+			}
+			r.Target = t.name
+			// Latency below saturation: an open-loop run at a fixed rate.
+			r.FixedP50ms, r.FixedP99ms, _ = fixedRate(addr, target, *rate, 3*time.Second)
+			if c != nil {
+				c.stop()
+			}
+			fmt.Fprintf(os.Stderr, "  round %d %-28s %8.0f req/s  cpu %.0f%% %.1f µs/req  p50 %.2f ms  p99 %.2f ms  errors %d; at %d req/s p50 %.2f p99 %.2f ms\n",
+				round+1, t.name, r.RPS, r.CPUPct, r.CPUusPerReq, r.P50ms, r.P99ms, r.Errors, *rate, r.FixedP50ms, r.FixedP99ms)
+			runs[i] = append(runs[i], r)
 		}
-		r.Target = t.name
-		// Latency below saturation: an open-loop run at a fixed rate.
-		r.FixedP50ms, r.FixedP99ms, _ = fixedRate(addr, target, *rate, 3*time.Second)
-		if c != nil {
-			c.stop()
+	}
+	var out []Throughput
+	for i := range targets {
+		out = append(out, medianOf(runs[i]))
+	}
+	return out
+}
+
+// medianOf takes each figure's median over rounds (errors add up).
+func medianOf(rs []Throughput) Throughput {
+	med := func(f func(Throughput) float64) float64 {
+		v := make([]float64, len(rs))
+		for i, r := range rs {
+			v[i] = f(r)
 		}
-		fmt.Fprintf(os.Stderr, "  %-28s %8.0f req/s  cpu %.0f%% %.1f µs/req  p50 %.2f ms  p99 %.2f ms  errors %d; at %d req/s p50 %.2f p99 %.2f ms\n",
-			t.name, r.RPS, r.CPUPct, r.CPUusPerReq, r.P50ms, r.P99ms, r.Errors, *rate, r.FixedP50ms, r.FixedP99ms)
-		out = append(out, r)
+		sort.Float64s(v)
+		n := len(v)
+		if n%2 == 1 {
+			return v[n/2]
+		}
+		return (v[n/2-1] + v[n/2]) / 2
+	}
+	out := Throughput{Target: rs[0].Target, Rounds: rs}
+	out.RPS = med(func(t Throughput) float64 { return t.RPS })
+	out.P50ms = med(func(t Throughput) float64 { return t.P50ms })
+	out.P99ms = med(func(t Throughput) float64 { return t.P99ms })
+	out.FixedP50ms = med(func(t Throughput) float64 { return t.FixedP50ms })
+	out.FixedP99ms = med(func(t Throughput) float64 { return t.FixedP99ms })
+	out.CPUPct = med(func(t Throughput) float64 { return t.CPUPct })
+	out.CPUusPerReq = med(func(t Throughput) float64 { return t.CPUusPerReq })
+	for _, r := range rs {
+		out.Errors += r.Errors
 	}
 	return out
 }

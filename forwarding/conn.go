@@ -24,6 +24,7 @@ type clientConn struct {
 	nc net.Conn
 	r  *h1.Reader
 	w  *bufio.Writer
+	dl deadlines
 	dw deadlineWriter
 
 	remote    netip.Addr
@@ -36,7 +37,8 @@ type clientConn struct {
 
 func newClientConn(p *Proxy, nc net.Conn) *clientConn {
 	cc := &clientConn{p: p, nc: nc}
-	cc.dw = deadlineWriter{nc: nc}
+	cc.dl = deadlines{nc: nc}
+	cc.dw = deadlineWriter{dl: &cc.dl}
 	cc.r = h1.NewReader(nc, 4<<10)
 	cc.w = bufio.NewWriterSize(&cc.dw, 4<<10)
 	if ap, err := netip.ParseAddrPort(nc.RemoteAddr().String()); err == nil {
@@ -49,16 +51,48 @@ func newClientConn(p *Proxy, nc net.Conn) *clientConn {
 	return cc
 }
 
-// deadlineWriter applies write_timeout to every write to the client: a
-// client that accepts nothing for that long is cut.
+// deadlines caches the read and write deadlines in force on a connection,
+// so that one is moved only when it would end too early or much too late:
+// a timeout d ends a wait between d and 1.25 d after it began, and a steady
+// stream of short requests re-arms no timer (each move is a runtime timer
+// update, and they were a good part of a request's cost).
+type deadlines struct {
+	nc          net.Conn
+	read, write time.Time // in force; zero: none
+}
+
+// readIn makes a read that starts now time out after t (to t + t/4).
+func (d *deadlines) readIn(now time.Time, t time.Duration) {
+	if lo := now.Add(t); d.read.Before(lo) || d.read.After(lo.Add(t/4)) {
+		d.read = lo.Add(t / 4)
+		d.nc.SetReadDeadline(d.read)
+	}
+}
+
+// writeIn makes a write that starts now time out after t (to t + t/4).
+func (d *deadlines) writeIn(now time.Time, t time.Duration) {
+	if lo := now.Add(t); d.write.Before(lo) || d.write.After(lo.Add(t/4)) {
+		d.write = lo.Add(t / 4)
+		d.nc.SetWriteDeadline(d.write)
+	}
+}
+
+// setRead sets an exact read deadline (zero: none; in the past: now).
+func (d *deadlines) setRead(at time.Time) {
+	d.read = at
+	d.nc.SetReadDeadline(at)
+}
+
+// deadlineWriter applies write_timeout to writes to the client: a client
+// that accepts nothing for that long is cut.
 type deadlineWriter struct {
-	nc      net.Conn
+	dl      *deadlines
 	timeout time.Duration
 }
 
 func (d *deadlineWriter) Write(b []byte) (int, error) {
-	d.nc.SetWriteDeadline(time.Now().Add(d.timeout))
-	return d.nc.Write(b)
+	d.dl.writeIn(time.Now(), d.timeout)
+	return d.dl.nc.Write(b)
 }
 
 func isTimeout(err error) bool { return errors.Is(err, os.ErrDeadlineExceeded) }
@@ -85,7 +119,7 @@ func (cc *clientConn) serve() {
 			if p.conns.closing() {
 				return
 			}
-			cc.nc.SetReadDeadline(time.Now().Add(c.ClientIdleTimeout))
+			cc.dl.readIn(time.Now(), c.ClientIdleTimeout)
 			err := cc.r.Fill()
 			cc.idle.Store(false)
 			if err != nil {
@@ -93,13 +127,16 @@ func (cc *clientConn) serve() {
 			}
 		}
 		start := time.Now()
-		cc.nc.SetReadDeadline(start.Add(c.RequestTimeout))
+		if !cc.r.HeadBuffered(c.maxHeader) {
+			// The head did not come whole: the rest must follow within
+			// request_timeout of its first byte.
+			cc.dl.readIn(start, c.RequestTimeout)
+		}
 		head, err := cc.r.ReadHead(c.maxHeader)
 		if err != nil {
 			cc.refuse(c, start, err)
 			return
 		}
-		cc.nc.SetReadDeadline(time.Time{})
 		tx := &cc.tx
 		tx.begin(c, start, head)
 		cc.r.Release(head)

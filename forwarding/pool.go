@@ -18,6 +18,7 @@ type upConn struct {
 	raw syscall.RawConn // nil when nc is not a socket peerd can peek at
 	r   *h1.Reader
 	w   *bufio.Writer
+	dl  deadlines
 	// pool is where the connection goes back when an exchange leaves it
 	// reusable; nil for a connection that is never pooled.
 	pool   *pool
@@ -25,7 +26,7 @@ type upConn struct {
 }
 
 func newUpConn(nc net.Conn, pl *pool) *upConn {
-	c := &upConn{nc: nc, r: h1.NewReader(nc, 4<<10), w: bufio.NewWriterSize(nc, 4<<10), pool: pl}
+	c := &upConn{nc: nc, r: h1.NewReader(nc, 4<<10), w: bufio.NewWriterSize(nc, 4<<10), pool: pl, dl: deadlines{nc: nc}}
 	if sc, ok := nc.(syscall.Conn); ok {
 		c.raw, _ = sc.SyscallConn()
 	}

@@ -75,7 +75,7 @@ func (tx *txn) connectVia(a *attempt) bool {
 	}
 	b = append(append(b, cfg.via...), "\r\n\r\n"...)
 	tx.out = b
-	c.nc.SetWriteDeadline(time.Now().Add(cfg.ReadTimeout))
+	c.dl.writeIn(time.Now(), cfg.ReadTimeout)
 	if _, err := c.nc.Write(b); err != nil {
 		tx.lastErr = errorf(http.StatusBadGateway, CodeBadGateway, a.hop.Peer.Name(), "sending CONNECT: %v", err)
 		return false
@@ -120,7 +120,7 @@ func (tx *txn) connectVia(a *attempt) bool {
 // answers are skipped, never taken for the tunnel's start; a reply head
 // larger than max_header_size is a broken answer.
 func (tx *txn) connectReply(c *upConn) ([]byte, error) {
-	c.nc.SetReadDeadline(time.Now().Add(tx.cfg.ReadTimeout))
+	c.dl.readIn(time.Now(), tx.cfg.ReadTimeout)
 	for interim := 0; interim <= 8; interim++ {
 		head, err := c.r.ReadHead(tx.cfg.maxHeader)
 		if err != nil {
@@ -172,8 +172,8 @@ func (tx *txn) tunnel(a *attempt, hello []byte) outcome {
 	}
 	release := p.tunnels.add(cc.nc, up.nc)
 	defer release()
-	cc.nc.SetDeadline(time.Time{})
-	up.nc.SetDeadline(time.Time{})
+	cc.dl.setRead(time.Time{})
+	up.dl.setRead(time.Time{})
 	fromClient := cc.r.Peek()
 	cc.r.Discard(len(fromClient))
 	fromUp := up.r.Peek()
@@ -271,7 +271,7 @@ type watcher struct {
 // ends any wait on it.
 func (cc *clientConn) watch(up net.Conn) *watcher {
 	w := &watcher{cc: cc, done: make(chan struct{})}
-	cc.nc.SetReadDeadline(time.Time{})
+	cc.dl.setRead(time.Time{})
 	go func() {
 		defer close(w.done)
 		if err := cc.r.Fill(); err != nil && !isTimeout(err) {
@@ -284,9 +284,9 @@ func (cc *clientConn) watch(up net.Conn) *watcher {
 
 // stop ends the watch, waits for it, and reports whether the client left.
 func (w *watcher) stop() bool {
-	w.cc.nc.SetReadDeadline(time.Unix(1, 0))
+	w.cc.dl.setRead(time.Unix(1, 0))
 	<-w.done
-	w.cc.nc.SetReadDeadline(time.Time{})
+	w.cc.dl.setRead(time.Time{})
 	if w.gone.Load() {
 		w.cc.tx.clientGone = true
 	}

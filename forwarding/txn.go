@@ -415,9 +415,8 @@ func (tx *txn) prepareBody() error {
 		tx.bodyState = streaming
 		return nil
 	}
-	tx.cc.nc.SetReadDeadline(time.Now().Add(tx.cfg.RequestTimeout))
-	defer tx.cc.nc.SetReadDeadline(time.Time{})
 	for int64(len(tx.buf)) <= max {
+		tx.cc.dl.readIn(time.Now(), tx.cfg.RequestTimeout)
 		if len(tx.buf) == cap(tx.buf) {
 			tx.buf = append(tx.buf, 0)[:len(tx.buf)]
 		}

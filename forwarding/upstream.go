@@ -34,7 +34,7 @@ func (tx *txn) take(hop selection.Hop, plan *selection.Plan, pooled bool) (selec
 		}
 	}
 	if pooled && tx.facts.retriable() {
-		if uc := tx.poolFor(hop).get(time.Now(), tx.cfg.PconnTimeout); uc != nil {
+		if uc := tx.poolFor(hop).get(tx.start, tx.cfg.PconnTimeout); uc != nil {
 			return hop, uc, true
 		}
 	}
@@ -220,7 +220,7 @@ func (tx *txn) drain(a *attempt) bool {
 	c.r.Release(a.head)
 	a.head = nil
 	tx.upBody.Reset(c.r, kind, resp.ContentLength, tx.cfg.maxHeader)
-	c.nc.SetReadDeadline(time.Now().Add(time.Second))
+	c.dl.readIn(time.Now(), time.Second)
 	_, err := io.Copy(io.Discard, &tx.upBody)
 	return err == nil
 }
@@ -230,7 +230,6 @@ func (tx *txn) drain(a *attempt) bool {
 func (tx *txn) exchange(a *attempt) {
 	c := a.conn
 	cfg := tx.cfg
-	c.nc.SetWriteDeadline(time.Now().Add(cfg.ReadTimeout))
 	out := tx.requestHead(a.hop)
 	headLen := len(out)
 	chunkedOut := tx.bodyState == buffered && len(tx.body.Trailer) > 0
@@ -238,6 +237,10 @@ func (tx *txn) exchange(a *attempt) {
 		out = append(out, tx.buf...)
 	}
 	tx.out = out
+	if tx.bodyState != noBody || len(out) > 8<<10 {
+		// A short head into an idle connection cannot block; a body can.
+		c.dl.writeIn(time.Now(), cfg.ReadTimeout)
+	}
 	n, err := c.nc.Write(out)
 	if n >= headLen {
 		a.progress = headWritten
@@ -289,15 +292,13 @@ func (tx *txn) streamBody(c *upConn) error {
 	if err := write(tx.buf); err != nil {
 		return err
 	}
-	tx.cc.nc.SetReadDeadline(time.Now().Add(tx.cfg.RequestTimeout))
-	defer tx.cc.nc.SetReadDeadline(time.Time{})
 	for {
+		tx.cc.dl.readIn(time.Now(), tx.cfg.RequestTimeout)
 		n, rerr := tx.body.Read(buf)
 		if n > 0 {
 			if err := write(buf[:n]); err != nil {
 				return err
 			}
-			tx.cc.nc.SetReadDeadline(time.Now().Add(tx.cfg.RequestTimeout))
 		}
 		if rerr == io.EOF {
 			tx.bodyDone = true
@@ -327,7 +328,8 @@ const watchAfter = time.Second
 func (tx *txn) receive(a *attempt) {
 	c := a.conn
 	cfg := tx.cfg
-	deadline := time.Now().Add(cfg.ReadTimeout)
+	now := time.Now()
+	deadline := now.Add(cfg.ReadTimeout)
 	var w *watcher
 	defer func() {
 		if w != nil {
@@ -335,15 +337,15 @@ func (tx *txn) receive(a *attempt) {
 		}
 	}()
 	for interim := 0; ; {
-		slice := time.Until(deadline)
+		slice := deadline.Sub(now)
 		if w == nil && slice > watchAfter {
 			slice = watchAfter
 		}
-		c.nc.SetReadDeadline(time.Now().Add(slice))
+		c.dl.readIn(now, slice)
 		head, err := c.r.ReadHead(cfg.maxHeader)
 		if err != nil {
 			gone := w != nil && w.gone.Load()
-			if isTimeout(err) && time.Now().Before(deadline) && !gone {
+			if now = time.Now(); isTimeout(err) && now.Before(deadline) && !gone {
 				if w == nil && tx.bodyDone {
 					w = tx.cc.watch(c.nc)
 				}
@@ -432,7 +434,7 @@ func (tx *txn) relay(a *attempt) outcome {
 	}
 	reusable := err == nil && resp.KeepAlive && kind != h1.CloseBody && tx.upBody.Done()
 	if reusable {
-		c.pool.put(c, time.Now())
+		c.pool.put(c, tx.start)
 	} else {
 		c.close()
 	}
@@ -466,7 +468,7 @@ func (tx *txn) copyBody(c *upConn, chunked bool) error {
 			if cc.w.Flush() != nil {
 				return errClientGone
 			}
-			c.nc.SetReadDeadline(time.Now().Add(tx.cfg.ReadTimeout))
+			c.dl.readIn(time.Now(), tx.cfg.ReadTimeout)
 		}
 		n, err := tx.upBody.Read(*bufp)
 		if n > 0 {

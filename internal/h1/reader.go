@@ -137,6 +137,18 @@ func (b *Reader) ReadHead(max int) ([]byte, error) {
 	}
 }
 
+// HeadBuffered reports whether ReadHead would return without reading: a
+// whole head (or a reason to refuse one) is buffered already.
+func (b *Reader) HeadBuffered(max int) bool {
+	data := b.buf[b.r:b.w]
+	i, err := scanHead(data, b.scan)
+	if err != nil || i > 0 || len(data) >= max {
+		return true
+	}
+	b.scan = len(data) - min(len(data), 3)
+	return false
+}
+
 // Release consumes a head returned by ReadHead and shrinks the buffer back
 // after a large one. The head's slices are invalid afterwards.
 func (b *Reader) Release(head []byte) {
