@@ -500,6 +500,9 @@ func startPeerd(work, bin string, parents []hop, extra string) *child {
 	var b strings.Builder
 	fmt.Fprintf(&b, "[proxy]\nlisten = \"127.0.0.1:%s\"\nconnect_timeout = \"1s\"\n%s\n[admin]\nlisten = \"127.0.0.1:%s\"\n[log]\nlevel = \"warn\"\n", port, extra, admin)
 	fmt.Fprintf(&b, "[health]\nprobe_interval = \"1s\"\nprobe_max_interval = \"5s\"\n[selection]\npolicy = \"round-robin\"\n")
+	// The memory run tunnels DIRECT to a loopback sink, which the default
+	// destination policy refuses.
+	b.WriteString("[access]\ndeny_to_local = false\nconnect_ports = [\"1-65535\"]\n")
 	for _, p := range parents {
 		fmt.Fprintf(&b, "[[peer]]\nname = %q\nhost = \"127.0.0.1\"\nport = %s\n", p.name, p.port)
 	}
@@ -525,7 +528,7 @@ func startSquid(work, bin string, parents []hop) *child {
 	port := freePort()
 	var b strings.Builder
 	fmt.Fprintf(&b, "http_port 127.0.0.1:%s\npid_filename %s/squid.pid\ncache_log %s/cache.log\naccess_log none\ncache_store_log none\ncoredump_dir %s\n", port, dir, dir, dir)
-	b.WriteString("cache deny all\ncache_mem 8 MB\nshutdown_lifetime 0 seconds\nvisible_hostname squidchild\ndns_nameservers 127.0.0.1\nmax_filedescriptors 16384\n")
+	fmt.Fprintf(&b, "cache deny all\ncache_mem 8 MB\nshutdown_lifetime 0 seconds\nvisible_hostname squid-%s\ndns_nameservers 127.0.0.1\nmax_filedescriptors 16384\n", port)
 	b.WriteString("connect_timeout 1 seconds\npeer_connect_timeout 1 seconds\nhttp_access allow localhost\nhttp_access deny all\n")
 	if os.Geteuid() == 0 {
 		b.WriteString("cache_effective_user proxy\n")
@@ -575,7 +578,6 @@ func startATS(work, bin string, parents []hop) *child {
 CONFIG proxy.config.http.cache.http INT 0
 CONFIG proxy.config.url_remap.remap_required INT 0
 CONFIG proxy.config.reverse_proxy.enabled INT 0
-CONFIG proxy.config.http.parent_proxy_routing_enable INT 1
 CONFIG proxy.config.http.no_dns_just_forward_to_parent INT 1
 CONFIG proxy.config.http.uncacheable_requests_bypass_parent INT 0
 CONFIG proxy.config.http.parent_proxy.self_detect INT 0
@@ -755,7 +757,10 @@ func lowRateRun(work, peerdBin, squidBin, atsBin string) []Throughput {
 	defer sp1.stop()
 	defer sp2.stop()
 	hops := []hop{{name: "sq1", port: portOf(sp1.addr)}, {name: "sq2", port: portOf(sp2.addr)}}
-	u := "http://" + origin.addr + "/obj"
+	// A name, not an address: ATS routes only names to parents here
+	// (dest_domain), and the Squid parents resolve localhost from
+	// /etc/hosts.
+	u := "http://localhost:" + portOf(origin.addr) + "/obj"
 	kinds := []struct {
 		name  string
 		start func() *child

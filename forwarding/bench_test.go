@@ -62,7 +62,7 @@ func BenchmarkDirectToParent(b *testing.B) {
 }
 
 // startBenchProxy runs peerd's engine on loopback with one parent.
-func startBenchProxy(b *testing.B, parentAddr string) string {
+func startBenchProxy(b testing.TB, parentAddr string) string {
 	log := logrus.New()
 	log.SetLevel(logrus.ErrorLevel)
 	host, portStr, _ := net.SplitHostPort(parentAddr)
@@ -101,7 +101,7 @@ func BenchmarkViaPeerd(b *testing.B) {
 // rawParent answers every request head on a connection with a fixed 1 KiB
 // response, allocating nothing per request, so that a benchmark's
 // allocs/op are the proxy's own.
-func rawParent(b *testing.B) string {
+func rawParent(b testing.TB) string {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
@@ -141,32 +141,48 @@ func rawParent(b *testing.B) string {
 	return ln.Addr().String()
 }
 
-// rawGets sends keep-alive GETs on one connection and reads each answer
-// by its Content-Length, allocating nothing per request.
-func rawGets(b *testing.B, proxy string, n int) {
+// rawClient sends keep-alive GETs on one connection and reads each
+// answer by its Content-Length, allocating nothing per request.
+type rawClient struct {
+	tb   testing.TB
+	c    net.Conn
+	buf  []byte
+	have int
+}
+
+var rawRequest = []byte("GET http://origin.test/obj HTTP/1.1\r\nHost: origin.test\r\nUser-Agent: bench\r\n\r\n")
+
+func newRawClient(tb testing.TB, proxy string) *rawClient {
 	c, err := net.Dial("tcp", proxy)
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
-	defer c.Close()
-	req := []byte("GET http://origin.test/obj HTTP/1.1\r\nHost: origin.test\r\nUser-Agent: bench\r\n\r\n")
-	buf := make([]byte, 8192)
-	have := 0
+	return &rawClient{tb: tb, c: c, buf: make([]byte, 8192)}
+}
+
+func (rc *rawClient) get() {
+	if _, err := rc.c.Write(rawRequest); err != nil {
+		rc.tb.Fatal(err)
+	}
+	for {
+		if h := bytes.Index(rc.buf[:rc.have], []byte("\r\n\r\n")); h >= 0 && rc.have >= h+4+1024 {
+			rc.have = copy(rc.buf, rc.buf[h+4+1024:rc.have])
+			return
+		}
+		m, err := rc.c.Read(rc.buf[rc.have:])
+		if err != nil {
+			rc.tb.Fatal(err)
+		}
+		rc.have += m
+	}
+}
+
+// rawGets sends n keep-alive GETs on a new connection.
+func rawGets(tb testing.TB, proxy string, n int) {
+	rc := newRawClient(tb, proxy)
+	defer rc.c.Close()
 	for i := 0; i < n; i++ {
-		if _, err := c.Write(req); err != nil {
-			b.Fatal(err)
-		}
-		for {
-			if h := bytes.Index(buf[:have], []byte("\r\n\r\n")); h >= 0 && have >= h+4+1024 {
-				have = copy(buf, buf[h+4+1024:have])
-				break
-			}
-			m, err := c.Read(buf[have:])
-			if err != nil {
-				b.Fatal(err)
-			}
-			have += m
-		}
+		rc.get()
 	}
 }
 
@@ -195,4 +211,21 @@ func BenchmarkEngineKeepAliveGETParallel(b *testing.B) {
 		}
 		rawGets(b, proxy, n)
 	})
+}
+
+// TestKeepAliveGETAllocatesNothing: a keep-alive GET through the engine to
+// a pooled parent connection allocates nothing in steady state, access log
+// on.
+func TestKeepAliveGETAllocatesNothing(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts differ under the race detector")
+	}
+	rc := newRawClient(t, startBenchProxy(t, rawParent(t)))
+	defer rc.c.Close()
+	for i := 0; i < 200; i++ {
+		rc.get() // warm: pools, buffers
+	}
+	if n := testing.AllocsPerRun(500, rc.get); n > 0.01 {
+		t.Fatalf("%.2f allocations per keep-alive GET; want 0", n)
+	}
 }

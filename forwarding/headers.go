@@ -17,7 +17,7 @@ import (
 // is taken for a loop, as before.
 func looped(fields []h1.Field, c *runtimeConfig) bool {
 	for _, f := range fields {
-		if !f.Is("Via") {
+		if f.Kind != h1.Via {
 			continue
 		}
 		for v := f.Value; len(v) > 0; {
@@ -62,7 +62,7 @@ func (c *runtimeConfig) loopError(fields []h1.Field) *Error {
 	}
 	var vias []string
 	for _, f := range fields {
-		if f.Is("Via") {
+		if f.Kind == h1.Via {
 			vias = append(vias, string(f.Value))
 		}
 	}

@@ -71,7 +71,7 @@ func (tx *txn) connectVia(a *attempt) bool {
 	}
 	b = append(b, "Via: "...)
 	if req.Get("Via") != nil {
-		b = append(appendValues(b, req.Fields, "Via"), ", "...)
+		b = append(appendValues(b, req.Fields, h1.Via), ", "...)
 	}
 	b = append(append(b, cfg.via...), "\r\n\r\n"...)
 	tx.out = b

@@ -362,6 +362,9 @@ func (tx *txn) finalError() *Error {
 
 // noteFailure keeps the error the client gets if nothing better follows.
 func (tx *txn) noteFailure(a *attempt, class failure) {
+	if a.err == nil {
+		return // an answer, good or bad: nothing to keep
+	}
 	peer := hopName(a.hop)
 	var denied *access.Denied
 	if errors.As(a.err, &denied) {

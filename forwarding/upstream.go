@@ -527,16 +527,16 @@ func (tx *txn) requestHead(hop selection.Hop) []byte {
 	var via, xff, cc bool
 	for _, f := range req.Fields {
 		switch {
-		case h1.IsHopByHop(f.Name, req.ConnTokens), f.Is("Host"), f.Is("Proxy-Authorization"), f.Is("Expect"),
-			f.Is("Content-Length"), f.Is("Max-Forwards") && tx.maxFwd >= 0:
+		case f.HopByHop(req.ConnTokens), f.Kind == h1.Host, f.Kind == h1.ProxyAuthorization, f.Kind == h1.Expect,
+			f.Kind == h1.ContentLength, f.Kind == h1.MaxForwards && tx.maxFwd >= 0:
 			continue
-		case f.Is("Via"):
+		case f.Kind == h1.Via:
 			via = true
 			continue
-		case f.Is("X-Forwarded-For"):
+		case f.Kind == h1.XForwardedFor:
 			xff = true
 			continue
-		case sibling && f.Is("Cache-Control"):
+		case sibling && f.Kind == h1.CacheControl:
 			cc = true
 			continue
 		}
@@ -544,13 +544,13 @@ func (tx *txn) requestHead(hop selection.Hop) []byte {
 	}
 	b = append(b, "Via: "...)
 	if via {
-		b = appendValues(b, req.Fields, "Via")
+		b = appendValues(b, req.Fields, h1.Via)
 		b = append(b, ", "...)
 	}
 	b = append(b, cfg.via...)
 	b = append(b, "\r\nX-Forwarded-For: "...)
 	if xff {
-		b = appendValues(b, req.Fields, "X-Forwarded-For")
+		b = appendValues(b, req.Fields, h1.XForwardedFor)
 		b = append(b, ", "...)
 	}
 	b = append(b, tx.cc.remoteStr...)
@@ -558,7 +558,7 @@ func (tx *txn) requestHead(hop selection.Hop) []byte {
 	if sibling {
 		b = append(b, "Cache-Control: "...)
 		if cc {
-			b = appendValues(b, req.Fields, "Cache-Control")
+			b = appendValues(b, req.Fields, h1.CacheControl)
 			if !hasDirective(req.Fields, "Cache-Control", "only-if-cached") {
 				b = append(b, ", only-if-cached"...)
 			}
@@ -647,9 +647,9 @@ func (tx *txn) appendResponseFields(b []byte, resp *h1.Response) []byte {
 	via := false
 	for _, f := range resp.Fields {
 		switch {
-		case h1.IsHopByHop(f.Name, resp.ConnTokens), f.Is("Content-Length"), f.Is("Proxy-Authenticate"):
+		case f.HopByHop(resp.ConnTokens), f.Kind == h1.ContentLength, f.Kind == h1.ProxyAuthenticate:
 			continue
-		case f.Is("Via"):
+		case f.Kind == h1.Via:
 			via = true
 			continue
 		}
@@ -657,7 +657,7 @@ func (tx *txn) appendResponseFields(b []byte, resp *h1.Response) []byte {
 	}
 	b = append(b, "Via: "...)
 	if via {
-		b = appendValues(b, resp.Fields, "Via")
+		b = appendValues(b, resp.Fields, h1.Via)
 		b = append(b, ", "...)
 	}
 	b = append(b, tx.cfg.via...)
@@ -671,12 +671,12 @@ func appendField(b, name, value []byte) []byte {
 	return append(b, "\r\n"...)
 }
 
-// appendValues appends the values of every field named name, joined by
+// appendValues appends the values of every field of kind k, joined by
 // ", ".
-func appendValues(b []byte, fields []h1.Field, name string) []byte {
+func appendValues(b []byte, fields []h1.Field, k h1.Kind) []byte {
 	first := true
 	for _, f := range fields {
-		if f.Is(name) {
+		if f.Kind == k {
 			if !first {
 				b = append(b, ", "...)
 			}

@@ -10,6 +10,9 @@ import (
 // as sent and the value with surrounding whitespace removed.
 type Field struct {
 	Name, Value []byte
+	// Kind is the field's kind among those peerd acts on (Other for the
+	// rest), found when the head was parsed.
+	Kind Kind
 }
 
 // Is reports whether the field's name is name (ASCII case-insensitive).
@@ -254,14 +257,14 @@ func (r *Request) framing() error {
 	var cl []byte
 	for _, f := range r.Fields {
 		switch {
-		case f.Is("Host"):
+		case f.Kind == Host:
 			hosts++
 			if len(f.Value) > 0 {
 				if _, _, _, ok := parseAuthority(f.Value, false); !ok {
 					return ErrHost
 				}
 			}
-		case f.Is("Content-Length"):
+		case f.Kind == ContentLength:
 			// Repeats must repeat the same text, not just the same number
 			// ("03" beside "3" is refused, as net/http refuses it).
 			n, ok := parseLength(f.Value)
@@ -269,19 +272,19 @@ func (r *Request) framing() error {
 				return ErrContentLength
 			}
 			r.ContentLength, cl = n, f.Value
-		case f.Is("Transfer-Encoding"):
+		case f.Kind == TransferEncoding:
 			te++
 			if !EqualFold(f.Value, "chunked") || te > 1 {
 				return ErrTransferEncoding
 			}
-		case f.Is("Connection"):
+		case f.Kind == Connection:
 			r.ConnTokens = connectionTokens(f.Value, r.ConnTokens)
-		case f.Is("Expect"):
+		case f.Kind == Expect:
 			if !EqualFold(f.Value, "100-continue") {
 				return ErrExpect
 			}
 			r.Expect100 = true
-		case f.Is("Trailer"):
+		case f.Kind == Trailer:
 			trailer = trailer || badTrailer(f.Value)
 		}
 	}
@@ -397,7 +400,7 @@ func ParseResponse(head []byte, r *Response) error {
 	var cl []byte
 	for _, f := range r.Fields {
 		switch {
-		case f.Is("Content-Length"):
+		case f.Kind == ContentLength:
 			// Repeats must repeat the same text, not just the same number
 			// ("03" beside "3" is refused, as net/http refuses it).
 			n, ok := parseLength(f.Value)
@@ -405,14 +408,14 @@ func ParseResponse(head []byte, r *Response) error {
 				return ErrContentLength
 			}
 			r.ContentLength, cl = n, f.Value
-		case f.Is("Transfer-Encoding"):
+		case f.Kind == TransferEncoding:
 			te++
 			if !EqualFold(f.Value, "chunked") || te > 1 {
 				return ErrTransferEncoding
 			}
-		case f.Is("Connection"):
+		case f.Kind == Connection:
 			r.ConnTokens = connectionTokens(f.Value, r.ConnTokens)
-		case f.Is("Trailer"):
+		case f.Kind == Trailer:
 			trailer = trailer || badTrailer(f.Value)
 		}
 	}
@@ -486,13 +489,14 @@ func parseFields(b []byte, dst []Field) ([]Field, error) {
 		if len(dst) >= MaxFields {
 			return dst, ErrTooManyFields
 		}
-		dst = append(dst, Field{Name: name, Value: trimOWS(v)})
+		dst = append(dst, Field{Name: name, Value: trimOWS(v), Kind: kindOf(name)})
 	}
 }
 
 func get(fields []Field, name string) []byte {
+	k := kindOf([]byte(name))
 	for _, f := range fields {
-		if f.Is(name) {
+		if f.Kind == k && (k != Other || f.Is(name)) {
 			return f.Value
 		}
 	}
@@ -568,17 +572,7 @@ func badTrailer(v []byte) bool {
 // IsHopByHop reports whether a field is hop-by-hop (RFC 9110 7.6.1) for a
 // message whose Connection options are tokens.
 func IsHopByHop(name []byte, tokens [][]byte) bool {
-	switch {
-	case EqualFold(name, "Connection"), EqualFold(name, "Keep-Alive"), EqualFold(name, "Proxy-Connection"),
-		EqualFold(name, "TE"), EqualFold(name, "Transfer-Encoding"), EqualFold(name, "Upgrade"):
-		return true
-	}
-	for _, t := range tokens {
-		if bytes.EqualFold(name, t) {
-			return true
-		}
-	}
-	return false
+	return Field{Name: name, Kind: kindOf(name)}.HopByHop(tokens)
 }
 
 func trimOWS(b []byte) []byte {

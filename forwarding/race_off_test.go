@@ -1,0 +1,5 @@
+//go:build !race
+
+package forwarding
+
+const raceEnabled = false

@@ -1,0 +1,70 @@
+package h1
+
+// Kind names the header fields peerd acts on. A field's kind is found once,
+// when its head is parsed, so the loops that frame, strip and rewrite
+// messages compare a byte instead of a case-insensitive name each.
+type Kind uint8
+
+const (
+	Other Kind = iota
+	Host
+	ContentLength
+	TransferEncoding
+	Connection
+	KeepAlive
+	ProxyConnection
+	TE
+	Trailer
+	Upgrade
+	Expect
+	ProxyAuthorization
+	ProxyAuthenticate
+	Via
+	XForwardedFor
+	CacheControl
+	MaxForwards
+	ContentType
+	kinds
+)
+
+var kindNames = [kinds]string{"", "Host", "Content-Length", "Transfer-Encoding", "Connection", "Keep-Alive",
+	"Proxy-Connection", "TE", "Trailer", "Upgrade", "Expect", "Proxy-Authorization", "Proxy-Authenticate",
+	"Via", "X-Forwarded-For", "Cache-Control", "Max-Forwards", "Content-Type"}
+
+// byLength lists the kinds by the length of their names.
+var byLength [32][]Kind
+
+func init() {
+	for k := Kind(1); k < kinds; k++ {
+		n := len(kindNames[k])
+		byLength[n] = append(byLength[n], k)
+	}
+}
+
+// kindOf classifies a field name.
+func kindOf(name []byte) Kind {
+	if len(name) >= len(byLength) {
+		return Other
+	}
+	for _, k := range byLength[len(name)] {
+		if EqualFold(name, kindNames[k]) {
+			return k
+		}
+	}
+	return Other
+}
+
+// HopByHop reports whether the field is hop-by-hop (RFC 9110 7.6.1) for
+// a message whose Connection options are tokens.
+func (f Field) HopByHop(tokens [][]byte) bool {
+	switch f.Kind {
+	case Connection, KeepAlive, ProxyConnection, TE, TransferEncoding, Upgrade:
+		return true
+	}
+	for _, t := range tokens {
+		if len(t) == len(f.Name) && EqualFold(f.Name, string(t)) {
+			return true
+		}
+	}
+	return false
+}
