@@ -20,12 +20,13 @@ var errTooManyFiles = syscall.EMFILE
 // a time, in order, so pipelined requests are answered in order; the
 // buffers and the transaction record are reused from request to request.
 type clientConn struct {
-	p  *Proxy
-	nc net.Conn
-	r  *h1.Reader
-	w  *bufio.Writer
-	dl deadlines
-	dw deadlineWriter
+	p   *Proxy
+	nc  net.Conn
+	r   *h1.Reader
+	w   *bufio.Writer
+	dl  deadlines
+	dw  deadlineWriter
+	rio rawIO
 
 	remote    netip.Addr
 	remoteOK  bool
@@ -38,8 +39,10 @@ type clientConn struct {
 func newClientConn(p *Proxy, nc net.Conn) *clientConn {
 	cc := &clientConn{p: p, nc: nc}
 	cc.dl = deadlines{nc: nc}
-	cc.dw = deadlineWriter{dl: &cc.dl}
 	cc.r = h1.NewReader(nc, 4<<10)
+	cc.rio = newRawIO(nc, cc.r, &cc.idle)
+	cc.rio.init()
+	cc.dw = deadlineWriter{dl: &cc.dl, rio: &cc.rio}
 	cc.w = bufio.NewWriterSize(&cc.dw, 4<<10)
 	if ap, err := netip.ParseAddrPort(nc.RemoteAddr().String()); err == nil {
 		cc.remote, cc.remoteOK = ap.Addr().Unmap(), true
@@ -84,14 +87,37 @@ func (d *deadlines) setRead(at time.Time) {
 }
 
 // deadlineWriter applies write_timeout to writes to the client: a client
-// that accepts nothing for that long is cut.
+// that accepts nothing for that long is cut. In wait mode (see
+// clientConn.flushAndWait) a write also waits for the next request.
 type deadlineWriter struct {
 	dl      *deadlines
 	timeout time.Duration
+	rio     *rawIO
+	// wait mode: the client_idle_timeout, and the wait's outcome.
+	wait    bool
+	idle    time.Duration
+	waited  bool
+	waitErr error
 }
 
 func (d *deadlineWriter) Write(b []byte) (int, error) {
-	d.dl.writeIn(time.Now(), d.timeout)
+	now := time.Now()
+	if d.wait && d.rio.raw != nil {
+		d.dl.readIn(now, d.idle)
+		n, werr, rerr := d.rio.sendAndWait(b)
+		if werr != nil {
+			return n, werr
+		}
+		if n == len(b) {
+			d.waited, d.waitErr = true, rerr
+			return n, nil
+		}
+		b = b[n:] // the socket was full: the rest the usual way
+		d.dl.writeIn(now, d.timeout)
+		m, err := d.dl.nc.Write(b)
+		return n + m, err
+	}
+	d.dl.writeIn(now, d.timeout)
 	return d.dl.nc.Write(b)
 }
 
@@ -143,6 +169,10 @@ func (cc *clientConn) serve() {
 		switch tx.serve() {
 		case keepOpen:
 			if p.conns.closing() {
+				cc.w.Flush()
+				return
+			}
+			if tx.flushLater && !cc.flushAndWait(c) {
 				return
 			}
 		case tunnel:
@@ -152,6 +182,20 @@ func (cc *clientConn) serve() {
 			return
 		}
 	}
+}
+
+// flushAndWait sends the rest of an answer and waits for the next
+// request in one poll cycle (see rawIO). It reports whether the connection
+// goes on: false when the client went away or stayed idle too long.
+func (cc *clientConn) flushAndWait(c *runtimeConfig) bool {
+	cc.dw.wait, cc.dw.idle, cc.dw.waited, cc.dw.waitErr = true, c.ClientIdleTimeout, false, nil
+	err := cc.w.Flush()
+	cc.dw.wait = false
+	cc.idle.Store(false)
+	if err != nil {
+		return false
+	}
+	return !cc.dw.waited || cc.dw.waitErr == nil
 }
 
 // refuse answers a request head that could not be read: 408 for one too

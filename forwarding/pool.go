@@ -14,22 +14,22 @@ import (
 // upConn is a connection to a next hop that peerd owns: its buffers live
 // as long as it does, so a keep-alive exchange allocates nothing.
 type upConn struct {
-	nc  net.Conn
-	raw syscall.RawConn // nil when nc is not a socket peerd can peek at
-	r   *h1.Reader
-	w   *bufio.Writer
-	dl  deadlines
+	nc net.Conn
+	r  *h1.Reader
+	w  *bufio.Writer
+	dl deadlines
 	// pool is where the connection goes back when an exchange leaves it
 	// reusable; nil for a connection that is never pooled.
 	pool   *pool
 	idleAt time.Time
+
+	rio rawIO
 }
 
 func newUpConn(nc net.Conn, pl *pool) *upConn {
 	c := &upConn{nc: nc, r: h1.NewReader(nc, 4<<10), w: bufio.NewWriterSize(nc, 4<<10), pool: pl, dl: deadlines{nc: nc}}
-	if sc, ok := nc.(syscall.Conn); ok {
-		c.raw, _ = sc.SyscallConn()
-	}
+	c.rio = newRawIO(nc, c.r, nil)
+	c.rio.init()
 	return c
 }
 
@@ -39,13 +39,13 @@ func (c *upConn) close() { c.nc.Close() }
 // peer closed it (EOF), broke it, or sent something unasked (an idle
 // connection has nothing to say). A non-blocking peek; nothing is read.
 func (c *upConn) closedByPeer() bool {
-	if c.raw == nil || c.r.Buffered() > 0 {
+	if c.rio.raw == nil || c.r.Buffered() > 0 {
 		return c.r.Buffered() > 0
 	}
 	var b [1]byte
 	var err error
 	n := 0
-	if rerr := c.raw.Read(func(fd uintptr) bool {
+	if rerr := c.rio.raw.Read(func(fd uintptr) bool {
 		n, _, err = syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
 		return true
 	}); rerr != nil {

@@ -54,6 +54,9 @@ type txn struct {
 	clientGone bool
 	tunnelled  bool
 	ctype      []byte // the response's Content-Type, for the access log
+	// flushLater: the end of the answer is still buffered, for the
+	// connection to send together with waiting for the next request.
+	flushLater bool
 
 	// The request body.
 	body      h1.BodyReader

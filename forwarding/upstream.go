@@ -237,6 +237,39 @@ func (tx *txn) exchange(a *attempt) {
 		out = append(out, tx.buf...)
 	}
 	tx.out = out
+	if c.rio.raw != nil && tx.bodyState != streaming && !chunkedOut && len(out) <= 16<<10 {
+		// The whole request in one write, then the answer's first bytes,
+		// in one poll cycle (see rawIO).
+		c.dl.readIn(time.Now(), min(cfg.ReadTimeout, watchAfter))
+		n, werr, _ := c.rio.sendAndWait(out)
+		if n >= headLen {
+			a.progress = headWritten
+		}
+		if werr != nil {
+			a.err = werr
+			return
+		}
+		if n < len(out) {
+			// The socket would not take it all at once: the rest the
+			// usual way.
+			c.dl.writeIn(time.Now(), cfg.ReadTimeout)
+			m, err := c.nc.Write(out[n:])
+			if n+m >= headLen {
+				a.progress = headWritten
+			}
+			if err != nil {
+				a.err = err
+				return
+			}
+		}
+		if tx.bodyState != noBody {
+			a.progress = bodyWritten
+		}
+		// What arrived is buffered; receive reads the rest (or finds the
+		// connection closed, or the deadline passed, again).
+		tx.receive(a)
+		return
+	}
 	if tx.bodyState != noBody || len(out) > 8<<10 {
 		// A short head into an idle connection cannot block; a body can.
 		c.dl.writeIn(time.Now(), cfg.ReadTimeout)
@@ -428,7 +461,9 @@ func (tx *txn) relay(a *attempt) outcome {
 		h1.WriteLastChunk(cc.w, tx.upBody.Trailer)
 	}
 	if err == nil {
-		if cc.w.Flush() != nil {
+		if tx.after() == keepOpen && cc.r.Buffered() == 0 && cc.rio.raw != nil {
+			tx.flushLater = true // sent while waiting for the next request
+		} else if cc.w.Flush() != nil {
 			err = errClientGone
 		}
 	}

@@ -52,6 +52,21 @@ func (b *Reader) Fill() error {
 	return b.fill(len(b.buf))
 }
 
+// Space returns free buffer space for a caller that reads from the source
+// itself (a raw socket read); Added records what it put there.
+func (b *Reader) Space() []byte {
+	if b.r == b.w {
+		b.r, b.w, b.scan = 0, 0, 0
+	} else if b.w == len(b.buf) && b.r > 0 {
+		n := copy(b.buf, b.buf[b.r:b.w])
+		b.r, b.w = 0, n
+	}
+	return b.buf[b.w:]
+}
+
+// Added records n bytes put into Space.
+func (b *Reader) Added(n int) { b.w += n }
+
 // Discard consumes n buffered bytes.
 func (b *Reader) Discard(n int) {
 	b.r += n

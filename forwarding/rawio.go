@@ -1,0 +1,103 @@
+package forwarding
+
+import (
+	"io"
+	"net"
+	"sync/atomic"
+	"syscall"
+
+	"github.com/peerd/peerd/internal/h1"
+)
+
+// rawIO writes a message and waits for the peer's next bytes in one poll
+// cycle. Written the usual way, the read that follows a request (or a
+// response, on a keep-alive client connection) finds nothing yet, fails
+// with EAGAIN and only then waits: a system call per exchange that does
+// nothing. Here the write happens inside the read's poll loop
+// (syscall.RawConn.Read), so the poller is armed before the message leaves
+// and no wake-up can be missed, and the goroutine waits without that
+// failed read.
+type rawIO struct {
+	raw syscall.RawConn // nil: not a socket; callers fall back
+	r   *h1.Reader
+	// idle, when set, is raised once the write is done: the connection
+	// then only waits, and shutdown may close it.
+	idle *atomic.Bool
+
+	// One exchange's state; poll is its callback, made once so that an
+	// exchange allocates nothing.
+	out        []byte
+	sent       int
+	wrote      bool
+	werr, rerr error
+	poll       func(fd uintptr) bool
+}
+
+func newRawIO(nc net.Conn, r *h1.Reader, idle *atomic.Bool) rawIO {
+	var raw syscall.RawConn
+	if sc, ok := nc.(syscall.Conn); ok {
+		raw, _ = sc.SyscallConn()
+	}
+	return rawIO{raw: raw, r: r, idle: idle}
+}
+
+// init binds the poll callback; the rawIO must not move afterwards.
+func (x *rawIO) init() {
+	if x.raw != nil {
+		x.poll = x.pollOnce
+	}
+}
+
+// sendAndWait writes out and then waits until the peer sends something
+// (read into r), closes, or the read deadline passes. It returns how much
+// was written; a write that would block stops early (sent < len(out)) and
+// the caller writes the rest the usual way. werr is a failed write, rerr
+// the outcome of the wait (nil: bytes arrived).
+func (x *rawIO) sendAndWait(out []byte) (sent int, werr, rerr error) {
+	x.out, x.sent, x.wrote, x.werr, x.rerr = out, 0, false, nil, nil
+	if err := x.raw.Read(x.poll); err != nil && x.rerr == nil {
+		x.rerr = err // a deadline, or the connection was closed
+	}
+	x.out = nil
+	return x.sent, x.werr, x.rerr
+}
+
+func (x *rawIO) pollOnce(fd uintptr) bool {
+	if !x.wrote {
+		x.wrote = true
+		for x.sent < len(x.out) {
+			n, err := syscall.Write(int(fd), x.out[x.sent:])
+			if err == syscall.EINTR {
+				continue
+			}
+			if err != nil {
+				if err != syscall.EAGAIN {
+					x.werr = err
+				}
+				return true
+			}
+			x.sent += n
+		}
+		if x.idle != nil {
+			x.idle.Store(true)
+		}
+		return false // now wait for the peer
+	}
+	space := x.r.Space()
+	if len(space) == 0 {
+		return true // bytes are waiting in the buffer already
+	}
+	n, err := syscall.Read(int(fd), space)
+	if err == syscall.EAGAIN || err == syscall.EINTR {
+		return false
+	}
+	switch {
+	case err != nil:
+		x.rerr = err
+	case n == 0:
+		x.rerr = io.EOF
+	default:
+		x.r.Added(n)
+	}
+	return true
+}
