@@ -186,14 +186,27 @@ func (a *API) listPeers(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	ps, err := a.reg.List(peers.Filter{State: q.Get("state"), Type: q.Get("type")})
-	if err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
-		return
+	var f peers.Filter
+	if v := q.Get("state"); v != "" {
+		st, err := peers.ParseState(v)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, err.Error())
+			return
+		}
+		f.State = &st
 	}
-	out := make([]peers.Status, len(ps))
-	for i, p := range ps {
-		out[i] = p.Status()
+	if v := q.Get("type"); v != "" {
+		typ, err := peers.ParseType(v)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, err.Error())
+			return
+		}
+		f.Type = &typ
+	}
+	snaps := a.reg.List(f)
+	out := make([]peerView, len(snaps))
+	for i, s := range snaps {
+		out[i] = viewOf(s)
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"peers": out})
 }
@@ -209,7 +222,7 @@ func (a *API) peer(w http.ResponseWriter, r *http.Request) *peers.Peer {
 
 func (a *API) getPeer(w http.ResponseWriter, r *http.Request) {
 	if p := a.peer(w, r); p != nil {
-		writeJSON(w, http.StatusOK, p.Status())
+		writeJSON(w, http.StatusOK, viewOf(p.Snapshot()))
 	}
 }
 
@@ -226,7 +239,7 @@ func (a *API) probePeer(w http.ResponseWriter, r *http.Request) {
 	case err != nil:
 		writeError(w, http.StatusServiceUnavailable, "probe: "+err.Error())
 	default:
-		writeJSON(w, http.StatusOK, p.Status())
+		writeJSON(w, http.StatusOK, viewOf(p.Snapshot()))
 	}
 }
 
@@ -254,7 +267,7 @@ func (a *API) setState(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, err.Error())
 		return
 	}
-	writeJSON(w, http.StatusOK, p.Status())
+	writeJSON(w, http.StatusOK, viewOf(p.Snapshot()))
 }
 
 func (a *API) doReload(w http.ResponseWriter, _ *http.Request) {

@@ -43,8 +43,8 @@ func (c *PeerCollector) Describe(ch chan<- *prometheus.Desc) {
 // Collect reads every peer's counters.
 func (c *PeerCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, p := range c.reg.Peers() {
-		s := p.Status()
-		l := []string{s.Name}
+		s := p.Snapshot()
+		l := []string{p.Name()}
 		gauge := func(d *prometheus.Desc, v float64, extra ...string) {
 			ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, append(l, extra...)...)
 		}
@@ -52,7 +52,7 @@ func (c *PeerCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), append(l, extra...)...)
 		}
 		up := 0.0
-		if s.State == peers.Alive.String() {
+		if s.State == peers.Alive {
 			up = 1
 		}
 		gauge(descUp, up)
@@ -70,12 +70,12 @@ func (c *PeerCollector) Collect(ch chan<- prometheus.Metric) {
 			suspect = 1
 		}
 		gauge(descSuspect, suspect)
-		gauge(descConnTime, s.ConnectTimeMs/1000)
-		gauge(descConnVar, s.ConnectTimeVarMs/1000)
-		gauge(descProbeRTT, s.LastProbeRTTMs/1000)
+		gauge(descConnTime, s.ConnectTime.Seconds())
+		gauge(descConnVar, s.ConnectTimeVar.Seconds())
+		gauge(descProbeRTT, s.LastProbeRTT.Seconds())
 		for _, st := range []peers.AdminState{peers.Enabled, peers.Drain, peers.Maintenance} {
 			v := 0.0
-			if s.AdminState == st.String() {
+			if s.Admin == st {
 				v = 1
 			}
 			gauge(descAdminDesc, v, st.String())

@@ -169,6 +169,7 @@ type Failover struct {
 	ClientErrors   int     `json:"client_errors"`
 	Slow100ms      int     `json:"slow_over_100ms"`
 	OutageP99ms    float64 `json:"outage_p99_ms"`
+	MaxMs          float64 `json:"max_ms"`
 	LiveAttempts   string  `json:"live_connect_attempts_to_dead_parent"`
 	ReachedDead    int     `json:"requests_reaching_parent_while_dead"`
 	DetectionMs    float64 `json:"detection_ms"`
@@ -247,13 +248,13 @@ func (r *Results) markdown() string {
 	}{{"2. Failover: one of three parents SIGKILLed under 200 req/s, restarted later", r.Failover},
 		{"3. Fast failover: one of three parents black-holed (SYNs dropped), connect timeout 1s, 200 req/s", r.Blackhole}} {
 		fmt.Fprintf(&b, "\n## %s\n\n", sec.title)
-		b.WriteString("| child | requests | client errors | >100 ms | outage p99 ms | live connects to dead parent | requests reaching it while dead | detection ms (no new traffic) | revival ms | traffic after revival |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
+		b.WriteString("| child | requests | client errors | >100 ms | outage p99 ms | max ms | live connects to dead parent | requests reaching it while dead | detection ms (no new traffic) | revival ms | traffic after revival |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
 		for _, f := range sec.rows {
 			rev := fmt.Sprintf("%.0f", f.RevivalMs)
 			if f.RevivalMs < 0 {
 				rev = "n/a"
 			}
-			fmt.Fprintf(&b, "| %s | %d | %d | %d | %.1f | %s | %d | %.0f | %s | %v |\n", f.Child, f.Requests, f.ClientErrors, f.Slow100ms, f.OutageP99ms, f.LiveAttempts, f.ReachedDead, f.DetectionMs, rev, f.RevivedTraffic)
+			fmt.Fprintf(&b, "| %s | %d | %d | %d | %.1f | %.1f | %s | %d | %.0f | %s | %v |\n", f.Child, f.Requests, f.ClientErrors, f.Slow100ms, f.OutageP99ms, f.MaxMs, f.LiveAttempts, f.ReachedDead, f.DetectionMs, rev, f.RevivedTraffic)
 		}
 	}
 	fmt.Fprintf(&b, "\n## 4. Memory with %d idle CONNECT tunnels\n\n| child | RSS idle MiB | RSS with tunnels MiB | KiB per tunnel |\n|---|---:|---:|---:|\n", *tunnels)
@@ -1125,6 +1126,7 @@ func failover(work, kind, peerdBin, squidBin, how string) Failover {
 		if s.lat > 100*time.Millisecond {
 			f.Slow100ms++
 		}
+		f.MaxMs = max(f.MaxMs, float64(s.lat)/float64(time.Millisecond))
 		if !s.at.Before(killedAt) && s.at.Before(backAt) {
 			outage = append(outage, s.lat)
 		}

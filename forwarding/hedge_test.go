@@ -208,7 +208,7 @@ func TestHedgeStartsAfterDelayAndSecondWins(t *testing.T) {
 		// The slow connect still ends, and is counted, as a connect failure.
 		time.Sleep(time.Second)
 		synctest.Wait()
-		if st := a.Status(); st.ConnectFailuresTotal != 1 || st.State != "alive" || st.ConsecutiveFailures != 1 {
+		if st := a.Snapshot(); st.ConnectFailuresTotal != 1 || st.State != peers.Alive || st.ConsecutiveFailures != 1 {
 			t.Fatalf("a = %+v; want one connect failure counted", st)
 		}
 		if n := r.net.get(r.net.bytes, addrA); n != 0 {
@@ -239,7 +239,7 @@ func TestHedgeFirstConnectWinsAndWritesOnce(t *testing.T) {
 				t.Fatalf("the hedge's loser received %d bytes; want 0 (never written twice)", got)
 			}
 			// The loser's connect completed and counts (probe + hedge).
-			if st := r.reg.Get("b").Status(); st.ConnectsTotal != 2 || st.ConnectFailuresTotal != 0 {
+			if st := r.reg.Get("b").Snapshot(); st.ConnectsTotal != 2 || st.ConnectFailuresTotal != 0 {
 				t.Fatalf("b = %+v; the loser's connect still counts as a success", st)
 			}
 		})
@@ -283,7 +283,7 @@ func TestConnectFailureRetriedOnNextHop(t *testing.T) {
 		if rec.Code != 200 || rec.body != "from "+addrB {
 			t.Fatalf("%d %q", rec.Code, rec.body)
 		}
-		if st := r.reg.Get("a").Status(); st.ConnectFailuresTotal != 1 {
+		if st := r.reg.Get("a").Snapshot(); st.ConnectFailuresTotal != 1 {
 			t.Fatalf("a = %+v; want the refused connect counted", st)
 		}
 	})

@@ -135,16 +135,30 @@ type settings struct {
 	probeTimeout   time.Duration
 }
 
+// liveness is a peer's state as the registry decides it: its liveness,
+// admin state, whether it is suspect, and its transitions. It is never
+// modified: a change makes a new one, which is written to the peer's memdb
+// row (the truth, with its indexes and watches) and, in the same write
+// transaction, published to the peer's handle for lock-free reads. So a
+// reader sees one committed liveness or the next, never a mix.
+type liveness struct {
+	state   State
+	admin   AdminState
+	suspect bool  // alive, with failed connects below the limit or a connect pending past its hedge delay
+	since   int64 // dead since, Unix nanoseconds; 0 when not dead
+	deaths  int64
+	revived int64
+}
+
 // Peer is the live handle of one configured peer. It is shared by every
 // package and survives reloads as long as the peer keeps its name and
 // address. Its questions (State, Eligible, ...) are lock-free and
 // allocation-free; it changes only through the Registry.
 type Peer struct {
-	cfg atomic.Pointer[settings]
+	cfg  atomic.Pointer[settings]
+	live atomic.Pointer[liveness] // the committed row's; see liveness
 
-	state atomic.Int32 // State
-	admin atomic.Int32 // AdminState
-
+	// Hot counters: atomics, never written to a row.
 	consecutive     atomic.Int64
 	connects        atomic.Int64
 	connectFailures atomic.Int64
@@ -152,21 +166,14 @@ type Peer struct {
 	inFlight        atomic.Int64
 	probes          atomic.Int64
 	probeFailures   atomic.Int64
-	deaths          atomic.Int64
-	revivals        atomic.Int64
 
 	// Times in Unix nanoseconds; 0 means never.
 	lastFailure atomic.Int64
 	lastSuccess atomic.Int64
 	lastUsed    atomic.Int64
-	deadSince   atomic.Int64
 	nextProbe   atomic.Int64
 
 	lastError atomic.Pointer[string]
-
-	// slow is set when a connect stayed pending past its hedge delay; the
-	// next successful connect clears it.
-	slow atomic.Bool
 
 	// Smoothed connect time and its mean deviation, float64 bits of
 	// milliseconds (RFC 6298 style). Updates may race; they are statistics.
@@ -178,6 +185,7 @@ type Peer struct {
 func newPeer(s *settings) *Peer {
 	p := &Peer{}
 	p.cfg.Store(s)
+	p.live.Store(&liveness{})
 	return p
 }
 
@@ -220,10 +228,10 @@ func (p *Peer) ProbeTimeout() time.Duration { return p.settings().probeTimeout }
 func (p *Peer) ConnectFailLimit() int { return int(p.settings().failLimit) }
 
 // State is the peer's current liveness.
-func (p *Peer) State() State { return State(p.state.Load()) }
+func (p *Peer) State() State { return p.live.Load().state }
 
 // AdminState is the operator-set state.
-func (p *Peer) AdminState() AdminState { return AdminState(p.admin.Load()) }
+func (p *Peer) AdminState() AdminState { return p.live.Load().admin }
 
 // Full reports whether the peer is at its max_conn.
 func (p *Peer) Full() bool {
@@ -235,15 +243,21 @@ func (p *Peer) Full() bool {
 // enabled and not at max_conn. A dead or unknown peer is never eligible,
 // however long it has been idle.
 func (p *Peer) Eligible() bool {
-	return p.State() == Alive && p.AdminState() == Enabled && !p.Full()
+	l := p.live.Load()
+	return l.state == Alive && l.admin == Enabled && !p.Full()
 }
 
 // Suspect reports whether an alive peer has failed connects below its
 // limit, or a connect pending past its hedge delay: still eligible, but
 // planners put healthy peers first.
 func (p *Peer) Suspect() bool {
-	return p.State() == Alive && (p.consecutive.Load() > 0 || p.slow.Load())
+	l := p.live.Load()
+	return l.state == Alive && l.suspect
 }
+
+// Deaths counts the peer's deaths: a new death is a new count, whatever
+// the clock says.
+func (p *Peer) Deaths() int64 { return p.live.Load().deaths }
 
 // ConsecutiveFailures is the current run of connect failures.
 func (p *Peer) ConsecutiveFailures() int64 { return p.consecutive.Load() }
@@ -261,7 +275,7 @@ func (p *Peer) LastFailure() time.Time { return unixTime(p.lastFailure.Load()) }
 func (p *Peer) LastSuccess() time.Time { return unixTime(p.lastSuccess.Load()) }
 
 // DeadSince is when the peer last died (zero if alive or never died).
-func (p *Peer) DeadSince() time.Time { return unixTime(p.deadSince.Load()) }
+func (p *Peer) DeadSince() time.Time { return unixTime(p.live.Load().since) }
 
 // ConnectTime is the smoothed connect time (0 before the first connect).
 func (p *Peer) ConnectTime() time.Duration {
@@ -273,100 +287,59 @@ func (p *Peer) ConnectTimeVar() time.Duration {
 	return time.Duration(loadFloat(&p.rttvar) * float64(time.Millisecond))
 }
 
-// Counters is a point-in-time copy of a peer's counters.
-type Counters struct {
+// Snapshot is one read of a peer: its committed liveness (taken whole)
+// and its counters (each read atomically).
+type Snapshot struct {
+	Peer                *Peer
+	State               State
+	Admin               AdminState
+	Suspect             bool
+	DeadSince           time.Time
+	DeathsTotal         int64
+	RevivalsTotal       int64
+	ConsecutiveFailures int64
+
 	ConnectsTotal        int64
 	ConnectFailuresTotal int64
 	RequestsTotal        int64
 	InFlight             int64
 	ProbesTotal          int64
 	ProbeFailuresTotal   int64
-	DeathsTotal          int64
-	RevivalsTotal        int64
+
+	LastFailure, LastSuccess, NextProbe time.Time
+	// LastError is the last connect error ("" for none).
+	LastError                                 string
+	ConnectTime, ConnectTimeVar, LastProbeRTT time.Duration
 }
 
-// Counters reads every counter (each atomically, not as one snapshot).
-func (p *Peer) Counters() Counters {
-	return Counters{
+// Snapshot reads the peer.
+func (p *Peer) Snapshot() Snapshot { return p.snapshot(p.live.Load()) }
+
+func (p *Peer) snapshot(l *liveness) Snapshot {
+	s := Snapshot{
+		Peer: p, State: l.state, Admin: l.admin, Suspect: l.state == Alive && l.suspect,
+		DeadSince: unixTime(l.since), DeathsTotal: l.deaths, RevivalsTotal: l.revived,
+		ConsecutiveFailures:  p.consecutive.Load(),
 		ConnectsTotal:        p.connects.Load(),
 		ConnectFailuresTotal: p.connectFailures.Load(),
 		RequestsTotal:        p.requests.Load(),
 		InFlight:             p.inFlight.Load(),
 		ProbesTotal:          p.probes.Load(),
 		ProbeFailuresTotal:   p.probeFailures.Load(),
-		DeathsTotal:          p.deaths.Load(),
-		RevivalsTotal:        p.revivals.Load(),
+		LastFailure:          unixTime(p.lastFailure.Load()),
+		LastSuccess:          unixTime(p.lastSuccess.Load()),
+		NextProbe:            unixTime(p.nextProbe.Load()),
+		ConnectTime:          msDuration(loadFloat(&p.srtt)),
+		ConnectTimeVar:       msDuration(loadFloat(&p.rttvar)),
+		LastProbeRTT:         msDuration(loadFloat(&p.lastProbe)),
 	}
+	if e := p.lastError.Load(); e != nil {
+		s.LastError = *e
+	}
+	return s
 }
 
-// Status is the PEER object of the admin API (contract section 9).
-type Status struct {
-	Name                 string     `json:"name"`
-	Host                 string     `json:"host"`
-	Port                 int        `json:"port"`
-	Type                 string     `json:"type"`
-	State                string     `json:"state"`
-	AdminState           string     `json:"admin_state"`
-	Weight               int        `json:"weight"`
-	Default              bool       `json:"default"`
-	MaxConn              int        `json:"max_conn"`
-	ConnectFailLimit     int        `json:"connect_fail_limit"`
-	ConsecutiveFailures  int64      `json:"consecutive_failures"`
-	ConnectFailuresTotal int64      `json:"connect_failures_total"`
-	ConnectsTotal        int64      `json:"connects_total"`
-	RequestsTotal        int64      `json:"requests_total"`
-	InFlight             int64      `json:"in_flight"`
-	ProbesTotal          int64      `json:"probes_total"`
-	ProbeFailuresTotal   int64      `json:"probe_failures_total"`
-	DeathsTotal          int64      `json:"deaths_total"`
-	RevivalsTotal        int64      `json:"revivals_total"`
-	LastFailure          *time.Time `json:"last_failure"`
-	LastSuccess          *time.Time `json:"last_success"`
-	DeadSince            *time.Time `json:"dead_since"`
-	NextProbe            *time.Time `json:"next_probe"`
-	LastError            *string    `json:"last_error"`
-	Suspect              bool       `json:"suspect"`
-	ConnectTimeMs        float64    `json:"connect_time_ms"`
-	ConnectTimeVarMs     float64    `json:"connect_time_var_ms"`
-	LastProbeRTTMs       float64    `json:"last_probe_rtt_ms"`
-}
-
-// Status returns the peer as the admin API shows it. It never includes the
-// login secret.
-func (p *Peer) Status() Status {
-	s := p.settings()
-	c := p.Counters()
-	return Status{
-		Name:                 s.spec.Name,
-		Host:                 s.spec.Host,
-		Port:                 s.spec.Port,
-		Type:                 s.typ.String(),
-		State:                p.State().String(),
-		AdminState:           p.AdminState().String(),
-		Weight:               s.spec.Weight,
-		Default:              s.spec.Default,
-		MaxConn:              s.spec.MaxConn,
-		ConnectFailLimit:     int(s.failLimit),
-		ConsecutiveFailures:  p.consecutive.Load(),
-		ConnectFailuresTotal: c.ConnectFailuresTotal,
-		ConnectsTotal:        c.ConnectsTotal,
-		RequestsTotal:        c.RequestsTotal,
-		InFlight:             c.InFlight,
-		ProbesTotal:          c.ProbesTotal,
-		ProbeFailuresTotal:   c.ProbeFailuresTotal,
-		DeathsTotal:          c.DeathsTotal,
-		RevivalsTotal:        c.RevivalsTotal,
-		LastFailure:          timePtr(p.lastFailure.Load()),
-		LastSuccess:          timePtr(p.lastSuccess.Load()),
-		DeadSince:            timePtr(p.deadSince.Load()),
-		NextProbe:            timePtr(p.nextProbe.Load()),
-		LastError:            p.lastError.Load(),
-		Suspect:              p.Suspect(),
-		ConnectTimeMs:        round3(loadFloat(&p.srtt)),
-		ConnectTimeVarMs:     round3(loadFloat(&p.rttvar)),
-		LastProbeRTTMs:       round3(loadFloat(&p.lastProbe)),
-	}
-}
+func msDuration(ms float64) time.Duration { return time.Duration(ms * float64(time.Millisecond)) }
 
 func unixTime(ns int64) time.Time {
 	if ns == 0 {
@@ -375,16 +348,6 @@ func unixTime(ns int64) time.Time {
 	return time.Unix(0, ns)
 }
 
-func timePtr(ns int64) *time.Time {
-	if ns == 0 {
-		return nil
-	}
-	t := time.Unix(0, ns).UTC()
-	return &t
-}
-
 func loadFloat(a *atomic.Uint64) float64 { return math.Float64frombits(a.Load()) }
 
 func storeFloat(a *atomic.Uint64, f float64) { a.Store(math.Float64bits(f)) }
-
-func round3(f float64) float64 { return math.Round(f*1000) / 1000 }

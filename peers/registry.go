@@ -98,49 +98,42 @@ func (r *Registry) Get(name string) *Peer {
 // Health returns the [health] config in force.
 func (r *Registry) Health() Config { return r.opts.Load().Health }
 
-// Filter selects peers in List; empty fields match everything.
+// Filter selects peers in List; nil fields match everything.
 type Filter struct {
-	State string
-	Type  string
+	State *State
+	Type  *Type
 }
 
-// List returns the peers matching f in config order.
-func (r *Registry) List(f Filter) ([]*Peer, error) {
-	if f.State != "" {
-		if _, err := ParseState(f.State); err != nil {
-			return nil, err
-		}
-	}
-	if f.Type != "" {
-		if _, err := ParseType(f.Type); err != nil {
-			return nil, err
-		}
-	}
+// List returns snapshots of the peers matching f, in config order. Each
+// snapshot's liveness is the one its row was found by, so a listed peer's
+// state always matches the filter.
+func (r *Registry) List(f Filter) []Snapshot {
 	txn := r.db.Txn(false)
 	var it memdb.ResultIterator
 	var err error
-	if f.State != "" {
-		it, err = txn.Get(tablePeers, indexState, f.State)
+	if f.State != nil {
+		it, err = txn.Get(tablePeers, indexState, f.State.String())
 	} else {
 		it, err = txn.Get(tablePeers, indexOrder)
 	}
 	if err != nil {
-		return nil, err
+		// The schema is static; this cannot happen.
+		panic(fmt.Sprintf("peers: list: %v", err))
 	}
 	var rows []*row
 	for raw := it.Next(); raw != nil; raw = it.Next() {
 		rw := raw.(*row)
-		if f.Type == "" || rw.Type == f.Type {
+		if f.Type == nil || rw.Type == f.Type.String() {
 			rows = append(rows, rw)
 		}
 	}
 	// The state index orders by name; the API promises config order.
 	slices.SortFunc(rows, func(a, b *row) int { return cmp.Compare(a.Order, b.Order) })
-	out := make([]*Peer, len(rows))
+	out := make([]Snapshot, len(rows))
 	for i, rw := range rows {
-		out[i] = rw.Peer
+		out[i] = rw.Peer.snapshot(rw.Live)
 	}
-	return out, nil
+	return out
 }
 
 // Watch returns a channel that is closed at the next change of any peer's
@@ -205,8 +198,8 @@ func (r *Registry) Observe(p *Peer, o Observation) {
 	case Alive:
 		if n >= p.settings().failLimit {
 			r.transition(p, Alive, Dead, o.Err, o.At)
-		} else if n == 1 {
-			r.touch(p) // healthy -> suspect
+		} else if !p.Suspect() {
+			r.setSuspect(p, true) // healthy -> suspect
 		}
 	case Unknown:
 		// The first probe's verdict: no traffic has been sent, and none
@@ -246,49 +239,52 @@ func (r *Registry) observeSuccess(p *Peer, o Observation, at int64) {
 			}
 		}
 	}
-	st := p.State()
-	if st == Alive {
-		if p.consecutive.Load() != 0 || p.slow.Load() {
+	l := p.live.Load()
+	if l.state == Alive {
+		if p.consecutive.Load() != 0 {
 			p.consecutive.Store(0)
-			p.slow.Store(false)
-			r.touch(p) // suspect -> healthy
+		}
+		if l.suspect {
+			r.setSuspect(p, false) // suspect -> healthy
 		}
 		return
 	}
 	if o.Probe {
-		r.transition(p, st, Alive, nil, o.At)
+		r.transition(p, l.state, Alive, nil, o.At)
 	}
 	// A traffic connect that succeeds on a dead peer was started before it
 	// died; it does not revive it (revival is by probe only).
 }
 
 // transition moves p from one state to another. Exactly one caller wins a
-// given transition: the compare-and-swap happens inside the memdb write
+// given transition: the check and the change happen inside one memdb write
 // transaction, which also serialises transitions with reloads.
 func (r *Registry) transition(p *Peer, from, to State, cause error, at time.Time) bool {
 	txn := r.db.Txn(true)
 	defer txn.Abort()
-	if !p.state.CompareAndSwap(int32(from), int32(to)) {
+	cur := p.live.Load()
+	if cur.state != from {
 		return false
 	}
 	consecutive := p.consecutive.Load()
+	nl := *cur
+	nl.state = to
 	switch to {
 	case Dead:
-		p.deaths.Add(1)
-		p.deadSince.Store(at.UnixNano())
+		nl.deaths++
+		nl.since = at.UnixNano()
+		nl.suspect = false
 	case Alive:
 		p.consecutive.Store(0)
-		p.slow.Store(false)
-		p.deadSince.Store(0)
+		nl.suspect = false
+		nl.since = 0
 		if from == Dead {
-			p.revivals.Add(1)
+			nl.revived++
 		}
 	}
-	if err := r.writeRowTxn(txn, p); err != nil {
-		r.log.WithError(err).WithField("peer", p.Name()).Error("peers: registry update failed")
+	if !r.commitTxn(txn, p, &nl) {
+		return false
 	}
-	txn.Commit()
-
 	entry := r.log.WithFields(logrus.Fields{"peer": p.Name(), "from": from.String(), "to": to.String()})
 	switch {
 	case to == Dead:
@@ -309,45 +305,44 @@ func errString(err error) string {
 	return err.Error()
 }
 
-// touch rewrites p's row if its indexed words changed, waking watchers.
-func (r *Registry) touch(p *Peer) {
+// setSuspect turns an alive peer suspect or healthy again; a change wakes
+// watchers (the prober settles a suspect peer by probing it).
+func (r *Registry) setSuspect(p *Peer, suspect bool) {
 	txn := r.db.Txn(true)
 	defer txn.Abort()
-	if err := r.writeRowTxn(txn, p); err != nil {
-		r.log.WithError(err).WithField("peer", p.Name()).Error("peers: registry update failed")
-		return
+	cur := p.live.Load()
+	if cur.state != Alive || cur.suspect == suspect {
+		return // prevent watch churn
 	}
-	txn.Commit()
+	nl := *cur
+	nl.suspect = suspect
+	r.commitTxn(txn, p, &nl)
 }
 
-// writeRowTxn re-inserts p's row with its current state words. A peer that
-// a reload removed has no row and is left alone.
-func (r *Registry) writeRowTxn(txn *memdb.Txn, p *Peer) error {
+// commitTxn writes nl as p's liveness: into its row, then to its handle,
+// then commits. A peer a reload removed has no row and is left alone.
+func (r *Registry) commitTxn(txn *memdb.Txn, p *Peer, nl *liveness) bool {
 	raw, err := txn.First(tablePeers, indexID, p.Name())
-	if err != nil {
-		return err
+	if err != nil || raw == nil || raw.(*row).Peer != p {
+		return false
 	}
-	if raw == nil || raw.(*row).Peer != p {
-		return nil
+	nr := *raw.(*row)
+	nr.State, nr.Live = nl.state.String(), nl
+	if err := txn.Insert(tablePeers, &nr); err != nil {
+		r.log.WithError(err).WithField("peer", p.Name()).Error("peers: registry update failed")
+		return false
 	}
-	old := raw.(*row)
-	nr := *old
-	nr.State = p.State().String()
-	nr.Admin = p.AdminState().String()
-	nr.Type = p.Type().String()
-	nr.Suspect = p.Suspect()
-	if nr == *old {
-		return nil // prevent watch churn
-	}
-	return txn.Insert(tablePeers, &nr)
+	p.live.Store(nl)
+	txn.Commit()
+	return true
 }
 
 // MarkSlow records that a connect to p has been pending longer than its
 // hedge delay: p turns suspect (sorted behind healthy peers, and probed)
 // until a connect to it succeeds.
 func (r *Registry) MarkSlow(p *Peer) {
-	if p.slow.CompareAndSwap(false, true) {
-		r.touch(p)
+	if !p.Suspect() {
+		r.setSuspect(p, true)
 	}
 }
 
@@ -364,15 +359,16 @@ func (r *Registry) SetAdminState(name string, s AdminState) (*Peer, error) {
 		return nil, fmt.Errorf("%w %q", ErrUnknownPeer, name)
 	}
 	p := raw.(*row).Peer
-	old := p.AdminState()
+	cur := p.live.Load()
+	old := cur.admin
 	if old == s {
 		return p, nil
 	}
-	p.admin.Store(int32(s))
-	if err := r.writeRowTxn(txn, p); err != nil {
-		return nil, err
+	nl := *cur
+	nl.admin = s
+	if !r.commitTxn(txn, p, &nl) {
+		return nil, fmt.Errorf("%w %q", ErrUnknownPeer, name)
 	}
-	txn.Commit()
 	r.log.WithFields(logrus.Fields{"peer": name, "from": old.String(), "to": s.String()}).
 		Warnf("Admin state of %s %s changed to %s", p.Type().Label(), name, s)
 	return p, nil
@@ -446,9 +442,9 @@ func (r *Registry) Reconcile(opts Options, specs []Spec) error {
 		} else {
 			p = newPeer(s)
 		}
+		l := p.live.Load()
 		if err := txn.Insert(tablePeers, &row{
-			Name: spec.Name, Order: i, Type: typ.String(),
-			State: p.State().String(), Admin: p.AdminState().String(), Peer: p,
+			Name: spec.Name, Order: i, Type: typ.String(), State: l.state.String(), Live: l, Peer: p,
 		}); err != nil {
 			return fmt.Errorf("peer %q: %w", spec.Name, err)
 		}

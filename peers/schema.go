@@ -11,20 +11,18 @@ const (
 	indexOrder = "order"
 )
 
-// row is the memdb record of a peer. Rows are never modified after insert:
-// a change copies the row, edits the copy and inserts it. The indexed words
-// mirror the handle's atomics at the last transition so that queries such as
-// "all dead parents" are index lookups and watchers see every change.
+// row is the memdb record of a peer, and the truth about its liveness.
+// Rows are never modified after insert: a change copies the row, gives it a
+// new liveness and inserts it (so watchers see every change). State is the
+// liveness's state as a word, for the index ("all dead parents" is an
+// index lookup); it is written with Live, never apart from it.
 type row struct {
 	Name  string
 	Order int
 	Type  string
 	State string
-	Admin string
-	// Suspect mirrors Peer.Suspect at the last change, so that a peer
-	// turning suspect wakes watchers (the prober settles it by probing).
-	Suspect bool
-	Peer    *Peer
+	Live  *liveness
+	Peer  *Peer
 }
 
 func schema() *memdb.DBSchema {

@@ -42,28 +42,38 @@ type Prober struct {
 	jitter func() float64
 	log    logrus.FieldLogger
 
-	mu    sync.Mutex // guards sched
+	mu    sync.Mutex // guards sched and every schedule in it
 	sched map[*peers.Peer]*schedule
 
-	done chan *peers.Peer // background probes report completion here
-	wg   sync.WaitGroup
+	done   chan *peers.Peer // background probes report completion here
+	wakeup chan struct{}    // an on-demand probe ended
+	wg     sync.WaitGroup
 }
 
-// schedule is the prober's plan for one peer.
+// schedule is the prober's plan for one peer. All of it is guarded by
+// Prober.mu.
 type schedule struct {
-	sem       chan struct{} // one token: held by the probe in flight
-	next      time.Time     // zero: nothing scheduled
-	delay     time.Duration // last back-off delay
-	deadSince time.Time     // the death this back-off belongs to
+	// probing is non-nil while a probe of the peer is in flight,
+	// background or on demand, and closed when it ends: the one notion of
+	// "in flight".
+	probing chan struct{}
+	// background: the probe in flight is the scheduler's, which re-arms
+	// the back-off when it ends.
+	background bool
+	next       time.Time     // zero: nothing scheduled
+	delay      time.Duration // last back-off delay
+	// death is the death count this back-off belongs to; a new death (a
+	// higher count) starts the back-off over.
+	death     int64
 	lastProbe time.Time
-	busy      bool      // a background probe is in flight
-	startedIn time.Time // deadSince when the in-flight probe started
+	// startedAt is the death count when the probe in flight started.
+	startedAt int64
 }
 
 // New returns a prober; call Run to start it.
 func New(o Options) *Prober {
 	p := &Prober{reg: o.Registry, dialer: o.Dialer, jitter: o.Jitter, log: o.Log,
-		sched: make(map[*peers.Peer]*schedule), done: make(chan *peers.Peer)}
+		sched: make(map[*peers.Peer]*schedule), done: make(chan *peers.Peer), wakeup: make(chan struct{}, 1)}
 	if p.jitter == nil {
 		p.jitter = rand.Float64
 	}
@@ -110,6 +120,7 @@ func (pr *Prober) Run(ctx context.Context) {
 		case <-fire:
 		case p := <-pr.done:
 			pr.finished(p, time.Now())
+		case <-pr.wakeup:
 		}
 		if timer != nil {
 			timer.Stop()
@@ -134,20 +145,17 @@ func (pr *Prober) tick(ctx context.Context, now time.Time) time.Time {
 		if s.next.IsZero() {
 			continue
 		}
-		if !s.busy && !now.Before(s.next) {
-			if pr.startLocked(ctx, p, s) {
-				continue
-			}
-			// An on-demand probe holds the peer; look again shortly.
-			s.next = now.Add(health.ProbeInterval)
+		if s.probing == nil && !now.Before(s.next) {
+			pr.startLocked(ctx, p, s)
+			continue
 		}
-		if !s.busy && (wake.IsZero() || s.next.Before(wake)) {
+		if s.probing == nil && (wake.IsZero() || s.next.Before(wake)) {
 			wake = s.next
 		}
 	}
 	// Peers removed by a reload are no longer probed.
 	for p, s := range pr.sched {
-		if !live[p] && !s.busy {
+		if !live[p] && s.probing == nil {
 			delete(pr.sched, p)
 		}
 	}
@@ -157,7 +165,7 @@ func (pr *Prober) tick(ctx context.Context, now time.Time) time.Time {
 func (pr *Prober) scheduleLocked(p *peers.Peer) *schedule {
 	s := pr.sched[p]
 	if s == nil {
-		s = &schedule{sem: make(chan struct{}, 1)}
+		s = &schedule{}
 		pr.sched[p] = s
 	}
 	return s
@@ -166,7 +174,7 @@ func (pr *Prober) scheduleLocked(p *peers.Peer) *schedule {
 // dueLocked says when p should next be probed; zero means not at all.
 func (pr *Prober) dueLocked(p *peers.Peer, s *schedule, h peers.Config, now time.Time) time.Time {
 	if p.AdminState() == peers.Maintenance {
-		s.deadSince = time.Time{}
+		s.death = 0
 		return time.Time{}
 	}
 	switch p.State() {
@@ -176,18 +184,18 @@ func (pr *Prober) dueLocked(p *peers.Peer, s *schedule, h peers.Config, now time
 		}
 		return s.next
 	case peers.Dead:
-		if ds := p.DeadSince(); !ds.Equal(s.deadSince) {
+		if d := p.Deaths(); d != s.death {
 			// A new death: the back-off starts over.
-			s.deadSince = ds
+			s.death = d
 			s.delay = NextDelay(h.ProbeInterval, h.ProbeMaxInterval, 0, 0)
-			return ds.Add(s.delay)
+			return p.DeadSince().Add(s.delay)
 		}
 		if s.next.IsZero() {
 			return now.Add(s.delay)
 		}
 		return s.next
 	default: // Alive
-		s.deadSince = time.Time{}
+		s.death = 0
 		if p.Suspect() {
 			// Failed (or too slow) connects below the limit. Traffic now
 			// avoids the peer, so probes settle it at once, one after the
@@ -210,25 +218,27 @@ func (pr *Prober) dueLocked(p *peers.Peer, s *schedule, h peers.Config, now time
 	}
 }
 
-func (pr *Prober) startLocked(ctx context.Context, p *peers.Peer, s *schedule) bool {
-	select {
-	case s.sem <- struct{}{}:
-	default:
-		return false
-	}
-	s.busy = true
-	s.startedIn = s.deadSince
+// startLocked starts a background probe of p.
+func (pr *Prober) startLocked(ctx context.Context, p *peers.Peer, s *schedule) {
+	s.probing, s.background, s.startedAt = make(chan struct{}), true, p.Deaths()
 	pr.wg.Add(1)
 	go func() {
 		defer pr.wg.Done()
 		pr.probe(ctx, p)
-		<-s.sem
 		select {
 		case pr.done <- p:
 		case <-ctx.Done():
+			pr.mu.Lock()
+			pr.endLocked(s)
+			pr.mu.Unlock()
 		}
 	}()
-	return true
+}
+
+// endLocked marks the probe in flight ended.
+func (pr *Prober) endLocked(s *schedule) {
+	close(s.probing)
+	s.probing, s.background = nil, false
 }
 
 // finished re-arms the back-off after a background probe.
@@ -237,25 +247,26 @@ func (pr *Prober) finished(p *peers.Peer, now time.Time) {
 	pr.mu.Lock()
 	defer pr.mu.Unlock()
 	s := pr.sched[p]
-	if s == nil {
+	if s == nil || s.probing == nil {
 		return
 	}
-	s.busy = false
+	pr.endLocked(s)
 	s.lastProbe = now
 	s.next = time.Time{}
 	if p.State() != peers.Dead {
 		return
 	}
-	if ds := p.DeadSince(); !s.startedIn.IsZero() && ds.Equal(s.startedIn) {
+	if d := p.Deaths(); d == s.startedAt {
 		// A re-probe of the same death failed: back off.
+		s.death = d
 		s.delay = NextDelay(h.ProbeInterval, h.ProbeMaxInterval, s.delay, pr.jitter())
 		s.next = now.Add(s.delay)
 	} else {
 		// This probe gave the verdict (or the peer died meanwhile): the
 		// first re-probe is probe_interval after the death.
-		s.deadSince = ds
+		s.death = d
 		s.delay = NextDelay(h.ProbeInterval, h.ProbeMaxInterval, 0, 0)
-		s.next = ds.Add(s.delay)
+		s.next = p.DeadSince().Add(s.delay)
 	}
 }
 
@@ -276,17 +287,38 @@ func (pr *Prober) ProbeNow(ctx context.Context, name string) (*peers.Peer, error
 	if p == nil {
 		return nil, fmt.Errorf("%w %q", peers.ErrUnknownPeer, name)
 	}
-	pr.mu.Lock()
-	s := pr.scheduleLocked(p)
-	pr.mu.Unlock()
-	select {
-	case s.sem <- struct{}{}:
-	case <-ctx.Done():
-		return nil, ctx.Err()
+	for {
+		pr.mu.Lock()
+		s := pr.scheduleLocked(p)
+		busy := s.probing
+		if busy == nil {
+			s.probing = make(chan struct{})
+			pr.mu.Unlock()
+			break
+		}
+		pr.mu.Unlock()
+		select {
+		case <-busy:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
 	}
-	defer func() { <-s.sem }()
-	if err := pr.probe(ctx, p); err != nil && ctx.Err() != nil {
+	err := pr.probe(ctx, p)
+	pr.mu.Lock()
+	pr.endLocked(pr.scheduleLocked(p))
+	pr.mu.Unlock()
+	pr.kick()
+	if err != nil && ctx.Err() != nil {
 		return nil, ctx.Err()
 	}
 	return p, nil
+}
+
+// kick wakes the scheduler (after an on-demand probe, a peer it skipped may
+// be due).
+func (pr *Prober) kick() {
+	select {
+	case pr.wakeup <- struct{}{}:
+	default:
+	}
 }

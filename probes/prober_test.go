@@ -181,8 +181,8 @@ func TestDeadPeerBackOffAndRevival(t *testing.T) {
 		if p.State() != peers.Alive {
 			t.Fatalf("state = %v %v after return; want alive within probe_max_interval", p.State(), time.Since(back))
 		}
-		if p.ConsecutiveFailures() != 0 || p.Status().RevivalsTotal != 1 {
-			t.Fatalf("revived with consecutive=%d revivals=%d", p.ConsecutiveFailures(), p.Status().RevivalsTotal)
+		if p.ConsecutiveFailures() != 0 || p.Snapshot().RevivalsTotal != 1 {
+			t.Fatalf("revived with consecutive=%d revivals=%d", p.ConsecutiveFailures(), p.Snapshot().RevivalsTotal)
 		}
 	})
 }
@@ -216,7 +216,7 @@ func TestNoIdleDeadUse(t *testing.T) {
 				t.Fatalf("dead peer eligible for traffic after %ds idle", i+1)
 			}
 		}
-		probes := p.Status().ProbesTotal
+		probes := p.Snapshot().ProbesTotal
 		if probes < 3600/5 || probes > 3600/1 {
 			t.Fatalf("%d probes in an hour; want between 720 and 3600", probes)
 		}
@@ -226,7 +226,7 @@ func TestNoIdleDeadUse(t *testing.T) {
 		if !p.Eligible() {
 			t.Fatal("not revived by probe")
 		}
-		st := p.Status()
+		st := p.Snapshot()
 		if st.ProbesTotal != probes+1 || st.ConnectsTotal != st.ProbesTotal+2 {
 			t.Fatalf("probes %d connects %d: a non-probe connect happened while dead", st.ProbesTotal, st.ConnectsTotal)
 		}
@@ -407,10 +407,10 @@ func TestSuspectPeerSettledByProbes(t *testing.T) {
 		}}
 
 		// A transient failure: an immediate probe clears the suspicion.
-		probes := p.Status().ProbesTotal
+		probes := p.Snapshot().ProbesTotal
 		d.DialPeer(context.Background(), p, dialer.Traffic)
 		synctest.Wait()
-		if st := p.Status(); p.Suspect() || st.State != "alive" || st.ConsecutiveFailures != 0 || st.ProbesTotal != probes+1 {
+		if st := p.Snapshot(); p.Suspect() || st.State != peers.Alive || st.ConsecutiveFailures != 0 || st.ProbesTotal != probes+1 {
 			t.Fatalf("after one failed connect: %+v; want one probe that cleared it", st)
 		}
 
@@ -419,7 +419,7 @@ func TestSuspectPeerSettledByProbes(t *testing.T) {
 		e.net.set(a1, "refuse")
 		d.DialPeer(context.Background(), p, dialer.Traffic)
 		synctest.Wait()
-		st := p.Status()
+		st := p.Snapshot()
 		if p.State() != peers.Dead || st.DeathsTotal != 1 || st.ProbeFailuresTotal != 2 {
 			t.Fatalf("state %v probe failures %d; want dead after 1 traffic and 2 probe failures", p.State(), st.ProbeFailuresTotal)
 		}
@@ -427,7 +427,7 @@ func TestSuspectPeerSettledByProbes(t *testing.T) {
 		n := st.ProbesTotal
 		time.Sleep(h.ProbeInterval - time.Millisecond)
 		synctest.Wait()
-		if got := p.Status().ProbesTotal; got != n {
+		if got := p.Snapshot().ProbesTotal; got != n {
 			t.Fatalf("%d probes within probe_interval of the death; want 0", got-n)
 		}
 	})

@@ -1,0 +1,83 @@
+package admin
+
+import (
+	"math"
+	"time"
+
+	"github.com/peerd/peerd/peers"
+)
+
+// peerView is the PEER object of the admin API (contract section 9),
+// built from a registry snapshot. It never includes the login secret.
+type peerView struct {
+	Name                 string     `json:"name"`
+	Host                 string     `json:"host"`
+	Port                 int        `json:"port"`
+	Type                 string     `json:"type"`
+	State                string     `json:"state"`
+	AdminState           string     `json:"admin_state"`
+	Weight               int        `json:"weight"`
+	Default              bool       `json:"default"`
+	MaxConn              int        `json:"max_conn"`
+	ConnectFailLimit     int        `json:"connect_fail_limit"`
+	ConsecutiveFailures  int64      `json:"consecutive_failures"`
+	ConnectFailuresTotal int64      `json:"connect_failures_total"`
+	ConnectsTotal        int64      `json:"connects_total"`
+	RequestsTotal        int64      `json:"requests_total"`
+	InFlight             int64      `json:"in_flight"`
+	ProbesTotal          int64      `json:"probes_total"`
+	ProbeFailuresTotal   int64      `json:"probe_failures_total"`
+	DeathsTotal          int64      `json:"deaths_total"`
+	RevivalsTotal        int64      `json:"revivals_total"`
+	LastFailure          *time.Time `json:"last_failure"`
+	LastSuccess          *time.Time `json:"last_success"`
+	DeadSince            *time.Time `json:"dead_since"`
+	NextProbe            *time.Time `json:"next_probe"`
+	LastError            *string    `json:"last_error"`
+	Suspect              bool       `json:"suspect"`
+	ConnectTimeMs        float64    `json:"connect_time_ms"`
+	ConnectTimeVarMs     float64    `json:"connect_time_var_ms"`
+	LastProbeRTTMs       float64    `json:"last_probe_rtt_ms"`
+}
+
+func viewOf(s peers.Snapshot) peerView {
+	p := s.Peer
+	v := peerView{
+		Name: p.Name(), Host: p.Host(), Port: p.Port(), Type: p.Type().String(),
+		State: s.State.String(), AdminState: s.Admin.String(),
+		Weight: p.Weight(), Default: p.IsDefault(), MaxConn: p.MaxConn(), ConnectFailLimit: p.ConnectFailLimit(),
+		ConsecutiveFailures:  s.ConsecutiveFailures,
+		ConnectFailuresTotal: s.ConnectFailuresTotal,
+		ConnectsTotal:        s.ConnectsTotal,
+		RequestsTotal:        s.RequestsTotal,
+		InFlight:             s.InFlight,
+		ProbesTotal:          s.ProbesTotal,
+		ProbeFailuresTotal:   s.ProbeFailuresTotal,
+		DeathsTotal:          s.DeathsTotal,
+		RevivalsTotal:        s.RevivalsTotal,
+		LastFailure:          timePtr(s.LastFailure),
+		LastSuccess:          timePtr(s.LastSuccess),
+		DeadSince:            timePtr(s.DeadSince),
+		NextProbe:            timePtr(s.NextProbe),
+		Suspect:              s.Suspect,
+		ConnectTimeMs:        ms(s.ConnectTime),
+		ConnectTimeVarMs:     ms(s.ConnectTimeVar),
+		LastProbeRTTMs:       ms(s.LastProbeRTT),
+	}
+	if s.LastError != "" {
+		e := s.LastError
+		v.LastError = &e
+	}
+	return v
+}
+
+func timePtr(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	u := t.UTC()
+	return &u
+}
+
+// ms is d in milliseconds, to the microsecond.
+func ms(d time.Duration) float64 { return math.Round(float64(d)/1e3) / 1e3 }
