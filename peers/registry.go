@@ -53,9 +53,9 @@ type Registry struct {
 	now func() time.Time
 	log logrus.FieldLogger
 
-	// peers is the current peer set in config order; replaced, never edited.
-	peers atomic.Pointer[[]*Peer]
-	opts  atomic.Pointer[Options]
+	// set is the current peer set; replaced, never edited.
+	set  atomic.Pointer[Set]
+	opts atomic.Pointer[Options]
 
 	// reconcileMu serialises Reconcile calls with each other.
 	reconcileMu sync.Mutex
@@ -74,16 +74,25 @@ func New(opts Options, specs []Spec) (*Registry, error) {
 	if r.log == nil {
 		r.log = logrus.StandardLogger()
 	}
-	empty := []*Peer{}
-	r.peers.Store(&empty)
+	r.set.Store(&Set{})
 	if err := r.Reconcile(opts, specs); err != nil {
 		return nil, err
 	}
 	return r, nil
 }
 
+// Set is one generation of the configured peers, in config order. A reload
+// makes a new Set and a Set never changes, so its identity tells a cache
+// built from it whether it is current.
+type Set struct {
+	List []*Peer
+}
+
+// Set returns the current peer set.
+func (r *Registry) Set() *Set { return r.set.Load() }
+
 // Peers returns the peers in config order. The slice must not be modified.
-func (r *Registry) Peers() []*Peer { return *r.peers.Load() }
+func (r *Registry) Peers() []*Peer { return r.set.Load().List }
 
 // Get returns the peer with the given name, or nil.
 func (r *Registry) Get(name string) *Peer {
@@ -452,7 +461,7 @@ func (r *Registry) Reconcile(opts Options, specs []Spec) error {
 	}
 	o := opts
 	r.opts.Store(&o)
-	r.peers.Store(&next)
+	r.set.Store(&Set{List: next})
 	txn.Commit()
 	return nil
 }

@@ -11,16 +11,14 @@ import (
 	"math"
 	"sync"
 	"sync/atomic"
-	"unsafe"
 
 	"github.com/peerd/peerd/peers"
 )
 
 // Source is the registry view the planner needs.
 type Source interface {
-	// Peers returns the current peers in config order; a new slice on
-	// every change of the set.
-	Peers() []*peers.Peer
+	// Set returns the current peer set; a reload makes a new one.
+	Set() *peers.Set
 }
 
 // Options configure a Planner.
@@ -34,7 +32,8 @@ type Options struct {
 // Request holds the facts about a request that selection uses.
 type Request struct {
 	Method string
-	// URL keys carp; the absolute URI (or host:port for CONNECT).
+	// URL keys carp; the absolute URI (or host:port for CONNECT). The plan
+	// hashes it when built and does not keep it.
 	URL string
 	// ClientIP keys sourcehash.
 	ClientIP string
@@ -55,19 +54,22 @@ type Planner struct {
 	src  Source
 	opts atomic.Pointer[Options]
 	view atomic.Pointer[view]
-	rr   atomic.Uint64
-
-	wrrMu sync.Mutex // guards the smooth-WRR current weights in view
+	// The stateful policies: their state (the round-robin counter, the
+	// smooth-WRR weights' lock) outlives plans.
+	rr  roundRobin
+	wrr weightedRoundRobin
 }
 
-// view is derived, per peer set, from the registry's slice.
+// view is derived, per peer set, from the registry's set.
 type view struct {
+	set     *peers.Set
 	peers   []*peers.Peer
 	hashes  []uint64 // per-peer hash seeds for carp and sourcehash
 	weights []float64
-	cw      []int // smooth WRR current weights, under wrrMu
 	// Peer indices of each stage, in config order.
 	siblings, primary, defaults []int
+	// cw are the smooth-WRR current weights of this set (under wrr.mu).
+	cw []int
 }
 
 // New returns a planner over src.
@@ -86,12 +88,13 @@ func (pl *Planner) SetOptions(o Options) {
 }
 
 func (pl *Planner) currentView() *view {
-	ps := pl.src.Peers()
+	set := pl.src.Set()
 	v := pl.view.Load()
-	if v != nil && len(v.peers) == len(ps) && unsafe.SliceData(v.peers) == unsafe.SliceData(ps) {
+	if v != nil && v.set == set {
 		return v
 	}
-	nv := &view{peers: ps, hashes: make([]uint64, len(ps)), weights: make([]float64, len(ps)), cw: make([]int, len(ps))}
+	ps := set.List
+	nv := &view{set: set, peers: ps, hashes: make([]uint64, len(ps)), weights: make([]float64, len(ps)), cw: make([]int, len(ps))}
 	for i, p := range ps {
 		h := fnv.New64a()
 		h.Write([]byte(p.Name()))
@@ -110,6 +113,176 @@ func (pl *Planner) currentView() *view {
 	return nv
 }
 
+// Each policy is a type with the same methods: begin runs once per plan
+// (first-up needs none), next returns the walk's next peer index among those usable in the
+// current pass (or -1 when it has no more), code is the access log's
+// hierarchy code. Per-plan state lives in the plan's walk, so a plan
+// allocates nothing. The plan picks the policy with a switch (Plan.next,
+// Planner.Plan) rather than an interface: a pointer into the plan passed
+// through an interface call makes the plan escape to the heap, three
+// allocations per request.
+
+// walk is a policy's per-plan, per-pass state.
+type walk struct {
+	cursor int     // position in the stage's order
+	start  int     // round-robin rotation start
+	first  int     // weighted-round-robin pick, -1 for none
+	picked bool    // weighted-round-robin: the pick was offered
+	key    uint64  // carp/sourcehash key hash
+	lastIx int     // hash order: the last index returned in this pass
+	lastSc float64 // hash order: its score
+}
+
+// reset starts a pass over (cursor and hash position; the per-plan picks
+// stay).
+func (w *walk) reset() { w.cursor, w.lastIx, w.lastSc = 0, -1, math.Inf(1) }
+
+func healthy(p *peers.Peer) bool { return p.Eligible() && !p.Suspect() }
+
+// firstUp walks in config order; it also orders siblings and default
+// parents.
+type firstUp struct{}
+
+func (firstUp) code() string                 { return policyCodes[FirstUp] }
+
+func (firstUp) next(p *Plan, w *walk) int {
+	m := p.members()
+	for w.cursor < len(m) {
+		i := m[w.cursor]
+		w.cursor++
+		if p.usable(i) {
+			return i
+		}
+	}
+	return -1
+}
+
+// roundRobin starts each plan at the next healthy parent in turn, so live
+// parents share evenly; a revived parent joins the rotation with no owed
+// turns. Suspect parents, in the second pass, come in config order.
+type roundRobin struct{ n atomic.Uint64 }
+
+func (rr *roundRobin) code() string { return policyCodes[RoundRobin] }
+
+func (rr *roundRobin) begin(v *view, _ *Request, w *walk) {
+	n := 0
+	for _, i := range v.primary {
+		if healthy(v.peers[i]) {
+			n++
+		}
+	}
+	if n == 0 {
+		return
+	}
+	k := int((rr.n.Add(1) - 1) % uint64(n))
+	for pos, i := range v.primary {
+		if healthy(v.peers[i]) {
+			if k == 0 {
+				w.start = pos
+				return
+			}
+			k--
+		}
+	}
+}
+
+func (rr *roundRobin) next(p *Plan, w *walk) int {
+	m := p.members()
+	for w.cursor < len(m) {
+		c := w.cursor
+		w.cursor++
+		if p.pass == 0 {
+			c = (w.start + c) % len(m)
+		}
+		if i := m[c]; p.usable(i) {
+			return i
+		}
+	}
+	return -1
+}
+
+// weightedRoundRobin is nginx's smooth weighted round-robin over healthy
+// parents: weights 5/1/1 give a a b a c a a. Its pick comes first, the
+// other parents follow in config order. An ineligible peer's current
+// weight is frozen, so a revived peer gets no burst of owed turns.
+type weightedRoundRobin struct{ mu sync.Mutex }
+
+func (wr *weightedRoundRobin) code() string { return policyCodes[WeightedRoundRobin] }
+
+func (wr *weightedRoundRobin) begin(v *view, _ *Request, w *walk) {
+	wr.mu.Lock()
+	defer wr.mu.Unlock()
+	best, total := -1, 0
+	for _, i := range v.primary {
+		p := v.peers[i]
+		if !healthy(p) {
+			continue
+		}
+		wt := p.Weight()
+		v.cw[i] += wt
+		total += wt
+		if best < 0 || v.cw[i] > v.cw[best] {
+			best = i
+		}
+	}
+	if best >= 0 {
+		v.cw[best] -= total
+	}
+	w.first = best
+}
+
+func (wr *weightedRoundRobin) next(p *Plan, w *walk) int {
+	if p.pass == 0 && !w.picked {
+		w.picked = true
+		if w.first >= 0 && p.usable(w.first) {
+			return w.first
+		}
+	}
+	return firstUp{}.next(p, w)
+}
+
+// rendezvous walks parents in descending weighted rendezvous score for the
+// request's key (the URL for carp, the client address for sourcehash):
+// score = weight / -ln(u), u uniform from hash(key, peer). When a peer
+// dies only the keys it ranked first move, and shares follow weights.
+type rendezvous struct{ byClient bool }
+
+func (h rendezvous) code() string {
+	if h.byClient {
+		return policyCodes[SourceHash]
+	}
+	return policyCodes[CARP]
+}
+
+func (h rendezvous) begin(_ *view, r *Request, w *walk) {
+	if h.byClient {
+		w.key = hashString(r.ClientIP)
+	} else {
+		w.key = hashString(r.URL)
+	}
+}
+
+func (h rendezvous) next(p *Plan, w *walk) int {
+	best, bestSc := -1, math.Inf(-1)
+	for _, i := range p.members() {
+		if !p.usable(i) {
+			continue
+		}
+		sc := p.score(i, w.key)
+		// Strictly after the last returned, in (score desc, index asc).
+		if sc > w.lastSc || (sc == w.lastSc && i <= w.lastIx) {
+			continue
+		}
+		if sc > bestSc {
+			best, bestSc = i, sc
+		}
+	}
+	if best >= 0 {
+		w.lastIx, w.lastSc = best, bestSc
+	}
+	return best
+}
+
 // stages of a plan, in order.
 const (
 	stageSiblings = iota
@@ -124,19 +297,15 @@ const (
 // is a value (building one allocates nothing) and is not safe for
 // concurrent use.
 type Plan struct {
-	v      *view
-	opts   *Options
-	stage  int
-	pass   int // 0: healthy peers, 1: suspect peers
-	cursor int // position within the stage's order
-	tries  int
+	v     *view
+	opts  *Options
+	pl    *Planner
+	stage int
+	pass  int // 0: healthy peers, 1: suspect peers
+	tries int
+	w     walk
 
 	siblings bool
-	start    int     // round-robin rotation start
-	first    int     // weighted-round-robin pick, -1 for none
-	key      uint64  // carp/sourcehash key hash
-	lastIdx  int     // hash order: last index returned in this pass
-	lastSc   float64 // hash order: its score
 
 	seen     [4]uint64 // peers already returned (first 256 indices)
 	seenMore []uint64  // the rest, allocated only for large peer sets
@@ -145,7 +314,8 @@ type Plan struct {
 // Plan starts a plan for r.
 func (pl *Planner) Plan(r Request) Plan {
 	o := pl.opts.Load()
-	p := Plan{v: pl.currentView(), opts: o, first: -1, lastIdx: -1, lastSc: math.Inf(1)}
+	p := Plan{v: pl.currentView(), opts: o, pl: pl, w: walk{first: -1}}
+	p.w.reset()
 	p.siblings = (r.Method == "GET" || r.Method == "HEAD") && o.Direct != DirectAlways
 	if o.Direct == DirectAlways {
 		p.stage = stageDirect
@@ -153,70 +323,21 @@ func (pl *Planner) Plan(r Request) Plan {
 	}
 	switch o.Policy {
 	case RoundRobin:
-		p.start = pl.rrStart(p.v)
+		pl.rr.begin(p.v, &r, &p.w)
 	case WeightedRoundRobin:
-		p.first = pl.wrrPick(p.v)
+		pl.wrr.begin(p.v, &r, &p.w)
 	case CARP:
-		p.key = hashString(r.URL)
+		rendezvous{}.begin(p.v, &r, &p.w)
 	case SourceHash:
-		p.key = hashString(r.ClientIP)
+		rendezvous{byClient: true}.begin(p.v, &r, &p.w)
 	}
 	return p
 }
 
-func healthy(p *peers.Peer) bool { return p.Eligible() && !p.Suspect() }
-
-// rrStart picks the k-th eligible primary parent, k rotating per request, so
-// live parents share evenly; a revived parent joins the rotation with no
-// owed turns.
-func (pl *Planner) rrStart(v *view) int {
-	n := 0
-	for _, i := range v.primary {
-		if healthy(v.peers[i]) {
-			n++
-		}
-	}
-	if n == 0 {
-		return 0
-	}
-	k := int((pl.rr.Add(1) - 1) % uint64(n))
-	for pos, i := range v.primary {
-		if healthy(v.peers[i]) {
-			if k == 0 {
-				return pos
-			}
-			k--
-		}
-	}
-	return 0
-}
-
-// wrrPick is nginx's smooth weighted round-robin over eligible healthy
-// primary parents: weights 5/1/1 give a a b a c a a. An ineligible peer's
-// current weight is frozen, so a revived peer gets no burst of owed turns.
-func (pl *Planner) wrrPick(v *view) int {
-	pl.wrrMu.Lock()
-	defer pl.wrrMu.Unlock()
-	best, total := -1, 0
-	for _, i := range v.primary {
-		p := v.peers[i]
-		if !healthy(p) {
-			continue
-		}
-		w := p.Weight()
-		v.cw[i] += w
-		total += w
-		if best < 0 || v.cw[i] > v.cw[best] {
-			best = i
-		}
-	}
-	if best >= 0 {
-		v.cw[best] -= total
-	}
-	return best
-}
-
-// Next returns the next hop, re-checking eligibility now.
+// Next returns the next hop, re-checking eligibility now. The walk is the
+// same for every policy: siblings (for GET and HEAD), DIRECT when
+// preferred, parents by policy (healthy ones first, then suspect ones),
+// default parents, DIRECT when allowed.
 func (p *Plan) Next() (Hop, bool) {
 	if p.v == nil || p.tries >= p.opts.MaxTries {
 		return Hop{}, false
@@ -228,36 +349,52 @@ func (p *Plan) Next() (Hop, bool) {
 			if p.opts.Direct == DirectPrefer {
 				return p.hop(nil, "DIRECT")
 			}
+			continue
 		case stageDirect:
 			p.stage = stageDone
 			if p.opts.Direct == DirectAllow || p.opts.Direct == DirectAlways {
 				return p.hop(nil, "DIRECT")
 			}
-		default:
-			if i := p.nextPeer(); i >= 0 {
-				p.markSeen(i)
-				return p.hop(p.v.peers[i], p.code(i))
-			}
-			p.stage++
-			p.pass, p.cursor, p.lastIdx, p.lastSc = 0, 0, -1, math.Inf(1)
+			continue
 		}
+		for ; p.pass < 2; p.pass++ {
+			if i, code := p.next(); i >= 0 {
+				p.markSeen(i)
+				return p.hop(p.v.peers[i], code)
+			}
+			p.w.reset()
+		}
+		p.stage++
+		p.pass = 0
 	}
 	return Hop{}, false
+}
+
+// next asks the current stage's order for its next peer: the policy for
+// parents, config order for siblings and default parents.
+func (p *Plan) next() (int, string) {
+	switch p.stage {
+	case stageSiblings:
+		return firstUp{}.next(p, &p.w), "SIBLING_HIT"
+	case stageDefaults:
+		return firstUp{}.next(p, &p.w), "DEFAULT_PARENT"
+	}
+	switch p.opts.Policy {
+	case RoundRobin:
+		return p.pl.rr.next(p, &p.w), p.pl.rr.code()
+	case WeightedRoundRobin:
+		return p.pl.wrr.next(p, &p.w), p.pl.wrr.code()
+	case CARP:
+		return rendezvous{}.next(p, &p.w), rendezvous{}.code()
+	case SourceHash:
+		return rendezvous{byClient: true}.next(p, &p.w), rendezvous{byClient: true}.code()
+	}
+	return firstUp{}.next(p, &p.w), firstUp{}.code()
 }
 
 func (p *Plan) hop(peer *peers.Peer, code string) (Hop, bool) {
 	p.tries++
 	return Hop{Peer: peer, Code: code}, true
-}
-
-func (p *Plan) code(i int) string {
-	switch p.stage {
-	case stageSiblings:
-		return "SIBLING_HIT"
-	case stageDefaults:
-		return "DEFAULT_PARENT"
-	}
-	return policyCodes[p.opts.Policy]
 }
 
 // members returns the peer indices of the current stage.
@@ -276,7 +413,7 @@ func (p *Plan) members() []int {
 }
 
 // usable reports whether peer i may be returned now in the current pass:
-// eligible, and healthy in pass 0 or suspect in pass 1.
+// not returned yet, eligible, and healthy in pass 0 or suspect in pass 1.
 func (p *Plan) usable(i int) bool {
 	peer := p.v.peers[i]
 	return !p.wasSeen(i) && peer.Eligible() && peer.Suspect() == (p.pass == 1)
@@ -302,80 +439,8 @@ func (p *Plan) wasSeen(i int) bool {
 	return p.seenMore != nil && p.seenMore[(i-256)/64]&(1<<((i-256)%64)) != 0
 }
 
-// nextPeer returns the index of the next usable peer of the stage, or -1.
-func (p *Plan) nextPeer() int {
-	m := p.members()
-	if len(m) == 0 {
-		return -1
-	}
-	for ; p.pass < 2; p.pass, p.cursor, p.lastIdx, p.lastSc = p.pass+1, 0, -1, math.Inf(1) {
-		if p.stage == stageParents && (p.opts.Policy == CARP || p.opts.Policy == SourceHash) {
-			if i := p.nextByScore(m); i >= 0 {
-				return i
-			}
-			continue
-		}
-		for p.cursor <= len(m) {
-			c := p.cursor
-			p.cursor++
-			if i := p.orderAt(m, c); i >= 0 && p.usable(i) {
-				return i
-			}
-		}
-	}
-	return -1
-}
-
-// orderAt maps a position in the stage's walk to a peer index (-1: none).
-// Position 0 is the policy's pick where there is one.
-func (p *Plan) orderAt(m []int, c int) int {
-	n := len(m)
-	if p.stage == stageParents && p.pass == 0 {
-		switch p.opts.Policy {
-		case RoundRobin:
-			if c == n {
-				return -1
-			}
-			return m[(p.start+c)%n]
-		case WeightedRoundRobin:
-			if c == 0 {
-				return p.first
-			}
-			return m[c-1]
-		}
-	}
-	if c == n {
-		return -1
-	}
-	return m[c]
-}
-
-// nextByScore walks parents in descending weighted rendezvous score for
-// the key: score = weight / -ln(u), u uniform from hash(key, peer). When a
-// peer dies only the keys it ranked first move, and shares follow weights.
-func (p *Plan) nextByScore(m []int) int {
-	best, bestSc := -1, math.Inf(-1)
-	for _, i := range m {
-		if !p.usable(i) {
-			continue
-		}
-		sc := p.score(i)
-		// Strictly after the last returned in (score desc, index asc).
-		if sc > p.lastSc || (sc == p.lastSc && i <= p.lastIdx) {
-			continue
-		}
-		if sc > bestSc {
-			best, bestSc = i, sc
-		}
-	}
-	if best >= 0 {
-		p.lastIdx, p.lastSc = best, bestSc
-	}
-	return best
-}
-
-func (p *Plan) score(i int) float64 {
-	h := mix64(p.key ^ p.v.hashes[i])
+func (p *Plan) score(i int, key uint64) float64 {
+	h := mix64(key ^ p.v.hashes[i])
 	u := (float64(h>>11) + 0.5) / (1 << 53) // (0, 1)
 	return p.v.weights[i] / -math.Log(u)
 }

@@ -64,7 +64,7 @@ func (f *fixture) revive(name string) {
 	f.reg.Observe(f.reg.Get(name), peers.Observation{At: time.Now(), Probe: true})
 }
 
-func walk(pl *Planner, r Request) []string {
+func walkAll(pl *Planner, r Request) []string {
 	plan := pl.Plan(r)
 	var out []string
 	for {
@@ -113,7 +113,7 @@ func TestPlanOrder(t *testing.T) {
 			pl := New(f.reg, Options{Policy: FirstUp, Direct: tc.direct})
 			r := get
 			r.Method = tc.method
-			if got := fmt.Sprint(walk(pl, r)); got != tc.want {
+			if got := fmt.Sprint(walkAll(pl, r)); got != tc.want {
 				t.Fatalf("plan = %s; want %s", got, tc.want)
 			}
 		})
@@ -130,11 +130,11 @@ func TestIneligiblePeersNeverInPlan(t *testing.T) {
 	f.reg.SetAdminState("p3", peers.Drain)
 	f.reg.SetAdminState("p4", peers.Maintenance)
 	pl := New(f.reg, Options{Policy: FirstUp, Direct: DirectNever})
-	if got := fmt.Sprint(walk(pl, get)); got != "[p5]" {
+	if got := fmt.Sprint(walkAll(pl, get)); got != "[p5]" {
 		t.Fatalf("plan = %s; want [p5]", got)
 	}
 	f.kill("p5")
-	if got := walk(pl, get); len(got) != 0 {
+	if got := walkAll(pl, get); len(got) != 0 {
 		t.Fatalf("plan = %v with every peer ineligible; want empty (never a dead peer)", got)
 	}
 }
@@ -169,7 +169,7 @@ func TestSuspectPeersSortBehindHealthy(t *testing.T) {
 	}
 	reg.Observe(reg.Get("p1"), peers.Observation{At: time.Now(), Err: errRefused})
 	pl := New(reg, Options{Policy: FirstUp, Direct: DirectNever})
-	if got := fmt.Sprint(walk(pl, get)); got != "[p2 p3 p1]" {
+	if got := fmt.Sprint(walkAll(pl, get)); got != "[p2 p3 p1]" {
 		t.Fatalf("plan = %s; want the suspect p1 last", got)
 	}
 	// A peer that turns suspect mid-plan is not returned twice.
@@ -188,7 +188,7 @@ func TestSuspectPeersSortBehindHealthy(t *testing.T) {
 func TestMaxTriesCapsTheWalk(t *testing.T) {
 	f := newFixture(t, "p1", "p2", "p3", "p4")
 	pl := New(f.reg, Options{Policy: FirstUp, Direct: DirectAllow, MaxTries: 2})
-	if got := fmt.Sprint(walk(pl, get)); got != "[p1 p2]" {
+	if got := fmt.Sprint(walkAll(pl, get)); got != "[p1 p2]" {
 		t.Fatalf("plan = %s; want [p1 p2]", got)
 	}
 }
@@ -216,10 +216,16 @@ func TestRoundRobinEvenness(t *testing.T) {
 	// The revived peer rejoins with its fair share, not a backlog.
 	f.revive("b")
 	check([]string{"a", "b", "c", "d"}, 41)
-	// Fallbacks follow the rotation.
-	plan := walk(pl, get)
-	if len(plan) != 4 {
-		t.Fatalf("plan %v; want all four parents", plan)
+	// Fallbacks follow the rotation: a plan that starts at x goes on to
+	// the parents after x, wrapping around.
+	order := []string{"a", "b", "c", "d"}
+	for i := 0; i < 8; i++ {
+		plan := walkAll(pl, get)
+		at := strings.Index("abcd", plan[0])
+		want := append(append([]string{}, order[at:]...), order[:at]...)
+		if fmt.Sprint(plan) != fmt.Sprint(want) {
+			t.Fatalf("plan %v; want the rotation %v", plan, want)
+		}
 	}
 }
 
@@ -245,9 +251,18 @@ func TestSmoothWeightedRoundRobin(t *testing.T) {
 			t.Errorf("%s share = %.4f; want %.2f ± 0.01", name, got, w)
 		}
 	}
-	// The WRR pick comes first; the others follow without repeats.
-	if got := walk(pl, get); len(got) != 3 {
-		t.Fatalf("plan = %v; want 3 distinct parents", got)
+	// The WRR pick comes first; the others follow in config order.
+	for i := 0; i < 10; i++ {
+		got := walkAll(pl, get)
+		var want []string
+		for _, n := range []string{"x", "y", "z"} {
+			if n != got[0] {
+				want = append(want, n)
+			}
+		}
+		if fmt.Sprint(got[1:]) != fmt.Sprint(want) {
+			t.Fatalf("plan = %v; want %s then %v", got, got[0], want)
+		}
 	}
 }
 

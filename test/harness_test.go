@@ -60,7 +60,12 @@ type peerd struct {
 	err    error
 }
 
-var servingLine = regexp.MustCompile(`msg="peerd serving".*?admin="?([0-9.:\[\]]+)"?.*?proxy="?([0-9.:\[\]]+)"?`)
+// The "peerd serving" line, in text or JSON format, and its addresses.
+var (
+	servingLine = regexp.MustCompile(`msg"?[=:]"peerd serving"`)
+	adminAddr   = regexp.MustCompile(`\badmin"?[=:]"?([0-9.:\[\]]+)`)
+	proxyAddr   = regexp.MustCompile(`\bproxy"?[=:]"?([0-9.:\[\]]+)`)
+)
 
 // startPeerd writes config to a file and runs peerd on it. Listen
 // addresses default to loopback port 0; the real ports come from the
@@ -91,9 +96,12 @@ func startPeerd(t testing.TB, config string) *peerd {
 			p.logMu.Lock()
 			p.log.WriteString(line + "\n")
 			p.logMu.Unlock()
-			if m := servingLine.FindStringSubmatch(line); m != nil {
+			if servingLine.MatchString(line) {
+				a, x := adminAddr.FindStringSubmatch(line), proxyAddr.FindStringSubmatch(line)
 				once.Do(func() {
-					p.admin, p.proxy = m[1], m[2]
+					if a != nil && x != nil {
+						p.admin, p.proxy = a[1], x[1]
+					}
 					close(ready)
 				})
 			}
