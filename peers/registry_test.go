@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -347,21 +348,30 @@ func TestReconcileKeepsStateOfUnchangedPeers(t *testing.T) {
 }
 
 func TestWaitVerdicts(t *testing.T) {
-	r, _ := newTestRegistry(t, 1, parent("a", 1), parent("b", 2))
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- r.WaitVerdicts(ctx) }()
-	succeed(r, r.Get("a"), true)
-	select {
-	case err := <-done:
-		t.Fatalf("returned %v with b still unknown", err)
-	default:
-	}
-	fail(r, r.Get("b"), true)
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
-	cancel()
+	synctest.Test(t, func(t *testing.T) {
+		r, _ := newTestRegistry(t, 1, parent("a", 1), parent("b", 2))
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		done := make(chan error, 1)
+		go func() { done <- r.WaitVerdicts(ctx) }()
+		succeed(r, r.Get("a"), true)
+		synctest.Wait() // the waiter has seen a's verdict and blocked again
+		select {
+		case err := <-done:
+			t.Fatalf("returned %v with b still unknown", err)
+		default:
+		}
+		fail(r, r.Get("b"), true)
+		synctest.Wait()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+		default:
+			t.Fatal("still waiting with every peer given a verdict")
+		}
+	})
 }
 
 func TestValidateSpecs(t *testing.T) {

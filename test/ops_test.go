@@ -99,7 +99,9 @@ probe_max_interval = "100ms"
 // TestReloadMovesListener: a changed listen address is rebound without
 // dropping a request in flight on the old one.
 func TestReloadMovesListener(t *testing.T) {
+	arrived := make(chan struct{}, 4)
 	slow := newOrigin(t, func(w http.ResponseWriter, r *http.Request) {
+		arrived <- struct{}{}
 		time.Sleep(700 * time.Millisecond)
 		io.WriteString(w, "slow done")
 	})
@@ -108,7 +110,7 @@ func TestReloadMovesListener(t *testing.T) {
 	oldProxy := p.proxy
 	done := make(chan result, 1)
 	go func() { done <- do(p.client(), "GET", "http://"+slow+"/", "") }()
-	time.Sleep(200 * time.Millisecond)
+	<-arrived // the request is in flight at the origin
 	port := freePort(t)
 	reloadConfig(t, p, strings.Replace(cfg, "127.0.0.1:0", "127.0.0.1:"+port, 1))
 	p.signal(syscall.SIGHUP)
@@ -129,14 +131,16 @@ func TestReloadMovesListener(t *testing.T) {
 // TestGracefulShutdown: SIGTERM lets a slow in-flight request finish, then
 // exits 0.
 func TestGracefulShutdown(t *testing.T) {
+	arrived := make(chan struct{}, 1)
 	slow := newOrigin(t, func(w http.ResponseWriter, r *http.Request) {
+		arrived <- struct{}{}
 		time.Sleep(800 * time.Millisecond)
 		io.WriteString(w, "finished")
 	})
 	p := startPeerd(t, strings.Replace(directConfig, "[proxy]\n", "[proxy]\nshutdown_timeout = \"5s\"\n", 1))
 	done := make(chan result, 1)
 	go func() { done <- do(p.client(), "GET", "http://"+slow+"/", "") }()
-	time.Sleep(200 * time.Millisecond)
+	<-arrived // the request is in flight at the origin
 	p.signal(syscall.SIGTERM)
 	if r := <-done; r.status != 200 {
 		t.Fatalf("in-flight request during shutdown: %s", r)
@@ -211,6 +215,11 @@ probe_max_interval = "1h"
 		{"PUT", "/peers/a/state", "secret", `{"admin_state":"drain"}`, 200, `"admin_state": "drain"`},
 		{"POST", "/peers/a/probe", "secret", "", 200, `"probes_total": 2`},
 		{"POST", "/peers/nope/probe", "secret", "", 404, "unknown peer"},
+		{"GET", "/peers?color=red", "", "", 400, "unknown filter"},
+		{"GET", "/no/such/endpoint", "", "", 404, "no such endpoint"},
+		{"DELETE", "/peers/a", "secret", "", 405, "not allowed"},
+		{"PUT", "/peers/a/state", "secret", `{"state":"drain"}`, 400, "bad JSON"},
+		{"PUT", "/peers/a/state", "secret", `{}`, 400, "missing"},
 	} {
 		var code int
 		var body string
@@ -395,7 +404,9 @@ func TestExitCodes(t *testing.T) {
 // TestSecondSignalExitsAtOnce: during a graceful shutdown that waits for a
 // slow request, a second SIGTERM ends peerd at once.
 func TestSecondSignalExitsAtOnce(t *testing.T) {
+	arrived := make(chan struct{}, 1)
 	slow := newOrigin(t, func(w http.ResponseWriter, r *http.Request) {
+		arrived <- struct{}{}
 		select {
 		case <-r.Context().Done():
 		case <-time.After(20 * time.Second):
@@ -403,13 +414,14 @@ func TestSecondSignalExitsAtOnce(t *testing.T) {
 	})
 	p := startPeerd(t, strings.Replace(directConfig, "[proxy]\n", "[proxy]\nshutdown_timeout = \"30s\"\n", 1))
 	go do(p.client(), "GET", "http://"+slow+"/", "")
-	time.Sleep(200 * time.Millisecond)
+	<-arrived // the request is in flight at the origin
 	p.signal(syscall.SIGTERM)
-	time.Sleep(200 * time.Millisecond)
+	// The first signal starts a graceful wait: peerd logs it and stays.
+	waitFor(t, "the graceful wait", 5*time.Second, func() bool { return countLog(p, "shutting down") == 1 })
 	select {
 	case <-p.exited:
 		t.Fatal("exited while a request was in flight; want a graceful wait")
-	default:
+	case <-time.After(300 * time.Millisecond):
 	}
 	start := time.Now()
 	p.signal(syscall.SIGTERM)
