@@ -143,7 +143,7 @@ func healthy(p *peers.Peer) bool { return p.Eligible() && !p.Suspect() }
 // parents.
 type firstUp struct{}
 
-func (firstUp) code() string                 { return policyCodes[FirstUp] }
+func (firstUp) code() string { return policyCodes[FirstUp] }
 
 func (firstUp) next(p *Plan, w *walk) int {
 	m := p.members()
