@@ -51,17 +51,72 @@ type Request struct {
 	// the URI has neither (it then means "/").
 	PathQuery []byte
 
+	Framing
+	Expect100 bool
+}
+
+// Framing is what a head says about its body and its connection.
+type Framing struct {
 	// ContentLength is the body length, -1 when the head has none.
 	ContentLength int64
 	Chunked       bool
 	// KeepAlive: the connection persists after this message (RFC 9112 9.3).
 	KeepAlive bool
-	Expect100 bool
 	// Upgrade is the Upgrade field's value when Connection lists upgrade.
 	Upgrade []byte
 	// ConnTokens are the Connection options other than close, keep-alive
 	// and upgrade: names of fields that are hop-by-hop for this message.
 	ConnTokens [][]byte
+}
+
+func (f *Framing) reset() { *f = Framing{ContentLength: -1, ConnTokens: f.ConnTokens[:0]} }
+
+// decode reads the framing fields (RFC 9112 6): one Content-Length (a
+// repeat must repeat its text), at most one Transfer-Encoding and only
+// chunked, never both, none in HTTP/1.0, no framing field named by
+// Trailer; and the Connection options.
+func (f *Framing) decode(fields []Field, minor int) error {
+	te := 0
+	trailer := false
+	var cl []byte
+	for _, fl := range fields {
+		switch fl.Kind {
+		case ContentLength:
+			// "03" beside "3" is refused, as net/http refuses it.
+			n, ok := parseLength(fl.Value)
+			if !ok || (cl != nil && !bytes.Equal(cl, fl.Value)) {
+				return ErrContentLength
+			}
+			f.ContentLength, cl = n, fl.Value
+		case TransferEncoding:
+			te++
+			if !EqualFold(fl.Value, "chunked") || te > 1 {
+				return ErrTransferEncoding
+			}
+		case Connection:
+			f.ConnTokens = connectionTokens(fl.Value, f.ConnTokens)
+		case Trailer:
+			trailer = trailer || badTrailer(fl.Value)
+		}
+	}
+	if te > 0 {
+		if minor == 0 {
+			return ErrTEOnHTTP10
+		}
+		if f.ContentLength >= 0 {
+			return ErrCLAndTE
+		}
+		f.Chunked = true
+		if trailer {
+			return ErrTrailerField
+		}
+	}
+	var up bool
+	f.ConnTokens, f.KeepAlive, up = connectionOptions(f.ConnTokens, minor)
+	if up {
+		f.Upgrade = get(fields, "Upgrade")
+	}
+	return nil
 }
 
 // IsMethod reports whether the request's method is m (case-sensitive, as
@@ -72,7 +127,9 @@ func (r *Request) IsMethod(m string) bool { return string(r.Method) == m }
 func (r *Request) Get(name string) []byte { return get(r.Fields, name) }
 
 func (r *Request) reset() {
-	*r = Request{Fields: r.Fields[:0], ConnTokens: r.ConnTokens[:0], ContentLength: -1}
+	f := r.Framing
+	f.reset()
+	*r = Request{Fields: r.Fields[:0], Framing: f}
 }
 
 // ParseRequest parses a request head as returned by Reader.ReadHead.
@@ -252,63 +309,29 @@ func PortNumber(p []byte) int {
 // framing derives body framing and connection facts from the fields.
 func (r *Request) framing() error {
 	hosts := 0
-	te := 0
-	var trailer bool
-	var cl []byte
 	for _, f := range r.Fields {
-		switch {
-		case f.Kind == Host:
+		switch f.Kind {
+		case Host:
 			hosts++
 			if len(f.Value) > 0 {
 				if _, _, _, ok := parseAuthority(f.Value, false); !ok {
 					return ErrHost
 				}
 			}
-		case f.Kind == ContentLength:
-			// Repeats must repeat the same text, not just the same number
-			// ("03" beside "3" is refused, as net/http refuses it).
-			n, ok := parseLength(f.Value)
-			if !ok || (cl != nil && !bytes.Equal(cl, f.Value)) {
-				return ErrContentLength
-			}
-			r.ContentLength, cl = n, f.Value
-		case f.Kind == TransferEncoding:
-			te++
-			if !EqualFold(f.Value, "chunked") || te > 1 {
-				return ErrTransferEncoding
-			}
-		case f.Kind == Connection:
-			r.ConnTokens = connectionTokens(f.Value, r.ConnTokens)
-		case f.Kind == Expect:
+		case Expect:
 			if !EqualFold(f.Value, "100-continue") {
 				return ErrExpect
 			}
 			r.Expect100 = true
-		case f.Kind == Trailer:
-			trailer = trailer || badTrailer(f.Value)
 		}
+	}
+	if err := r.Framing.decode(r.Fields, r.Minor); err != nil {
+		return err
 	}
 	// RFC 9112 3.2: an HTTP/1.1 request has exactly one Host (CONNECT is
 	// spared: its target is the authority, and not every client sends it).
 	if hosts > 1 || (hosts == 0 && r.Minor == 1 && r.Form != AuthorityForm) {
 		return ErrHost
-	}
-	if te > 0 {
-		if r.Minor == 0 {
-			return ErrTEOnHTTP10
-		}
-		if r.ContentLength >= 0 {
-			return ErrCLAndTE
-		}
-		r.Chunked = true
-		if trailer {
-			return ErrTrailerField
-		}
-	}
-	var up bool
-	r.ConnTokens, r.KeepAlive, up = connectionOptions(r.ConnTokens, r.Minor)
-	if up {
-		r.Upgrade = r.Get("Upgrade")
 	}
 	return nil
 }
@@ -322,12 +345,7 @@ type Response struct {
 	Status int
 	Reason []byte
 	Fields []Field
-
-	ContentLength int64 // -1 when absent
-	Chunked       bool
-	KeepAlive     bool
-	Upgrade       []byte
-	ConnTokens    [][]byte
+	Framing
 }
 
 // Get returns the value of the first field named name, or nil.
@@ -361,7 +379,9 @@ func (r *Response) BodyFor(head bool) Body {
 
 // ParseResponse parses a response head as returned by Reader.ReadHead.
 func ParseResponse(head []byte, r *Response) error {
-	*r = Response{Fields: r.Fields[:0], ConnTokens: r.ConnTokens[:0], ContentLength: -1}
+	fr := r.Framing
+	fr.reset()
+	*r = Response{Fields: r.Fields[:0], Framing: fr}
 	line, rest, err := firstLine(head)
 	if err != nil {
 		return err
@@ -395,48 +415,7 @@ func ParseResponse(head []byte, r *Response) error {
 	if err != nil {
 		return err
 	}
-	te := 0
-	trailer := false
-	var cl []byte
-	for _, f := range r.Fields {
-		switch {
-		case f.Kind == ContentLength:
-			// Repeats must repeat the same text, not just the same number
-			// ("03" beside "3" is refused, as net/http refuses it).
-			n, ok := parseLength(f.Value)
-			if !ok || (cl != nil && !bytes.Equal(cl, f.Value)) {
-				return ErrContentLength
-			}
-			r.ContentLength, cl = n, f.Value
-		case f.Kind == TransferEncoding:
-			te++
-			if !EqualFold(f.Value, "chunked") || te > 1 {
-				return ErrTransferEncoding
-			}
-		case f.Kind == Connection:
-			r.ConnTokens = connectionTokens(f.Value, r.ConnTokens)
-		case f.Kind == Trailer:
-			trailer = trailer || badTrailer(f.Value)
-		}
-	}
-	if te > 0 {
-		if r.Minor == 0 {
-			return ErrTEOnHTTP10
-		}
-		if r.ContentLength >= 0 {
-			return ErrCLAndTE
-		}
-		r.Chunked = true
-		if trailer {
-			return ErrTrailerField
-		}
-	}
-	var up bool
-	r.ConnTokens, r.KeepAlive, up = connectionOptions(r.ConnTokens, r.Minor)
-	if up {
-		r.Upgrade = r.Get("Upgrade")
-	}
-	return nil
+	return r.Framing.decode(r.Fields, r.Minor)
 }
 
 // Shared pieces.
