@@ -27,11 +27,9 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
-	"syscall"
 	"time"
 
-	"github.com/peerd/peerd/internal/blackhole"
+	"github.com/peerd/peerd/internal/testbed"
 )
 
 var (
@@ -335,58 +333,13 @@ func squidVersion(bin string) string {
 	return "unknown"
 }
 
-// parent is an in-process HTTP parent proxy: it answers every request with
-// 1 KiB and counts requests. kill closes the listener and every connection
-// (what peers see of a SIGKILLed process); restart listens again.
-type parent struct {
-	name     string
-	addr     string
-	mu       sync.Mutex
-	ln       net.Listener
-	srv      *http.Server
-	requests atomic.Int64
-	hole     func()
-	times    []time.Time // request arrivals since restart (bounded)
-}
-
-// payload is the parents' answer body (-size bytes).
-var payload = sync.OnceValue(func() string { return strings.Repeat("p", *size) })
-
-func newParent(name string) *parent {
-	p := &parent{name: name}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+// newParent starts an in-process parent answering -size bytes (cache off).
+func newParent(name string) *testbed.Parent {
+	p, err := testbed.NewParent(name, *size)
 	must(err)
-	p.addr = ln.Addr().String()
-	p.serve(ln)
+	p.SetHeader("Cache-Control", "no-store")
 	return p
 }
-
-func (p *parent) serve(ln net.Listener) {
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		p.requests.Add(1)
-		p.mu.Lock()
-		if p.times != nil && len(p.times) < 10000 {
-			p.times = append(p.times, time.Now())
-		}
-		p.mu.Unlock()
-		if r.Method == http.MethodConnect {
-			http.Error(w, "no", http.StatusForbidden)
-			return
-		}
-		body := payload()
-		w.Header().Set("Content-Length", strconv.Itoa(len(body)))
-		w.Header().Set("Cache-Control", "no-store")
-		io.WriteString(w, body)
-	})}
-	p.mu.Lock()
-	p.ln, p.srv = ln, srv
-	p.mu.Unlock()
-	go srv.Serve(ln)
-}
-
-func (p *parent) port() string { return portOf(p.addr) }
-
-func (p *parent) hop() hop { return hop{name: p.name, port: p.port()} }
 
 func portOf(addr string) string { _, port, _ := net.SplitHostPort(addr); return port }
 
@@ -394,84 +347,24 @@ func portOf(addr string) string { _, port, _ := net.SplitHostPort(addr); return 
 // port.
 type hop struct{ name, port string }
 
-func hopsOf(ps []*parent) []hop {
+func hopOf(p *testbed.Parent) hop { return hop{name: p.Name, port: p.Port()} }
+
+func hopsOf(ps []*testbed.Parent) []hop {
 	out := make([]hop, len(ps))
 	for i, p := range ps {
-		out[i] = p.hop()
+		out[i] = hopOf(p)
 	}
 	return out
 }
 
-func (p *parent) kill() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.srv.Close()
-}
-
-func (p *parent) restart() {
-	if p.hole != nil {
-		p.hole()
-		p.hole = nil
-	}
-	var ln net.Listener
-	var err error
-	for i := 0; i < 100; i++ {
-		if ln, err = net.Listen("tcp", p.addr); err == nil {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	must(err)
-	p.mu.Lock()
-	p.times = make([]time.Time, 0, 1024)
-	p.mu.Unlock()
-	p.serve(ln)
-}
-
-// arrivalsBefore counts requests that arrived after restart and before t.
-func (p *parent) arrivalsBefore(t time.Time) int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	n := 0
-	for _, a := range p.times {
-		if a.Before(t) {
-			n++
-		}
-	}
-	return n
-}
-
-// blackhole replaces the parent with an address that drops SYNs:
-// connects time out, like a vanished host.
-func (p *parent) blackhole() {
-	p.kill()
-	release, err := blackhole.At(p.addr)
-	must(err)
-	p.hole = release
-}
-
-// child is a running child proxy (peerd or squid).
+// child is a running child proxy (peerd, squid or ats).
 type child struct {
 	kind  string
 	addr  string
 	admin string
-	cmd   *exec.Cmd
 	dir   string
-	log   *os.File
-}
-
-func (c *child) stop() {
-	if c.cmd != nil && c.cmd.Process != nil {
-		if c.kind == "squid" || c.kind == "ats" {
-			c.cmd.Process.Kill()
-		} else {
-			c.cmd.Process.Signal(syscall.SIGTERM)
-		}
-		c.cmd.Wait()
-	}
-	if c.log != nil {
-		c.log.Close()
-	}
+	pid   int
+	stop  func()
 }
 
 func freePort() string {
@@ -497,9 +390,8 @@ func waitListening(addr string) {
 // startPeerd runs peerd with the given parents.
 func startPeerd(work, bin string, parents []hop, extra string) *child {
 	dir, _ := os.MkdirTemp(work, "peerd-")
-	port, admin := freePort(), freePort()
 	var b strings.Builder
-	fmt.Fprintf(&b, "[proxy]\nlisten = \"127.0.0.1:%s\"\nconnect_timeout = \"1s\"\n%s\n[admin]\nlisten = \"127.0.0.1:%s\"\n[log]\nlevel = \"warn\"\n", port, extra, admin)
+	fmt.Fprintf(&b, "[proxy]\nlisten = \"127.0.0.1:0\"\nconnect_timeout = \"1s\"\n%s\n[admin]\nlisten = \"127.0.0.1:0\"\n[log]\nlevel = \"info\"\n", extra)
 	fmt.Fprintf(&b, "[health]\nprobe_interval = \"1s\"\nprobe_max_interval = \"5s\"\n[selection]\npolicy = \"round-robin\"\n")
 	// The memory run tunnels DIRECT to a loopback sink, which the default
 	// destination policy refuses.
@@ -507,33 +399,21 @@ func startPeerd(work, bin string, parents []hop, extra string) *child {
 	for _, p := range parents {
 		fmt.Fprintf(&b, "[[peer]]\nname = %q\nhost = \"127.0.0.1\"\nport = %s\n", p.name, p.port)
 	}
-	conf := filepath.Join(dir, "peerd.toml")
-	must(os.WriteFile(conf, []byte(b.String()), 0o644))
-	logf, _ := os.Create(filepath.Join(dir, "peerd.log"))
-	cmd := exec.Command(bin, "-config", conf)
+	var env []string
 	if *threads > 0 {
-		cmd.Env = append(os.Environ(), fmt.Sprintf("GOMAXPROCS=%d", *threads))
+		env = append(env, fmt.Sprintf("GOMAXPROCS=%d", *threads))
 	}
-	cmd.Stdout, cmd.Stderr = logf, logf
-	must(cmd.Start())
-	c := &child{kind: "peerd", addr: "127.0.0.1:" + port, admin: "127.0.0.1:" + admin, cmd: cmd, dir: dir, log: logf}
-	waitListening(c.addr)
-	return c
+	pd, err := testbed.StartPeerd(bin, dir, b.String(), env...)
+	must(err)
+	return &child{kind: "peerd", addr: pd.Proxy, admin: pd.Admin, dir: dir, pid: pd.Cmd.Process.Pid, stop: pd.Stop}
 }
 
 // startSquid runs Squid as the child with the given parents (round-robin,
 // no caching), or direct when parents is empty.
 func startSquid(work, bin string, parents []hop) *child {
 	dir, _ := os.MkdirTemp(work, "squid-")
-	os.Chmod(dir, 0o777)
-	port := freePort()
 	var b strings.Builder
-	fmt.Fprintf(&b, "http_port 127.0.0.1:%s\npid_filename %s/squid.pid\ncache_log %s/cache.log\naccess_log none\ncache_store_log none\ncoredump_dir %s\n", port, dir, dir, dir)
-	fmt.Fprintf(&b, "cache deny all\ncache_mem 8 MB\nshutdown_lifetime 0 seconds\nvisible_hostname squid-%s\ndns_nameservers 127.0.0.1\nmax_filedescriptors 16384\n", port)
-	b.WriteString("connect_timeout 1 seconds\npeer_connect_timeout 1 seconds\nhttp_access allow localhost\nhttp_access deny all\n")
-	if os.Geteuid() == 0 {
-		b.WriteString("cache_effective_user proxy\n")
-	}
+	b.WriteString("cache deny all\nconnect_timeout 1 seconds\npeer_connect_timeout 1 seconds\n")
 	if len(parents) == 0 {
 		b.WriteString("always_direct allow all\n")
 	} else {
@@ -542,15 +422,9 @@ func startSquid(work, bin string, parents []hop) *child {
 			fmt.Fprintf(&b, "cache_peer 127.0.0.1 parent %s 0 no-query no-digest round-robin name=%s\n", p.port, p.name)
 		}
 	}
-	conf := filepath.Join(dir, "squid.conf")
-	must(os.WriteFile(conf, []byte(b.String()), 0o644))
-	logf, _ := os.Create(filepath.Join(dir, "stderr.log"))
-	cmd := exec.Command(bin, "-N", "-n", "peerdbench"+port, "-f", conf)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	must(cmd.Start())
-	c := &child{kind: "squid", addr: "127.0.0.1:" + port, cmd: cmd, dir: dir, log: logf}
-	waitListening(c.addr)
-	return c
+	sq, err := testbed.StartSquid(bin, dir, testbed.SquidOptions{Name: "squid-" + filepath.Base(dir), Extra: b.String(), NoAccessLog: true})
+	must(err)
+	return &child{kind: "squid", addr: sq.Addr, dir: dir, pid: sq.Pid(), stop: sq.Kill}
 }
 
 // atsThreads is ATS's thread setting: its own default (one exec thread
@@ -610,7 +484,11 @@ CONFIG proxy.config.cache.ram_cache.size INT 8388608
 	cmd.Dir = dir
 	cmd.Stdout, cmd.Stderr = logf, logf
 	must(cmd.Start())
-	c := &child{kind: "ats", addr: "127.0.0.1:" + port, cmd: cmd, dir: dir, log: logf}
+	c := &child{kind: "ats", addr: "127.0.0.1:" + port, dir: dir, pid: cmd.Process.Pid, stop: func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+		logf.Close()
+	}}
 	waitListening(c.addr)
 	return c
 }
@@ -627,8 +505,8 @@ const (
 
 func throughput(work, peerdBin, squidBin, atsBin, wrkBin string) []Throughput {
 	par := newParent("parent")
-	defer par.kill()
-	hops := []hop{par.hop()}
+	defer par.Close()
+	hops := []hop{hopOf(par)}
 	type tgt struct {
 		name  string
 		start func() *child // nil: direct
@@ -649,7 +527,7 @@ func throughput(work, peerdBin, squidBin, atsBin, wrkBin string) []Throughput {
 	runs := make([][]Throughput, len(targets))
 	for round := 0; round < max(1, *rounds); round++ {
 		for i, t := range targets {
-			addr := par.addr
+			addr := par.Addr
 			var c *child
 			if t.start != nil {
 				c = t.start()
@@ -658,13 +536,13 @@ func throughput(work, peerdBin, squidBin, atsBin, wrkBin string) []Throughput {
 			}
 			// Warm up, then measure, with the child's CPU over the window.
 			load(wrkBin, addr, time.Second)
-			var before cpuTime
+			var before time.Duration
 			if c != nil {
-				before = readCPU(c.cmd.Process.Pid)
+				before = testbed.CPU(c.pid)
 			}
 			r := load(wrkBin, addr, *duration)
 			if c != nil {
-				used := readCPU(c.cmd.Process.Pid) - before
+				used := testbed.CPU(c.pid) - before
 				r.CPUPct = 100 * used.Seconds() / duration.Seconds()
 				if n := r.RPS * duration.Seconds(); n > 0 {
 					r.CPUusPerReq = float64(used) / float64(time.Microsecond) / n
@@ -716,44 +594,12 @@ func medianOf(rs []Throughput) Throughput {
 	return out
 }
 
-// cpuTime is a process's user+system CPU time.
-type cpuTime time.Duration
-
-func (c cpuTime) Seconds() float64 { return time.Duration(c).Seconds() }
-
-// readCPU reads utime+stime of pid (all its threads) from /proc/PID/stat.
-func readCPU(pid int) cpuTime {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	// The command name (field 2) may hold spaces: fields count from ")".
-	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	if len(f) < 13 {
-		return 0
-	}
-	ut, _ := strconv.ParseInt(f[11], 10, 64)
-	st, _ := strconv.ParseInt(f[12], 10, 64)
-	return cpuTime(time.Duration(ut+st) * time.Second / time.Duration(clockTicks()))
-}
-
-var clkTck = sync.OnceValue(func() int64 {
-	out, err := exec.Command("getconf", "CLK_TCK").Output()
-	if n, perr := strconv.ParseInt(strings.TrimSpace(string(out)), 10, 64); err == nil && perr == nil && n > 0 {
-		return n
-	}
-	return 100
-})
-
-func clockTicks() int64 { return clkTck() }
-
 // lowRateRun: latency below saturation through two real Squid parents
 // (which fetch from a local origin), with peerd, Squid and ATS as the
 // child in turn.
 func lowRateRun(work, peerdBin, squidBin, atsBin string) []Throughput {
 	origin := newParent("origin")
-	defer origin.kill()
+	defer origin.Close()
 	sp1, sp2 := startSquid(work, squidBin, nil), startSquid(work, squidBin, nil)
 	defer sp1.stop()
 	defer sp2.stop()
@@ -761,7 +607,7 @@ func lowRateRun(work, peerdBin, squidBin, atsBin string) []Throughput {
 	// A name, not an address: ATS routes only names to parents here
 	// (dest_domain), and the Squid parents resolve localhost from
 	// /etc/hosts.
-	u := "http://localhost:" + portOf(origin.addr) + "/obj"
+	u := "http://localhost:" + origin.Port() + "/obj"
 	kinds := []struct {
 		name  string
 		start func() *child
@@ -972,13 +818,10 @@ type sample struct {
 // parent is killed (or black-holed), at 6s it comes back; the run ends at
 // 10s (plus up to 5s for a revival verdict).
 func failover(work, kind, peerdBin, squidBin, how string) Failover {
-	ps := []*parent{newParent("p1"), newParent("p2"), newParent("p3")}
+	ps := []*testbed.Parent{newParent("p1"), newParent("p2"), newParent("p3")}
 	defer func() {
 		for _, p := range ps {
-			p.kill()
-			if p.hole != nil {
-				p.hole()
-			}
+			p.Close()
 		}
 	}()
 	var c *child
@@ -1028,7 +871,7 @@ func failover(work, kind, peerdBin, squidBin, how string) Failover {
 				continue
 			}
 			sent := time.Now()
-			st, suspect := peerState(c.admin, victim.name)
+			st, suspect := peerState(c.admin, victim.Name)
 			now := time.Now()
 			phaseMu.Lock()
 			unhealthy := st == "dead" || suspect
@@ -1056,17 +899,17 @@ func failover(work, kind, peerdBin, squidBin, how string) Failover {
 		el := time.Since(t0)
 		if killedAt.IsZero() && el >= 2*time.Second {
 			if how == "kill" {
-				victim.kill()
+				victim.Kill()
 			} else {
-				victim.blackhole()
+				must(victim.Blackhole())
 			}
 			phaseMu.Lock()
 			killedAt = time.Now()
 			phaseMu.Unlock()
 		}
 		if backAt.IsZero() && el >= 6*time.Second {
-			beforeBack = victim.requests.Load()
-			victim.restart()
+			beforeBack = victim.Requests()
+			must(victim.Restart())
 			phaseMu.Lock()
 			backAt = time.Now()
 			phaseMu.Unlock()
@@ -1098,9 +941,9 @@ func failover(work, kind, peerdBin, squidBin, how string) Failover {
 	phaseMu.Lock()
 	defer phaseMu.Unlock()
 	if kind == "squid" {
-		detectedAt, revivedAt = squidTimes(filepath.Join(c.dir, "cache.log"), victim.name, killedAt, backAt)
+		detectedAt, revivedAt = squidTimes(filepath.Join(c.dir, "cache.log"), victim.Name, killedAt, backAt)
 	}
-	afterBack := victim.requests.Load() - beforeBack
+	afterBack := victim.Requests() - beforeBack
 	if !revivedAt.IsZero() {
 		f.RevivalMs = float64(revivedAt.Sub(backAt)) / float64(time.Millisecond)
 		// Requests the restarted parent got while the child still held it
@@ -1111,7 +954,7 @@ func failover(work, kind, peerdBin, squidBin, how string) Failover {
 		if kind == "squid" {
 			cut = revivedAt
 		}
-		f.ReachedDead = victim.arrivalsBefore(cut)
+		f.ReachedDead = victim.ArrivalsBefore(cut)
 	}
 	f.RevivedTraffic = afterBack > 0
 	if !detectedAt.IsZero() {
@@ -1138,7 +981,7 @@ func failover(work, kind, peerdBin, squidBin, how string) Failover {
 			ConnectFailures int `json:"connect_failures_total"`
 			ProbeFailures   int `json:"probe_failures_total"`
 		}
-		getJSON("http://"+c.admin+"/peers/"+victim.name, &st)
+		getJSON("http://"+c.admin+"/peers/"+victim.Name, &st)
 		f.LiveAttempts = strconv.Itoa(st.ConnectFailures - st.ProbeFailures)
 	}
 	fmt.Fprintf(os.Stderr, "  %-6s %-9s errors %d, >100ms %d, outage p99 %.1f ms, live connects to dead %s, detect %.0f ms, revive %.0f ms\n",
@@ -1195,20 +1038,6 @@ func squidTimes(path, name string, killed, back time.Time) (dead, revived time.T
 
 // -------------------------------------------------------------- 3. memory
 
-func rssMiB(pid int) float64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if strings.HasPrefix(l, "VmRSS:") {
-			kb, _ := strconv.ParseFloat(strings.Fields(l)[1], 64)
-			return kb / 1024
-		}
-	}
-	return 0
-}
-
 // memory opens idle CONNECT tunnels through the child (direct to a local
 // sink that accepts and holds) and reads the child's RSS.
 func memory(work, kind, peerdBin, squidBin string) Memory {
@@ -1233,7 +1062,7 @@ func memory(work, kind, peerdBin, squidBin string) Memory {
 	}
 	defer c.stop()
 	time.Sleep(300 * time.Millisecond)
-	m := Memory{Child: kind, Tunnels: *tunnels, BaseMiB: rssMiB(c.cmd.Process.Pid)}
+	m := Memory{Child: kind, Tunnels: *tunnels, BaseMiB: testbed.RSSMiB(c.pid)}
 	var clients []net.Conn
 	defer func() {
 		for _, cl := range clients {
@@ -1264,7 +1093,7 @@ func memory(work, kind, peerdBin, squidBin string) Memory {
 	time.Sleep(time.Second)
 	runtime.GC()
 	m.Tunnels = open
-	m.RSSMiB = rssMiB(c.cmd.Process.Pid)
+	m.RSSMiB = testbed.RSSMiB(c.pid)
 	if open > 0 {
 		m.PerKiB = (m.RSSMiB - m.BaseMiB) * 1024 / float64(open)
 	}

@@ -3,26 +3,21 @@
 package e2e
 
 import (
-	"bufio"
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/peerd/peerd/internal/blackhole"
+	"github.com/peerd/peerd/internal/testbed"
 )
 
 var peerdBin string
@@ -46,109 +41,43 @@ func TestMain(m *testing.M) {
 
 // ---------------------------------------------------------------- peerd
 
-// peerd is a running peerd process.
+// peerd is a running peerd process (testbed.Peerd) tied to a test.
 type peerd struct {
+	*testbed.Peerd
 	t      testing.TB
-	cmd    *exec.Cmd
 	dir    string
 	config string
 	proxy  string // host:port
 	admin  string
-	logMu  sync.Mutex
-	log    bytes.Buffer
-	exited chan struct{}
-	err    error
+	exited <-chan struct{}
 }
-
-// The "peerd serving" line, in text or JSON format, and its addresses.
-var (
-	servingLine = regexp.MustCompile(`msg"?[=:]"peerd serving"`)
-	adminAddr   = regexp.MustCompile(`\badmin"?[=:]"?([0-9.:\[\]]+)`)
-	proxyAddr   = regexp.MustCompile(`\bproxy"?[=:]"?([0-9.:\[\]]+)`)
-)
 
 // startPeerd writes config to a file and runs peerd on it. Listen
 // addresses default to loopback port 0; the real ports come from the
-// "peerd serving" log line.
+// "peerd serving" log line. The binary is built with -race (and races are
+// reported in its log, which fails the test).
 func startPeerd(t testing.TB, config string) *peerd {
 	t.Helper()
-	dir := t.TempDir()
-	path := filepath.Join(dir, "peerd.toml")
-	if err := os.WriteFile(path, []byte(config), 0o644); err != nil {
+	tp, err := testbed.StartPeerd(peerdBin, t.TempDir(), config, "GORACE=atexit_sleep_ms=0")
+	if err != nil {
 		t.Fatal(err)
 	}
-	p := &peerd{t: t, dir: dir, config: path, exited: make(chan struct{})}
-	p.cmd = exec.Command(peerdBin, "-config", path)
-	// The binary is built with -race: no 1s sleep at exit, and races are
-	// reported in its log, which fails the test below.
-	p.cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=0")
-	stderr, _ := p.cmd.StderrPipe()
-	p.cmd.Stdout = io.Discard
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	ready := make(chan struct{})
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		once := sync.Once{}
-		for sc.Scan() {
-			line := sc.Text()
-			p.logMu.Lock()
-			p.log.WriteString(line + "\n")
-			p.logMu.Unlock()
-			if servingLine.MatchString(line) {
-				a, x := adminAddr.FindStringSubmatch(line), proxyAddr.FindStringSubmatch(line)
-				once.Do(func() {
-					if a != nil && x != nil {
-						p.admin, p.proxy = a[1], x[1]
-					}
-					close(ready)
-				})
-			}
-		}
-	}()
-	go func() { p.err = p.cmd.Wait(); close(p.exited) }()
+	p := &peerd{Peerd: tp, t: t, dir: tp.Dir, config: tp.Config, proxy: tp.Proxy, admin: tp.Admin, exited: tp.Exited()}
 	t.Cleanup(func() {
-		p.stop()
-		if strings.Contains(p.logs(), "DATA RACE") {
+		p.Stop()
+		if strings.Contains(p.Logs(), "DATA RACE") {
 			t.Error("the race detector reported a data race in peerd")
 		}
 		if t.Failed() {
-			t.Logf("peerd log:\n%s", p.logs())
+			t.Logf("peerd log:\n%s", p.Logs())
 		}
 	})
-	select {
-	case <-ready:
-	case <-p.exited:
-		t.Fatalf("peerd exited before serving: %v\n%s", p.err, p.logs())
-	case <-time.After(30 * time.Second):
-		t.Fatalf("peerd not serving after 30s\n%s", p.logs())
-	}
 	return p
 }
 
-func (p *peerd) logs() string {
-	p.logMu.Lock()
-	defer p.logMu.Unlock()
-	return p.log.String()
-}
-
-func (p *peerd) signal(s os.Signal) { p.cmd.Process.Signal(s) }
-
-func (p *peerd) stop() {
-	select {
-	case <-p.exited:
-		return
-	default:
-	}
-	p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.exited:
-	case <-time.After(15 * time.Second):
-		p.cmd.Process.Kill()
-		<-p.exited
-	}
-}
+func (p *peerd) logs() string       { return p.Logs() }
+func (p *peerd) signal(s os.Signal) { p.Signal(s) }
+func (p *peerd) stop()              { p.Stop() }
 
 // client returns an HTTP client that uses peerd as its proxy.
 func (p *peerd) client() *http.Client {
@@ -216,231 +145,45 @@ func waitFor(t testing.TB, what string, timeout time.Duration, cond func() bool)
 
 // ------------------------------------------------------------ fake parent
 
-// connRecord is what a fake parent saw on one connection.
-type connRecord struct {
-	at       time.Time
-	bytes    int
-	requests int
-	methods  []string
-}
-
-// fakeParent is a loopback HTTP proxy that answers every request itself and
+// fakeParent is a loopback parent (testbed.Parent) tied to a test: it
 // records every connection, so tests can tell probes (no bytes) from
-// requests. Its behaviour is switchable for fault injection.
+// requests, and can inject faults.
 type fakeParent struct {
+	*testbed.Parent
 	t    testing.TB
 	name string
 	addr string
-
-	mu      sync.Mutex
-	ln      net.Listener
-	conns   []*connRecord
-	mode    string // "" normal; see serveConn
-	status  int
-	open    map[net.Conn]bool
-	stopped bool
 }
 
 func newFakeParent(t testing.TB, name string) *fakeParent {
 	t.Helper()
-	f := &fakeParent{t: t, name: name, open: map[net.Conn]bool{}, status: 200}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := testbed.NewParent(name, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.addr = ln.Addr().String()
-	f.serve(ln)
-	t.Cleanup(f.stop)
-	return f
+	t.Cleanup(p.Close)
+	return &fakeParent{Parent: p, t: t, name: name, addr: p.Addr}
 }
 
-func (f *fakeParent) port() string { _, p, _ := net.SplitHostPort(f.addr); return p }
-
-func (f *fakeParent) serve(ln net.Listener) {
-	f.mu.Lock()
-	f.ln, f.stopped = ln, false
-	f.mu.Unlock()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			rec := &connRecord{at: time.Now()}
-			f.mu.Lock()
-			f.conns = append(f.conns, rec)
-			f.open[c] = true
-			f.mu.Unlock()
-			go f.serveConn(c, rec)
-		}
-	}()
-}
+func (f *fakeParent) port() string { return f.Port() }
 
 // stop closes the listener and every open connection: the port refuses.
-func (f *fakeParent) stop() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.stopped {
-		return
-	}
-	f.stopped = true
-	f.ln.Close()
-	for c := range f.open {
-		c.Close()
-	}
-}
+func (f *fakeParent) stop() { f.Kill() }
 
 // restart listens again on the same port.
 func (f *fakeParent) restart() {
 	f.t.Helper()
-	var ln net.Listener
-	var err error
-	for i := 0; i < 50; i++ {
-		if ln, err = net.Listen("tcp", f.addr); err == nil {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
+	if err := f.Restart(); err != nil {
+		f.t.Fatal(err)
 	}
-	if err != nil {
-		f.t.Fatalf("restart %s: %v", f.name, err)
-	}
-	f.serve(ln)
 }
 
-func (f *fakeParent) setMode(m string) {
-	f.mu.Lock()
-	f.mode = m
-	f.mu.Unlock()
-}
-
-func (f *fakeParent) setStatus(s int) {
-	f.mu.Lock()
-	f.status = s
-	f.mu.Unlock()
-}
-
-// records returns a copy of the connection records.
-func (f *fakeParent) records() []connRecord {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	out := make([]connRecord, len(f.conns))
-	for i, c := range f.conns {
-		out[i] = *c
-		out[i].methods = append([]string(nil), c.methods...)
-	}
-	return out
-}
+func (f *fakeParent) setMode(m string)              { f.SetMode(m) }
+func (f *fakeParent) setStatus(s int)               { f.SetStatus(s) }
+func (f *fakeParent) records() []testbed.ConnRecord { return f.Records() }
 
 // requests counts requests received (optionally of one method).
-func (f *fakeParent) requests(method string) int {
-	n := 0
-	for _, r := range f.records() {
-		for _, m := range r.methods {
-			if method == "" || m == method {
-				n++
-			}
-		}
-	}
-	return n
-}
-
-type countingReader struct {
-	r   io.Reader
-	rec *connRecord
-	mu  *sync.Mutex
-}
-
-func (c countingReader) Read(b []byte) (int, error) {
-	n, err := c.r.Read(b)
-	c.mu.Lock()
-	c.rec.bytes += n
-	c.mu.Unlock()
-	return n, err
-}
-
-func (f *fakeParent) serveConn(c net.Conn, rec *connRecord) {
-	defer func() {
-		c.Close()
-		f.mu.Lock()
-		delete(f.open, c)
-		f.mu.Unlock()
-	}()
-	br := bufio.NewReader(countingReader{r: c, rec: rec, mu: &f.mu})
-	f.mu.Lock()
-	mode := f.mode
-	f.mu.Unlock()
-	if mode == "close-at-once" { // accept, then close without reading
-		return
-	}
-	for served := 0; ; served++ {
-		if mode == "idle-close" { // keep-alive connections die after 1s idle
-			c.SetReadDeadline(time.Now().Add(time.Second))
-		}
-		req, err := http.ReadRequest(br)
-		if err != nil {
-			return
-		}
-		if mode == "stale-second" && served > 0 {
-			// The keep-alive race: the peer closed the connection just as
-			// our request arrived. It is not processed, and not recorded.
-			c.(*net.TCPConn).SetLinger(0)
-			return
-		}
-		body, _ := io.ReadAll(req.Body)
-		f.mu.Lock()
-		rec.requests++
-		rec.methods = append(rec.methods, req.Method)
-		status := f.status
-		f.mu.Unlock()
-		switch mode {
-		case "reset-after-read": // read the request, then reset
-			c.(*net.TCPConn).SetLinger(0)
-			return
-		case "half-headers": // half a response, then reset
-			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Ty")
-			c.(*net.TCPConn).SetLinger(0)
-			return
-		case "hang": // headers, then nothing
-			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\npartial")
-			time.Sleep(time.Hour)
-			return
-		case "silent": // read the request, never answer
-			time.Sleep(time.Hour)
-			return
-		}
-		if req.Method == http.MethodConnect {
-			if mode == "deny-connect" {
-				io.WriteString(c, "HTTP/1.1 403 Forbidden\r\nContent-Length: 6\r\n\r\ndenied")
-				return
-			}
-			f.serveConnect(c, br, req)
-			return
-		}
-		if status == 200 && strings.Contains(req.Header.Get("Cache-Control"), "only-if-cached") {
-			status = http.StatusGatewayTimeout // a sibling with nothing cached
-		}
-		resp := fmt.Sprintf("from %s: %s %s body=%d xff=%s via=%s auth=%s", f.name, req.Method, req.RequestURI,
-			len(body), req.Header.Get("X-Forwarded-For"), req.Header.Get("Via"), req.Header.Get("Proxy-Authorization"))
-		fmt.Fprintf(c, "HTTP/1.1 %d %s\r\nContent-Type: text/plain\r\nContent-Length: %d\r\nX-Parent: %s\r\n\r\n%s",
-			status, http.StatusText(status), len(resp), f.name, resp)
-		if mode == "close-after-response" {
-			return
-		}
-	}
-}
-
-// serveConnect tunnels to the requested target.
-func (f *fakeParent) serveConnect(c net.Conn, br *bufio.Reader, req *http.Request) {
-	up, err := net.Dial("tcp", req.Host)
-	if err != nil {
-		io.WriteString(c, "HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\n\r\n")
-		return
-	}
-	defer up.Close()
-	io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n")
-	go func() { io.Copy(up, br); up.(*net.TCPConn).CloseWrite() }()
-	io.Copy(c, up)
-}
+func (f *fakeParent) requests(method string) int { return f.RequestsOf(method) }
 
 // blackhole returns a loopback address whose accept queue is full: SYNs
 // to it are dropped, so connects time out (like a host that vanished).

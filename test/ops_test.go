@@ -150,8 +150,8 @@ func TestGracefulShutdown(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("peerd did not exit")
 	}
-	if p.err != nil {
-		t.Fatalf("exit: %v; want 0", p.err)
+	if err := p.Err(); err != nil {
+		t.Fatalf("exit: %v; want 0", err)
 	}
 }
 

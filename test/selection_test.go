@@ -95,7 +95,7 @@ policy = "round-robin"
 		t.Fatalf("revived %v after its return; want within probe_max_interval + probe timeout", d)
 	}
 	recs := a.records()[before:]
-	if len(recs) == 0 || recs[0].bytes != 0 {
+	if len(recs) == 0 || recs[0].Bytes != 0 {
 		t.Fatalf("the first connection after the return was not a probe: %+v", recs)
 	}
 }

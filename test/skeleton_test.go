@@ -81,8 +81,8 @@ policy = "round-robin"
 	if len(recs) == 0 {
 		t.Fatal("no connection reached a after its return; want the revival probe")
 	}
-	if recs[0].bytes != 0 || recs[0].requests != 0 {
-		t.Fatalf("first connection after return carried %d bytes; want a probe (0 bytes)", recs[0].bytes)
+	if recs[0].Bytes != 0 || recs[0].Requests != 0 {
+		t.Fatalf("first connection after return carried %d bytes; want a probe (0 bytes)", recs[0].Bytes)
 	}
 	if !strings.Contains(p.logs(), "Detected REVIVED Parent: a") {
 		t.Fatal("no 'Detected REVIVED Parent: a' log line")

@@ -1,8 +1,8 @@
-// Package testbed is the one set of fixtures that the benchmark and the
-// soak use to run peerd for real: loopback parents that count what reaches
-// them and can be killed, refused or black-holed, and peerd (or Squid)
-// processes started on generated configs. Every load loop built on it is
-// bounded in count and time.
+// Package testbed is the one set of fixtures that the end-to-end tests, the
+// benchmark and the soak use to run peerd for real: loopback parents that
+// record what reaches them and can be killed, black-holed or made to
+// misbehave, and peerd and Squid processes started on generated configs.
+// Every load loop built on it is bounded in count and time.
 package testbed
 
 import (
@@ -21,37 +21,56 @@ import (
 )
 
 // Parent is an in-process HTTP parent proxy on loopback. It answers every
-// request itself with a body of Size bytes (CONNECT is tunnelled to the
-// requested address), counts requests by method, and remembers each POST's
-// X-Request-Id so that a POST seen twice can be told. Kill closes the
-// listener and every connection (what peers see of a SIGKILLed process),
-// Blackhole makes its address drop SYNs, Restart listens again.
+// request itself (CONNECT is tunnelled to the requested address) and
+// records every connection, so a probe (a connection with no bytes) can be
+// told from a request. By default the answer is a line that describes the
+// request as the parent saw it ("from NAME: GET URI body=N xff=... via=...
+// auth=..."); with Size > 0 it is Size bytes. A request with Cache-Control
+// only-if-cached gets 504, as from a sibling with nothing cached. POSTs
+// with an X-Request-Id are remembered, so a POST seen twice can be told.
+//
+// Kill closes the listener and every connection (what peers see of a
+// SIGKILLed process), Blackhole makes the address drop SYNs, Restart
+// listens again. SetMode injects faults (see serveConn).
 type Parent struct {
 	Name string
 	Addr string
 	Size int
 
-	mu    sync.Mutex
-	ln    net.Listener
-	conns map[net.Conn]bool
-	hole  func()
-	down  bool
-	posts map[string]int
-	dups  int
+	mu      sync.Mutex
+	ln      net.Listener
+	open    map[net.Conn]bool
+	records []*ConnRecord
+	mode    string
+	status  int
+	header  http.Header
+	hole    func()
+	down    bool
+	posts   map[string]int
+	dups    int
 	// arrivals since the last Restart (bounded), for "reached while dead"
 	arrivals []time.Time
 
 	requests atomic.Int64
-	byMethod sync.Map // method -> *atomic.Int64
 }
 
-// NewParent starts a parent answering with size-byte bodies.
+// ConnRecord is what the parent saw on one connection.
+type ConnRecord struct {
+	At       time.Time
+	Bytes    int
+	Requests int
+	Methods  []string
+}
+
+// NewParent starts a parent; size is its answers' body size (0: the
+// describing line).
 func NewParent(name string, size int) (*Parent, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
-	p := &Parent{Name: name, Addr: ln.Addr().String(), Size: size, conns: map[net.Conn]bool{}, posts: map[string]int{}}
+	p := &Parent{Name: name, Addr: ln.Addr().String(), Size: size, open: map[net.Conn]bool{},
+		posts: map[string]int{}, status: 200, header: http.Header{}}
 	p.serve(ln)
 	return p, nil
 }
@@ -59,22 +78,53 @@ func NewParent(name string, size int) (*Parent, error) {
 // Port is the parent's port.
 func (p *Parent) Port() string { _, port, _ := net.SplitHostPort(p.Addr); return port }
 
+// SetMode switches fault injection: "" answers normally; see serveConn.
+func (p *Parent) SetMode(m string) {
+	p.mu.Lock()
+	p.mode = m
+	p.mu.Unlock()
+}
+
+// SetStatus sets the status of the answers.
+func (p *Parent) SetStatus(s int) {
+	p.mu.Lock()
+	p.status = s
+	p.mu.Unlock()
+}
+
+// SetHeader adds a field to every answer.
+func (p *Parent) SetHeader(k, v string) {
+	p.mu.Lock()
+	p.header.Set(k, v)
+	p.mu.Unlock()
+}
+
+// Records returns copies of the connection records, in arrival order.
+func (p *Parent) Records() []ConnRecord {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]ConnRecord, len(p.records))
+	for i, c := range p.records {
+		out[i] = *c
+		out[i].Methods = append([]string(nil), c.Methods...)
+	}
+	return out
+}
+
 // Requests counts requests received.
 func (p *Parent) Requests() int64 { return p.requests.Load() }
 
-// Method counts requests received with one method.
-func (p *Parent) Method(m string) int64 {
-	if c, ok := p.byMethod.Load(m); ok {
-		return c.(*atomic.Int64).Load()
+// RequestsOf counts requests received with one method ("" for all).
+func (p *Parent) RequestsOf(method string) int {
+	n := 0
+	for _, r := range p.Records() {
+		for _, m := range r.Methods {
+			if method == "" || m == method {
+				n++
+			}
+		}
 	}
-	return 0
-}
-
-// DuplicatePOSTs counts POSTs whose X-Request-Id arrived more than once.
-func (p *Parent) DuplicatePOSTs() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.dups
+	return n
 }
 
 // POSTIDs returns how often each POST id arrived.
@@ -86,6 +136,13 @@ func (p *Parent) POSTIDs() map[string]int {
 		out[k] = v
 	}
 	return out
+}
+
+// DuplicatePOSTs counts POSTs whose X-Request-Id arrived more than once.
+func (p *Parent) DuplicatePOSTs() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.dups
 }
 
 // ArrivalsBefore counts requests that arrived after the last restart and
@@ -112,40 +169,84 @@ func (p *Parent) serve(ln net.Listener) {
 			if err != nil {
 				return
 			}
+			rec := &ConnRecord{At: time.Now()}
 			p.mu.Lock()
 			if p.down {
 				p.mu.Unlock()
 				c.Close()
 				return
 			}
-			p.conns[c] = true
+			p.records = append(p.records, rec)
+			if len(p.records) > 100000 {
+				p.records = p.records[len(p.records)-50000:]
+			}
+			p.open[c] = true
 			p.mu.Unlock()
-			go p.serveConn(c)
+			go p.serveConn(c, rec)
 		}
 	}()
 }
 
-var body = strings.Repeat("p", 64<<10)
+type counting struct {
+	r   io.Reader
+	rec *ConnRecord
+	mu  *sync.Mutex
+}
 
-func (p *Parent) serveConn(c net.Conn) {
+func (c counting) Read(b []byte) (int, error) {
+	n, err := c.r.Read(b)
+	c.mu.Lock()
+	c.rec.Bytes += n
+	c.mu.Unlock()
+	return n, err
+}
+
+var filler = strings.Repeat("p", 64<<10)
+
+// serveConn serves one connection. The fault modes:
+//
+//	close-at-once         accept, then close without reading
+//	idle-close            keep-alive connections close after 1s idle
+//	stale-second          the second request on a connection meets a reset
+//	                      (the keep-alive race), unprocessed and unrecorded
+//	reset-after-read      read the request, then reset
+//	half-headers          half a response head, then reset
+//	hang                  a head and part of the body, then nothing
+//	silent                read the request, never answer
+//	deny-connect          CONNECT gets 403
+//	close-after-response  one exchange per connection
+func (p *Parent) serveConn(c net.Conn, rec *ConnRecord) {
 	defer func() {
 		c.Close()
 		p.mu.Lock()
-		delete(p.conns, c)
+		delete(p.open, c)
 		p.mu.Unlock()
 	}()
-	br := bufio.NewReader(c)
+	br := bufio.NewReader(counting{r: c, rec: rec, mu: &p.mu})
 	bw := bufio.NewWriter(c)
-	for {
+	p.mu.Lock()
+	mode := p.mode
+	p.mu.Unlock()
+	if mode == "close-at-once" {
+		return
+	}
+	for served := 0; ; served++ {
+		if mode == "idle-close" {
+			c.SetReadDeadline(time.Now().Add(time.Second))
+		}
 		req, err := http.ReadRequest(br)
 		if err != nil {
 			return
 		}
-		io.Copy(io.Discard, req.Body)
+		if mode == "stale-second" && served > 0 {
+			c.(*net.TCPConn).SetLinger(0)
+			return
+		}
+		body, _ := io.ReadAll(req.Body)
 		p.requests.Add(1)
-		c1, _ := p.byMethod.LoadOrStore(req.Method, new(atomic.Int64))
-		c1.(*atomic.Int64).Add(1)
 		p.mu.Lock()
+		rec.Requests++
+		rec.Methods = append(rec.Methods, req.Method)
 		if p.arrivals != nil && len(p.arrivals) < 100000 {
 			p.arrivals = append(p.arrivals, time.Now())
 		}
@@ -155,22 +256,59 @@ func (p *Parent) serveConn(c net.Conn) {
 				p.dups++
 			}
 		}
+		status := p.status
+		header := p.header.Clone()
 		p.mu.Unlock()
+		switch mode {
+		case "reset-after-read":
+			c.(*net.TCPConn).SetLinger(0)
+			return
+		case "half-headers":
+			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Ty")
+			c.(*net.TCPConn).SetLinger(0)
+			return
+		case "hang":
+			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\npartial")
+			time.Sleep(time.Hour)
+			return
+		case "silent":
+			time.Sleep(time.Hour)
+			return
+		}
 		if req.Method == http.MethodConnect {
+			if mode == "deny-connect" {
+				io.WriteString(c, "HTTP/1.1 403 Forbidden\r\nContent-Length: 6\r\n\r\ndenied")
+				return
+			}
 			p.tunnel(c, br, req.Host)
 			return
+		}
+		if status == 200 && strings.Contains(req.Header.Get("Cache-Control"), "only-if-cached") {
+			status = http.StatusGatewayTimeout // a sibling with nothing cached
+		}
+		fmt.Fprintf(bw, "HTTP/1.1 %d %s\r\nContent-Type: text/plain\r\nX-Parent: %s\r\n", status, http.StatusText(status), p.Name)
+		for k, vv := range header {
+			for _, v := range vv {
+				fmt.Fprintf(bw, "%s: %s\r\n", k, v)
+			}
 		}
 		size := p.Size
 		if v := req.Header.Get("X-Size"); v != "" {
 			size, _ = strconv.Atoi(v)
 		}
-		fmt.Fprintf(bw, "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nCache-Control: no-store\r\nX-Parent: %s\r\nContent-Length: %d\r\n\r\n", p.Name, size)
-		for n := size; n > 0; {
-			k := min(n, len(body))
-			bw.WriteString(body[:k])
-			n -= k
+		if size > 0 {
+			fmt.Fprintf(bw, "Content-Length: %d\r\n\r\n", size)
+			for n := size; n > 0; {
+				k := min(n, len(filler))
+				bw.WriteString(filler[:k])
+				n -= k
+			}
+		} else {
+			line := fmt.Sprintf("from %s: %s %s body=%d xff=%s via=%s auth=%s", p.Name, req.Method, req.RequestURI,
+				len(body), req.Header.Get("X-Forwarded-For"), req.Header.Get("Via"), req.Header.Get("Proxy-Authorization"))
+			fmt.Fprintf(bw, "Content-Length: %d\r\n\r\n%s", len(line), line)
 		}
-		if bw.Flush() != nil {
+		if bw.Flush() != nil || mode == "close-after-response" {
 			return
 		}
 	}
@@ -198,7 +336,7 @@ func (p *Parent) Kill() {
 	}
 	p.down = true
 	p.ln.Close()
-	for c := range p.conns {
+	for c := range p.open {
 		c.Close()
 	}
 }
@@ -234,7 +372,7 @@ func (p *Parent) Restart() error {
 		time.Sleep(20 * time.Millisecond)
 	}
 	if err != nil {
-		return err
+		return fmt.Errorf("restart %s: %w", p.Name, err)
 	}
 	p.mu.Lock()
 	p.arrivals = make([]time.Time, 0, 1024)

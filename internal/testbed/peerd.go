@@ -44,9 +44,15 @@ type Peerd struct {
 	mu     sync.Mutex
 	log    bytes.Buffer
 	exited chan struct{}
+	err    error // how it exited, once exited is closed
 }
 
-var servingLine = regexp.MustCompile(`msg="peerd serving".*?admin="?([0-9.:\[\]]+)"?.*?proxy="?([0-9.:\[\]]+)"?`)
+// The "peerd serving" line, in text or JSON format, and its addresses.
+var (
+	servingLine = regexp.MustCompile(`msg"?[=:]"peerd serving"`)
+	adminAddr   = regexp.MustCompile(`\badmin"?[=:]"?([0-9.:\[\]]+)`)
+	proxyAddr   = regexp.MustCompile(`\bproxy"?[=:]"?([0-9.:\[\]]+)`)
+)
 
 // StartPeerd writes config into dir and runs bin on it, waiting (at most
 // 30s) for it to serve. Listen addresses should be loopback port 0.
@@ -77,12 +83,18 @@ func StartPeerd(bin, dir, config string, env ...string) (*Peerd, error) {
 				p.log.WriteString(line + "\n")
 			}
 			p.mu.Unlock()
-			if m := servingLine.FindStringSubmatch(line); m != nil {
-				once.Do(func() { p.Admin, p.Proxy = m[1], m[2]; close(ready) })
+			if servingLine.MatchString(line) {
+				a, x := adminAddr.FindStringSubmatch(line), proxyAddr.FindStringSubmatch(line)
+				once.Do(func() {
+					if a != nil && x != nil {
+						p.Admin, p.Proxy = a[1], x[1]
+					}
+					close(ready)
+				})
 			}
 		}
 	}()
-	go func() { p.Cmd.Wait(); close(p.exited) }()
+	go func() { p.err = p.Cmd.Wait(); close(p.exited) }()
 	select {
 	case <-ready:
 		return p, nil
@@ -92,6 +104,16 @@ func StartPeerd(bin, dir, config string, env ...string) (*Peerd, error) {
 		p.Stop()
 		return nil, errors.New("peerd not serving after 30s")
 	}
+}
+
+// Exited is closed when the process has exited.
+func (p *Peerd) Exited() <-chan struct{} { return p.exited }
+
+// Err is how the process exited (nil for status 0); valid once Exited is
+// closed.
+func (p *Peerd) Err() error {
+	<-p.exited
+	return p.err
 }
 
 // Logs returns what peerd wrote to stderr.
