@@ -58,14 +58,11 @@ func newAPI(t *testing.T, token string) (*API, *peers.Registry, *fakeProber, *in
 
 func call(t *testing.T, h http.Handler, method, path, token, body string) (int, string) {
 	t.Helper()
-	req := httptest.NewRequest(method, path, strings.NewReader(body))
+	auth := ""
 	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
+		auth = "Bearer " + token
 	}
-	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, req)
-	b, _ := io.ReadAll(rec.Body)
-	return rec.Code, string(b)
+	return callAuth(t, h, method, path, auth, body)
 }
 
 // TestReloadAndMetrics: what only a unit test with fakes can see; every

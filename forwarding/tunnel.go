@@ -69,11 +69,8 @@ func (tx *txn) connectVia(a *attempt) bool {
 	if login := a.hop.Peer.Login(); login != "" {
 		b = appendLogin(b, login)
 	}
-	b = append(b, "Via: "...)
-	if req.Get("Via") != nil {
-		b = append(appendValues(b, req.Fields, h1.Via), ", "...)
-	}
-	b = append(append(b, cfg.via...), "\r\n\r\n"...)
+	b = appendJoined(b, "Via", req.Fields, h1.Via, req.Get("Via") != nil, cfg.via)
+	b = append(b, "\r\n"...)
 	tx.out = b
 	c.dl.writeIn(time.Now(), cfg.ReadTimeout)
 	if _, err := c.nc.Write(b); err != nil {

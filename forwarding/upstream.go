@@ -577,19 +577,8 @@ func (tx *txn) requestHead(hop selection.Hop) []byte {
 		}
 		b = appendField(b, f.Name, f.Value)
 	}
-	b = append(b, "Via: "...)
-	if via {
-		b = appendValues(b, req.Fields, h1.Via)
-		b = append(b, ", "...)
-	}
-	b = append(b, cfg.via...)
-	b = append(b, "\r\nX-Forwarded-For: "...)
-	if xff {
-		b = appendValues(b, req.Fields, h1.XForwardedFor)
-		b = append(b, ", "...)
-	}
-	b = append(b, tx.cc.remoteStr...)
-	b = append(b, "\r\n"...)
+	b = appendJoined(b, "Via", req.Fields, h1.Via, via, cfg.via)
+	b = appendJoined(b, "X-Forwarded-For", req.Fields, h1.XForwardedFor, xff, tx.cc.remoteStr)
 	if sibling {
 		b = append(b, "Cache-Control: "...)
 		if cc {
@@ -690,19 +679,25 @@ func (tx *txn) appendResponseFields(b []byte, resp *h1.Response) []byte {
 		}
 		b = appendField(b, f.Name, f.Value)
 	}
-	b = append(b, "Via: "...)
-	if via {
-		b = appendValues(b, resp.Fields, h1.Via)
-		b = append(b, ", "...)
-	}
-	b = append(b, tx.cfg.via...)
-	return append(b, "\r\n"...)
+	return appendJoined(b, "Via", resp.Fields, h1.Via, via, tx.cfg.via)
 }
 
 func appendField(b, name, value []byte) []byte {
 	b = append(b, name...)
 	b = append(b, ": "...)
 	b = append(b, value...)
+	return append(b, "\r\n"...)
+}
+
+// appendJoined appends one field named name: the values of the message's
+// fields of kind k (when it has any), then last, joined by ", " — how Via
+// and X-Forwarded-For grow by a hop.
+func appendJoined(b []byte, name string, fields []h1.Field, k h1.Kind, has bool, last string) []byte {
+	b = append(append(b, name...), ": "...)
+	if has {
+		b = append(appendValues(b, fields, k), ", "...)
+	}
+	b = append(b, last...)
 	return append(b, "\r\n"...)
 }
 

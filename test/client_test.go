@@ -69,7 +69,7 @@ func TestClientSideChecks(t *testing.T) {
 }
 
 func TestAccessDenied(t *testing.T) {
-	p := startPeerd(t, strings.Replace(baseConfig, "[proxy]\n", "[proxy]\nallow = [\"10.0.0.0/8\"]\n", 1))
+	p := startPeerd(t, withProxy(baseConfig, "allow = [\"10.0.0.0/8\"]"))
 	resp := raw(t, p, "GET http://o.test/ HTTP/1.1\r\nHost: o.test\r\n\r\n")
 	if resp.StatusCode != 403 || resp.Header.Get("X-Peerd-Error") != "access-denied" {
 		t.Fatalf("%d %q; want 403 access-denied", resp.StatusCode, resp.Header.Get("X-Peerd-Error"))

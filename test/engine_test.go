@@ -183,7 +183,7 @@ func TestInterimResponsesRelayed(t *testing.T) {
 func TestSlowloris(t *testing.T) {
 	dir := t.TempDir()
 	log := filepath.Join(dir, "access.log")
-	p := startPeerd(t, strings.Replace(directConfig, "[proxy]\n", "[proxy]\nrequest_timeout = \"1s\"\n", 1)+
+	p := startPeerd(t, withProxy(directConfig, "request_timeout = \"1s\"")+
 		"[log]\naccess_log = \""+log+"\"\n")
 	c, br := dialProxy(t, p)
 	start := time.Now()
@@ -239,7 +239,7 @@ func TestRefusalsAreLogged(t *testing.T) {
 // TestClientIdleTimeout: an idle keep-alive client connection is closed.
 func TestClientIdleTimeout(t *testing.T) {
 	origin := newOrigin(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
-	p := startPeerd(t, strings.Replace(directConfig, "[proxy]\n", "[proxy]\nclient_idle_timeout = \"500ms\"\n", 1))
+	p := startPeerd(t, withProxy(directConfig, "client_idle_timeout = \"500ms\""))
 	c, br := dialProxy(t, p)
 	fmt.Fprintf(c, "GET http://%s/ HTTP/1.1\r\nHost: %s\r\n\r\n", origin, origin)
 	resp, err := http.ReadResponse(br, nil)
@@ -271,7 +271,7 @@ func TestWriteTimeoutFreesTheSlot(t *testing.T) {
 			}
 		}
 	})
-	p := startPeerd(t, strings.Replace(baseConfig, "[proxy]\n", "[proxy]\nwrite_timeout = \"1s\"\n", 1)+peerBlock("max_conn = 1", parent))
+	p := startPeerd(t, withProxy(baseConfig, "write_timeout = \"1s\"")+peerBlock("max_conn = 1", parent))
 	c, _ := dialProxy(t, p)
 	if tc, ok := c.(*net.TCPConn); ok {
 		tc.SetReadBuffer(4096)
@@ -308,7 +308,7 @@ func TestOversizedHeads(t *testing.T) {
 		fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nX-Huge: %s\r\nContent-Length: 2\r\n\r\nno", huge)
 	})
 	good := newFakeParent(t, "good")
-	p := startPeerd(t, strings.Replace(baseConfig, "[proxy]\n", "[proxy]\nmax_header_size = \"4KiB\"\n", 1)+peerBlock("", bloated, good))
+	p := startPeerd(t, withProxy(baseConfig, "max_header_size = \"4KiB\"")+peerBlock("", bloated, good))
 	resp := raw(t, p, "GET http://o.test/ HTTP/1.1\r\nHost: o.test\r\nX-Big: "+huge+"\r\n\r\n")
 	if resp.StatusCode != 431 || resp.Header.Get("X-Peerd-Error") == "" {
 		t.Fatalf("big request head: %d %q; want 431", resp.StatusCode, resp.Header.Get("X-Peerd-Error"))
@@ -343,7 +343,7 @@ func TestConnectReplyLimits(t *testing.T) {
 		parent *scripted
 		want   int
 	}{{bloated, 502}, {interim, 403}} {
-		p := startPeerd(t, strings.Replace(baseConfig, "[proxy]\n", "[proxy]\nmax_header_size = \"4KiB\"\n", 1)+peerBlock("", tc.parent))
+		p := startPeerd(t, withProxy(baseConfig, "max_header_size = \"4KiB\"")+peerBlock("", tc.parent))
 		resp := raw(t, p, "CONNECT o.test:443 HTTP/1.1\r\nHost: o.test:443\r\n\r\n")
 		if resp.StatusCode != tc.want {
 			t.Fatalf("%s: CONNECT got %d; want %d", tc.parent.name, resp.StatusCode, tc.want)
@@ -388,7 +388,7 @@ func TestTunnelIdleTimeout(t *testing.T) {
 			go func() { defer c.Close(); io.Copy(c, c) }() // echo
 		}
 	}()
-	p := startPeerd(t, strings.Replace(directConfig, "[proxy]\n", "[proxy]\nread_timeout = \"1s\"\n", 1))
+	p := startPeerd(t, withProxy(directConfig, "read_timeout = \"1s\""))
 	c, br := dialProxy(t, p)
 	fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", ln.Addr(), ln.Addr())
 	if resp, err := http.ReadResponse(br, nil); err != nil || resp.StatusCode != 200 {
@@ -418,7 +418,7 @@ func TestTunnelIdleTimeout(t *testing.T) {
 // once; the ones inside keep working.
 func TestMaxConnections(t *testing.T) {
 	origin := newOrigin(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
-	p := startPeerd(t, strings.Replace(directConfig, "[proxy]\n", "[proxy]\nmax_connections = 2\n", 1))
+	p := startPeerd(t, withProxy(directConfig, "max_connections = 2"))
 	c1, br1 := dialProxy(t, p)
 	c2, _ := dialProxy(t, p)
 	_ = c2
@@ -438,14 +438,7 @@ func TestMaxConnections(t *testing.T) {
 // dead the answer takes milliseconds.
 func TestAllDeadAnswersFast(t *testing.T) {
 	a, b, c := newFakeParent(t, "a"), newFakeParent(t, "b"), newFakeParent(t, "c")
-	p := startPeerd(t, strings.Replace(baseConfig, `connect_timeout = "2s"`, `connect_timeout = "1s"`, 1)+`
-[health]
-connect_fail_limit = 3
-probe_interval = "1m"
-probe_max_interval = "1m"
-[selection]
-policy = "round-robin"
-`+peerBlock("", a, b, c))
+	p := startPeerd(t, strings.Replace(baseConfig, `connect_timeout = "2s"`, `connect_timeout = "1s"`, 1)+health(3, "1m", "1m")+policy("round-robin")+peerBlock("", a, b, c))
 	cl := p.client()
 	for i := 0; i < 10; i++ {
 		do(cl, "GET", "http://o.test/warm", "")

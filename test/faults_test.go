@@ -77,7 +77,7 @@ func TestFaultClasses(t *testing.T) {
 			bad := newFakeParent(t, "bad")
 			good := newFakeParent(t, "good")
 			badBlock := peerBlock(`connect_timeout = "300ms"`, bad)
-			cfg := strings.Replace(baseConfig, "[proxy]\n", "[proxy]\n"+tc.extra+"\n", 1) + `
+			cfg := withProxy(baseConfig, tc.extra) + `
 [health]
 connect_fail_limit = 100
 probe_interval = "1m"
@@ -206,14 +206,7 @@ func TestHedgedFailover(t *testing.T) {
 	a := newFakeParent(t, "a")
 	b := newFakeParent(t, "b")
 	c := newFakeParent(t, "c")
-	p := startPeerd(t, strings.Replace(baseConfig, `connect_timeout = "2s"`, `connect_timeout = "1s"`, 1)+`
-[health]
-connect_fail_limit = 3
-probe_interval = "200ms"
-probe_max_interval = "500ms"
-[selection]
-policy = "round-robin"
-`+peerBlock("", a, b, c))
+	p := startPeerd(t, strings.Replace(baseConfig, `connect_timeout = "2s"`, `connect_timeout = "1s"`, 1)+health(3, "200ms", "500ms")+policy("round-robin")+peerBlock("", a, b, c))
 	cl := p.client()
 	for i := 0; i < 30; i++ { // warm: connect times known, pools filled
 		do(cl, "GET", "http://o.test/warm", "")

@@ -202,6 +202,21 @@ func blackholeAt(t testing.TB, at string) (release func()) {
 	return release
 }
 
+// ------------------------------------------------------------- configs
+
+// withProxy adds lines to a config's [proxy] table.
+func withProxy(cfg string, lines ...string) string {
+	return strings.Replace(cfg, "[proxy]\n", "[proxy]\n"+strings.Join(lines, "\n")+"\n", 1)
+}
+
+// health is a [health] table: the fail limit and the probe intervals.
+func health(limit int, interval, maxInterval string) string {
+	return fmt.Sprintf("\n[health]\nconnect_fail_limit = %d\nprobe_interval = %q\nprobe_max_interval = %q\n", limit, interval, maxInterval)
+}
+
+// policy is a [selection] table.
+func policy(name string) string { return fmt.Sprintf("[selection]\npolicy = %q\n", name) }
+
 // ---------------------------------------------------------------- origin
 
 // newOrigin starts a loopback origin server.

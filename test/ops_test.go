@@ -137,7 +137,7 @@ func TestGracefulShutdown(t *testing.T) {
 		time.Sleep(800 * time.Millisecond)
 		io.WriteString(w, "finished")
 	})
-	p := startPeerd(t, strings.Replace(directConfig, "[proxy]\n", "[proxy]\nshutdown_timeout = \"5s\"\n", 1))
+	p := startPeerd(t, withProxy(directConfig, "shutdown_timeout = \"5s\""))
 	done := make(chan result, 1)
 	go func() { done <- do(p.client(), "GET", "http://"+slow+"/", "") }()
 	<-arrived // the request is in flight at the origin
@@ -158,12 +158,7 @@ func TestGracefulShutdown(t *testing.T) {
 func TestAdminAPI(t *testing.T) {
 	a := newFakeParent(t, "a")
 	s := newFakeParent(t, "s")
-	p := startPeerd(t, baseConfig+`
-[health]
-connect_fail_limit = 1
-probe_interval = "1h"
-probe_max_interval = "1h"
-`+peerBlock(`login = "u:topsecret"`, a)+peerBlock(`type = "sibling"`, s))
+	p := startPeerd(t, baseConfig+health(1, "1h", "1h")+peerBlock(`login = "u:topsecret"`, a)+peerBlock(`type = "sibling"`, s))
 	get := func(path string) (int, string) {
 		resp, err := http.Get("http://" + p.admin + path)
 		if err != nil {
@@ -255,12 +250,7 @@ func TestMetricsAndAccessLog(t *testing.T) {
 	a := newFakeParent(t, "a")
 	b := newFakeParent(t, "b")
 	accessLog := t.TempDir() + "/access.log"
-	p := startPeerd(t, strings.Replace(baseConfig, "[log]\n", fmt.Sprintf("[log]\naccess_log = %q\n", accessLog), 1)+`
-[health]
-connect_fail_limit = 1
-probe_interval = "1h"
-probe_max_interval = "1h"
-`+peerBlock("", a, b))
+	p := startPeerd(t, strings.Replace(baseConfig, "[log]\n", fmt.Sprintf("[log]\naccess_log = %q\n", accessLog), 1)+health(1, "1h", "1h")+peerBlock("", a, b))
 	c := p.client()
 	for i := 0; i < 3; i++ {
 		do(c, "GET", fmt.Sprintf("http://o.test/m%d", i), "")
@@ -412,7 +402,7 @@ func TestSecondSignalExitsAtOnce(t *testing.T) {
 		case <-time.After(20 * time.Second):
 		}
 	})
-	p := startPeerd(t, strings.Replace(directConfig, "[proxy]\n", "[proxy]\nshutdown_timeout = \"30s\"\n", 1))
+	p := startPeerd(t, withProxy(directConfig, "shutdown_timeout = \"30s\""))
 	go do(p.client(), "GET", "http://"+slow+"/", "")
 	<-arrived // the request is in flight at the origin
 	p.signal(syscall.SIGTERM)

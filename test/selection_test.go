@@ -59,14 +59,7 @@ func TestCARPStickiness(t *testing.T) {
 func TestRefuseThenBlackholeThenBack(t *testing.T) {
 	a := newFakeParent(t, "a")
 	b := newFakeParent(t, "b")
-	p := startPeerd(t, strings.Replace(baseConfig, `connect_timeout = "2s"`, `connect_timeout = "300ms"`, 1)+`
-[health]
-connect_fail_limit = 2
-probe_interval = "200ms"
-probe_max_interval = "600ms"
-[selection]
-policy = "round-robin"
-`+peerBlock("", a, b))
+	p := startPeerd(t, strings.Replace(baseConfig, `connect_timeout = "2s"`, `connect_timeout = "300ms"`, 1)+health(2, "200ms", "600ms")+policy("round-robin")+peerBlock("", a, b))
 	cl := p.client()
 	a.stop() // refuses
 	for i := 0; i < 4; i++ {

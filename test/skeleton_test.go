@@ -17,14 +17,7 @@ import (
 func TestDeadParentDetectedAndRevivedByProbe(t *testing.T) {
 	a := newFakeParent(t, "a")
 	b := newFakeParent(t, "b")
-	p := startPeerd(t, baseConfig+`
-[health]
-connect_fail_limit = 3
-probe_interval = "200ms"
-probe_max_interval = "500ms"
-[selection]
-policy = "round-robin"
-`+peerBlock("", a, b))
+	p := startPeerd(t, baseConfig+health(3, "200ms", "500ms")+policy("round-robin")+peerBlock("", a, b))
 	c := p.client()
 	// Both alive (probed at start): traffic is shared.
 	for i := 0; i < 10; i++ {
@@ -97,12 +90,7 @@ policy = "round-robin"
 
 func TestNoPeersAndConnectFailedErrors(t *testing.T) {
 	a := newFakeParent(t, "a")
-	p := startPeerd(t, baseConfig+`
-[health]
-connect_fail_limit = 2
-probe_interval = "10s"
-probe_max_interval = "10s"
-`+peerBlock("", a))
+	p := startPeerd(t, baseConfig+health(2, "10s", "10s")+peerBlock("", a))
 	c := p.client()
 	a.stop()
 	// The first request fails to connect (502); probes then finish the

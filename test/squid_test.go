@@ -62,14 +62,7 @@ func TestSquidParentKilledUnderLoad(t *testing.T) {
 	origin := newOrigin(t, originHandler)
 	s1 := startSquid(t, "squid1", "")
 	s2 := startSquid(t, "squid2", "")
-	p := startPeerd(t, baseConfig+`
-[health]
-connect_fail_limit = 3
-probe_interval = "200ms"
-probe_max_interval = "1s"
-[selection]
-policy = "round-robin"
-`+peerBlock("", s1, s2))
+	p := startPeerd(t, baseConfig+health(3, "200ms", "1s")+policy("round-robin")+peerBlock("", s1, s2))
 
 	var errs, oks atomic.Int64
 	var firstErr atomic.Value

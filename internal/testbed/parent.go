@@ -354,8 +354,8 @@ func (p *Parent) Blackhole() error {
 	return nil
 }
 
-// Restart ends a black hole and listens on the same address again.
-func (p *Parent) Restart() error {
+// unhole ends a black hole, if there is one.
+func (p *Parent) unhole() {
 	p.mu.Lock()
 	hole := p.hole
 	p.hole = nil
@@ -363,6 +363,11 @@ func (p *Parent) Restart() error {
 	if hole != nil {
 		hole()
 	}
+}
+
+// Restart ends a black hole and listens on the same address again.
+func (p *Parent) Restart() error {
+	p.unhole()
 	var ln net.Listener
 	var err error
 	for i := 0; i < 100; i++ {
@@ -384,11 +389,5 @@ func (p *Parent) Restart() error {
 // Close stops the parent for good.
 func (p *Parent) Close() {
 	p.Kill()
-	p.mu.Lock()
-	hole := p.hole
-	p.hole = nil
-	p.mu.Unlock()
-	if hole != nil {
-		hole()
-	}
+	p.unhole()
 }
