@@ -2,9 +2,7 @@ package forwarding
 
 import (
 	"fmt"
-	"math"
 	"net/netip"
-	"strconv"
 	"strings"
 	"time"
 
@@ -158,43 +156,7 @@ func MustCIDRs(ss ...string) []CIDR {
 }
 
 // ByteSize is a size in bytes, written in TOML as "64KiB", "1MiB", "512".
-type ByteSize int64
-
-var sizeUnits = []struct {
-	suffix string
-	mult   int64
-}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"KB", 1000}, {"MB", 1000 * 1000}, {"GB", 1000 * 1000 * 1000}, {"B", 1}}
-
-// UnmarshalText parses a size.
-func (b *ByteSize) UnmarshalText(text []byte) error {
-	s := strings.TrimSpace(string(text))
-	mult := int64(1)
-	for _, u := range sizeUnits {
-		if strings.HasSuffix(s, u.suffix) {
-			s, mult = strings.TrimSpace(strings.TrimSuffix(s, u.suffix)), u.mult
-			break
-		}
-	}
-	n, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || n < 0 {
-		return fmt.Errorf("invalid size %q (want e.g. 64KiB, 1MiB or 512)", string(text))
-	}
-	if n > math.MaxInt64/mult {
-		return fmt.Errorf("size %q is too large (at most 8EiB)", string(text))
-	}
-	*b = ByteSize(n * mult)
-	return nil
-}
-
-// MarshalText prints the size in the largest exact binary unit.
-func (b ByteSize) MarshalText() ([]byte, error) {
-	for _, u := range sizeUnits[:3] {
-		if b > 0 && int64(b)%u.mult == 0 && int64(b) >= u.mult {
-			return []byte(fmt.Sprintf("%d%s", int64(b)/u.mult, u.suffix)), nil
-		}
-	}
-	return []byte(strconv.FormatInt(int64(b), 10)), nil
-}
+type ByteSize = conf.ByteSize
 
 // HedgeDelay is "auto" or a duration.
 type HedgeDelay struct {

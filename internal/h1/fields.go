@@ -24,12 +24,35 @@ const (
 	CacheControl
 	MaxForwards
 	ContentType
+	// The fields the cache reads (RFC 9111).
+	Age
+	Date
+	Expires
+	ETag
+	LastModified
+	Vary
+	Pragma
+	Authorization
+	Location
+	ContentLocation
+	ContentLanguage
+	ContentRange
+	Range
+	IfNoneMatch
+	IfModifiedSince
+	IfRange
+	IfMatch
+	IfUnmodifiedSince
+	ProxyAuthenticationInfo
 	kinds
 )
 
 var kindNames = [kinds]string{"", "Host", "Content-Length", "Transfer-Encoding", "Connection", "Keep-Alive",
 	"Proxy-Connection", "TE", "Trailer", "Upgrade", "Expect", "Proxy-Authorization", "Proxy-Authenticate",
-	"Via", "X-Forwarded-For", "Cache-Control", "Max-Forwards", "Content-Type"}
+	"Via", "X-Forwarded-For", "Cache-Control", "Max-Forwards", "Content-Type",
+	"Age", "Date", "Expires", "ETag", "Last-Modified", "Vary", "Pragma", "Authorization", "Location",
+	"Content-Location", "Content-Language", "Content-Range", "Range", "If-None-Match", "If-Modified-Since",
+	"If-Range", "If-Match", "If-Unmodified-Since", "Proxy-Authentication-Info"}
 
 // byLength lists the kinds by the length of their names.
 var byLength [32][]Kind
@@ -40,6 +63,9 @@ func init() {
 		byLength[n] = append(byLength[n], k)
 	}
 }
+
+// KindOf classifies a field name as the parser does.
+func KindOf(name []byte) Kind { return kindOf(name) }
 
 // kindOf classifies a field name.
 func kindOf(name []byte) Kind {

@@ -1,0 +1,410 @@
+package cache
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/peerd/peerd/internal/h1"
+)
+
+// Cache is the HTTP cache: RFC 9111 semantics over the memory store, and
+// the collapsing of concurrent misses. It does no I/O: the forwarding
+// engine asks it what it holds, fetches what it does not through the
+// same plan as any request, and hands it the responses to keep.
+type Cache struct {
+	settings atomic.Pointer[settings]
+	store    *store
+
+	mu      sync.Mutex
+	flights map[string]*Flight
+	// passes are the keys whose last answer could not be stored, until
+	// when (Unix nanoseconds): their requests are not collapsed
+	// (Varnish's hit-for-miss), so requests for uncacheable URLs never
+	// queue behind each other.
+	passes map[string]int64
+
+	hits, misses, refreshes, stale, collapsed atomic.Int64
+}
+
+// settings are the reloadable parts of Config.
+type settings struct {
+	maxObject        int64
+	heuristicPercent int
+	heuristicMax     time.Duration
+	collapse         bool
+	staleIfDead      time.Duration
+}
+
+// passFor is how long a key whose answer could not be stored skips
+// collapsing.
+const passFor = 2 * time.Minute
+
+// New returns a cache with cfg; nil when cfg.Memory is 0 (the cache is
+// off).
+func New(cfg Config) *Cache {
+	if cfg.Memory <= 0 {
+		return nil
+	}
+	c := &Cache{store: newStore(int64(cfg.Memory)), flights: map[string]*Flight{}, passes: map[string]int64{}}
+	c.Reconfigure(cfg)
+	return c
+}
+
+// Reconfigure applies a reloaded [cache] section: stored objects stay,
+// the store shrinks to a smaller memory at once.
+func (c *Cache) Reconfigure(cfg Config) {
+	c.settings.Store(&settings{
+		maxObject: int64(cfg.MaxObject), heuristicPercent: cfg.HeuristicPercent,
+		heuristicMax: cfg.HeuristicMax, collapse: cfg.Collapse, staleIfDead: cfg.StaleIfDead,
+	})
+	c.store.resize(int64(cfg.Memory))
+}
+
+func (c *Cache) cfg() *settings { return c.settings.Load() }
+
+// StaleIfDead is the configured stale_if_dead.
+func (c *Cache) StaleIfDead() time.Duration { return c.cfg().staleIfDead }
+
+// Verdict is what a lookup found.
+type Verdict uint8
+
+const (
+	// Miss: nothing stored for the URL.
+	Miss Verdict = iota
+	// VaryMiss: responses stored for the URL, none for this request's
+	// selecting fields.
+	VaryMiss
+	// Hit: a response usable as it is.
+	Hit
+	// Stale: a response that must be validated first (stale, no-cache,
+	// or the request's directives).
+	Stale
+)
+
+// Lookup finds the stored response for r at now.
+func (c *Cache) Lookup(r *Request, now time.Time) (*Object, Verdict) {
+	o, variants := c.store.get(r.Key, r)
+	switch {
+	case o != nil && o.freshFor(r, now.UnixNano()):
+		return o, Hit
+	case o != nil:
+		return o, Stale
+	case variants > 0:
+		return nil, VaryMiss
+	}
+	return nil, Miss
+}
+
+// Outcome counts one request's result for GET /cache and the metrics.
+type Outcome uint8
+
+const (
+	OutcomeHit Outcome = iota
+	OutcomeMiss
+	OutcomeRefresh
+	OutcomeStale
+)
+
+// Count records a request's outcome; collapsed says it was served from
+// another request's response.
+func (c *Cache) Count(o Outcome, collapsed bool) {
+	switch o {
+	case OutcomeHit:
+		c.hits.Add(1)
+	case OutcomeMiss:
+		c.misses.Add(1)
+	case OutcomeRefresh:
+		c.refreshes.Add(1)
+	case OutcomeStale:
+		c.stale.Add(1)
+	}
+	if collapsed {
+		c.collapsed.Add(1)
+	}
+}
+
+// Stats is GET /cache.
+type Stats struct {
+	Objects     int     `json:"objects"`
+	Bytes       int64   `json:"bytes"`
+	Memory      int64   `json:"memory"`
+	Hits        int64   `json:"hits"`
+	Misses      int64   `json:"misses"`
+	HitRatio    float64 `json:"hit_ratio"`
+	Collapsed   int64   `json:"collapsed"`
+	StaleServed int64   `json:"stale_served"`
+	Refreshes   int64   `json:"refreshes"`
+}
+
+// Stats sums the store and the counters.
+func (c *Cache) Stats() Stats {
+	s := Stats{Hits: c.hits.Load(), Misses: c.misses.Load(), Collapsed: c.collapsed.Load(),
+		StaleServed: c.stale.Load(), Refreshes: c.refreshes.Load(), Memory: c.store.capacity()}
+	s.Objects, s.Bytes = c.store.stats()
+	if total := s.Hits + s.Misses + s.Refreshes + s.StaleServed; total > 0 {
+		s.HitRatio = float64(s.Hits) / float64(total)
+	}
+	return s
+}
+
+// Purge drops every stored variant of key (DELETE /cache?url=).
+func (c *Cache) Purge(key []byte) int { return c.store.purge(key) }
+
+// Invalidate drops what is stored for key after an unsafe request to it
+// succeeded (RFC 9111 4.4).
+func (c *Cache) Invalidate(key []byte) { c.store.purge(key) }
+
+// Storing.
+
+// Writer stores one response while it is relayed: the client gets the
+// bytes as they arrive, the store a copy. A response that grows past
+// max_object, or breaks off, is dropped without harming the client.
+type Writer struct {
+	c      *Cache
+	o      *Object
+	f      *Flight
+	length int64 // -1: not known until the end
+	max    int64
+	n      int64
+	dead   bool
+}
+
+// Admit decides whether the response to r (its head; length is its
+// body's length, -1 when unknown) is stored. It returns nil when not,
+// and then a flight r leads is landed empty: the waiting requests go to
+// the next hop on their own and the key is not collapsed for a while.
+func (c *Cache) Admit(r *Request, resp *h1.Response, length int64, reqTime, respTime time.Time, f *Flight) *Writer {
+	st := c.cfg()
+	o, ok := c.build(r, resp, reqTime, respTime)
+	if !ok || length > st.maxObject {
+		c.Land(f, nil, true)
+		return nil
+	}
+	o.Key = string(r.Key)
+	w := &Writer{c: c, o: o, f: f, length: length, max: st.maxObject}
+	o.stream = &stream{}
+	o.stream.cond.L = &o.stream.mu
+	if length >= 0 {
+		// The length is known: followers stream from the object as its
+		// body arrives.
+		o.Body = make([]byte, length)
+		c.Land(f, o, false)
+		w.f = nil
+	}
+	return w
+}
+
+// Write copies relayed body bytes.
+func (w *Writer) Write(p []byte) {
+	if w.dead || len(p) == 0 {
+		return
+	}
+	o := w.o
+	if w.length >= 0 {
+		if w.n+int64(len(p)) > w.length {
+			w.fail()
+			return
+		}
+		copy(o.Body[w.n:], p)
+		w.n += int64(len(p))
+		s := o.stream
+		s.mu.Lock()
+		s.n = w.n
+		s.mu.Unlock()
+		s.cond.Broadcast()
+		return
+	}
+	if w.n+int64(len(p)) > w.max {
+		w.fail()
+		return
+	}
+	o.Body = append(o.Body, p...)
+	w.n += int64(len(p))
+}
+
+func (w *Writer) fail() {
+	w.dead = true
+	s := w.o.stream
+	s.mu.Lock()
+	s.failed = true
+	s.mu.Unlock()
+	s.cond.Broadcast()
+	w.c.Land(w.f, nil, true)
+}
+
+// Finish ends the body: complete says it arrived whole, and the object
+// is stored; otherwise it is dropped.
+func (w *Writer) Finish(complete bool) {
+	if w.dead {
+		return
+	}
+	o := w.o
+	if !complete || (w.length >= 0 && w.n != w.length) {
+		w.fail()
+		return
+	}
+	o.Size = int64(len(o.Key)+len(o.secondary)+len(o.fields)+len(o.Body)) + objectOverhead
+	w.c.put(o)
+	s := o.stream
+	s.mu.Lock()
+	s.n, s.done = w.n, true
+	s.mu.Unlock()
+	s.cond.Broadcast()
+	w.c.Land(w.f, o, false)
+	w.dead = true
+}
+
+// Stored reports whether the writer is still keeping the response.
+func (w *Writer) Stored() bool { return w != nil && !w.dead }
+
+// objectOverhead approximates an object's bookkeeping bytes.
+const objectOverhead = 256
+
+// put stores o; a complete response replaces the partial ones of its
+// variant.
+func (c *Cache) put(o *Object) {
+	c.store.put(o)
+	if !o.partial {
+		c.store.dropPartials(o)
+	}
+}
+
+// Refresh merges a 304 into the stored object it validated (RFC 9111
+// 4.3.4): the 304's fields replace the stored ones of the same name,
+// Content-Length excepted, and its times make the new freshness. The
+// refreshed object is stored in the old one's place and returned.
+func (c *Cache) Refresh(old *Object, r *Request, resp *h1.Response, reqTime, respTime time.Time) *Object {
+	var cc Directives
+	fields := make([]byte, 0, len(old.fields)+fieldsSize(resp))
+	replaced := func(name []byte) bool {
+		for _, f := range resp.Fields {
+			if equalFold(f.Name, string(name)) && f.Kind != h1.ContentLength && storedField(f, resp, &cc) {
+				return true
+			}
+		}
+		return false
+	}
+	eachLine(old.fields, func(name, value []byte) {
+		if !replaced(name) {
+			fields = appendLine(fields, name, value)
+		}
+	})
+	for _, f := range resp.Fields {
+		if f.Kind != h1.ContentLength && storedField(f, resp, &cc) {
+			fields = appendLine(fields, f.Name, f.Value)
+		}
+	}
+	o := &Object{
+		Key: old.Key, Status: old.Status, reason: old.reason, fields: fields, Body: old.Body,
+		partial: old.partial, first: old.first, total: old.total,
+		requestTime: reqTime.UnixNano(), responseTime: respTime.UnixNano(),
+	}
+	o.index(nil)
+	o.setAge(resp)
+	eachLine(o.fields, func(name, value []byte) {
+		if kind(name) == h1.CacheControl {
+			parseCC(&cc, value)
+		}
+	})
+	o.flags, o.swr, o.sie = cc.flags, cc.StaleWhileRevalidate, cc.StaleIfError
+	o.lifetime = c.lifetime(o, &cc)
+	o.vary, o.varyValues, o.secondary = old.vary, old.varyValues, old.secondary
+	o.Size = int64(len(o.Key)+len(o.secondary)+len(o.fields)+len(o.Body)) + objectOverhead
+	if cc.has(ccNoStore) || cc.has(ccPrivate) {
+		c.store.remove(old)
+		return o
+	}
+	c.store.put(o)
+	return o
+}
+
+// Collapsed forwarding.
+
+// Flight is one request to the next hop that concurrent requests for the
+// same key wait for instead of sending their own.
+type Flight struct {
+	key    string
+	ready  chan struct{}
+	obj    *Object
+	landed bool
+}
+
+// Join returns the flight for r's key: leader true means r goes to the
+// next hop and must land the flight (Admit, Finish or Land); otherwise r
+// waits for it. nil means r is not collapsed: collapsing is off, the
+// request is not a plain one, or the key's last answer was not storable.
+func (c *Cache) Join(r *Request, now time.Time) (f *Flight, leader bool) {
+	if !c.cfg().collapse || r.Method != "GET" || r.Conditional || r.Range != nil || r.Authorization || r.CC.NoStore() {
+		return nil, false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if until, ok := c.passes[string(r.Key)]; ok {
+		if now.UnixNano() < until {
+			return nil, false
+		}
+		delete(c.passes, string(r.Key))
+	}
+	if f := c.flights[string(r.Key)]; f != nil {
+		return f, false
+	}
+	f = &Flight{key: string(r.Key), ready: make(chan struct{})}
+	c.flights[f.key] = f
+	return f, true
+}
+
+// Wait blocks until the flight's response is known, or timeout: the
+// object to answer from (it may still be streaming), or nil when r must
+// go to the next hop itself.
+func (f *Flight) Wait(timeout time.Duration) *Object {
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-f.ready:
+		return f.obj
+	case <-t.C:
+		return nil
+	}
+}
+
+// Land ends a flight with the object its followers are served from (nil:
+// they go on their own; pass marks the key not to collapse for a while).
+// Landing twice, or a nil flight, is harmless.
+func (c *Cache) Land(f *Flight, o *Object, pass bool) {
+	if f == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if f.landed {
+		return
+	}
+	f.landed, f.obj = true, o
+	if c.flights[f.key] == f {
+		delete(c.flights, f.key)
+	}
+	if pass {
+		c.passes[f.key] = time.Now().Add(passFor).UnixNano()
+		if len(c.passes) > maxPasses {
+			c.trimPassesLocked()
+		}
+	}
+	close(f.ready)
+}
+
+// maxPasses bounds the hit-for-miss table.
+const maxPasses = 64 << 10
+
+func (c *Cache) trimPassesLocked() {
+	now := time.Now().UnixNano()
+	for k, until := range c.passes {
+		if until <= now || len(c.passes) > maxPasses/2 {
+			delete(c.passes, k)
+		}
+	}
+}
+
+// Matches reports whether o answers r (a follower checks the response it
+// waited for against its own selecting fields).
+func (o *Object) Matches(r *Request) bool { return o.matches(r) }

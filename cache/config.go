@@ -1,0 +1,63 @@
+package cache
+
+import (
+	"time"
+
+	"github.com/peerd/peerd/internal/conf"
+)
+
+// Config is the [cache] section (contract section 11).
+type Config struct {
+	// Memory bounds the store (Squid cache_mem); 0 turns the cache off.
+	Memory conf.ByteSize `toml:"memory"`
+	// MaxObject: larger responses are relayed, not stored (Squid
+	// maximum_object_size).
+	MaxObject conf.ByteSize `toml:"max_object"`
+	// HeuristicPercent of the time since Last-Modified is the freshness
+	// of a response that states none (RFC 9111 4.2.2).
+	HeuristicPercent int `toml:"heuristic_percent"`
+	// HeuristicMax caps heuristic freshness (Squid refresh_pattern max).
+	HeuristicMax time.Duration `toml:"heuristic_max"`
+	// Collapse: concurrent misses for one key become one request to the
+	// next hop (Squid collapsed_forwarding).
+	Collapse bool `toml:"collapse"`
+	// StaleIfDead: with no live next hop, a stale response up to this far
+	// past its freshness answers instead of an error; 0 turns it off.
+	StaleIfDead time.Duration `toml:"stale_if_dead"`
+}
+
+// DefaultConfig returns the built-in [cache] defaults.
+func DefaultConfig() Config {
+	return Config{
+		Memory:           256 << 20,
+		MaxObject:        4 << 20,
+		HeuristicPercent: 10,
+		HeuristicMax:     24 * time.Hour,
+		Collapse:         true,
+		StaleIfDead:      24 * time.Hour,
+	}
+}
+
+// Validate checks the section.
+func (c Config) Validate() error {
+	var es conf.Errors
+	if c.Memory < 0 {
+		es.Addf("cache", "memory", "must not be negative")
+	}
+	if c.MaxObject <= 0 {
+		es.Addf("cache", "max_object", "must be positive")
+	}
+	if c.Memory > 0 && c.MaxObject > c.Memory {
+		es.Addf("cache", "max_object", "%v is more than memory (%v)", c.MaxObject, c.Memory)
+	}
+	if c.HeuristicPercent < 0 || c.HeuristicPercent > 100 {
+		es.Addf("cache", "heuristic_percent", "must be between 0 and 100, not %d", c.HeuristicPercent)
+	}
+	if c.HeuristicMax < 0 {
+		es.Addf("cache", "heuristic_max", "must not be negative")
+	}
+	if c.StaleIfDead < 0 {
+		es.Addf("cache", "stale_if_dead", "must not be negative")
+	}
+	return es.Err()
+}
