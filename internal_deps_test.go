@@ -11,8 +11,9 @@ import (
 // nothing and may be imported by all):
 // peers imports no package of ours; probes and dialer only peers;
 // selection only peers; forwarding peers, dialer, selection (types) and
-// internal/h1 (framing) and access (destination policy); internal/h1 and
-// access nothing of ours; admin only peers;
+// internal/h1 (framing), access (destination policy) and cache; cache
+// only internal/h1 (it parses heads, it never dials); internal/h1 and
+// access nothing of ours; admin only peers and cache (GET /cache);
 // nothing imports cmd/peerd. Third-party libraries stay
 // in their owners: go-memdb in peers, gorilla/mux in admin, toml in
 // cmd/peerd.
@@ -23,11 +24,12 @@ func TestDependencyDirection(t *testing.T) {
 		"dialer":        {"peers", "internal/conf"},
 		"probes":        {"peers", "dialer", "internal/conf"},
 		"selection":     {"peers", "internal/conf"},
-		"forwarding":    {"peers", "dialer", "selection", "internal/h1", "access", "internal/conf"},
+		"forwarding":    {"peers", "dialer", "selection", "internal/h1", "access", "cache", "internal/conf"},
+		"cache":         {"internal/h1", "internal/conf"},
 		"access":        {"internal/conf"},
 		"internal/h1":   {},
 		"internal/conf": {},
-		"admin":         {"peers", "internal/conf"},
+		"admin":         {"peers", "cache", "internal/h1", "internal/conf"},
 	}
 	owners := map[string]string{
 		"github.com/hashicorp/go-memdb": "peers",

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/gorilla/mux"
+	"github.com/peerd/peerd/cache"
 	"github.com/peerd/peerd/internal/conf"
 	"github.com/peerd/peerd/peers"
 	"github.com/prometheus/client_golang/prometheus"
@@ -58,6 +59,9 @@ type Options struct {
 	Reload   func() error
 	Gatherer prometheus.Gatherer
 	Log      logrus.FieldLogger
+	// Cache returns the HTTP cache in use (nil when it is off); nil
+	// means peerd has none.
+	Cache func() *cache.Cache
 }
 
 // API is the admin HTTP handler.
@@ -69,11 +73,15 @@ type API struct {
 	token  atomic.Pointer[string]
 	router *mux.Router
 	guard  *tokenGuard
+	cache  func() *cache.Cache
 }
 
 // New builds the API with the given token.
 func New(o Options, token string) *API {
-	a := &API{reg: o.Registry, prober: o.Prober, reload: o.Reload, log: o.Log, guard: newTokenGuard()}
+	a := &API{reg: o.Registry, prober: o.Prober, reload: o.Reload, log: o.Log, guard: newTokenGuard(), cache: o.Cache}
+	if a.cache == nil {
+		a.cache = func() *cache.Cache { return nil }
+	}
 	if a.log == nil {
 		a.log = logrus.StandardLogger()
 	}
@@ -84,6 +92,8 @@ func New(o Options, token string) *API {
 	r.HandleFunc("/peers/{name}/probe", a.write(a.probePeer)).Methods(http.MethodPost)
 	r.HandleFunc("/peers/{name}/state", a.write(a.setState)).Methods(http.MethodPut)
 	r.HandleFunc("/reload", a.write(a.doReload)).Methods(http.MethodPost)
+	r.HandleFunc("/cache", a.cacheStats).Methods(http.MethodGet)
+	r.HandleFunc("/cache", a.write(a.purgeCache)).Methods(http.MethodDelete)
 	r.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	}).Methods(http.MethodGet)

@@ -197,7 +197,7 @@ func (c *Cache) Admit(r *Request, resp *h1.Response, length int64, reqTime, resp
 
 // Write copies relayed body bytes.
 func (w *Writer) Write(p []byte) {
-	if w.dead || len(p) == 0 {
+	if w == nil || w.dead || len(p) == 0 {
 		return
 	}
 	o := w.o

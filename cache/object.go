@@ -51,6 +51,7 @@ type Object struct {
 	vary         [][]byte
 	varyValues   [][]byte // r's normalized values of vary; nil: r had none
 	contentLang  []byte
+	contentType  []byte
 
 	// stream is how the body arrives while the response is relayed; nil
 	// for an object built complete. A stored object is always complete.
@@ -426,7 +427,7 @@ func appendLine(b, name, value []byte) []byte {
 // index finds the validators, dates and selecting fields in the stored
 // fields and computes the secondary key for r.
 func (o *Object) index(r *Request) {
-	o.etag, o.lastModRaw, o.vary, o.contentLang = nil, nil, nil, nil
+	o.etag, o.lastModRaw, o.vary, o.contentLang, o.contentType = nil, nil, nil, nil, nil
 	o.dateValue = o.responseTime / int64(time.Second)
 	dateSeen := false
 	eachLine(o.fields, func(name, value []byte) {
@@ -453,6 +454,10 @@ func (o *Object) index(r *Request) {
 		case h1.ContentLanguage:
 			if o.contentLang == nil {
 				o.contentLang = value
+			}
+		case h1.ContentType:
+			if o.contentType == nil {
+				o.contentType = value
 			}
 		}
 	})
@@ -570,6 +575,13 @@ func (o *Object) Stream(off int64) (p []byte, done, failed bool) {
 	}
 	return o.Body[off:n], done, failed
 }
+
+// ContentType is the stored Content-Type (for the access log).
+func (o *Object) ContentType() []byte { return o.contentType }
+
+// ForbidsStale reports a response that must never be served stale
+// (must-revalidate, proxy-revalidate, s-maxage) or unvalidated (no-cache).
+func (o *Object) ForbidsStale() bool { return o.mustRevalidate() || o.flags&ccNoCache != 0 }
 
 // Length is the body's length.
 func (o *Object) Length() int64 { return int64(len(o.Body)) }

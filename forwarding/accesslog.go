@@ -64,7 +64,9 @@ func (tx *txn) appendLog(b []byte, elapsed time.Duration, hier string) []byte {
 // result is the Squid result code of the transaction.
 func (tx *txn) result() string {
 	switch {
-	case tx.code == CodeAccessDenied:
+	case tx.cacheResult != "" && !tx.clientGone:
+		return tx.cacheResult
+	case tx.code == CodeAccessDenied, tx.code == CodeDenied:
 		return "TCP_DENIED"
 	case tx.tunnelled && tx.hopped:
 		return "TCP_TUNNEL"

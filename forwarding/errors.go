@@ -60,7 +60,7 @@ func errorf(status int, code, peer string, format string, args ...any) *Error {
 
 // writeError writes e as a plain-text answer and returns the body size.
 // A HEAD request gets the head only.
-func writeError(w *bufio.Writer, e *Error, head, keepAlive bool) int {
+func writeError(w *bufio.Writer, e *Error, head, keepAlive bool, extra string) int {
 	body := "peerd: " + strconv.Itoa(e.Status) + " " + e.Code + ": " + explanations[e.Code]
 	if e.Err != nil {
 		body += "\n" + e.Err.Error()
@@ -76,7 +76,9 @@ func writeError(w *bufio.Writer, e *Error, head, keepAlive bool) int {
 		w.WriteString("\r\nX-Peerd-Peer: ")
 		w.WriteString(e.Peer)
 	}
-	w.WriteString("\r\nCache-Control: no-store\r\nContent-Length: ")
+	w.WriteString("\r\n")
+	w.WriteString(extra)
+	w.WriteString("Cache-Control: no-store\r\nContent-Length: ")
 	w.WriteString(strconv.Itoa(len(body)))
 	if !keepAlive {
 		w.WriteString("\r\nConnection: close")

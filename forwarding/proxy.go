@@ -38,6 +38,7 @@ import (
 	"time"
 
 	"github.com/peerd/peerd/access"
+	"github.com/peerd/peerd/cache"
 	"github.com/peerd/peerd/dialer"
 	"github.com/peerd/peerd/peers"
 	"github.com/peerd/peerd/selection"
@@ -94,6 +95,7 @@ type Proxy struct {
 	dialer     PeerDialer
 	directDial func(ctx context.Context, network, addr string) (net.Conn, error)
 	access     atomic.Pointer[AccessLog]
+	cache      atomic.Pointer[cache.Cache]
 	policy     atomic.Pointer[access.Policy]
 	resolver   Resolver
 	metrics    *Metrics

@@ -10,6 +10,7 @@ import (
 	"unsafe"
 
 	"github.com/peerd/peerd/access"
+	"github.com/peerd/peerd/cache"
 	"github.com/peerd/peerd/internal/h1"
 	"github.com/peerd/peerd/peers"
 	"github.com/peerd/peerd/selection"
@@ -78,6 +79,18 @@ type txn struct {
 	lastErr *Error
 	denied  *Error // a destination the policy refused on the way: it outranks lastErr
 	logBuf  []byte
+
+	// The cache (see cached.go).
+	ch          *cache.Cache
+	cq          cache.Request
+	keyed       bool          // cq holds this request
+	fwd         string        // why the request went to a next hop (Cache-Status fwd)
+	stale       *cache.Object // the stored response being revalidated
+	flight      *cache.Flight // the collapsed flight this request leads
+	cw          *cache.Writer // storing the response as it is relayed
+	collapsed   bool          // answered from another request's response
+	staleServed bool
+	cacheResult string // the access log's result code, when the cache made it
 }
 
 // begin starts a transaction for a request head (nil when the head could
@@ -87,7 +100,7 @@ func (tx *txn) begin(c *runtimeConfig, start time.Time, head []byte) {
 		cc: tx.cc, cfg: c, start: start,
 		head: append(tx.head[:0], head...),
 		req:  tx.req, body: tx.body, buf: tx.buf[:0], out: tx.out[:0], resp: tx.resp,
-		upBody: tx.upBody, oKey: tx.oKey[:0], logBuf: tx.logBuf[:0], ctype: tx.ctype[:0],
+		upBody: tx.upBody, oKey: tx.oKey[:0], logBuf: tx.logBuf[:0], ctype: tx.ctype[:0], cq: tx.cq,
 		maxFwd: -1, bodyDone: true,
 	}
 }
@@ -167,6 +180,11 @@ func (tx *txn) serve() outcome {
 	}
 	if done := tx.maxForwards(); done {
 		return tx.after()
+	}
+	if ch := cc.p.cache.Load(); ch != nil {
+		if done, out := tx.consult(ch); done {
+			return out
+		}
 	}
 	return tx.forward()
 }
@@ -329,12 +347,15 @@ func (tx *txn) forward() outcome {
 		}
 		return tx.answer(a)
 	}
-	if e := tx.finalError(); e != nil {
-		tx.fail(e)
-		return tx.after()
+	e := tx.finalError()
+	if e == nil {
+		e = errorf(http.StatusServiceUnavailable, CodeNoPeers, "",
+			"no live next hop for %s (all peers dead, unknown, drained or full, and direct = %q)", tx.req.Host, c.Direct)
 	}
-	tx.fail(errorf(http.StatusServiceUnavailable, CodeNoPeers, "",
-		"no live next hop for %s (all peers dead, unknown, drained or full, and direct = %q)", tx.req.Host, c.Direct))
+	if done, out := tx.staleInstead(e); done {
+		return out
+	}
+	tx.fail(e)
 	return tx.after()
 }
 
@@ -459,7 +480,7 @@ func (tx *txn) fail(e *Error) {
 		// this answer.
 		tx.keepAlive = false
 	}
-	n := writeError(tx.cc.w, e, tx.method == http.MethodHead, tx.keepAlive)
+	n := writeError(tx.cc.w, e, tx.method == http.MethodHead, tx.keepAlive, tx.cacheStatusForError())
 	tx.bytes = int64(n)
 	if tx.cc.w.Flush() != nil {
 		tx.clientGone = true
@@ -469,6 +490,14 @@ func (tx *txn) fail(e *Error) {
 // finish writes the access log line and metrics of the transaction.
 func (tx *txn) finish() {
 	p := tx.cc.p
+	if tx.ch != nil {
+		// A flight this request leads and did not land, or a response it
+		// did not store whole, ends here: the followers go on their own.
+		tx.ch.Land(tx.flight, nil, false)
+		if tx.cw.Stored() {
+			tx.cw.Finish(false)
+		}
+	}
 	if tx.status == 0 && !tx.clientGone {
 		return // nothing was asked (a client that went away idle)
 	}

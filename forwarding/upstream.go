@@ -435,6 +435,9 @@ func (tx *txn) relay(a *attempt) outcome {
 	if resp.Status == http.StatusSwitchingProtocols {
 		return tx.upgraded(a)
 	}
+	if done, out := tx.admit(a); done {
+		return out
+	}
 	kind := resp.BodyFor(tx.method == http.MethodHead)
 	chunked := false
 	switch kind {
@@ -457,6 +460,9 @@ func (tx *txn) relay(a *attempt) outcome {
 	a.head = nil
 	tx.upBody.Reset(c.r, kind, resp.ContentLength, tx.cfg.maxHeader)
 	err := tx.copyBody(c, chunked)
+	if tx.cw != nil {
+		tx.cw.Finish(err == nil && tx.upBody.Done())
+	}
 	if err == nil && chunked {
 		h1.WriteLastChunk(cc.w, tx.upBody.Trailer)
 	}
@@ -507,6 +513,7 @@ func (tx *txn) copyBody(c *upConn, chunked bool) error {
 		}
 		n, err := tx.upBody.Read(*bufp)
 		if n > 0 {
+			tx.cw.Write((*bufp)[:n])
 			var werr error
 			if chunked {
 				werr = h1.WriteChunk(cc.w, (*bufp)[:n])
@@ -574,8 +581,15 @@ func (tx *txn) requestHead(hop selection.Hop) []byte {
 		case sibling && f.Kind == h1.CacheControl:
 			cc = true
 			continue
+		case tx.stale != nil && (f.Kind == h1.IfNoneMatch || f.Kind == h1.IfModifiedSince):
+			// Revalidating: the cache's own validators go instead, and
+			// the client's preconditions are answered from the result.
+			continue
 		}
 		b = appendField(b, f.Name, f.Value)
+	}
+	if tx.stale != nil {
+		b = tx.stale.AppendConditionals(b)
 	}
 	b = appendJoined(b, "Via", req.Fields, h1.Via, via, cfg.via)
 	b = appendJoined(b, "X-Forwarded-For", req.Fields, h1.XForwardedFor, xff, tx.cc.remoteStr)
@@ -637,6 +651,7 @@ func (tx *txn) responseHead(b []byte, resp *h1.Response, kind h1.Body, chunked b
 		b = strconv.AppendInt(b, resp.ContentLength, 10)
 		b = append(b, "\r\n"...)
 	}
+	b = tx.appendForwardedCacheStatus(b, resp.Status)
 	switch {
 	case !tx.keepAlive:
 		b = append(b, "Connection: close\r\n"...)

@@ -15,6 +15,7 @@ import (
 	"github.com/BurntSushi/toml"
 	"github.com/peerd/peerd/access"
 	"github.com/peerd/peerd/admin"
+	"github.com/peerd/peerd/cache"
 	"github.com/peerd/peerd/forwarding"
 	"github.com/peerd/peerd/internal/conf"
 	"github.com/peerd/peerd/peers"
@@ -29,6 +30,7 @@ type fileConfig struct {
 	Health    peers.Config      `toml:"health"`
 	Selection selection.Config  `toml:"selection"`
 	Admin     admin.Config      `toml:"admin"`
+	Cache     cache.Config      `toml:"cache"`
 	Log       logConfig         `toml:"log"`
 	Peers     []peers.Spec      `toml:"peer"`
 }
@@ -78,6 +80,7 @@ func defaultConfig() fileConfig {
 		Health:    peers.DefaultConfig(),
 		Selection: selection.DefaultConfig(),
 		Admin:     admin.DefaultConfig(),
+		Cache:     cache.DefaultConfig(),
 		Log:       logConfig{Level: logLevel(logrus.InfoLevel), Format: "text"},
 	}
 }
@@ -160,7 +163,7 @@ func parseConfig(src []byte) (*fileConfig, problems) {
 	d.md = md
 	sections := map[string]any{
 		"proxy": &cfg.Proxy, "access": &cfg.Access, "health": &cfg.Health,
-		"selection": &cfg.Selection, "admin": &cfg.Admin, "log": &cfg.Log,
+		"selection": &cfg.Selection, "admin": &cfg.Admin, "cache": &cfg.Cache, "log": &cfg.Log,
 	}
 	for name, prim := range top {
 		switch target, ok := sections[name]; {
@@ -459,6 +462,7 @@ func (c *fileConfig) validate() []error {
 	es.Add(c.Health.Validate())
 	es.Add(c.Selection.Validate())
 	es.Add(c.Admin.Validate())
+	es.Add(c.Cache.Validate())
 	es.Add(c.Log.Validate())
 	es.Add(peers.ValidateSpecs(c.Peers))
 	if c.Proxy.Listen == c.Admin.Listen && !strings.HasSuffix(c.Proxy.Listen, ":0") {

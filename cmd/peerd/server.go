@@ -17,6 +17,7 @@ import (
 
 	"github.com/peerd/peerd/access"
 	"github.com/peerd/peerd/admin"
+	"github.com/peerd/peerd/cache"
 	"github.com/peerd/peerd/dialer"
 	"github.com/peerd/peerd/forwarding"
 	"github.com/peerd/peerd/peers"
@@ -96,7 +97,9 @@ func newServer(path string, cfg *fileConfig, stderr io.Writer) (*server, error) 
 	if err != nil {
 		return nil, err
 	}
-	s.api = admin.New(admin.Options{Registry: reg, Prober: s.prober, Reload: s.reload, Gatherer: promReg, Log: lg}, cfg.Admin.Token)
+	s.proxy.SetCache(cache.New(cfg.Cache))
+	promReg.MustRegister(s.proxy.CacheCollector())
+	s.api = admin.New(admin.Options{Registry: reg, Prober: s.prober, Reload: s.reload, Gatherer: promReg, Log: lg, Cache: s.proxy.Cache}, cfg.Admin.Token)
 	return s, nil
 }
 
@@ -351,6 +354,7 @@ func (s *server) commit(st *staged, old *fileConfig) {
 	s.planner.SetOptions(cfg.plannerOptions())
 	s.proxy.Update(cfg.Proxy) // validated in stage
 	s.proxy.Prune(s.reg.Peers())
+	s.reconfigureCache(cfg.Cache)
 	s.api.SetToken(cfg.Admin.Token)
 
 	s.mu.Lock()
@@ -384,6 +388,20 @@ func (s *server) commit(st *staged, old *fileConfig) {
 			s.retire(prev, cfg.Proxy.ShutdownTimeout)
 		}()
 		s.log.WithField("admin", st.adminLn.Addr().String()).Info("admin listener moved")
+	}
+}
+
+// reconfigureCache applies a reloaded [cache]: the stored objects stay
+// unless the cache is turned off.
+func (s *server) reconfigureCache(c cache.Config) {
+	cur := s.proxy.Cache()
+	switch {
+	case c.Memory <= 0:
+		s.proxy.SetCache(nil)
+	case cur == nil:
+		s.proxy.SetCache(cache.New(c))
+	default:
+		cur.Reconfigure(c)
 	}
 }
 

@@ -1,0 +1,61 @@
+package admin
+
+import (
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/peerd/peerd/cache"
+)
+
+// GET /cache: what the HTTP cache holds and how it is used.
+func (a *API) cacheStats(w http.ResponseWriter, _ *http.Request) {
+	c := a.cache()
+	if c == nil {
+		writeJSON(w, http.StatusOK, cache.Stats{})
+		return
+	}
+	writeJSON(w, http.StatusOK, c.Stats())
+}
+
+// DELETE /cache?url=URL: purge one URL, every Vary variant of it.
+func (a *API) purgeCache(w http.ResponseWriter, r *http.Request) {
+	raw := r.URL.Query().Get("url")
+	if raw == "" {
+		writeError(w, http.StatusBadRequest, "missing url parameter: DELETE /cache?url=http://host/path")
+		return
+	}
+	key, err := cacheKey(raw)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	n := 0
+	if c := a.cache(); c != nil {
+		n = c.Purge(key)
+	}
+	a.log.WithFields(map[string]any{"url": raw, "purged": n, "remote": r.RemoteAddr}).Info("cache purge")
+	writeJSON(w, http.StatusOK, map[string]int{"purged": n})
+}
+
+// cacheKey turns an absolute http(s) URL into the cache's key, with the
+// path and query as written (the key of a request for that URL).
+func cacheKey(raw string) ([]byte, error) {
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Opaque != "" {
+		return nil, fmt.Errorf("url %q is not an absolute http or https URL", raw)
+	}
+	rest := raw[strings.Index(raw, "://")+3:]
+	pathQuery := ""
+	if i := strings.IndexAny(rest, "/?"); i >= 0 {
+		pathQuery = rest[i:]
+	}
+	if i := strings.IndexByte(pathQuery, '#'); i >= 0 {
+		pathQuery = pathQuery[:i]
+	}
+	if strings.HasPrefix(pathQuery, "?") {
+		pathQuery = "/" + pathQuery
+	}
+	return cache.AppendKey(nil, []byte(u.Scheme), []byte(u.Hostname()), []byte(u.Port()), []byte(pathQuery)), nil
+}

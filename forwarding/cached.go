@@ -1,0 +1,488 @@
+package forwarding
+
+import (
+	"bytes"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/peerd/peerd/cache"
+	"github.com/peerd/peerd/internal/h1"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// The cache in the data path. A GET or HEAD is looked up before it is
+// planned: a fresh stored response answers it (0 allocations), a stale
+// one is revalidated through the same plan as any request, and a miss is
+// forwarded, collapsed with concurrent misses for its key when it can be,
+// and stored while it is relayed. Unsafe requests that succeed invalidate
+// their URL. When no next hop can be reached, a stale response stands in
+// within stale_if_dead.
+
+// Squid result codes of cache answers (the access log).
+const (
+	resultMemHit         = "TCP_MEM_HIT"
+	resultIMSHit         = "TCP_IMS_HIT"
+	resultRefreshUnmod   = "TCP_REFRESH_UNMODIFIED"
+	resultRefreshMod     = "TCP_REFRESH_MODIFIED"
+	resultRefreshFailOld = "TCP_REFRESH_FAIL_OLD"
+)
+
+// Why a request went to the next hop (RFC 9211 fwd).
+const (
+	fwdNone    = ""
+	fwdURIMiss = "uri-miss"
+	fwdVary    = "vary-miss"
+	fwdStale   = "stale"
+	fwdRequest = "request"
+	fwdMethod  = "method"
+	fwdBypass  = "bypass"
+)
+
+// CodeNotCached answers only-if-cached when nothing fresh is stored.
+const CodeNotCached = "not-cached"
+
+func init() {
+	explanations[CodeNotCached] = "the request asked for a stored response only (only-if-cached) and none is fresh"
+}
+
+// SetCache switches the cache (nil: off), on start and on reload.
+func (p *Proxy) SetCache(c *cache.Cache) { p.cache.Store(c) }
+
+// Cache returns the cache in use, nil when it is off.
+func (p *Proxy) Cache() *cache.Cache { return p.cache.Load() }
+
+// safeMethod: a method whose success leaves the stored responses valid
+// (RFC 9110 9.2.1).
+func safeMethod(m string) bool {
+	switch m {
+	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace:
+		return true
+	}
+	return false
+}
+
+// consult looks the request up. handled means the client was answered
+// from the cache (or told only-if-cached could not be met); otherwise
+// tx records what was found and the request is forwarded.
+func (tx *txn) consult(ch *cache.Cache) (bool, outcome) {
+	req := &tx.req
+	tx.ch = ch
+	if !safeMethod(tx.method) {
+		tx.fwd = fwdMethod
+		return false, 0
+	}
+	if tx.method != http.MethodGet && tx.method != http.MethodHead {
+		tx.fwd = fwdMethod
+		return false, 0
+	}
+	if !tx.bodyDone {
+		tx.fwd = fwdRequest // a body on a GET: not a request the cache answers
+		return false, 0
+	}
+	cq := &tx.cq
+	cq.Reset(tx.method, req.Fields)
+	cq.Key = cache.AppendKey(cq.Key[:0], req.Scheme, req.Host, req.Port, req.PathQuery)
+	tx.keyed = true
+	if cq.CC.NoStore() {
+		tx.fwd = fwdRequest
+		return false, 0
+	}
+	o, v := ch.Lookup(cq, tx.start)
+	if v == cache.Hit {
+		ch.Count(cache.OutcomeHit, false)
+		return true, tx.serveObject(o, resultMemHit)
+	}
+	if cq.CC.OnlyIfCached() {
+		// What a sibling asks of peerd: never forwarded.
+		tx.fwd = fwdURIMiss
+		tx.fail(errorf(http.StatusGatewayTimeout, CodeNotCached, "", "%s is not stored fresh here", req.Target))
+		return true, tx.after()
+	}
+	switch v {
+	case cache.Stale:
+		tx.stale, tx.fwd = o, fwdStale
+	case cache.VaryMiss:
+		tx.fwd = fwdVary
+	default:
+		tx.fwd = fwdURIMiss
+	}
+	f, leader := ch.Join(cq, tx.start)
+	switch {
+	case f == nil:
+	case leader:
+		tx.flight = f
+	default:
+		if obj := f.Wait(tx.cfg.ReadTimeout); obj != nil && obj.Matches(cq) {
+			ch.Count(cache.OutcomeHit, true)
+			tx.collapsed = true
+			return true, tx.serveObject(obj, resultMemHit)
+		}
+		// The response could not be shared: this request goes on its own.
+	}
+	return false, 0
+}
+
+// serveObject answers the client from a stored (or streaming) response:
+// 304 when the client's preconditions hold, a range when it asked for one
+// peerd can serve, the whole response otherwise.
+func (tx *txn) serveObject(o *cache.Object, result string) outcome {
+	cc := tx.cc
+	cq := &tx.cq
+	now := time.Now()
+	status := o.Status
+	var first, last, total int64
+	ranged := false
+	switch {
+	case cq.Conditional && o.NotModified(cq):
+		status = http.StatusNotModified
+		if result == resultMemHit {
+			result = resultIMSHit
+		}
+	case cq.Range != nil:
+		var ok, unsat bool
+		first, last, total, ok, unsat = o.RangeFor(cq)
+		switch {
+		case ok:
+			status, ranged = http.StatusPartialContent, true
+		case unsat:
+			status = http.StatusRequestedRangeNotSatisfiable
+			total = o.Length()
+		}
+	}
+	first0, total0, partial := o.Partial()
+	if partial && !ranged {
+		// A stored part answers only the range request it covers.
+		status, ranged, first, last, total = http.StatusPartialContent, true, first0, first0+o.Length()-1, total0
+	}
+	b := o.AppendStatusLine(tx.out[:0], status)
+	switch {
+	case status == http.StatusNotModified:
+		b = o.AppendNotModifiedFields(b)
+	case ranged || status == http.StatusRequestedRangeNotSatisfiable:
+		b = o.AppendFieldsExcept(b, h1.ContentRange)
+	default:
+		b = o.AppendFields(b)
+	}
+	b = append(b, "Age: "...)
+	b = strconv.AppendInt(b, o.Age(now), 10)
+	b = append(b, "\r\n"...)
+	b = tx.appendCacheStatus(b, o, now, result)
+	b = append(b, "Via: "...)
+	b = append(b, tx.cfg.via...)
+	b = append(b, "\r\n"...)
+	length := o.Length()
+	switch {
+	case ranged:
+		b = append(b, "Content-Range: bytes "...)
+		b = strconv.AppendInt(b, first, 10)
+		b = append(b, '-')
+		b = strconv.AppendInt(b, last, 10)
+		b = append(b, '/')
+		b = strconv.AppendInt(b, total, 10)
+		b = append(b, "\r\n"...)
+		length = last - first + 1
+	case status == http.StatusRequestedRangeNotSatisfiable:
+		b = append(b, "Content-Range: bytes */"...)
+		b = strconv.AppendInt(b, total, 10)
+		b = append(b, "\r\n"...)
+		length = 0
+	}
+	noBody := status == http.StatusNotModified || status == http.StatusNoContent || (status >= 100 && status < 200)
+	if !noBody {
+		b = append(b, "Content-Length: "...)
+		b = strconv.AppendInt(b, length, 10)
+		b = append(b, "\r\n"...)
+	}
+	if !tx.keepAlive {
+		b = append(b, "Connection: close\r\n"...)
+	} else if tx.req.Minor == 0 {
+		b = append(b, "Connection: keep-alive\r\n"...)
+	}
+	b = append(b, "\r\n"...)
+	tx.out = b
+	cc.w.Write(b)
+	tx.headSent, tx.status, tx.cacheResult = true, status, result
+	tx.ctype = append(tx.ctype[:0], o.ContentType()...)
+	if !noBody && tx.method != http.MethodHead && length > 0 {
+		var err error
+		switch {
+		case ranged:
+			err = tx.writeStored(o.Slice(first, last))
+		default:
+			err = tx.streamObject(o)
+		}
+		if err != nil {
+			return closeConn
+		}
+	}
+	if tx.after() == keepOpen && cc.r.Buffered() == 0 && cc.rio.raw != nil {
+		tx.flushLater = true
+	} else if cc.w.Flush() != nil {
+		tx.clientGone = true
+		return closeConn
+	}
+	return tx.after()
+}
+
+func (tx *txn) writeStored(p []byte) error {
+	if _, err := tx.cc.w.Write(p); err != nil {
+		tx.clientGone = true
+		return err
+	}
+	tx.bytes += int64(len(p))
+	return nil
+}
+
+// streamObject writes an object's body, following it while it is still
+// arriving for the request that fetches it; a body that broke off there
+// cuts this client off too (it was promised the whole length).
+func (tx *txn) streamObject(o *cache.Object) error {
+	for off := int64(0); ; {
+		p, done, failed := o.Stream(off)
+		if len(p) > 0 {
+			if err := tx.writeStored(p); err != nil {
+				return err
+			}
+			off += int64(len(p))
+		}
+		if failed {
+			return errClientGone
+		}
+		if done && off >= o.Length() {
+			return nil
+		}
+		if !done && tx.cc.w.Flush() != nil {
+			tx.clientGone = true
+			return errClientGone
+		}
+	}
+}
+
+// appendCacheStatus appends this proxy's Cache-Status member (RFC 9211).
+func (tx *txn) appendCacheStatus(b []byte, o *cache.Object, now time.Time, result string) []byte {
+	b = append(b, "Cache-Status: "...)
+	b = append(b, tx.cfg.Name...)
+	switch {
+	case result == resultRefreshFailOld:
+		b = append(b, "; fwd=stale; ttl="...)
+		b = strconv.AppendInt(b, o.TTL(now), 10)
+		b = append(b, "; detail=no-next-hop"...)
+	case result == resultRefreshUnmod:
+		b = append(b, "; fwd=stale; fwd-status=304; ttl="...)
+		b = strconv.AppendInt(b, o.TTL(now), 10)
+	case tx.collapsed:
+		b = append(b, "; fwd=uri-miss; collapsed; ttl="...)
+		b = strconv.AppendInt(b, o.TTL(now), 10)
+	default:
+		b = append(b, "; hit; ttl="...)
+		b = strconv.AppendInt(b, o.TTL(now), 10)
+	}
+	return append(b, "\r\n"...)
+}
+
+// appendForwardedCacheStatus is the Cache-Status of a response relayed
+// from a next hop.
+func (tx *txn) appendForwardedCacheStatus(b []byte, status int) []byte {
+	if tx.fwd == fwdNone {
+		return b
+	}
+	b = append(b, "Cache-Status: "...)
+	b = append(b, tx.cfg.Name...)
+	b = append(b, "; fwd="...)
+	b = append(b, tx.fwd...)
+	if tx.fwd == fwdStale {
+		b = append(b, "; fwd-status="...)
+		b = strconv.AppendInt(b, int64(status), 10)
+	}
+	if tx.cw.Stored() {
+		b = append(b, "; stored"...)
+	}
+	return append(b, "\r\n"...)
+}
+
+// admit decides, when the response head arrived, what the cache does
+// with it: invalidate after an unsafe request, refresh a validated
+// object, or store while relaying. It returns true when the client was
+// answered from the cache instead (a 304 to a revalidation, or a stale
+// response standing in for a 5xx under stale-if-error).
+func (tx *txn) admit(a *attempt) (bool, outcome) {
+	ch := tx.ch
+	if ch == nil {
+		return false, 0
+	}
+	resp := &tx.resp
+	st := resp.Status
+	if !safeMethod(tx.method) {
+		if st >= 200 && st < 400 {
+			tx.invalidate(ch)
+		}
+		return false, 0
+	}
+	if !tx.keyed || tx.fwd == fwdRequest || st < 200 || st == http.StatusSwitchingProtocols {
+		return false, 0
+	}
+	now := time.Now()
+	cq := &tx.cq
+	if o := tx.stale; o != nil {
+		switch {
+		case st == http.StatusNotModified:
+			fresh := ch.Refresh(o, cq, resp, tx.start, now)
+			ch.Land(tx.flight, fresh, false)
+			tx.flight = nil
+			tx.release(a)
+			tx.hop, tx.hopped = a.hop, true
+			ch.Count(cache.OutcomeRefresh, false)
+			return true, tx.serveObject(fresh, resultRefreshUnmod)
+		case st >= 500 && o.StaleIfError(cq, now):
+			tx.release(a)
+			tx.hop, tx.hopped = a.hop, true
+			return true, tx.serveStale(o)
+		}
+	}
+	if tx.method != http.MethodGet {
+		return false, 0
+	}
+	length := int64(-1)
+	if resp.BodyFor(false) == h1.LengthBody {
+		length = resp.ContentLength
+	}
+	tx.cw = ch.Admit(cq, resp, length, tx.start, now, tx.flight)
+	tx.flight = nil // Admit lands it, now or when the body is whole
+	if tx.stale != nil {
+		ch.Count(cache.OutcomeRefresh, false)
+		tx.cacheResult = resultRefreshMod
+	} else {
+		ch.Count(cache.OutcomeMiss, false)
+	}
+	return false, 0
+}
+
+// serveStale answers with a stale response because the next hops could
+// not (RFC 9111 4.2.4), saying why in Proxy-Status.
+func (tx *txn) serveStale(o *cache.Object) outcome {
+	tx.ch.Count(cache.OutcomeStale, false)
+	tx.staleServed = true
+	return tx.serveObject(o, resultRefreshFailOld)
+}
+
+// staleInstead is called when no next hop answered: a stale response
+// within stale_if_dead answers instead; one that must not be served stale
+// makes the answer 504 (RFC 9111 5.2.2.2). It reports whether the client
+// was answered.
+func (tx *txn) staleInstead(e *Error) (bool, outcome) {
+	o := tx.stale
+	if o == nil || tx.ch == nil {
+		return false, 0
+	}
+	if e.Code != CodeNoPeers && e.Code != CodeConnectFailed {
+		return false, 0
+	}
+	tx.ch.Land(tx.flight, nil, false)
+	tx.flight = nil
+	if o.MayServeStale(time.Now(), tx.ch.StaleIfDead()) {
+		return true, tx.serveStale(o)
+	}
+	if o.ForbidsStale() {
+		e.Status = http.StatusGatewayTimeout
+	}
+	return false, 0
+}
+
+// invalidate drops the stored responses of the request's URL, and of the
+// Location and Content-Location of the response when they are on the same
+// host (RFC 9111 4.4).
+func (tx *txn) invalidate(ch *cache.Cache) {
+	req := &tx.req
+	key := cache.AppendKey(tx.cq.Key[:0], req.Scheme, req.Host, req.Port, req.PathQuery)
+	tx.cq.Key = key
+	ch.Invalidate(key)
+	for _, f := range tx.resp.Fields {
+		if f.Kind != h1.Location && f.Kind != h1.ContentLocation {
+			continue
+		}
+		if k := tx.sameOriginKey(f.Value); k != nil {
+			ch.Invalidate(k)
+		}
+	}
+}
+
+// sameOriginKey resolves a Location or Content-Location against the
+// request URL and returns its cache key when it is on the same scheme,
+// host and port; nil otherwise.
+func (tx *txn) sameOriginKey(ref []byte) []byte {
+	req := &tx.req
+	if len(ref) == 0 {
+		return nil
+	}
+	origin := cache.AppendKey(nil, req.Scheme, req.Host, req.Port, nil)
+	origin = origin[:len(origin)-1] // without the "/"
+	switch {
+	case bytes.HasPrefix(ref, []byte("//")):
+		return nil
+	case bytes.Contains(ref[:min(len(ref), 8)], []byte("://")):
+		var r h1.Request
+		if h1.ParseRequest(append(append([]byte("GET "), ref...), " HTTP/1.1\r\nHost: x\r\n\r\n"...), &r) != nil || r.Form != h1.AbsoluteForm {
+			return nil
+		}
+		k := cache.AppendKey(nil, r.Scheme, r.Host, r.Port, r.PathQuery)
+		if !bytes.HasPrefix(k, origin) || (len(k) > len(origin) && k[len(origin)] != '/') {
+			return nil
+		}
+		return k
+	case ref[0] == '/':
+		return append(origin, ref...)
+	default:
+		// Relative to the request's path.
+		path := req.PathQuery
+		if i := bytes.IndexByte(path, '?'); i >= 0 {
+			path = path[:i]
+		}
+		dir := path[:bytes.LastIndexByte(path, '/')+1]
+		if len(dir) == 0 {
+			dir = []byte("/")
+		}
+		return append(append(origin, dir...), ref...)
+	}
+}
+
+// cacheStatusForError is the Cache-Status of an answer peerd made itself
+// for a request the cache saw.
+func (tx *txn) cacheStatusForError() string {
+	if tx.fwd == fwdNone || tx.cfg == nil {
+		return ""
+	}
+	return "Cache-Status: " + tx.cfg.Name + "; fwd=" + tx.fwd + "\r\n"
+}
+
+// CacheCollector exports the cache's metrics (contract section 11).
+func (p *Proxy) CacheCollector() prometheus.Collector { return cacheCollector{p} }
+
+type cacheCollector struct{ p *Proxy }
+
+var (
+	cacheRequestsDesc = prometheus.NewDesc("peerd_cache_requests_total", "Requests the cache saw, by result: hit (answered from memory, collapsed ones included), miss, refresh (revalidated), stale (served stale because no next hop answered).", []string{"result"}, nil)
+	cacheBytesDesc    = prometheus.NewDesc("peerd_cache_bytes", "Bytes stored in the memory cache.", nil, nil)
+	cacheObjectsDesc  = prometheus.NewDesc("peerd_cache_objects", "Responses stored in the memory cache.", nil, nil)
+)
+
+func (cacheCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- cacheRequestsDesc
+	ch <- cacheBytesDesc
+	ch <- cacheObjectsDesc
+}
+
+func (c cacheCollector) Collect(ch chan<- prometheus.Metric) {
+	var s cache.Stats
+	if cc := c.p.cache.Load(); cc != nil {
+		s = cc.Stats()
+	}
+	for _, r := range []struct {
+		name string
+		n    int64
+	}{{"hit", s.Hits}, {"miss", s.Misses}, {"refresh", s.Refreshes}, {"stale", s.StaleServed}} {
+		ch <- prometheus.MustNewConstMetric(cacheRequestsDesc, prometheus.CounterValue, float64(r.n), r.name)
+	}
+	ch <- prometheus.MustNewConstMetric(cacheBytesDesc, prometheus.GaugeValue, float64(s.Bytes))
+	ch <- prometheus.MustNewConstMetric(cacheObjectsDesc, prometheus.GaugeValue, float64(s.Objects))
+}
