@@ -24,6 +24,9 @@ type Cache struct {
 	// queue behind each other.
 	passes map[string]int64
 
+	// background are the keys being revalidated behind a stale answer.
+	background map[string]bool
+
 	hits, misses, refreshes, stale, collapsed atomic.Int64
 }
 
@@ -46,7 +49,7 @@ func New(cfg Config) *Cache {
 	if cfg.Memory <= 0 {
 		return nil
 	}
-	c := &Cache{store: newStore(int64(cfg.Memory)), flights: map[string]*Flight{}, passes: map[string]int64{}}
+	c := &Cache{store: newStore(int64(cfg.Memory)), flights: map[string]*Flight{}, passes: map[string]int64{}, background: map[string]bool{}}
 	c.Reconfigure(cfg)
 	return c
 }
@@ -408,3 +411,22 @@ func (c *Cache) trimPassesLocked() {
 // Matches reports whether o answers r (a follower checks the response it
 // waited for against its own selecting fields).
 func (o *Object) Matches(r *Request) bool { return o.matches(r) }
+
+// StartBackground claims the background revalidation of key: false when
+// one is already under way.
+func (c *Cache) StartBackground(key []byte) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.background[string(key)] {
+		return false
+	}
+	c.background[string(key)] = true
+	return true
+}
+
+// EndBackground releases what StartBackground claimed.
+func (c *Cache) EndBackground(key string) {
+	c.mu.Lock()
+	delete(c.background, key)
+	c.mu.Unlock()
+}

@@ -160,6 +160,17 @@ func (o *Object) StaleIfError(r *Request, now time.Time) bool {
 	return over <= window*int64(time.Second)
 }
 
+// StaleWhileRevalidate reports whether stale-while-revalidate (RFC 5861
+// 3) lets the object answer r at once while it is revalidated in the
+// background.
+func (o *Object) StaleWhileRevalidate(r *Request, now time.Time) bool {
+	if o.flags&ccSWR == 0 || o.ForbidsStale() || r.noCache {
+		return false
+	}
+	over := o.currentAge(now.UnixNano()) - o.lifetime*int64(time.Second)
+	return over <= o.swr*int64(time.Second)
+}
+
 // Validators.
 
 // HasValidator reports whether a conditional request can revalidate it.

@@ -2,6 +2,8 @@ package forwarding
 
 import (
 	"bytes"
+	"io"
+	"net"
 	"net/http"
 	"strconv"
 	"time"
@@ -98,6 +100,13 @@ func (tx *txn) consult(ch *cache.Cache) (bool, outcome) {
 		tx.fwd = fwdURIMiss
 		tx.fail(errorf(http.StatusGatewayTimeout, CodeNotCached, "", "%s is not stored fresh here", req.Target))
 		return true, tx.after()
+	}
+	if v == cache.Stale && o.StaleWhileRevalidate(cq, tx.start) {
+		ch.Count(cache.OutcomeHit, false)
+		tx.swr = true
+		out := tx.serveObject(o, resultMemHit)
+		tx.revalidateInBackground(ch)
+		return true, out
 	}
 	switch v {
 	case cache.Stale:
@@ -274,6 +283,10 @@ func (tx *txn) appendCacheStatus(b []byte, o *cache.Object, now time.Time, resul
 	case tx.collapsed:
 		b = append(b, "; fwd=uri-miss; collapsed; ttl="...)
 		b = strconv.AppendInt(b, o.TTL(now), 10)
+	case tx.swr:
+		b = append(b, "; hit; ttl="...)
+		b = strconv.AppendInt(b, o.TTL(now), 10)
+		b = append(b, "; detail=stale-while-revalidate"...)
 	default:
 		b = append(b, "; hit; ttl="...)
 		b = strconv.AppendInt(b, o.TTL(now), 10)
@@ -485,4 +498,35 @@ func (c cacheCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(cacheBytesDesc, prometheus.GaugeValue, float64(s.Bytes))
 	ch <- prometheus.MustNewConstMetric(cacheObjectsDesc, prometheus.GaugeValue, float64(s.Objects))
+}
+
+// revalidateInBackground refreshes a stale response that was just served
+// under stale-while-revalidate: a copy of the request, with no-cache,
+// goes through the proxy itself on an in-memory connection, so it walks
+// the plan, is collapsed and stored like any other, and its answer is
+// discarded.
+func (tx *txn) revalidateInBackground(ch *cache.Cache) {
+	key := string(tx.cq.Key)
+	if !ch.StartBackground(tx.cq.Key) {
+		return
+	}
+	head := tx.head
+	if n := len(head); n >= 4 && string(head[n-4:]) == "\r\n\r\n" {
+		head = head[:n-2]
+	}
+	req := append(append([]byte{}, head...), "Cache-Control: no-cache\r\nConnection: close\r\n\r\n"...)
+	p, remote, remoteOK := tx.cc.p, tx.cc.remote, tx.cc.remoteOK
+	go func() {
+		defer ch.EndBackground(key)
+		srv, cli := net.Pipe()
+		cc := newClientConn(p, srv)
+		cc.remote, cc.remoteOK, cc.remoteStr = remote, remoteOK, remote.String()
+		done := make(chan struct{})
+		go func() { cc.serve(); close(done) }()
+		cli.SetDeadline(time.Now().Add(p.config().ReadTimeout))
+		cli.Write(req)
+		io.Copy(io.Discard, cli)
+		cli.Close()
+		<-done
+	}()
 }

@@ -89,6 +89,7 @@ type txn struct {
 	flight      *cache.Flight // the collapsed flight this request leads
 	cw          *cache.Writer // storing the response as it is relayed
 	collapsed   bool          // answered from another request's response
+	swr         bool          // answered stale while it is revalidated
 	staleServed bool
 	cacheResult string // the access log's result code, when the cache made it
 }
