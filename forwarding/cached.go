@@ -177,6 +177,12 @@ func (tx *txn) serveObject(o *cache.Object, result string) outcome {
 	b = strconv.AppendInt(b, o.Age(now), 10)
 	b = append(b, "\r\n"...)
 	b = tx.appendCacheStatus(b, o, now, result)
+	if result == resultRefreshFailOld {
+		// Why the answer is stale (RFC 9209).
+		b = append(b, "Proxy-Status: "...)
+		b = append(b, tx.cfg.Name...)
+		b = append(b, `; error=destination_unavailable; details="no next hop could be reached; a stale stored response was served"`+"\r\n"...)
+	}
 	b = append(b, "Via: "...)
 	b = append(b, tx.cfg.via...)
 	b = append(b, "\r\n"...)

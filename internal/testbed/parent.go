@@ -259,6 +259,9 @@ func (p *Parent) serveConn(c net.Conn, rec *ConnRecord) {
 		status := p.status
 		header := p.header.Clone()
 		p.mu.Unlock()
+		if d, err := time.ParseDuration(req.Header.Get("X-Delay")); err == nil && d > 0 {
+			time.Sleep(min(d, 10*time.Second)) // a slow answer, for collapsed requests
+		}
 		switch mode {
 		case "reset-after-read":
 			c.(*net.TCPConn).SetLinger(0)
