@@ -38,7 +38,7 @@ var (
 	conns    = flag.Int("c", 16, "connections for the throughput runs")
 	size     = flag.Int("size", 512, "response body bytes of the throughput runs")
 	lowRate  = flag.Int("lowrate", 100, "requests per second for the low-rate latency run through real Squid parents")
-	sections = flag.String("run", "throughput,lowrate,failover,memory", "sections to run, comma-separated")
+	sections = flag.String("run", "throughput,cache,lowrate,failover,memory", "sections to run, comma-separated")
 	threads  = flag.Int("threads", 0, "worker threads of each child (peerd GOMAXPROCS, ATS exec threads; Squid has one); 0: each child's default (one per core)")
 	rounds   = flag.Int("rounds", 3, "interleaved rounds of the throughput runs; figures are the medians")
 	tunnels  = flag.Int("tunnels", 2000, "idle CONNECT tunnels for the memory run")
@@ -61,7 +61,7 @@ func main() {
 
 	squidBin, _ := exec.LookPath("squid")
 	atsBin, _ := exec.LookPath("traffic_server")
-	wrkBin, _ := exec.LookPath("wrk")
+	wrkBin, _ = exec.LookPath("wrk")
 	res := &Results{
 		When:    time.Now().UTC().Format(time.RFC3339),
 		Machine: machine(),
@@ -75,7 +75,11 @@ func main() {
 
 	if want("throughput") {
 		fmt.Fprintln(os.Stderr, "== throughput")
-		res.Throughput = throughput(work, peerdBin, squidBin, atsBin, wrkBin)
+		res.Throughput = throughput(work, peerdBin, squidBin, atsBin)
+	}
+	if want("cache") {
+		fmt.Fprintln(os.Stderr, "== cache: hits and misses, peerd beside Squid's cache_mem")
+		res.Cache = cacheRun(work, peerdBin, squidBin)
 	}
 	if squidBin != "" && want("lowrate") {
 		fmt.Fprintf(os.Stderr, "== latency at %d req/s through two real Squid parents\n", *lowRate)
@@ -142,7 +146,11 @@ type Results struct {
 	Failover   []Failover   `json:"failover"`
 	Blackhole  []Failover   `json:"blackhole"`
 	Memory     []Memory     `json:"memory"`
+	Cache      []Throughput `json:"cache"`
 }
+
+// wrkBin is wrk's path ("": load by a Go client).
+var wrkBin string
 
 type Throughput struct {
 	Target     string  `json:"target"`
@@ -240,6 +248,7 @@ func (r *Results) markdown() string {
 		}
 	}
 	b.WriteString(r.goals())
+	b.WriteString(r.cacheSection())
 	for _, sec := range []struct {
 		title string
 		rows  []Failover
@@ -258,6 +267,33 @@ func (r *Results) markdown() string {
 	fmt.Fprintf(&b, "\n## 4. Memory with %d idle CONNECT tunnels\n\n| child | RSS idle MiB | RSS with tunnels MiB | KiB per tunnel |\n|---|---:|---:|---:|\n", *tunnels)
 	for _, m := range r.Memory {
 		fmt.Fprintf(&b, "| %s | %.1f | %.1f | %.1f |\n", m.Child, m.BaseMiB, m.RSSMiB, m.PerKiB)
+	}
+	return b.String()
+}
+
+// cacheSection is the hit and miss table, with its goals.
+func (r *Results) cacheSection() string {
+	if len(r.Cache) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "\n## 5. Cache: the same %d B objects as hits and as misses, %d connections, median of %d rounds\n\n| path | req/s | child CPU %% | CPU µs per request | p50 ms | p99 ms | errors |\n|---|---:|---:|---:|---:|---:|---:|\n", *size, *conns, max(1, *rounds))
+	by := map[string]*Throughput{}
+	for i := range r.Cache {
+		t := &r.Cache[i]
+		by[t.Target] = t
+		fmt.Fprintf(&b, "| %s | %.0f | %.0f | %.1f | %.2f | %.2f | %d |\n", t.Target, t.RPS, t.CPUPct, t.CPUusPerReq, t.P50ms, t.P99ms, t.Errors)
+	}
+	row := func(goal, fig string, ok bool) { fmt.Fprintf(&b, "| %s | %s | %v |\n", goal, fig, ok) }
+	b.WriteString("\n| goal | figure | met |\n|---|---|---|\n")
+	if h, m := by[cachePeerdHit], by[cachePeerdMiss]; h != nil && m != nil && h.CPUusPerReq > 0 {
+		q := m.CPUusPerReq / h.CPUusPerReq
+		row("peerd hit ≥ 3× cheaper in CPU than a miss via a parent", fmt.Sprintf("%.1f / %.1f µs = %.2f×", m.CPUusPerReq, h.CPUusPerReq, q), q >= 3)
+	}
+	if h, s := by[cachePeerdHit], by[cacheSquidHit]; h != nil && s != nil && s.CPUusPerReq > 0 {
+		q := h.CPUusPerReq / s.CPUusPerReq
+		row("peerd hit CPU below Squid's cache_mem hit", fmt.Sprintf("%.1f / %.1f µs = %.2f", h.CPUusPerReq, s.CPUusPerReq, q), q < 1)
+		row("peerd hit req/s above Squid's", fmt.Sprintf("%.0f / %.0f = %.2f", h.RPS, s.RPS, h.RPS/s.RPS), h.RPS > s.RPS)
 	}
 	return b.String()
 }
@@ -503,14 +539,10 @@ const (
 	targetATS    = "client → ats → parent"
 )
 
-func throughput(work, peerdBin, squidBin, atsBin, wrkBin string) []Throughput {
+func throughput(work, peerdBin, squidBin, atsBin string) []Throughput {
 	par := newParent("parent")
 	defer par.Close()
 	hops := []hop{hopOf(par)}
-	type tgt struct {
-		name  string
-		start func() *child // nil: direct
-	}
 	targets := []tgt{
 		{targetDirect, nil},
 		{targetPeerd, func() *child { return startPeerd(work, peerdBin, hops, "") }},
@@ -521,13 +553,23 @@ func throughput(work, peerdBin, squidBin, atsBin, wrkBin string) []Throughput {
 	if atsBin != "" {
 		targets = append(targets, tgt{targetATS, func() *child { return startATS(work, atsBin, hops) }})
 	}
-	// Rounds are interleaved (every target once per round) so that the
-	// machine drifting in speed during the run affects every target alike;
-	// each figure is the median over the rounds.
+	return runRounds(targets, par.Addr, true)
+}
+
+type tgt struct {
+	name  string
+	start func() *child // nil: direct to the parent
+}
+
+// runRounds measures each target: rounds are interleaved (every target
+// once per round) so that the machine drifting in speed during the run
+// affects every target alike; each figure is the median over the rounds.
+// fixed adds the open-loop latency run.
+func runRounds(targets []tgt, directAddr string, fixed bool) []Throughput {
 	runs := make([][]Throughput, len(targets))
 	for round := 0; round < max(1, *rounds); round++ {
 		for i, t := range targets {
-			addr := par.Addr
+			addr := directAddr
 			var c *child
 			if t.start != nil {
 				c = t.start()
@@ -549,8 +591,10 @@ func throughput(work, peerdBin, squidBin, atsBin, wrkBin string) []Throughput {
 				}
 			}
 			r.Target = t.name
-			// Latency below saturation: an open-loop run at a fixed rate.
-			r.FixedP50ms, r.FixedP99ms, _ = fixedRate(addr, target, *rate, 3*time.Second)
+			if fixed {
+				// Latency below saturation: an open-loop run at a fixed rate.
+				r.FixedP50ms, r.FixedP99ms, _ = fixedRate(addr, target, *rate, 3*time.Second)
+			}
 			if c != nil {
 				c.stop()
 			}
@@ -564,6 +608,49 @@ func throughput(work, peerdBin, squidBin, atsBin, wrkBin string) []Throughput {
 		out = append(out, medianOf(runs[i]))
 	}
 	return out
+}
+
+// cacheRun: hits and misses of the same objects, peerd's memory cache
+// beside Squid's cache_mem. Hits: the parent says max-age=3600, so after
+// the warm-up every request is answered from memory. Misses: the parent
+// says no-store, so every request goes to it through the cache's code.
+func cacheRun(work, peerdBin, squidBin string) []Throughput {
+	hitPar, missPar := newParent("fresh"), newParent("nostore")
+	defer hitPar.Close()
+	defer missPar.Close()
+	hitPar.SetHeader("Cache-Control", "max-age=3600")
+	missPar.SetHeader("Cache-Control", "no-store")
+	targets := []tgt{
+		{cachePeerdHit, func() *child { return startPeerd(work, peerdBin, []hop{hopOf(hitPar)}, "") }},
+		{cachePeerdMiss, func() *child { return startPeerd(work, peerdBin, []hop{hopOf(missPar)}, "") }},
+	}
+	if squidBin != "" {
+		targets = append(targets,
+			tgt{cacheSquidHit, func() *child { return startCachingSquid(work, squidBin, []hop{hopOf(hitPar)}) }},
+			tgt{cacheSquidMiss, func() *child { return startCachingSquid(work, squidBin, []hop{hopOf(missPar)}) }})
+	}
+	return runRounds(targets, "", false)
+}
+
+const (
+	cachePeerdHit  = "peerd hit (memory)"
+	cachePeerdMiss = "peerd miss via parent"
+	cacheSquidHit  = "squid hit (cache_mem)"
+	cacheSquidMiss = "squid miss via parent"
+)
+
+// startCachingSquid is startSquid with its memory cache on, sized as
+// peerd's default.
+func startCachingSquid(work, bin string, parents []hop) *child {
+	dir, _ := os.MkdirTemp(work, "squid-")
+	var b strings.Builder
+	b.WriteString("cache_mem 256 MB\nmaximum_object_size_in_memory 4 MB\nconnect_timeout 1 seconds\npeer_connect_timeout 1 seconds\nnever_direct allow all\n")
+	for _, p := range parents {
+		fmt.Fprintf(&b, "cache_peer 127.0.0.1 parent %s 0 no-query no-digest round-robin name=%s\n", p.port, p.name)
+	}
+	sq, err := testbed.StartSquid(bin, dir, testbed.SquidOptions{Name: "squid-" + filepath.Base(dir), Extra: b.String(), NoAccessLog: true})
+	must(err)
+	return &child{kind: "squid", addr: sq.Addr, dir: dir, pid: sq.Pid(), stop: sq.Kill}
 }
 
 // medianOf takes each figure's median over rounds (errors add up).
