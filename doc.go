@@ -62,15 +62,16 @@
 //     forwarding asks it before planning and hands it responses to keep
 //     while they are relayed; a miss or a revalidation goes through the
 //     same plan, retries and health accounting as any request.
+//
 //   - The store is a segmented LRU of our own, chosen by measurement. On
 //     a Zipf trace (s = 1.01, 200,000 URLs of 1-64 KiB, 6.4 GiB in all,
 //     2 million requests) the hit ratios of SLRU / otter v2 (W-TinyLFU) /
 //     ristretto v2, all bounded by bytes, were:
 //
-//	store size      1%     5%     10%    25% of the bytes
-//	SLRU           62.6   74.8   79.8   86.1
-//	otter v2       61.1   74.0   79.5   85.4
-//	ristretto v2   63.4   74.6   78.6   85.7
+//     store size      1%     5%     10%    25% of the bytes
+//     SLRU           62.6   74.8   79.8   86.1
+//     otter v2       61.1   74.0   79.5   85.4
+//     ristretto v2   63.4   74.6   78.6   85.7
 //
 //     and a lookup of a resident key took 97 / 77 / 123 ns (trace 630-680
 //     / 500-620 / 430-480 ns per request, admission included). Hit ratios
@@ -80,11 +81,13 @@
 //     request, which collapsed forwarding and tests of RFC 9111 cannot
 //     have). The SLRU looks up []byte keys without allocating, admits
 //     synchronously and is sharded 16 ways.
+//
 //   - Collapsed requests stream from the leader's response only when its
 //     length is known (the store's buffer is allocated whole, so readers
 //     never race a reallocation); a chunked response is shared once whole,
 //     and one that outgrows max_object releases its waiters to go on their
 //     own rather than cutting them off.
+//
 //   - stale-while-revalidate refreshes behind a stale answer by sending a
 //     copy of the request through the proxy itself over an in-memory
 //     connection: the refresh is an ordinary request (planned, collapsed,

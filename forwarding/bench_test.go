@@ -63,7 +63,9 @@ func BenchmarkDirectToParent(b *testing.B) {
 }
 
 // startBenchProxy runs peerd's engine on loopback with one parent.
-func startBenchProxy(b testing.TB, parentAddr string) string { return startBenchProxyCache(b, parentAddr, nil) }
+func startBenchProxy(b testing.TB, parentAddr string) string {
+	return startBenchProxyCache(b, parentAddr, nil)
+}
 
 // startBenchProxyCache is startBenchProxy with a cache (nil: off).
 func startBenchProxyCache(b testing.TB, parentAddr string, ch *cache.Cache) string {
