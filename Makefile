@@ -41,6 +41,10 @@ fuzz:
 	$(GO) test -run XXX -fuzz FuzzPlanner -fuzztime $(FUZZTIME) ./selection/
 	$(GO) test -run XXX -fuzz FuzzParseConfig -fuzztime $(FUZZTIME) ./cmd/peerd/
 	$(GO) test -run XXX -fuzz FuzzStateBody -fuzztime $(FUZZTIME) ./admin/
+	$(GO) test -run XXX -fuzz '^FuzzHTTPDate$$' -fuzztime $(FUZZTIME) ./cache/
+	$(GO) test -run XXX -fuzz '^FuzzRange$$' -fuzztime $(FUZZTIME) ./cache/
+	$(GO) test -run XXX -fuzz '^FuzzCacheControl$$' -fuzztime $(FUZZTIME) ./cache/
+	$(GO) test -run XXX -fuzz '^FuzzStoredResponse$$' -fuzztime $(FUZZTIME) ./cache/
 
 # Micro-benchmarks, then the comparison against direct and Squid.
 bench:
