@@ -16,6 +16,18 @@ type Cache struct {
 	settings atomic.Pointer[settings]
 	store    *store
 
+	// The flights of collapsed requests, sharded by key like the store
+	// so that concurrent misses for different keys share no lock.
+	flights [nShards]flightShard
+
+	mu sync.Mutex
+	// background are the keys being revalidated behind a stale answer.
+	background map[string]bool
+
+	hits, misses, refreshes, stale, collapsed atomic.Int64
+}
+
+type flightShard struct {
 	mu      sync.Mutex
 	flights map[string]*Flight
 	// passes are the keys whose last answer could not be stored, until
@@ -23,12 +35,9 @@ type Cache struct {
 	// (Varnish's hit-for-miss), so requests for uncacheable URLs never
 	// queue behind each other.
 	passes map[string]int64
-
-	// background are the keys being revalidated behind a stale answer.
-	background map[string]bool
-
-	hits, misses, refreshes, stale, collapsed atomic.Int64
 }
+
+func (c *Cache) flightShard(key []byte) *flightShard { return &c.flights[shardIndex(key)] }
 
 // settings are the reloadable parts of Config.
 type settings struct {
@@ -49,7 +58,10 @@ func New(cfg Config) *Cache {
 	if cfg.Memory <= 0 {
 		return nil
 	}
-	c := &Cache{store: newStore(int64(cfg.Memory)), flights: map[string]*Flight{}, passes: map[string]int64{}, background: map[string]bool{}}
+	c := &Cache{store: newStore(int64(cfg.Memory)), background: map[string]bool{}}
+	for i := range c.flights {
+		c.flights[i] = flightShard{flights: map[string]*Flight{}, passes: map[string]int64{}}
+	}
 	c.Reconfigure(cfg)
 	return c
 }
@@ -341,19 +353,20 @@ func (c *Cache) Join(r *Request, now time.Time) (f *Flight, leader bool) {
 	if !c.cfg().collapse || r.Method != "GET" || r.Conditional || r.Range != nil || r.Authorization || r.CC.NoStore() {
 		return nil, false
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if until, ok := c.passes[string(r.Key)]; ok {
+	sh := c.flightShard(r.Key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if until, ok := sh.passes[string(r.Key)]; ok {
 		if now.UnixNano() < until {
 			return nil, false
 		}
-		delete(c.passes, string(r.Key))
+		delete(sh.passes, string(r.Key))
 	}
-	if f := c.flights[string(r.Key)]; f != nil {
+	if f := sh.flights[string(r.Key)]; f != nil {
 		return f, false
 	}
 	f = &Flight{key: string(r.Key), ready: make(chan struct{})}
-	c.flights[f.key] = f
+	sh.flights[f.key] = f
 	return f, true
 }
 
@@ -378,19 +391,20 @@ func (c *Cache) Land(f *Flight, o *Object, pass bool) {
 	if f == nil {
 		return
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	sh := c.flightShard([]byte(f.key))
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
 	if f.landed {
 		return
 	}
 	f.landed, f.obj = true, o
-	if c.flights[f.key] == f {
-		delete(c.flights, f.key)
+	if sh.flights[f.key] == f {
+		delete(sh.flights, f.key)
 	}
 	if pass {
-		c.passes[f.key] = time.Now().Add(passFor).UnixNano()
-		if len(c.passes) > maxPasses {
-			c.trimPassesLocked()
+		sh.passes[f.key] = time.Now().Add(passFor).UnixNano()
+		if len(sh.passes) > maxPasses/nShards {
+			sh.trimPassesLocked()
 		}
 	}
 	close(f.ready)
@@ -399,11 +413,11 @@ func (c *Cache) Land(f *Flight, o *Object, pass bool) {
 // maxPasses bounds the hit-for-miss table.
 const maxPasses = 64 << 10
 
-func (c *Cache) trimPassesLocked() {
+func (sh *flightShard) trimPassesLocked() {
 	now := time.Now().UnixNano()
-	for k, until := range c.passes {
-		if until <= now || len(c.passes) > maxPasses/2 {
-			delete(c.passes, k)
+	for k, until := range sh.passes {
+		if until <= now || len(sh.passes) > maxPasses/nShards/2 {
+			delete(sh.passes, k)
 		}
 	}
 }

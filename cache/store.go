@@ -88,13 +88,16 @@ func newStore(capacity int64) *store {
 	return s
 }
 
-func (s *store) shardOf(key []byte) *shard {
+func (s *store) shardOf(key []byte) *shard { return &s.shards[shardIndex(key)] }
+
+// shardIndex is FNV-1a of the key, modulo the shards.
+func shardIndex(key []byte) uint32 {
 	h := uint32(2166136261)
 	for _, c := range key {
 		h ^= uint32(c)
 		h *= 16777619
 	}
-	return &s.shards[h%nShards]
+	return h % nShards
 }
 
 // get returns the variant of key that answers r, recording the hit, and

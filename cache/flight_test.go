@@ -1,0 +1,106 @@
+package cache
+
+import (
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+// Collapsed forwarding: followers of a flight are served from the
+// leader's response as it streams, or sent on their own when it cannot be
+// shared, and then the key is not collapsed for a while.
+func TestFlights(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := testCache(t)
+		r := request(t, "GET", url)
+		f, leader := c.Join(r, t0)
+		if f == nil || !leader {
+			t.Fatal("the first miss does not lead a flight")
+		}
+		if g, lead := c.Join(request(t, "GET", url), t0); g != f || lead {
+			t.Fatal("a concurrent miss does not follow the flight")
+		}
+		got := make(chan string)
+		go func() {
+			o := f.Wait(time.Minute)
+			if o == nil {
+				got <- "<nil>"
+				return
+			}
+			var b []byte
+			for off := int64(0); ; {
+				p, done, failed := o.Stream(off)
+				b = append(b, p...)
+				off += int64(len(p))
+				if failed {
+					got <- "<failed>"
+					return
+				}
+				if done {
+					got <- string(b)
+					return
+				}
+			}
+		}()
+		w := c.Admit(r, response(t, "200 OK", "Cache-Control: max-age=60"), 10, t0, t0, f)
+		if w == nil {
+			t.Fatal("not admitted")
+		}
+		w.Write([]byte("01234"))
+		synctest.Wait() // the follower has read what arrived and waits for more
+		w.Write([]byte("56789"))
+		w.Finish(true)
+		if b := <-got; b != "0123456789" {
+			t.Fatalf("follower got %q", b)
+		}
+		if _, v := c.Lookup(r, t0); v != Hit {
+			t.Fatalf("after the flight: %v, want a hit", v)
+		}
+
+		// Uncacheable: the follower goes on its own, later misses are not
+		// collapsed until the pass expires.
+		r2 := request(t, "GET", url+"?private")
+		f2, _ := c.Join(r2, t0)
+		done := make(chan *Object)
+		go func() { done <- f2.Wait(time.Minute) }()
+		if c.Admit(r2, response(t, "200 OK", "Cache-Control: private"), 2, t0, t0, f2) != nil {
+			t.Fatal("private response admitted")
+		}
+		if o := <-done; o != nil {
+			t.Fatal("follower of an uncacheable response got an object")
+		}
+		if g, _ := c.Join(r2, time.Now()); g != nil {
+			t.Fatal("a key whose answer could not be stored is collapsed again at once")
+		}
+		if g, lead := c.Join(r2, time.Now().Add(passFor+time.Second)); g == nil || !lead {
+			t.Fatal("the pass does not expire")
+		}
+
+		// A flight whose leader gives up: followers go on their own.
+		r3 := request(t, "GET", url+"?gone")
+		f3, _ := c.Join(r3, t0)
+		go func() { done <- f3.Wait(time.Minute) }()
+		c.Land(f3, nil, false)
+		if o := <-done; o != nil {
+			t.Fatal("follower of an abandoned flight got an object")
+		}
+		if _, lead := c.Join(r3, t0); !lead {
+			t.Fatal("a flight abandoned without a pass blocks the next miss")
+		}
+
+		// Oversized: the body outgrows max_object; a streaming follower
+		// is told it failed.
+		r4 := request(t, "GET", url+"?big")
+		f4, _ := c.Join(r4, t0)
+		w4 := c.Admit(r4, response(t, "200 OK", "Cache-Control: max-age=60"), -1, t0, t0, f4)
+		go func() { done <- f4.Wait(time.Minute) }()
+		w4.Write(make([]byte, DefaultConfig().MaxObject+1))
+		if o := <-done; o != nil {
+			t.Fatal("follower of an oversized chunked response got an object")
+		}
+		w4.Finish(true)
+		if _, v := c.Lookup(r4, t0); v != Miss {
+			t.Fatalf("oversized response: %v, want it not stored", v)
+		}
+	})
+}
