@@ -178,19 +178,6 @@ func (s *store) capacity() int64 {
 	return n
 }
 
-// peek returns the variants of key without recording a hit (a copy of the
-// slice; the objects are immutable).
-func (s *store) peek(key []byte) []*Object {
-	sh := s.shardOf(key)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	vs := sh.byKey[string(key)]
-	if vs == nil {
-		return nil
-	}
-	return append([]*Object(nil), vs.list...)
-}
-
 func (sh *shard) touchLocked(o *Object) {
 	if o.protected {
 		sh.protected.remove(o)

@@ -79,7 +79,7 @@ func (o *conformanceOrigin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	o.mu.Unlock()
 	num, _ := strconv.Atoi(r.Header.Get("Req-Num"))
 	if num < 1 || num > len(steps) {
-		http.Error(w, "no such step", 409)
+		http.Error(w, "no such step", http.StatusConflict)
 		return
 	}
 	s := steps[num-1]
