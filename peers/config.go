@@ -27,6 +27,15 @@ type Config struct {
 	// this long, so a peer that died while idle is found before a client
 	// request is sent to it. 0 disables it.
 	IdleProbe time.Duration `toml:"idle_probe"`
+	// FlapWindow and FlapLimit damp flapping: a peer that died FlapLimit
+	// times within FlapWindow needs FlapLimit consecutive successful
+	// probes, probe_interval apart, to be revived. FlapLimit 0 is off.
+	FlapWindow time.Duration `toml:"flap_window"`
+	FlapLimit  int           `toml:"flap_limit"`
+	// SlowStart, when positive, ramps a revived parent's share in the
+	// weighted policies from 10% to 100% over this time (HAProxy
+	// slowstart).
+	SlowStart time.Duration `toml:"slow_start"`
 }
 
 // DefaultConfig returns the built-in [health] defaults.
@@ -35,6 +44,8 @@ func DefaultConfig() Config {
 		ConnectFailLimit: 10,
 		ProbeInterval:    time.Second,
 		ProbeMaxInterval: 5 * time.Second,
+		FlapWindow:       10 * time.Minute,
+		FlapLimit:        3,
 	}
 }
 
@@ -47,6 +58,15 @@ func (c Config) Validate() error {
 	}
 	if c.ProbeInterval <= 0 {
 		bad("probe_interval", "must be positive, got %s", c.ProbeInterval)
+	}
+	if c.FlapLimit < 0 {
+		bad("flap_limit", "must not be negative (0 turns damping off), got %d", c.FlapLimit)
+	}
+	if c.FlapLimit > 0 && c.FlapWindow <= 0 {
+		bad("flap_window", "must be positive when flap_limit is set, got %s", c.FlapWindow)
+	}
+	if c.SlowStart < 0 {
+		bad("slow_start", "must not be negative, got %s", c.SlowStart)
 	}
 	if c.ProbeMaxInterval < c.ProbeInterval {
 		bad("probe_max_interval", "must be at least probe_interval (%s), got %s", c.ProbeInterval, c.ProbeMaxInterval)

@@ -3,6 +3,7 @@ package peers
 import (
 	"fmt"
 	"math"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -133,6 +134,7 @@ type settings struct {
 	failLimit      int64
 	connectTimeout time.Duration
 	probeTimeout   time.Duration
+	slowStart      time.Duration
 }
 
 // liveness is a peer's state as the registry decides it: its liveness,
@@ -148,6 +150,15 @@ type liveness struct {
 	since   int64 // dead since, Unix nanoseconds; 0 when not dead
 	deaths  int64
 	revived int64
+	// The operator's reason for the admin state, and when it ends by
+	// itself (Unix nanoseconds; 0: never).
+	reason string
+	until  int64
+	// Flap damping: the peer died flap_limit times within flap_window;
+	// it is revived after flap_limit consecutive good probes (good so
+	// far).
+	flapping bool
+	good     int
 }
 
 // Peer is the live handle of one configured peer. It is shared by every
@@ -180,6 +191,15 @@ type Peer struct {
 	srtt      atomic.Uint64
 	rttvar    atomic.Uint64
 	lastProbe atomic.Uint64 // RTT of the last successful probe, ms
+
+	failures  [failClasses]atomic.Int64 // connect failures by class
+	rampUntil atomic.Int64              // slow start ends (Unix ns); 0: not ramping
+
+	// opsMu guards what operators read: history, upstream errors, deaths.
+	opsMu      sync.Mutex
+	history    []Transition
+	upstream   map[string]int64
+	deathTimes []int64
 }
 
 func newPeer(s *settings) *Peer {
@@ -309,6 +329,9 @@ type Snapshot struct {
 	LastFailure, LastSuccess, NextProbe time.Time
 	// LastError is the last connect error ("" for none).
 	LastError                                 string
+	Flapping                                  bool
+	AdminReason                               string
+	AdminUntil                                time.Time
 	ConnectTime, ConnectTimeVar, LastProbeRTT time.Duration
 }
 
@@ -332,6 +355,9 @@ func (p *Peer) snapshot(l *liveness) Snapshot {
 		ConnectTime:          msDuration(loadFloat(&p.srtt)),
 		ConnectTimeVar:       msDuration(loadFloat(&p.rttvar)),
 		LastProbeRTT:         msDuration(loadFloat(&p.lastProbe)),
+		Flapping:             l.flapping,
+		AdminReason:          l.reason,
+		AdminUntil:           unixTime(l.until),
 	}
 	if e := p.lastError.Load(); e != nil {
 		s.LastError = *e

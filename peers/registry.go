@@ -59,6 +59,9 @@ type Registry struct {
 
 	// reconcileMu serialises Reconcile calls with each other.
 	reconcileMu sync.Mutex
+	started     bool // the first Reconcile (New) is done: later ones are reloads
+
+	overrides overrides
 }
 
 // New builds a registry with the given peers, all Unknown.
@@ -196,6 +199,7 @@ func (r *Registry) Observe(p *Peer, o Observation) {
 		return
 	}
 	p.connectFailures.Add(1)
+	p.failures[Classify(o.Err)].Add(1)
 	if o.Probe {
 		p.probeFailures.Add(1)
 	}
@@ -206,7 +210,7 @@ func (r *Registry) Observe(p *Peer, o Observation) {
 	switch p.State() {
 	case Alive:
 		if n >= p.settings().failLimit {
-			r.transition(p, Alive, Dead, o.Err, o.At)
+			r.transition(p, Alive, Dead, o.Err, o.At, CauseConnectFailures)
 		} else if !p.Suspect() {
 			r.setSuspect(p, true) // healthy -> suspect
 		}
@@ -214,7 +218,11 @@ func (r *Registry) Observe(p *Peer, o Observation) {
 		// The first probe's verdict: no traffic has been sent, and none
 		// will be until a probe succeeds.
 		if o.Probe {
-			r.transition(p, Unknown, Dead, o.Err, o.At)
+			r.transition(p, Unknown, Dead, o.Err, o.At, CauseProbe)
+		}
+	case Dead:
+		if o.Probe && p.live.Load().good > 0 {
+			r.holdProbe(p, 0) // a failed probe starts the held run over
 		}
 	}
 }
@@ -258,17 +266,40 @@ func (r *Registry) observeSuccess(p *Peer, o Observation, at int64) {
 		}
 		return
 	}
-	if o.Probe {
-		r.transition(p, l.state, Alive, nil, o.At)
+	if !o.Probe {
+		// A traffic connect that succeeds on a dead peer was started
+		// before it died; it does not revive it (revival is by probe
+		// only).
+		return
 	}
-	// A traffic connect that succeeds on a dead peer was started before it
-	// died; it does not revive it (revival is by probe only).
+	if l.flapping {
+		if need := r.opts.Load().Health.FlapLimit; l.good+1 < need {
+			r.holdProbe(p, l.good+1)
+			p.record(Transition{At: o.At, From: l.state.String(), To: l.state.String(), Cause: CauseFlapHold,
+				Error: fmt.Sprintf("flapping: good probe %d of %d held", l.good+1, need)})
+			return
+		}
+	}
+	r.transition(p, l.state, Alive, nil, o.At, CauseProbe)
+}
+
+// holdProbe records a flapping peer's run of good probes.
+func (r *Registry) holdProbe(p *Peer, good int) {
+	txn := r.db.Txn(true)
+	defer txn.Abort()
+	cur := p.live.Load()
+	if cur.state != Dead || cur.good == good {
+		return
+	}
+	nl := *cur
+	nl.good = good
+	r.commitTxn(txn, p, &nl)
 }
 
 // transition moves p from one state to another. Exactly one caller wins a
 // given transition: the check and the change happen inside one memdb write
 // transaction, which also serialises transitions with reloads.
-func (r *Registry) transition(p *Peer, from, to State, cause error, at time.Time) bool {
+func (r *Registry) transition(p *Peer, from, to State, cause error, at time.Time, why string) bool {
 	txn := r.db.Txn(true)
 	defer txn.Abort()
 	cur := p.live.Load()
@@ -276,6 +307,7 @@ func (r *Registry) transition(p *Peer, from, to State, cause error, at time.Time
 		return false
 	}
 	consecutive := p.consecutive.Load()
+	h := r.opts.Load().Health
 	nl := *cur
 	nl.state = to
 	switch to {
@@ -283,10 +315,15 @@ func (r *Registry) transition(p *Peer, from, to State, cause error, at time.Time
 		nl.deaths++
 		nl.since = at.UnixNano()
 		nl.suspect = false
+		nl.good = 0
+		if from == Alive && p.noteDeath(at.UnixNano(), h.FlapWindow, h.FlapLimit) {
+			nl.flapping = true
+		}
 	case Alive:
 		p.consecutive.Store(0)
 		nl.suspect = false
 		nl.since = 0
+		nl.flapping, nl.good = false, 0
 		if from == Dead {
 			nl.revived++
 		}
@@ -294,11 +331,21 @@ func (r *Registry) transition(p *Peer, from, to State, cause error, at time.Time
 	if !r.commitTxn(txn, p, &nl) {
 		return false
 	}
+	if to == Alive && from == Dead && p.settings().slowStart > 0 && p.Type() == Parent {
+		p.rampUntil.Store(at.UnixNano() + int64(p.settings().slowStart))
+	}
+	if to == Dead {
+		p.rampUntil.Store(0)
+	}
+	p.record(Transition{At: at, From: from.String(), To: to.String(), Cause: why, Error: errString(cause)})
 	entry := r.log.WithFields(logrus.Fields{"peer": p.Name(), "from": from.String(), "to": to.String()})
 	switch {
 	case to == Dead:
-		entry.WithFields(logrus.Fields{"err": errString(cause), "consecutive_failures": consecutive}).
-			Warnf("Detected DEAD %s: %s", p.Type().Label(), p.Name())
+		entry = entry.WithFields(logrus.Fields{"err": errString(cause), "consecutive_failures": consecutive})
+		if nl.flapping && !cur.flapping {
+			entry = entry.WithField("flapping", true)
+		}
+		entry.Warnf("Detected DEAD %s: %s", p.Type().Label(), p.Name())
 	case from == Dead:
 		entry.Warnf("Detected REVIVED %s: %s", p.Type().Label(), p.Name())
 	default:
@@ -358,29 +405,76 @@ func (r *Registry) MarkSlow(p *Peer) {
 // SetAdminState sets an operator state. Leaving maintenance does not revive
 // a dead peer: it stays dead until a probe succeeds.
 func (r *Registry) SetAdminState(name string, s AdminState) (*Peer, error) {
+	p, _, err := r.SetAdmin(name, s, "", 0)
+	return p, err
+}
+
+// SetAdmin sets an operator state with a reason; a positive ttl returns
+// the peer to enabled by itself when it ends (logged, and in its
+// history). It returns the peer and the admin state it had.
+func (r *Registry) SetAdmin(name string, s AdminState, reason string, ttl time.Duration) (*Peer, AdminState, error) {
 	txn := r.db.Txn(true)
 	defer txn.Abort()
 	raw, err := txn.First(tablePeers, indexID, name)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	if raw == nil {
-		return nil, fmt.Errorf("%w %q", ErrUnknownPeer, name)
+		return nil, 0, fmt.Errorf("%w %q", ErrUnknownPeer, name)
 	}
 	p := raw.(*row).Peer
 	cur := p.live.Load()
 	old := cur.admin
-	if old == s {
-		return p, nil
-	}
+	now := r.now()
 	nl := *cur
-	nl.admin = s
-	if !r.commitTxn(txn, p, &nl) {
-		return nil, fmt.Errorf("%w %q", ErrUnknownPeer, name)
+	nl.admin, nl.reason, nl.until = s, reason, 0
+	if ttl > 0 && s != Enabled {
+		nl.until = now.Add(ttl).UnixNano()
 	}
-	r.log.WithFields(logrus.Fields{"peer": name, "from": old.String(), "to": s.String()}).
-		Warnf("Admin state of %s %s changed to %s", p.Type().Label(), name, s)
-	return p, nil
+	if *cur == nl {
+		return p, old, nil
+	}
+	if !r.commitTxn(txn, p, &nl) {
+		return nil, 0, fmt.Errorf("%w %q", ErrUnknownPeer, name)
+	}
+	if nl.until != 0 {
+		until := nl.until
+		r.overrides.set(name, time.AfterFunc(ttl, func() { r.expireAdmin(p, until) }))
+	} else {
+		r.overrides.set(name, nil)
+	}
+	if old != s {
+		p.record(Transition{At: now, From: old.String(), To: s.String(), Cause: CauseAdmin, Error: reason})
+	}
+	fields := logrus.Fields{"peer": name, "from": old.String(), "to": s.String()}
+	if reason != "" {
+		fields["reason"] = reason
+	}
+	if nl.until != 0 {
+		fields["until"] = time.Unix(0, nl.until).UTC().Format(time.RFC3339)
+	}
+	r.log.WithFields(fields).Warnf("Admin state of %s %s changed to %s", p.Type().Label(), name, s)
+	return p, old, nil
+}
+
+// expireAdmin returns p to enabled when the admin state set with until
+// is still the one in force.
+func (r *Registry) expireAdmin(p *Peer, until int64) {
+	txn := r.db.Txn(true)
+	defer txn.Abort()
+	cur := p.live.Load()
+	if cur.until != until {
+		return // replaced meanwhile
+	}
+	old := cur.admin
+	nl := *cur
+	nl.admin, nl.reason, nl.until = Enabled, "", 0
+	if !r.commitTxn(txn, p, &nl) {
+		return
+	}
+	p.record(Transition{At: r.now(), From: old.String(), To: Enabled.String(), Cause: CauseAdmin, Error: "ttl ended"})
+	r.log.WithFields(logrus.Fields{"peer": p.Name(), "from": old.String(), "to": Enabled.String(), "reason": cur.reason}).
+		Warnf("Admin state of %s %s returned to enabled: its ttl ended", p.Type().Label(), p.Name())
 }
 
 // BeginRequest accounts a request about to be sent to p. It returns false,
@@ -450,6 +544,13 @@ func (r *Registry) Reconcile(opts Options, specs []Spec) error {
 			p.cfg.Store(s)
 		} else {
 			p = newPeer(s)
+			if r.started {
+				why := "added"
+				if ok {
+					why = "address changed to " + spec.Addr()
+				}
+				p.record(Transition{At: r.now(), From: "", To: Unknown.String(), Cause: CauseReload, Error: why})
+			}
 		}
 		l := p.live.Load()
 		if err := txn.Insert(tablePeers, &row{
@@ -463,6 +564,7 @@ func (r *Registry) Reconcile(opts Options, specs []Spec) error {
 	r.opts.Store(&o)
 	r.set.Store(&Set{List: next})
 	txn.Commit()
+	r.started = true
 	return nil
 }
 
@@ -486,6 +588,7 @@ func resolve(opts Options, spec Spec, typ Type) *settings {
 	if s.probeTimeout <= 0 {
 		s.probeTimeout = s.connectTimeout
 	}
+	s.slowStart = opts.Health.SlowStart
 	return s
 }
 

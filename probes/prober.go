@@ -256,6 +256,14 @@ func (pr *Prober) finished(p *peers.Peer, now time.Time) {
 	if p.State() != peers.Dead {
 		return
 	}
+	if p.HeldProbes() > 0 {
+		// A flapping peer's good probe was held: the next one follows
+		// probe_interval later, not backed off (flap damping counts good
+		// probes in a row).
+		s.death = p.Deaths()
+		s.next = now.Add(h.ProbeInterval)
+		return
+	}
 	if d := p.Deaths(); d == s.startedAt {
 		// A re-probe of the same death failed: back off.
 		s.death = d

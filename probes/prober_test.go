@@ -432,3 +432,55 @@ func TestSuspectPeerSettledByProbes(t *testing.T) {
 		}
 	})
 }
+
+// TestFlappingPeerNeedsGoodProbesInARow: a peer that died flap_limit times
+// within flap_window is revived only after flap_limit good probes, each
+// probe_interval after the last.
+func TestFlappingPeerNeedsGoodProbesInARow(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := health(1)
+		h.FlapLimit, h.FlapWindow = 3, 10*time.Minute
+		e := setup(t, h, peers.Spec{Name: "p1", Host: "127.0.0.1", Port: 1})
+		e.net.set(a1, "accept")
+		stop := e.run(t)
+		defer stop()
+		synctest.Wait()
+		p := e.reg.Get("p1")
+		refuse := func() { e.reg.Observe(p, peers.Observation{At: time.Now(), Err: errors.New("refused")}) }
+		for i := 0; i < 2; i++ {
+			refuse()
+			time.Sleep(2 * time.Second) // the prober revives it
+			synctest.Wait()
+			if p.State() != peers.Alive {
+				t.Fatalf("death %d: not revived by the next probe", i+1)
+			}
+		}
+		before := e.net.count(a1)
+		refuse() // third death in the window: flapping
+		if !p.Flapping() {
+			t.Fatal("not flapping after three deaths")
+		}
+		time.Sleep(h.ProbeInterval + 10*time.Millisecond)
+		synctest.Wait()
+		revivedAt := time.Time{}
+		for i := 0; i < 10 && revivedAt.IsZero(); i++ {
+			time.Sleep(h.ProbeInterval)
+			synctest.Wait()
+			if p.State() == peers.Alive {
+				revivedAt = time.Now()
+			}
+		}
+		ts := e.net.times(a1)[before:]
+		if len(ts) != 3 {
+			t.Fatalf("%d probes until revival; want exactly 3 good ones", len(ts))
+		}
+		for i := 1; i < len(ts); i++ {
+			if d := ts[i].Sub(ts[i-1]); d != h.ProbeInterval {
+				t.Errorf("held probes %d apart; want probe_interval %v", d, h.ProbeInterval)
+			}
+		}
+		if p.Flapping() {
+			t.Error("still flapping once revived")
+		}
+	})
+}

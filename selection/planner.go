@@ -11,6 +11,7 @@ import (
 	"math"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/peerd/peerd/peers"
 )
@@ -218,7 +219,12 @@ func (wr *weightedRoundRobin) begin(v *view, _ *Request, w *walk) {
 		if !healthy(p) {
 			continue
 		}
-		wt := p.Weight()
+		// Weights in hundredths, so that slow start can ramp a revived
+		// parent's share smoothly from 10%.
+		wt := p.Weight() * 100
+		if p.Ramping() {
+			wt = max(1, int(float64(wt)*p.Ramp(time.Now())))
+		}
 		v.cw[i] += wt
 		total += wt
 		if best < 0 || v.cw[i] > v.cw[best] {
@@ -442,7 +448,11 @@ func (p *Plan) wasSeen(i int) bool {
 func (p *Plan) score(i int, key uint64) float64 {
 	h := mix64(key ^ p.v.hashes[i])
 	u := (float64(h>>11) + 0.5) / (1 << 53) // (0, 1)
-	return p.v.weights[i] / -math.Log(u)
+	w := p.v.weights[i]
+	if pe := p.v.peers[i]; pe.Ramping() {
+		w *= pe.Ramp(time.Now()) // slow start
+	}
+	return w / -math.Log(u)
 }
 
 func hashString(s string) uint64 {

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/peerd/peerd/peers"
@@ -444,4 +445,43 @@ func BenchmarkPlanFirstHop(b *testing.B) {
 			})
 		}
 	}
+}
+
+// TestSlowStartShareFollowsTheRamp: a parent revived under slow start gets
+// a share of weighted-round-robin picks that follows its ramp (10% of its
+// weight at revival, 100% after slow_start) within 2%.
+func TestSlowStartShareFollowsTheRamp(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		log, _ := test.NewNullLogger()
+		h := peers.DefaultConfig()
+		h.ConnectFailLimit, h.SlowStart, h.FlapLimit = 1, 100*time.Second, 0
+		reg, err := peers.New(peers.Options{Health: h, Log: log}, []peers.Spec{
+			{Name: "a", Host: "127.0.0.1", Port: 1}, {Name: "b", Host: "127.0.0.1", Port: 2}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range []string{"a", "b"} {
+			reg.Observe(reg.Get(n), peers.Observation{At: time.Now(), Probe: true})
+		}
+		b := reg.Get("b")
+		reg.Observe(b, peers.Observation{At: time.Now(), Err: errRefused})
+		reg.Observe(b, peers.Observation{At: time.Now(), Probe: true}) // revived: ramping
+		pl := New(reg, Options{Policy: WeightedRoundRobin})
+		for step := 0; step <= 12; step++ {
+			ramp := min(1, 0.1+0.9*float64(step*10)/100)
+			want := ramp / (1 + ramp)
+			picks := 0
+			const n = 2000
+			for range n {
+				plan := pl.Plan(Request{Method: "GET", URL: "http://x/"})
+				if h, _ := plan.Next(); h.Peer == b {
+					picks++
+				}
+			}
+			if got := float64(picks) / n; got < want-0.02 || got > want+0.02 {
+				t.Errorf("at %ds: b has %.3f of the picks; want %.3f ± 0.02", step*10, got, want)
+			}
+			time.Sleep(10 * time.Second)
+		}
+	})
 }

@@ -1,0 +1,207 @@
+package peers
+
+import (
+	"context"
+	"crypto/x509"
+	"fmt"
+	"net"
+	"os"
+	"syscall"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/sirupsen/logrus/hooks/test"
+)
+
+func TestFailuresByClass(t *testing.T) {
+	r, _ := newTestRegistry(t, 100, parent("p1", 1))
+	p := r.Get("p1")
+	for _, err := range []error{
+		&net.OpError{Op: "dial", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)},
+		&net.OpError{Op: "dial", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)},
+		&net.OpError{Op: "dial", Err: os.ErrDeadlineExceeded},
+		fmt.Errorf("dial: %w", context.DeadlineExceeded),
+		&net.OpError{Op: "read", Err: os.NewSyscallError("read", syscall.ECONNRESET)},
+		&net.OpError{Op: "dial", Err: os.NewSyscallError("connect", syscall.EHOSTUNREACH)},
+		&net.OpError{Op: "dial", Err: os.NewSyscallError("connect", syscall.ENETUNREACH)},
+		&net.DNSError{Err: "no such host", Name: "nope.invalid", IsNotFound: true},
+		x509.UnknownAuthorityError{},
+	} {
+		r.Observe(p, Observation{At: t0, Err: err})
+	}
+	want := map[string]int64{"refused": 2, "timeout": 2, "reset": 1, "unreachable": 2, "dns": 1, "tls": 1}
+	got := p.FailuresByClass()
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("failures_by_class[%s] = %d, want %d (all: %v)", k, got[k], v, got)
+		}
+	}
+}
+
+func TestHistoryRecordsCauses(t *testing.T) {
+	r, _ := newTestRegistry(t, 1, parent("p1", 1))
+	p := r.Get("p1")
+	succeed(r, p, true) // unknown -> alive, by probe
+	fail(r, p, false)   // alive -> dead, by connect failures
+	succeed(r, p, true) // dead -> alive, by probe
+	if _, _, err := r.SetAdmin("p1", Drain, "kernel upgrade", 0); err != nil {
+		t.Fatal(err)
+	}
+	h := p.History()
+	want := []struct{ from, to, cause string }{
+		{"unknown", "alive", CauseProbe}, {"alive", "dead", CauseConnectFailures}, {"dead", "alive", CauseProbe}, {"enabled", "drain", CauseAdmin},
+	}
+	if len(h) != len(want) {
+		t.Fatalf("history %+v; want %d entries", h, len(want))
+	}
+	for i, w := range want {
+		if h[i].From != w.from || h[i].To != w.to || h[i].Cause != w.cause {
+			t.Errorf("history[%d] = %+v; want %s -> %s by %s", i, h[i], w.from, w.to, w.cause)
+		}
+	}
+	if h[1].Error == "" || h[3].Error != "kernel upgrade" {
+		t.Errorf("history lacks the error or the reason: %+v", h)
+	}
+	for range 100 {
+		fail(r, p, false)
+		succeed(r, p, true)
+	}
+	if n := len(p.History()); n != historyLen {
+		t.Fatalf("history holds %d entries; want the last %d", n, historyLen)
+	}
+}
+
+// An admin state set with a ttl returns to enabled by itself, logged and
+// in the history; one replaced meanwhile does not.
+func TestAdminTTL(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		log, hook := test.NewNullLogger()
+		r, err := New(Options{Health: DefaultConfig(), ConnectTimeout: time.Second, Log: log}, []Spec{parent("p1", 1), parent("p2", 2)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, from, err := r.SetAdmin("p1", Drain, "kernel upgrade", 30*time.Minute)
+		if err != nil || from != Enabled {
+			t.Fatalf("SetAdmin: %v from %v", err, from)
+		}
+		if p.AdminReason() != "kernel upgrade" || p.AdminUntil().IsZero() {
+			t.Fatalf("reason %q until %v", p.AdminReason(), p.AdminUntil())
+		}
+		r.SetAdmin("p2", Maintenance, "first", 10*time.Minute)
+		r.SetAdmin("p2", Maintenance, "second, longer", time.Hour) // replaces the first ttl
+		time.Sleep(29 * time.Minute)
+		synctest.Wait()
+		if p.AdminState() != Drain {
+			t.Fatal("the override ended early")
+		}
+		time.Sleep(2 * time.Minute)
+		synctest.Wait()
+		if p.AdminState() != Enabled || p.AdminReason() != "" || !p.AdminUntil().IsZero() {
+			t.Fatalf("after the ttl: %v %q %v; want enabled", p.AdminState(), p.AdminReason(), p.AdminUntil())
+		}
+		if last := p.History()[len(p.History())-1]; last.To != "enabled" || last.Cause != CauseAdmin {
+			t.Fatalf("history ends %+v", last)
+		}
+		if got := r.Get("p2").AdminState(); got != Maintenance {
+			t.Fatalf("p2 = %v at 31m; the replaced 10m ttl must not end it", got)
+		}
+		found := false
+		for _, e := range hook.AllEntries() {
+			if e.Data["peer"] == "p1" && e.Data["to"] == "enabled" {
+				found = true
+			}
+		}
+		if !found {
+			t.Fatal("the end of the ttl was not logged")
+		}
+	})
+}
+
+// Flap damping: the flap_limit-th death within flap_window holds the
+// revival until flap_limit consecutive good probes; a failed probe starts
+// the run over.
+func TestFlapDamping(t *testing.T) {
+	r, _ := newTestRegistry(t, 1, parent("p1", 1))
+	p := r.Get("p1")
+	succeed(r, p, true)
+	for i := 0; i < 2; i++ {
+		fail(r, p, false)
+		succeed(r, p, true)
+		if p.State() != Alive || p.Flapping() {
+			t.Fatalf("death %d: %v flapping=%v; want revived at once", i+1, p.State(), p.Flapping())
+		}
+	}
+	fail(r, p, false) // the third death within the window
+	if !p.Flapping() {
+		t.Fatal("three deaths in flap_window: not flapping")
+	}
+	succeed(r, p, true)
+	succeed(r, p, true)
+	if p.State() != Dead || p.HeldProbes() != 2 {
+		t.Fatalf("after 2 good probes: %v held %d; want dead, 2 held", p.State(), p.HeldProbes())
+	}
+	fail(r, p, true) // the run starts over
+	if p.HeldProbes() != 0 || !p.Flapping() {
+		t.Fatalf("after a failed probe: held %d flapping %v", p.HeldProbes(), p.Flapping())
+	}
+	for i := 0; i < 3; i++ {
+		if p.State() != Dead {
+			t.Fatalf("revived after %d good probes; want 3", i)
+		}
+		succeed(r, p, true)
+	}
+	if p.State() != Alive || p.Flapping() {
+		t.Fatalf("after 3 good probes: %v flapping=%v; want alive", p.State(), p.Flapping())
+	}
+	holds := 0
+	for _, h := range p.History() {
+		if h.Cause == CauseFlapHold {
+			holds++
+		}
+	}
+	if holds != 4 {
+		t.Fatalf("%d flap_hold entries in the history; want 4 (2 + 2 held probes)", holds)
+	}
+	// Deaths outside the window do not count.
+	r2, _ := newTestRegistry(t, 1, parent("p2", 2))
+	q := r2.Get("p2")
+	at := t0
+	for i := 0; i < 5; i++ {
+		r2.Observe(q, Observation{At: at, Probe: true})
+		at = at.Add(11 * time.Minute)
+		r2.Observe(q, Observation{At: at, Err: errRefused})
+	}
+	if q.Flapping() {
+		t.Fatal("deaths 11 minutes apart flap with a 10-minute window")
+	}
+}
+
+// Slow start ramps a revived parent from 10% to 100% of its weight.
+func TestRamp(t *testing.T) {
+	log, _ := test.NewNullLogger()
+	h := DefaultConfig()
+	h.ConnectFailLimit, h.SlowStart = 1, 100*time.Second
+	r, err := New(Options{Health: h, ConnectTimeout: time.Second, Log: log}, []Spec{parent("p1", 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := r.Get("p1")
+	r.Observe(p, Observation{At: t0, Probe: true})
+	if p.Ramping() {
+		t.Fatal("the first verdict is not a revival: no slow start")
+	}
+	r.Observe(p, Observation{At: t0, Err: errRefused})
+	r.Observe(p, Observation{At: t0, Probe: true})
+	for _, c := range []struct {
+		at   time.Duration
+		want float64
+	}{{0, 0.1}, {50 * time.Second, 0.55}, {100 * time.Second, 1}, {time.Hour, 1}} {
+		if got := p.Ramp(t0.Add(c.at)); got < c.want-0.001 || got > c.want+0.001 {
+			t.Errorf("ramp at %v = %.3f; want %.3f", c.at, got, c.want)
+		}
+	}
+	if p.Ramping() {
+		t.Error("still ramping after slow_start")
+	}
+}
