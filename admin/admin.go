@@ -21,6 +21,7 @@ import (
 	"github.com/peerd/peerd/cache"
 	"github.com/peerd/peerd/internal/conf"
 	"github.com/peerd/peerd/peers"
+	"github.com/peerd/peerd/selection"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/sirupsen/logrus"
@@ -55,8 +56,12 @@ type Prober interface {
 type Options struct {
 	Registry *peers.Registry
 	Prober   Prober
-	// Reload re-reads the config file; nil disables POST /reload.
-	Reload   func() error
+	// Reload re-reads the config file and says what changed; nil
+	// disables POST /reload.
+	Reload   func() (ReloadDiff, error)
+	// Explain returns the plan for a request without sending it (GET
+	// /plan); nil disables it.
+	Explain func(selection.Request) selection.Explanation
 	Gatherer prometheus.Gatherer
 	Log      logrus.FieldLogger
 	// Cache returns the HTTP cache in use (nil when it is off); nil
@@ -68,7 +73,9 @@ type Options struct {
 type API struct {
 	reg    *peers.Registry
 	prober Prober
-	reload func() error
+	reload  func() (ReloadDiff, error)
+	explain func(selection.Request) selection.Explanation
+	audit   auditLog
 	log    logrus.FieldLogger
 	token  atomic.Pointer[string]
 	router *mux.Router
@@ -78,7 +85,7 @@ type API struct {
 
 // New builds the API with the given token.
 func New(o Options, token string) *API {
-	a := &API{reg: o.Registry, prober: o.Prober, reload: o.Reload, log: o.Log, guard: newTokenGuard(), cache: o.Cache}
+	a := &API{reg: o.Registry, prober: o.Prober, reload: o.Reload, explain: o.Explain, log: o.Log, guard: newTokenGuard(), cache: o.Cache}
 	if a.cache == nil {
 		a.cache = func() *cache.Cache { return nil }
 	}
@@ -89,10 +96,13 @@ func New(o Options, token string) *API {
 	r := mux.NewRouter()
 	r.HandleFunc("/peers", a.listPeers).Methods(http.MethodGet)
 	r.HandleFunc("/peers/{name}", a.getPeer).Methods(http.MethodGet)
+	r.HandleFunc("/peers/{name}/history", a.peerHistory).Methods(http.MethodGet)
 	r.HandleFunc("/peers/{name}/probe", a.write(a.probePeer)).Methods(http.MethodPost)
 	r.HandleFunc("/peers/{name}/state", a.write(a.setState)).Methods(http.MethodPut)
 	r.HandleFunc("/reload", a.write(a.doReload)).Methods(http.MethodPost)
 	r.HandleFunc("/cache", a.cacheStats).Methods(http.MethodGet)
+	r.HandleFunc("/plan", a.plan).Methods(http.MethodGet)
+	r.HandleFunc("/audit", a.listAudit).Methods(http.MethodGet)
 	r.HandleFunc("/cache", a.write(a.purgeCache)).Methods(http.MethodDelete)
 	r.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
@@ -242,7 +252,15 @@ func (a *API) probePeer(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Minute)
 	defer cancel()
-	p, err := a.prober.ProbeNow(ctx, mux.Vars(r)["name"])
+	name := mux.Vars(r)["name"]
+	before := ""
+	if p := a.reg.Get(name); p != nil {
+		before = p.State().String()
+	}
+	p, err := a.prober.ProbeNow(ctx, name)
+	if p != nil {
+		a.record(r, name, before, p.State().String(), "probe")
+	}
 	switch {
 	case errors.Is(err, peers.ErrUnknownPeer):
 		writeError(w, http.StatusNotFound, err.Error())
@@ -259,6 +277,8 @@ func (a *API) setState(w http.ResponseWriter, r *http.Request) {
 	}
 	var body struct {
 		AdminState *string `json:"admin_state"`
+		Reason     string  `json:"reason"`
+		TTL        string  `json:"ttl"`
 	}
 	if !decodeBody(w, r, &body) {
 		return
@@ -272,24 +292,44 @@ func (a *API) setState(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	p, err := a.reg.SetAdminState(mux.Vars(r)["name"], s)
+	var ttl time.Duration
+	if body.TTL != "" {
+		if ttl, err = time.ParseDuration(body.TTL); err != nil || ttl <= 0 {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf(`"ttl": %q is not a positive duration (e.g. "30m")`, body.TTL))
+			return
+		}
+		if s == peers.Enabled {
+			writeError(w, http.StatusBadRequest, `"ttl" needs an admin_state of drain or maintenance: it says when that ends`)
+			return
+		}
+	}
+	if len(body.Reason) > 512 {
+		writeError(w, http.StatusBadRequest, `"reason" is longer than 512 bytes`)
+		return
+	}
+	name := mux.Vars(r)["name"]
+	p, from, err := a.reg.SetAdmin(name, s, body.Reason, ttl)
 	if err != nil {
 		writeError(w, http.StatusNotFound, err.Error())
 		return
 	}
+	a.record(r, name, from.String(), s.String(), body.Reason)
 	writeJSON(w, http.StatusOK, viewOf(p.Snapshot()))
 }
 
-func (a *API) doReload(w http.ResponseWriter, _ *http.Request) {
+func (a *API) doReload(w http.ResponseWriter, r *http.Request) {
 	if a.reload == nil {
 		writeError(w, http.StatusNotImplemented, "reload is not available")
 		return
 	}
-	if err := a.reload(); err != nil {
+	diff, err := a.reload()
+	if err != nil {
 		writeError(w, http.StatusBadRequest, "reload refused: "+err.Error())
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]string{"status": "reloaded"})
+	a.record(r, "", "", "", "reload")
+	diff.Status = "reloaded"
+	writeJSON(w, http.StatusOK, diff)
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/peerd/peerd/peers"
+	"github.com/peerd/peerd/selection"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sirupsen/logrus/hooks/test"
 )
@@ -46,13 +47,13 @@ func newAPI(t *testing.T, token string) (*API, *peers.Registry, *fakeProber, *in
 	reloads := 0
 	promReg := prometheus.NewRegistry()
 	promReg.MustRegister(NewPeerCollector(reg))
-	api := New(Options{Registry: reg, Prober: pr, Reload: func() error {
+	api := New(Options{Registry: reg, Prober: pr, Reload: func() (ReloadDiff, error) {
 		reloads++
 		if reloads > 1 {
-			return errors.New("line 3: proxy.bogus: unknown key")
+			return ReloadDiff{}, errors.New("line 3: proxy.bogus: unknown key")
 		}
-		return nil
-	}, Gatherer: promReg, Log: log}, token)
+		return ReloadDiff{Kept: []string{"p1"}}, nil
+	}, Explain: selection.New(reg, selection.Options{}).Explain, Gatherer: promReg, Log: log}, token)
 	return api, reg, pr, &reloads
 }
 
@@ -203,4 +204,43 @@ func FuzzStateBody(f *testing.F) {
 			t.Fatalf("%d for %q", code, body)
 		}
 	})
+}
+
+// TestIncidentEndpoints: the state with a reason and ttl, the history,
+// the plan and the audit of writes.
+func TestIncidentEndpoints(t *testing.T) {
+	api, _, _, _ := newAPI(t, "tok")
+	for _, tc := range []struct {
+		method, path, token, body string
+		want                      int
+		contains                  []string
+	}{
+		{"PUT", "/peers/p1/state", "tok", `{"admin_state": "drain", "reason": "kernel upgrade", "ttl": "30m"}`, 200,
+			[]string{`"admin_state": "drain"`, `"admin_reason": "kernel upgrade"`, `"admin_until": "20`, `"failures_by_class"`, `"flapping": false`}},
+		{"PUT", "/peers/p1/state", "tok", `{"admin_state": "drain", "ttl": "soon"}`, 400, []string{`ttl`, `soon`}},
+		{"PUT", "/peers/p1/state", "tok", `{"admin_state": "enabled", "ttl": "5m"}`, 400, []string{`ttl`}},
+		{"GET", "/peers/p1/history", "", "", 200, []string{`"transitions"`, `"from": "enabled"`, `"to": "drain"`, `"cause": "admin"`}},
+		{"GET", "/peers/nope/history", "", "", 404, []string{"nope"}},
+		{"GET", "/plan?url=http://example.com/x", "", "", 200, []string{`"hops"`, `"skipped"`, `"peer": "p1"`}},
+		{"GET", "/plan", "", "", 400, []string{"url"}},
+		{"GET", "/plan?url=ftp://x/", "", "", 400, []string{"ftp://x/"}},
+		{"GET", "/plan?url=http://x/&method=get", "", "", 400, []string{"method"}},
+		{"GET", "/audit", "", "", 200, []string{`"path": "/peers/p1/state"`, `"from": "enabled"`, `"to": "drain"`, `"reason": "kernel upgrade"`, `"remote"`}},
+	} {
+		code, body := call(t, api, tc.method, tc.path, tc.token, tc.body)
+		if code != tc.want {
+			t.Errorf("%s %s %s: %d %s; want %d", tc.method, tc.path, tc.body, code, body, tc.want)
+			continue
+		}
+		for _, c := range tc.contains {
+			if !strings.Contains(body, c) {
+				t.Errorf("%s %s: %s; want it to contain %q", tc.method, tc.path, body, c)
+			}
+		}
+	}
+	// Refused writes are not audited.
+	_, body := call(t, api, "GET", "/audit", "", "")
+	if n := strings.Count(body, `"path"`); n != 1 {
+		t.Fatalf("audit has %d entries; want 1 (the refused writes are not writes): %s", n, body)
+	}
 }

@@ -35,7 +35,7 @@ func (a *API) purgeCache(w http.ResponseWriter, r *http.Request) {
 	if c := a.cache(); c != nil {
 		n = c.Purge(key)
 	}
-	a.log.WithFields(map[string]any{"url": raw, "purged": n, "remote": r.RemoteAddr}).Info("cache purge")
+	a.record(r, "", "", "", fmt.Sprintf("purge %s: %d", raw, n))
 	writeJSON(w, http.StatusOK, map[string]int{"purged": n})
 }
 

@@ -38,6 +38,12 @@ type peerView struct {
 	ConnectTimeMs        float64    `json:"connect_time_ms"`
 	ConnectTimeVarMs     float64    `json:"connect_time_var_ms"`
 	LastProbeRTTMs       float64    `json:"last_probe_rtt_ms"`
+	// What operators ask during an incident (contract section 13).
+	FailuresByClass map[string]int64 `json:"failures_by_class"`
+	UpstreamErrors  map[string]int64 `json:"upstream_errors"`
+	AdminReason     *string          `json:"admin_reason"`
+	AdminUntil      *time.Time       `json:"admin_until"`
+	Flapping        bool             `json:"flapping"`
 }
 
 func viewOf(s peers.Snapshot) peerView {
@@ -67,6 +73,14 @@ func viewOf(s peers.Snapshot) peerView {
 	if s.LastError != "" {
 		e := s.LastError
 		v.LastError = &e
+	}
+	v.FailuresByClass = p.FailuresByClass()
+	v.UpstreamErrors = p.UpstreamErrors()
+	v.Flapping = s.Flapping
+	v.AdminUntil = timePtr(s.AdminUntil)
+	if s.AdminReason != "" {
+		r := s.AdminReason
+		v.AdminReason = &r
 	}
 	return v
 }

@@ -165,7 +165,7 @@ type roundRobin struct{ n atomic.Uint64 }
 
 func (rr *roundRobin) code() string { return policyCodes[RoundRobin] }
 
-func (rr *roundRobin) begin(v *view, _ *Request, w *walk) {
+func (rr *roundRobin) begin(v *view, _ *Request, w *walk, dry bool) {
 	n := 0
 	for _, i := range v.primary {
 		if healthy(v.peers[i]) {
@@ -175,7 +175,11 @@ func (rr *roundRobin) begin(v *view, _ *Request, w *walk) {
 	if n == 0 {
 		return
 	}
-	k := int((rr.n.Add(1) - 1) % uint64(n))
+	turn := rr.n.Load()
+	if !dry {
+		turn = rr.n.Add(1) - 1
+	}
+	k := int(turn % uint64(n))
 	for pos, i := range v.primary {
 		if healthy(v.peers[i]) {
 			if k == 0 {
@@ -210,9 +214,13 @@ type weightedRoundRobin struct{ mu sync.Mutex }
 
 func (wr *weightedRoundRobin) code() string { return policyCodes[WeightedRoundRobin] }
 
-func (wr *weightedRoundRobin) begin(v *view, _ *Request, w *walk) {
+func (wr *weightedRoundRobin) begin(v *view, _ *Request, w *walk, dry bool) {
 	wr.mu.Lock()
 	defer wr.mu.Unlock()
+	cw := v.cw
+	if dry {
+		cw = append([]int(nil), v.cw...) // explain: the next pick, the state untouched
+	}
 	best, total := -1, 0
 	for _, i := range v.primary {
 		p := v.peers[i]
@@ -225,14 +233,14 @@ func (wr *weightedRoundRobin) begin(v *view, _ *Request, w *walk) {
 		if p.Ramping() {
 			wt = max(1, int(float64(wt)*p.Ramp(time.Now())))
 		}
-		v.cw[i] += wt
+		cw[i] += wt
 		total += wt
-		if best < 0 || v.cw[i] > v.cw[best] {
+		if best < 0 || cw[i] > cw[best] {
 			best = i
 		}
 	}
 	if best >= 0 {
-		v.cw[best] -= total
+		cw[best] -= total
 	}
 	w.first = best
 }
@@ -318,7 +326,10 @@ type Plan struct {
 }
 
 // Plan starts a plan for r.
-func (pl *Planner) Plan(r Request) Plan {
+func (pl *Planner) Plan(r Request) Plan { return pl.plan(r, false) }
+
+// plan starts a plan; dry leaves the policies' state as it is (explain).
+func (pl *Planner) plan(r Request, dry bool) Plan {
 	o := pl.opts.Load()
 	p := Plan{v: pl.currentView(), opts: o, pl: pl, w: walk{first: -1}}
 	p.w.reset()
@@ -329,9 +340,9 @@ func (pl *Planner) Plan(r Request) Plan {
 	}
 	switch o.Policy {
 	case RoundRobin:
-		pl.rr.begin(p.v, &r, &p.w)
+		pl.rr.begin(p.v, &r, &p.w, dry)
 	case WeightedRoundRobin:
-		pl.wrr.begin(p.v, &r, &p.w)
+		pl.wrr.begin(p.v, &r, &p.w, dry)
 	case CARP:
 		rendezvous{}.begin(p.v, &r, &p.w)
 	case SourceHash:

@@ -485,3 +485,43 @@ func TestSlowStartShareFollowsTheRamp(t *testing.T) {
 		}
 	})
 }
+
+// TestExplain: the explained plan is the one the next request gets, with
+// every left-out peer and the reason, and explaining changes nothing.
+func TestExplain(t *testing.T) {
+	f := newFixture(t, "a", "b", "c", "d", "s:s", "z:d")
+	f.kill("a")
+	f.reg.SetAdminState("b", peers.Drain)
+	pl := New(f.reg, Options{Policy: RoundRobin, Direct: DirectAllow})
+	r := Request{Method: "GET", URL: "http://x/"}
+	e1, e2 := pl.Explain(r), pl.Explain(r)
+	if e1.Hops[1].Peer != e2.Hops[1].Peer {
+		t.Fatalf("explaining moved the round-robin turn: %v then %v", e1.Hops, e2.Hops)
+	}
+	plan := pl.Plan(r)
+	plan.Next() // the sibling
+	if h, _ := plan.Next(); h.Peer.Name() != e1.Hops[1].Peer {
+		t.Fatalf("the next request's first parent is %s; explain said %s", h.Peer.Name(), e1.Hops[1].Peer)
+	}
+	var got []string
+	for _, h := range e1.Hops {
+		got = append(got, h.Peer+":"+h.Type)
+	}
+	want := []string{"s:sibling", e1.Hops[1].Peer + ":parent", e1.Hops[2].Peer + ":parent", "z:parent", "DIRECT:direct"}
+	if strings.Join(got, " ") != strings.Join(want, " ") || !strings.Contains(e1.Hops[3].Why, "default") {
+		t.Fatalf("hops %v; want %v", e1.Hops, want)
+	}
+	skipped := map[string]string{}
+	for _, s := range e1.Skipped {
+		skipped[s.Peer] = s.Why
+	}
+	if skipped["a"] != "dead" || skipped["b"] != "drain" || len(skipped) != 2 {
+		t.Fatalf("skipped %v; want a dead and b drain", skipped)
+	}
+	post := pl.Explain(Request{Method: "POST", URL: "http://x/"})
+	for _, s := range post.Skipped {
+		if s.Peer == "s" && !strings.Contains(s.Why, "GET and HEAD") {
+			t.Fatalf("sibling skipped for POST because %q", s.Why)
+		}
+	}
+}

@@ -99,7 +99,8 @@ func newServer(path string, cfg *fileConfig, stderr io.Writer) (*server, error) 
 	}
 	s.proxy.SetCache(cache.New(cfg.Cache))
 	promReg.MustRegister(s.proxy.CacheCollector())
-	s.api = admin.New(admin.Options{Registry: reg, Prober: s.prober, Reload: s.reload, Gatherer: promReg, Log: lg, Cache: s.proxy.Cache}, cfg.Admin.Token)
+	s.api = admin.New(admin.Options{Registry: reg, Prober: s.prober, Reload: s.reload, Explain: s.planner.Explain,
+		Gatherer: promReg, Log: lg, Cache: s.proxy.Cache}, cfg.Admin.Token)
 	return s, nil
 }
 
@@ -266,13 +267,13 @@ func (s *server) reopenAccessLog() {
 // opened is closed again and the running config is untouched. Peers
 // keeping their name and address keep their state; in-flight requests on a
 // moved listener finish.
-func (s *server) reload() error {
+func (s *server) reload() (admin.ReloadDiff, error) {
 	s.reloading.Lock()
 	defer s.reloading.Unlock()
 	cfg, ps := loadConfig(s.path)
 	if len(ps) > 0 {
 		s.log.WithField("err", ps.Error()).Error("config reload refused; keeping the running config")
-		return ps
+		return admin.ReloadDiff{}, ps
 	}
 	s.mu.Lock()
 	old := s.cfg
@@ -280,16 +281,25 @@ func (s *server) reload() error {
 	st, err := s.stage(cfg, old)
 	if err != nil {
 		s.log.WithError(err).Error("config reload refused; keeping the running config")
-		return err
+		return admin.ReloadDiff{}, err
 	}
 	if err := s.reg.Reconcile(cfg.peerOptions(s.log), cfg.Peers); err != nil {
 		st.abort()
 		s.log.WithError(err).Error("config reload refused; keeping the running config")
-		return err
+		return admin.ReloadDiff{}, err
 	}
 	s.commit(st, old)
-	s.log.WithFields(logrus.Fields{"peers": len(cfg.Peers), "path": displayPath(s.path)}).Info("config reloaded")
-	return nil
+	d := reloadDiff(old, cfg)
+	changed := make([]string, 0, len(d.Changed))
+	for _, c := range d.Changed {
+		changed = append(changed, c.Peer+"("+strings.Join(c.Fields, ",")+")")
+	}
+	s.log.WithFields(logrus.Fields{
+		"peers": len(cfg.Peers), "path": displayPath(s.path),
+		"kept": strings.Join(d.Kept, ","), "added": strings.Join(d.Added, ","), "removed": strings.Join(d.Removed, ","),
+		"changed": strings.Join(changed, " "), "settings": strings.Join(d.Settings, ","),
+	}).Info("config reloaded")
+	return d, nil
 }
 
 // staged is what a reload built before anything was swapped.

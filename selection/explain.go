@@ -1,0 +1,89 @@
+package selection
+
+import "github.com/peerd/peerd/peers"
+
+// Explain answers "why did this request go to p2?": the plan peerd would
+// walk for r now, and every configured peer left out of it with the
+// reason. Nothing is sent, and the policies' state (the round-robin turn,
+// the weighted-round-robin weights) is left as it is: the plan shown is the
+// one the next such request would get.
+type Explanation struct {
+	Hops    []ExplainedHop `json:"hops"`
+	Skipped []SkippedPeer  `json:"skipped"`
+}
+
+// ExplainedHop is one hop of an explained plan.
+type ExplainedHop struct {
+	Peer string `json:"peer"` // "DIRECT" for the origin
+	Type string `json:"type"` // parent, sibling or direct
+	Why  string `json:"why"`
+}
+
+// SkippedPeer is a configured peer the plan leaves out.
+type SkippedPeer struct {
+	Peer string `json:"peer"`
+	Why  string `json:"why"`
+}
+
+// Explain builds the plan for r without walking it for real.
+func (pl *Planner) Explain(r Request) Explanation {
+	p := pl.plan(r, true)
+	o := p.opts
+	out := Explanation{Hops: []ExplainedHop{}, Skipped: []SkippedPeer{}}
+	in := map[*peers.Peer]bool{}
+	for {
+		stage, pass := p.stage, p.pass
+		h, ok := p.Next()
+		if !ok {
+			break
+		}
+		if h.IsDirect() {
+			out.Hops = append(out.Hops, ExplainedHop{Peer: "DIRECT", Type: "direct", Why: "direct = " + o.Direct.String()})
+			continue
+		}
+		in[h.Peer] = true
+		why := o.Policy.String()
+		switch {
+		case h.Peer.Type() == peers.Sibling:
+			why = "sibling, asked with only-if-cached"
+		case h.Peer.IsDefault():
+			why = "default parent, after the others"
+		case stage == stageParents && pass == 1 || h.Peer.Suspect():
+			why += ", suspect: after the healthy parents"
+		}
+		if h.Peer.Ramping() {
+			why += ", slow start"
+		}
+		out.Hops = append(out.Hops, ExplainedHop{Peer: h.Peer.Name(), Type: h.Peer.Type().String(), Why: why})
+	}
+	for _, pe := range p.v.peers {
+		if in[pe] {
+			continue
+		}
+		out.Skipped = append(out.Skipped, SkippedPeer{Peer: pe.Name(), Why: skippedWhy(pe, &p, r)})
+	}
+	return out
+}
+
+func skippedWhy(pe *peers.Peer, p *Plan, r Request) string {
+	switch {
+	case p.opts.Direct == DirectAlways:
+		return "direct = always"
+	case pe.Type() == peers.Sibling && r.Method != "GET" && r.Method != "HEAD":
+		return "sibling: asked for GET and HEAD only"
+	case pe.AdminState() != peers.Enabled:
+		return pe.AdminState().String()
+	case pe.State() == peers.Dead:
+		if pe.Flapping() {
+			return "dead (flapping: revival held)"
+		}
+		return "dead"
+	case pe.State() == peers.Unknown:
+		return "unknown: no probe verdict yet"
+	case pe.Full():
+		return "full: at max_conn"
+	case p.tries >= p.opts.MaxTries:
+		return "beyond forward_max_tries"
+	}
+	return "not eligible"
+}
