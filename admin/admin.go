@@ -58,10 +58,10 @@ type Options struct {
 	Prober   Prober
 	// Reload re-reads the config file and says what changed; nil
 	// disables POST /reload.
-	Reload   func() (ReloadDiff, error)
+	Reload func() (ReloadDiff, error)
 	// Explain returns the plan for a request without sending it (GET
 	// /plan); nil disables it.
-	Explain func(selection.Request) selection.Explanation
+	Explain  func(selection.Request) selection.Explanation
 	Gatherer prometheus.Gatherer
 	Log      logrus.FieldLogger
 	// Cache returns the HTTP cache in use (nil when it is off); nil
@@ -71,16 +71,16 @@ type Options struct {
 
 // API is the admin HTTP handler.
 type API struct {
-	reg    *peers.Registry
-	prober Prober
+	reg     *peers.Registry
+	prober  Prober
 	reload  func() (ReloadDiff, error)
 	explain func(selection.Request) selection.Explanation
 	audit   auditLog
-	log    logrus.FieldLogger
-	token  atomic.Pointer[string]
-	router *mux.Router
-	guard  *tokenGuard
-	cache  func() *cache.Cache
+	log     logrus.FieldLogger
+	token   atomic.Pointer[string]
+	router  *mux.Router
+	guard   *tokenGuard
+	cache   func() *cache.Cache
 }
 
 // New builds the API with the given token.
