@@ -45,6 +45,7 @@ fuzz:
 	$(GO) test -run XXX -fuzz '^FuzzRange$$' -fuzztime $(FUZZTIME) ./cache/
 	$(GO) test -run XXX -fuzz '^FuzzCacheControl$$' -fuzztime $(FUZZTIME) ./cache/
 	$(GO) test -run XXX -fuzz '^FuzzStoredResponse$$' -fuzztime $(FUZZTIME) ./cache/
+	$(GO) test -run XXX -fuzz '^FuzzProxyStatus$$' -fuzztime $(FUZZTIME) ./forwarding/
 
 # Micro-benchmarks, then the comparison against direct and Squid.
 bench:

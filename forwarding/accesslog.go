@@ -41,7 +41,7 @@ func (tx *txn) appendLog(b []byte, elapsed time.Duration, hier string) []byte {
 	b = append(b, hier...)
 	b = append(b, '/')
 	switch {
-	case !tx.hopped:
+	case !tx.hopped && !tx.errHop:
 		b = append(b, '-')
 	case tx.hop.Peer != nil:
 		b = append(b, tx.hop.Peer.Host()...)

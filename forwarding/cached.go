@@ -177,6 +177,9 @@ func (tx *txn) serveObject(o *cache.Object, result string) outcome {
 	b = strconv.AppendInt(b, o.Age(now), 10)
 	b = append(b, "\r\n"...)
 	b = tx.appendCacheStatus(b, o, now, result)
+	if result == resultRefreshUnmod && tx.hopped {
+		b = tx.appendProxyStatus(b, http.StatusNotModified)
+	}
 	if result == resultRefreshFailOld {
 		// Why the answer is stale (RFC 9209).
 		b = append(b, "Proxy-Status: "...)

@@ -2,6 +2,8 @@ package forwarding
 
 import (
 	"bufio"
+
+	"github.com/peerd/peerd/selection"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -17,6 +19,10 @@ type Error struct {
 	// Close ends the client connection after the answer (the request's
 	// framing cannot be trusted to find the next one).
 	Close bool
+	// hop is the next hop the error is about (hopSet), so that the access
+	// log names it as Proxy-Status does.
+	hop    selection.Hop
+	hopSet bool
 }
 
 func (e *Error) Error() string {

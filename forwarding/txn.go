@@ -50,6 +50,7 @@ type txn struct {
 	bytes      int64  // body bytes sent to the client
 	hop        selection.Hop
 	hopped     bool // hop answered
+	errHop     bool // hop is the one peerd's error answer is about
 	headSent   bool // a final response head went to the client
 	keepAlive  bool // the client connection may carry another request
 	clientGone bool
@@ -325,7 +326,7 @@ func (tx *txn) forward() outcome {
 			hop, ok = plan.Next()
 			continue
 		}
-		class := a.class(c.retryStatus[a.status])
+		class := a.class(tx.blame(a, c.retryStatus[a.status]))
 		tx.noteFailure(a, class)
 		switch decide(class, tx.facts, costsBudget(class) && p.budget.available()) {
 		case nextHop:
@@ -373,6 +374,9 @@ func (tx *txn) answer(a *attempt) outcome {
 	if tx.headSent {
 		return closeConn // truncated: the client sees a cut, never a splice
 	}
+	if !e.hopSet {
+		e.hop, e.hopSet = a.hop, true
+	}
 	tx.fail(e)
 	return tx.after()
 }
@@ -396,17 +400,21 @@ func (tx *txn) noteFailure(a *attempt, class failure) {
 		tx.denied = errorf(http.StatusForbidden, CodeDenied, "", "%v", denied)
 		return
 	}
+	prev := tx.lastErr
 	switch class {
 	case connectFailed:
-		tx.lastErr = errorf(http.StatusBadGateway, CodeConnectFailed, peer, "%v", a.err)
+		tx.lastErr = errorf(http.StatusBadGateway, CodeConnectFailed, peer, "%w", a.err)
 	case beforeWrite, staleConn:
 		if tx.lastErr == nil || tx.lastErr.Code != CodeConnectFailed {
-			tx.lastErr = errorf(http.StatusBadGateway, CodeBadGateway, peer, "%v", a.err)
+			tx.lastErr = errorf(http.StatusBadGateway, CodeBadGateway, peer, "%w", a.err)
 		}
 	case timedOut:
 		tx.lastErr = errorf(http.StatusGatewayTimeout, CodeTimeout, peer, "no response within read_timeout (%s)", tx.cfg.ReadTimeout)
 	case afterWrite:
-		tx.lastErr = errorf(http.StatusBadGateway, CodeBadGateway, peer, "%v", a.err)
+		tx.lastErr = errorf(http.StatusBadGateway, CodeBadGateway, peer, "%w", a.err)
+	}
+	if tx.lastErr != prev {
+		tx.lastErr.hop, tx.lastErr.hopSet = a.hop, true
 	}
 }
 
@@ -469,6 +477,9 @@ func (tx *txn) prepareBody() error {
 // fail answers the client with an error peerd made itself.
 func (tx *txn) fail(e *Error) {
 	tx.status, tx.code = e.Status, e.Code
+	if e.hopSet && !tx.hopped {
+		tx.hop, tx.errHop = e.hop, true
+	}
 	if e.Close {
 		tx.keepAlive = false
 	}
@@ -481,7 +492,7 @@ func (tx *txn) fail(e *Error) {
 		// this answer.
 		tx.keepAlive = false
 	}
-	n := writeError(tx.cc.w, e, tx.method == http.MethodHead, tx.keepAlive, tx.cacheStatusForError())
+	n := writeError(tx.cc.w, e, tx.method == http.MethodHead, tx.keepAlive, tx.proxyStatusForError(e)+tx.cacheStatusForError())
 	tx.bytes = int64(n)
 	if tx.cc.w.Flush() != nil {
 		tx.clientGone = true
@@ -512,7 +523,7 @@ func (tx *txn) finish() {
 }
 
 func (tx *txn) hierarchy() string {
-	if !tx.hopped {
+	if !tx.hopped && !tx.errHop {
 		return "HIER_NONE"
 	}
 	return tx.hop.Code

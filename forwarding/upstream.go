@@ -451,10 +451,11 @@ func (tx *txn) relay(a *attempt) outcome {
 	if !tx.bodyDone {
 		tx.keepAlive = false
 	}
+	tx.hop, tx.hopped = a.hop, true
 	tx.out = tx.responseHead(tx.out[:0], resp, kind, chunked)
 	tx.ctype = append(tx.ctype[:0], resp.Get("Content-Type")...)
 	cc.w.Write(tx.out)
-	tx.headSent, tx.hop, tx.hopped, tx.status = true, a.hop, true, resp.Status
+	tx.headSent, tx.status = true, resp.Status
 	a.progress = sentToClient
 	c.r.Release(a.head)
 	a.head = nil
@@ -652,6 +653,7 @@ func (tx *txn) responseHead(b []byte, resp *h1.Response, kind h1.Body, chunked b
 		b = append(b, "\r\n"...)
 	}
 	b = tx.appendForwardedCacheStatus(b, resp.Status)
+	b = tx.appendProxyStatus(b, resp.Status)
 	switch {
 	case !tx.keepAlive:
 		b = append(b, "Connection: close\r\n"...)

@@ -44,7 +44,9 @@ func TestMain(m *testing.M) {
 // peerd is a running peerd process (testbed.Peerd) tied to a test.
 type peerd struct {
 	*testbed.Peerd
-	t      testing.TB
+	t         testing.TB
+	accessLog string    // the access log (one is added when the config has none)
+	rec       *recorder // what the test got through client()
 	dir    string
 	config string
 	proxy  string // host:port
@@ -58,13 +60,16 @@ type peerd struct {
 // reported in its log, which fails the test).
 func startPeerd(t testing.TB, config string) *peerd {
 	t.Helper()
+	config, accessLog := withSuiteAccessLog(t, config)
 	tp, err := testbed.StartPeerd(peerdBin, t.TempDir(), config, "GORACE=atexit_sleep_ms=0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &peerd{Peerd: tp, t: t, dir: tp.Dir, config: tp.Config, proxy: tp.Proxy, admin: tp.Admin, exited: tp.Exited()}
+	p := &peerd{Peerd: tp, t: t, dir: tp.Dir, config: tp.Config, proxy: tp.Proxy, admin: tp.Admin, exited: tp.Exited(),
+		accessLog: accessLog, rec: &recorder{}}
 	t.Cleanup(func() {
 		p.Stop()
+		checkAgreement(t, p.accessLog, p.rec)
 		if strings.Contains(p.Logs(), "DATA RACE") {
 			t.Error("the race detector reported a data race in peerd")
 		}
@@ -82,10 +87,8 @@ func (p *peerd) stop()              { p.Stop() }
 // client returns an HTTP client that uses peerd as its proxy.
 func (p *peerd) client() *http.Client {
 	u, _ := url.Parse("http://" + p.proxy)
-	return &http.Client{
-		Transport: &http.Transport{Proxy: http.ProxyURL(u), MaxIdleConnsPerHost: 16},
-		Timeout:   20 * time.Second,
-	}
+	p.rec.base = &http.Transport{Proxy: http.ProxyURL(u), MaxIdleConnsPerHost: 16}
+	return &http.Client{Transport: p.rec, Timeout: 20 * time.Second}
 }
 
 // peerStatus is the part of PEER the tests read.
