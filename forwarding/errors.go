@@ -3,8 +3,8 @@ package forwarding
 import (
 	"bufio"
 
-	"github.com/peerd/peerd/selection"
 	"fmt"
+	"github.com/peerd/peerd/selection"
 	"net/http"
 	"strconv"
 )

@@ -47,11 +47,11 @@ type peerd struct {
 	t         testing.TB
 	accessLog string    // the access log (one is added when the config has none)
 	rec       *recorder // what the test got through client()
-	dir    string
-	config string
-	proxy  string // host:port
-	admin  string
-	exited <-chan struct{}
+	dir       string
+	config    string
+	proxy     string // host:port
+	admin     string
+	exited    <-chan struct{}
 }
 
 // startPeerd writes config to a file and runs peerd on it. Listen
