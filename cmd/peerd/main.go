@@ -25,6 +25,14 @@ func main() {
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 {
+		switch args[0] {
+		case "import-squid":
+			return importSquidCommand(args[1:], stdout, stderr)
+		case "status":
+			return statusCommand(ctx, args[1:], stdout, stderr)
+		}
+	}
 	fs := flag.NewFlagSet("peerd", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	path := fs.String("config", "", "TOML config `file` (default: the embedded default, a direct proxy on 127.0.0.1:3128)")

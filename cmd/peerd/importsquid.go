@@ -1,0 +1,535 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// peerd import-squid FILE: an equivalent peerd TOML for a squid.conf.
+// cache_peer lines and their options become [[peer]] tables; the options
+// that pick parents (round-robin, weighted-round-robin, carp, sourcehash)
+// become [selection] policy; never_direct/always_direct/prefer_direct,
+// http_port, visible_hostname, the timeouts, forward_max_tries, cache_mem,
+// maximum_object_size and pconn_timeout their keys. Whatever cannot be
+// carried over is listed, as TOML comments in the output and on stderr.
+
+// squidPeer is one cache_peer line.
+type squidPeer struct {
+	line                int
+	host, typ           string
+	port, icpPort       int
+	name, login         string
+	weight, failLimit   int
+	maxConn             int
+	connectTimeout      time.Duration
+	isDefault           bool
+	rr, wrr, carp, hash bool
+	noQuery             bool
+}
+
+// squidImport is what was read.
+type squidImport struct {
+	peers          []squidPeer
+	direct         string // "", never, always, prefer
+	listen, name   string
+	peerTimeout    time.Duration
+	connectTimeout time.Duration
+	maxTries       int
+	cacheMem       string
+	maxObject      string
+	pconnTimeout   time.Duration
+	notes          []string
+}
+
+func (s *squidImport) note(line int, format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	if line > 0 {
+		msg = fmt.Sprintf("line %d: %s", line, msg)
+	}
+	s.notes = append(s.notes, msg)
+}
+
+// importSquidCommand runs "peerd import-squid FILE".
+func importSquidCommand(args []string, stdout, stderr io.Writer) int {
+	if len(args) != 1 {
+		fmt.Fprintln(stderr, "usage: peerd import-squid FILE   (prints an equivalent peerd TOML for a squid.conf)")
+		return exitConfig
+	}
+	f, err := os.Open(args[0])
+	if err != nil {
+		fmt.Fprintf(stderr, "peerd: import-squid: %v\n", err)
+		return exitConfig
+	}
+	defer f.Close()
+	out, notes, err := importSquid(f)
+	if err != nil {
+		fmt.Fprintf(stderr, "peerd: import-squid: %s: %v\n", args[0], err)
+		return exitConfig
+	}
+	for _, n := range notes {
+		fmt.Fprintf(stderr, "peerd: import-squid: not carried over: %s\n", n)
+	}
+	io.WriteString(stdout, out)
+	return exitOK
+}
+
+// importSquid converts a squid.conf. A cache_peer peerd cannot use at all
+// (an originserver, a multicast group) is an error: a config without it
+// would route differently from Squid.
+func importSquid(r io.Reader) (string, []string, error) {
+	s := &squidImport{}
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	n := 0
+	var pending string
+	for sc.Scan() {
+		n++
+		raw := sc.Text()
+		// A trailing backslash continues the line (squid.conf allows it).
+		if strings.HasSuffix(raw, "\\") {
+			pending += strings.TrimSuffix(raw, "\\") + " "
+			continue
+		}
+		line := strings.TrimSpace(pending + raw)
+		pending = ""
+		if i := strings.IndexByte(line, '#'); i >= 0 {
+			line = strings.TrimSpace(line[:i])
+		}
+		if line == "" {
+			continue
+		}
+		if err := s.directive(n, strings.Fields(line)); err != nil {
+			return "", nil, fmt.Errorf("line %d: %w", n, err)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return "", nil, err
+	}
+	if err := s.uniqueNames(); err != nil {
+		return "", nil, err
+	}
+	out := s.render()
+	// What is printed must pass -check; a squid.conf whose values peerd
+	// refuses is reported here with peerd's own words.
+	if _, ps := parseConfig([]byte(out)); len(ps) > 0 {
+		return "", nil, fmt.Errorf("the converted config would not pass -check: %v", ps)
+	}
+	return out, s.notes, nil
+}
+
+func (s *squidImport) directive(n int, w []string) error {
+	arg := func(i int) string {
+		if i < len(w) {
+			return w[i]
+		}
+		return ""
+	}
+	switch w[0] {
+	case "cache_peer":
+		return s.cachePeer(n, w[1:])
+	case "never_direct", "always_direct":
+		if len(w) == 3 && w[1] == "allow" && w[2] == "all" {
+			s.direct = map[string]string{"never_direct": "never", "always_direct": "always"}[w[0]]
+			return nil
+		}
+		if len(w) == 3 && w[1] == "deny" && w[2] == "all" {
+			return nil // the default
+		}
+		s.note(n, "%s with ACLs (%s): peerd's direct is one setting for all requests", w[0], strings.Join(w[1:], " "))
+	case "prefer_direct":
+		if arg(1) == "on" && s.direct == "" {
+			s.direct = "prefer"
+		}
+	case "http_port":
+		if len(w) > 2 {
+			s.note(n, "http_port options %s", strings.Join(w[2:], " "))
+		}
+		addr := arg(1)
+		if addr == "" {
+			return fmt.Errorf("http_port needs a port")
+		}
+		if _, err := strconv.Atoi(addr); err == nil {
+			addr = "0.0.0.0:" + addr // Squid listens on every address
+		}
+		host, port, err := net.SplitHostPort(addr)
+		if err != nil {
+			return fmt.Errorf("http_port %q: %v", arg(1), err)
+		}
+		if host == "" {
+			host = "0.0.0.0"
+		}
+		addr = net.JoinHostPort(host, port)
+		if ap, err := netip.ParseAddrPort(addr); err != nil || ap.Port() == 0 {
+			return fmt.Errorf("http_port %q: peerd listens on an IP address and a port (e.g. 3128 or 10.0.0.1:3128)", arg(1))
+		}
+		if s.listen != "" {
+			s.note(n, "a second http_port (%s): peerd listens on one address", arg(1))
+			return nil
+		}
+		s.listen = addr
+	case "visible_hostname":
+		s.name = arg(1)
+	case "peer_connect_timeout", "connect_timeout", "pconn_timeout":
+		d, err := squidDuration(w[1:])
+		if err != nil {
+			return fmt.Errorf("%s: %v", w[0], err)
+		}
+		switch w[0] {
+		case "peer_connect_timeout":
+			s.peerTimeout = d
+		case "connect_timeout":
+			s.connectTimeout = d
+		default:
+			s.pconnTimeout = d
+		}
+	case "forward_max_tries":
+		v, err := strconv.Atoi(arg(1))
+		if err != nil || v < 1 {
+			return fmt.Errorf("forward_max_tries %q is not a positive number", arg(1))
+		}
+		s.maxTries = v
+	case "cache_mem", "maximum_object_size":
+		size, err := squidSize(w[1:])
+		if err != nil {
+			return fmt.Errorf("%s: %v", w[0], err)
+		}
+		if w[0] == "cache_mem" {
+			s.cacheMem = size
+		} else {
+			s.maxObject = size
+		}
+	default:
+		s.note(n, "%s", strings.Join(w, " "))
+	}
+	return nil
+}
+
+// cachePeer reads "cache_peer HOST TYPE HTTP-PORT ICP-PORT [OPTIONS]".
+func (s *squidImport) cachePeer(n int, w []string) error {
+	if len(w) < 4 {
+		return fmt.Errorf("cache_peer needs a host, a type, an http port and an icp port")
+	}
+	p := squidPeer{line: n, host: w[0], typ: w[1], weight: 1}
+	switch p.typ {
+	case "parent", "sibling":
+	case "multicast":
+		return fmt.Errorf("cache_peer %s is a multicast ICP group: peerd has no multicast peers", p.host)
+	default:
+		return fmt.Errorf("cache_peer %s: unknown type %q (want parent or sibling)", p.host, p.typ)
+	}
+	var err error
+	if p.port, err = strconv.Atoi(w[2]); err != nil || p.port < 1 || p.port > 65535 {
+		return fmt.Errorf("cache_peer %s: http port %q is not a port", p.host, w[2])
+	}
+	if p.icpPort, err = strconv.Atoi(w[3]); err != nil || p.icpPort < 0 || p.icpPort > 65535 {
+		return fmt.Errorf("cache_peer %s: icp port %q is not a port", p.host, w[3])
+	}
+	if strings.ContainsAny(p.host, "/ \"") || p.host == "" {
+		return fmt.Errorf("cache_peer %q is not a host name or address", p.host)
+	}
+	for _, o := range w[4:] {
+		key, val, hasVal := strings.Cut(o, "=")
+		num := func() (int, error) {
+			v, err := strconv.Atoi(val)
+			if err != nil || v < 0 {
+				return 0, fmt.Errorf("cache_peer %s: %s=%q is not a number", p.host, key, val)
+			}
+			return v, nil
+		}
+		switch {
+		case key == "name" && hasVal:
+			p.name = val
+		case key == "weight" && hasVal:
+			if p.weight, err = num(); err != nil {
+				return err
+			}
+			if p.weight < 1 {
+				p.weight = 1
+			}
+		case key == "connect-fail-limit" && hasVal:
+			if p.failLimit, err = num(); err != nil {
+				return err
+			}
+		case key == "max-conn" && hasVal:
+			if p.maxConn, err = num(); err != nil {
+				return err
+			}
+		case key == "connect-timeout" && hasVal:
+			d, err := squidDuration([]string{val})
+			if err != nil {
+				return fmt.Errorf("cache_peer %s: connect-timeout: %v", p.host, err)
+			}
+			p.connectTimeout = d
+		case key == "login" && hasVal:
+			if !strings.Contains(val, ":") || strings.EqualFold(val, "PASSTHRU") || strings.HasPrefix(val, "*") {
+				s.note(n, "cache_peer %s login=%s: peerd sends a fixed user:pass only", p.host, val)
+				continue
+			}
+			p.login = val
+		case key == "default" && !hasVal:
+			p.isDefault = true
+		case key == "round-robin":
+			p.rr = true
+		case key == "weighted-round-robin":
+			p.wrr = true
+		case key == "carp":
+			p.carp = true
+		case key == "sourcehash":
+			p.hash = true
+		case key == "no-query":
+			p.noQuery = true
+		case key == "proxy-only":
+			// Squid does not store what this peer returns; peerd's cache
+			// stores by the response's own rules.
+			s.note(n, "cache_peer %s proxy-only: peerd stores responses from every peer by their own rules", p.host)
+		case key == "no-digest", key == "no-netdb-exchange", key == "no-delay":
+			// Nothing to carry over: peerd has no digests, netdb or delay pools.
+		case key == "originserver":
+			return fmt.Errorf("cache_peer %s is an originserver (a reverse-proxy backend): peerd is a forward proxy and has no equivalent", p.host)
+		default:
+			s.note(n, "cache_peer %s option %s", p.host, o)
+		}
+	}
+	if p.icpPort != 0 && !p.noQuery {
+		s.note(n, "cache_peer %s ICP port %d: ICP queries are not carried over (the peer is asked by HTTP)", p.host, p.icpPort)
+	}
+	s.peers = append(s.peers, p)
+	return nil
+}
+
+func (s *squidImport) uniqueNames() error {
+	seen := map[string]int{}
+	for i := range s.peers {
+		p := &s.peers[i]
+		if p.name == "" {
+			p.name = p.host
+		}
+		if prev, ok := seen[p.name]; ok {
+			return fmt.Errorf("line %d: cache_peer name %q is already used on line %d (give it name=)", p.line, p.name, prev)
+		}
+		seen[p.name] = p.line
+	}
+	return nil
+}
+
+// policy is what the parents' selection options add up to. Squid's
+// round-robin honours weight= (it orders parents by use count over weight),
+// so unequal weights are peerd's weighted-round-robin; Squid's
+// weighted-round-robin weighs by ICP RTT, which peerd does not measure.
+func (s *squidImport) policy() string {
+	counts := map[string]int{}
+	weights := map[int]bool{}
+	for _, p := range s.peers {
+		if p.typ != "parent" {
+			continue
+		}
+		switch {
+		case p.carp:
+			counts["carp"]++
+		case p.hash:
+			counts["sourcehash"]++
+		case p.rr:
+			counts["round-robin"]++
+			weights[p.weight] = true
+		case p.wrr:
+			counts["weighted-round-robin"]++
+			weights[p.weight] = true
+		}
+	}
+	if len(counts) == 0 {
+		return "first-up"
+	}
+	names := make([]string, 0, len(counts))
+	for k := range counts {
+		names = append(names, k)
+	}
+	sort.Slice(names, func(i, j int) bool {
+		if counts[names[i]] != counts[names[j]] {
+			return counts[names[i]] > counts[names[j]]
+		}
+		return names[i] < names[j]
+	})
+	pick := names[0]
+	if len(names) > 1 {
+		s.note(0, "parents mix selection options (%s): peerd uses one policy for all parents, %s", strings.Join(names, ", "), pick)
+	}
+	switch pick {
+	case "weighted-round-robin":
+		s.note(0, "Squid's weighted-round-robin weighs parents by ICP round-trip time; peerd has no RTT weighting and uses their weights")
+		if len(weights) <= 1 {
+			return "round-robin"
+		}
+		return "weighted-round-robin"
+	case "round-robin":
+		if len(weights) > 1 {
+			return "weighted-round-robin"
+		}
+	}
+	return pick
+}
+
+func (s *squidImport) render() string {
+	var b strings.Builder
+	b.WriteString("# peerd config imported from a squid.conf by `peerd import-squid`.\n")
+	policy := s.policy()
+	if len(s.notes) > 0 {
+		b.WriteString("#\n# Not carried over:\n")
+		for _, n := range s.notes {
+			fmt.Fprintf(&b, "#   %s\n", commentText(n))
+		}
+	}
+	b.WriteString("\n[proxy]\n")
+	if s.listen != "" {
+		fmt.Fprintf(&b, "listen = %s\n", tomlString(s.listen))
+	}
+	if s.name != "" {
+		fmt.Fprintf(&b, "name = %s\n", tomlString(s.name))
+	}
+	if s.connectTimeout > 0 {
+		fmt.Fprintf(&b, "connect_timeout = %s\n", tomlString(s.connectTimeout.String()))
+	}
+	if s.maxTries > 0 {
+		fmt.Fprintf(&b, "forward_max_tries = %d\n", s.maxTries)
+	}
+	if s.pconnTimeout > 0 {
+		fmt.Fprintf(&b, "pconn_timeout = %s\n", tomlString(s.pconnTimeout.String()))
+	}
+	direct := s.direct
+	if direct == "" {
+		direct = "allow"
+	}
+	fmt.Fprintf(&b, "direct = %q\n", direct)
+	fmt.Fprintf(&b, "\n[selection]\npolicy = %q\n", policy)
+	if s.cacheMem != "" || s.maxObject != "" {
+		b.WriteString("\n[cache]\n")
+		if s.cacheMem != "" {
+			fmt.Fprintf(&b, "memory = %s\n", tomlString(s.cacheMem))
+		}
+		if s.maxObject != "" {
+			fmt.Fprintf(&b, "max_object = %s\n", tomlString(s.maxObject))
+		}
+	}
+	for _, p := range s.peers {
+		fmt.Fprintf(&b, "\n[[peer]]  # squid.conf line %d\nname = %s\nhost = %s\nport = %d\ntype = %q\n", p.line, tomlString(p.name), tomlString(p.host), p.port, p.typ)
+		if p.weight != 1 {
+			fmt.Fprintf(&b, "weight = %d\n", p.weight)
+		}
+		if p.failLimit > 0 {
+			fmt.Fprintf(&b, "connect_fail_limit = %d\n", p.failLimit)
+		}
+		timeout := p.connectTimeout
+		if timeout == 0 {
+			timeout = s.peerTimeout
+		}
+		if timeout > 0 {
+			fmt.Fprintf(&b, "connect_timeout = %s\n", tomlString(timeout.String()))
+		}
+		if p.maxConn > 0 {
+			fmt.Fprintf(&b, "max_conn = %d\n", p.maxConn)
+		}
+		if p.isDefault {
+			b.WriteString("default = true\n")
+		}
+		if p.login != "" {
+			fmt.Fprintf(&b, "login = %s\n", tomlString(p.login))
+		}
+	}
+	return b.String()
+}
+
+// tomlString writes s as a TOML basic string: invalid UTF-8 becomes
+// U+FFFD, control characters \uXXXX escapes (Go's %q would write \x
+// escapes, which TOML does not have).
+func tomlString(s string) string {
+	var b strings.Builder
+	b.WriteByte('"')
+	for _, r := range strings.ToValidUTF8(s, "\uFFFD") {
+		switch {
+		case r == '"' || r == '\\':
+			b.WriteByte('\\')
+			b.WriteRune(r)
+		case r < 0x20 || r == 0x7f:
+			fmt.Fprintf(&b, "\\u%04X", r)
+		default:
+			b.WriteRune(r)
+		}
+	}
+	b.WriteByte('"')
+	return b.String()
+}
+
+// commentText makes a note safe for a TOML comment: valid UTF-8, no
+// control characters.
+func commentText(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f {
+			return ' '
+		}
+		return r
+	}, strings.ToValidUTF8(s, "?"))
+}
+
+// squidDuration reads Squid's "N [units]" (seconds when no unit).
+func squidDuration(w []string) (time.Duration, error) {
+	if len(w) == 0 {
+		return 0, fmt.Errorf("missing a time")
+	}
+	v, err := strconv.ParseFloat(w[0], 64)
+	if err != nil || v < 0 {
+		return 0, fmt.Errorf("%q is not a time", strings.Join(w, " "))
+	}
+	unit := time.Second
+	if len(w) > 1 {
+		switch strings.TrimSuffix(strings.ToLower(w[1]), "s") {
+		case "second", "sec":
+			unit = time.Second
+		case "minute", "min":
+			unit = time.Minute
+		case "hour":
+			unit = time.Hour
+		case "day":
+			unit = 24 * time.Hour
+		case "millisecond", "m":
+			unit = time.Millisecond
+		default:
+			return 0, fmt.Errorf("unknown time unit %q", w[1])
+		}
+	}
+	return time.Duration(v * float64(unit)), nil
+}
+
+// squidSize reads Squid's "N [units]" (KB when no unit; Squid's KB and
+// MB are binary) into a peerd size.
+func squidSize(w []string) (string, error) {
+	if len(w) == 0 {
+		return "", fmt.Errorf("missing a size")
+	}
+	v, err := strconv.ParseInt(w[0], 10, 64)
+	if err != nil || v < 0 {
+		return "", fmt.Errorf("%q is not a size", strings.Join(w, " "))
+	}
+	unit := "KiB"
+	if len(w) > 1 {
+		switch strings.ToUpper(w[1]) {
+		case "BYTES", "B":
+			unit = ""
+		case "KB":
+			unit = "KiB"
+		case "MB":
+			unit = "MiB"
+		case "GB":
+			unit = "GiB"
+		default:
+			return "", fmt.Errorf("unknown size unit %q", w[1])
+		}
+	}
+	return strconv.FormatInt(v, 10) + unit, nil
+}

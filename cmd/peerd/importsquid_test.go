@@ -1,0 +1,156 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/peerd/peerd/peers"
+	"github.com/peerd/peerd/selection"
+)
+
+// TestImportSquidCorpus: every squid.conf of the corpus converts to a
+// config that passes the checks, and its peers, policy and direct setting
+// are what Squid would use.
+func TestImportSquidCorpus(t *testing.T) {
+	type peer struct {
+		name, host string
+		port       int
+		typ        peers.Type
+		weight     int
+	}
+	cases := []struct {
+		file    string
+		policy  selection.Policy
+		direct  selection.Direct
+		peers   []peer
+		notes   []string // substrings of what is not carried over
+		check   func(t *testing.T, c *fileConfig)
+		refused string
+	}{
+		{file: "rr-equal.conf", policy: selection.RoundRobin, direct: selection.DirectNever,
+			peers: []peer{{"p1", "10.0.0.1", 3128, peers.Parent, 1}, {"p2", "10.0.0.2", 3128, peers.Parent, 1}, {"p3", "10.0.0.3", 8080, peers.Parent, 1}},
+			check: func(t *testing.T, c *fileConfig) {
+				if c.Proxy.Listen != "0.0.0.0:3128" || c.Proxy.Name != "child1.example.net" {
+					t.Errorf("listen %q name %q", c.Proxy.Listen, c.Proxy.Name)
+				}
+			}},
+		{file: "rr-weighted.conf", policy: selection.WeightedRoundRobin, direct: selection.DirectNever,
+			peers: []peer{{"big.example.net", "big.example.net", 3128, peers.Parent, 3}, {"small1.example.net", "small1.example.net", 3128, peers.Parent, 1}, {"small2.example.net", "small2.example.net", 3128, peers.Parent, 1}},
+			check: func(t *testing.T, c *fileConfig) {
+				if c.Proxy.Listen != "127.0.0.1:3129" {
+					t.Errorf("listen %q", c.Proxy.Listen)
+				}
+			}},
+		{file: "carp.conf", policy: selection.CARP, direct: selection.DirectPrefer,
+			peers: []peer{{"c1", "192.0.2.10", 3128, peers.Parent, 2}, {"c2", "192.0.2.11", 3128, peers.Parent, 1}, {"c3", "192.0.2.12", 3128, peers.Parent, 1}}},
+		{file: "sourcehash.conf", policy: selection.SourceHash, direct: selection.DirectNever,
+			peers: []peer{{"h1", "10.1.0.1", 3128, peers.Parent, 1}, {"h2", "10.1.0.2", 3128, peers.Parent, 1}}},
+		{file: "hierarchy.conf", policy: selection.FirstUp, direct: selection.DirectNever,
+			peers: []peer{{"sib1", "sib1.example.net", 3128, peers.Sibling, 1}, {"sib2", "sib2.example.net", 3128, peers.Sibling, 1}, {"up1", "up1.example.net", 3128, peers.Parent, 1}, {"up2", "up2.example.net", 3128, peers.Parent, 1}},
+			notes: []string{"proxy-only", "sib1.example.net ICP port 3130"},
+			check: func(t *testing.T, c *fileConfig) {
+				up1, up2, sib := c.Peers[2], c.Peers[3], c.Peers[0]
+				if up1.ConnectFailLimit != 5 || up1.MaxConn != 200 || up1.ConnectTimeout != 3*time.Second || up1.Login != "child:s3cret" {
+					t.Errorf("up1 = %+v", up1)
+				}
+				if !up2.Default || up2.ConnectTimeout != 5*time.Second || sib.ConnectTimeout != 5*time.Second {
+					t.Errorf("up2 = %+v sib1 = %+v; want default and peer_connect_timeout 5s", up2, sib)
+				}
+				if c.Proxy.ConnectTimeout != time.Minute || c.Proxy.ForwardMaxTries != 10 || c.Proxy.PconnTimeout != 2*time.Minute || c.Proxy.Name != "edge7" {
+					t.Errorf("proxy = %+v", c.Proxy)
+				}
+				if c.Cache.Memory != 512<<20 || c.Cache.MaxObject != 8<<20 {
+					t.Errorf("cache = %+v", c.Cache)
+				}
+			}},
+		{file: "wrr.conf", policy: selection.WeightedRoundRobin, direct: selection.DirectAllow,
+			peers: []peer{{"w1", "10.2.0.1", 3128, peers.Parent, 2}, {"w2", "10.2.0.2", 3128, peers.Parent, 1}},
+			notes: []string{"ICP round-trip time"}},
+		{file: "firstup.conf", policy: selection.FirstUp, direct: selection.DirectAlways,
+			peers: []peer{{"primary.example.net", "primary.example.net", 3128, peers.Parent, 1}, {"backup.example.net", "backup.example.net", 3128, peers.Parent, 1}}},
+		{file: "unsupported.conf", policy: selection.FirstUp, direct: selection.DirectAllow,
+			peers: []peer{{"only", "10.3.0.1", 3128, peers.Parent, 1}},
+			notes: []string{"acl localnet", "http_access allow localnet", "cache_dir", "refresh_pattern", "login=PASSTHRU", "option ssl", "always_direct with ACLs"}},
+		{file: "originserver.conf", refused: "originserver"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.file, func(t *testing.T) {
+			f, err := os.Open(filepath.Join("testdata", "squid", tc.file))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			out, notes, err := importSquid(f)
+			if tc.refused != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.refused) {
+					t.Fatalf("err %v; want a refusal naming %s", err, tc.refused)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			path := filepath.Join(t.TempDir(), "peerd.toml")
+			os.WriteFile(path, []byte(out), 0o644)
+			cfg, ps := loadConfig(path)
+			if len(ps) > 0 {
+				t.Fatalf("the output does not pass -check: %v\n%s", ps, out)
+			}
+			if cfg.Selection.Policy != tc.policy || cfg.Proxy.Direct != tc.direct {
+				t.Errorf("policy %v direct %v; want %v %v", cfg.Selection.Policy, cfg.Proxy.Direct, tc.policy, tc.direct)
+			}
+			if len(cfg.Peers) != len(tc.peers) {
+				t.Fatalf("%d peers; want %d\n%s", len(cfg.Peers), len(tc.peers), out)
+			}
+			for i, w := range tc.peers {
+				g := cfg.Peers[i].WithDefaults()
+				if g.Name != w.name || g.Host != w.host || g.Port != w.port || g.Type != w.typ || g.Weight != w.weight {
+					t.Errorf("peer %d = %s %s:%d %v w%d; want %+v", i, g.Name, g.Host, g.Port, g.Type, g.Weight, w)
+				}
+			}
+			all := strings.Join(notes, "\n")
+			for _, n := range tc.notes {
+				if !strings.Contains(all, n) {
+					t.Errorf("not carried over lacks %q:\n%s", n, all)
+				}
+				if !strings.Contains(out, n) {
+					t.Errorf("the output's comments lack %q", n)
+				}
+			}
+			if tc.check != nil {
+				tc.check(t, cfg)
+			}
+		})
+	}
+}
+
+// FuzzImportSquid: whatever a squid.conf holds, the importer either
+// refuses it with a line-numbered error or prints a config that passes
+// -check.
+func FuzzImportSquid(f *testing.F) {
+	entries, _ := os.ReadDir(filepath.Join("testdata", "squid"))
+	for _, e := range entries {
+		b, _ := os.ReadFile(filepath.Join("testdata", "squid", e.Name()))
+		f.Add(string(b))
+	}
+	f.Add("cache_peer a parent 1 0 weight=0 name=\"x\"\ncache_peer b sibling 65535 65535 connect-timeout=0.5 max-conn=-1")
+	f.Add("http_port [::1]:3128\ncache_mem 0 bytes\nforward_max_tries 0")
+	dir := f.TempDir()
+	f.Fuzz(func(t *testing.T, conf string) {
+		out, _, err := importSquid(strings.NewReader(conf))
+		if err != nil {
+			if !strings.HasPrefix(err.Error(), "line ") && !strings.HasPrefix(err.Error(), "the converted config") {
+				t.Fatalf("an error that names neither a line nor the check: %v", err)
+			}
+			return
+		}
+		path := filepath.Join(dir, "out.toml")
+		os.WriteFile(path, []byte(out), 0o644)
+		if _, ps := loadConfig(path); len(ps) > 0 {
+			t.Fatalf("import of\n%s\nprints a config -check refuses: %v\n%s", conf, ps, out)
+		}
+	})
+}
