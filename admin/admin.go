@@ -67,6 +67,8 @@ type Options struct {
 	// Cache returns the HTTP cache in use (nil when it is off); nil
 	// means peerd has none.
 	Cache func() *cache.Cache
+	// Name and Version head the status page.
+	Name, Version string
 }
 
 // API is the admin HTTP handler.
@@ -81,11 +83,13 @@ type API struct {
 	router  *mux.Router
 	guard   *tokenGuard
 	cache   func() *cache.Cache
+	name    string
+	version string
 }
 
 // New builds the API with the given token.
 func New(o Options, token string) *API {
-	a := &API{reg: o.Registry, prober: o.Prober, reload: o.Reload, explain: o.Explain, log: o.Log, guard: newTokenGuard(), cache: o.Cache}
+	a := &API{reg: o.Registry, prober: o.Prober, reload: o.Reload, explain: o.Explain, log: o.Log, guard: newTokenGuard(), cache: o.Cache, name: o.Name, version: o.Version}
 	if a.cache == nil {
 		a.cache = func() *cache.Cache { return nil }
 	}
@@ -104,6 +108,7 @@ func New(o Options, token string) *API {
 	r.HandleFunc("/plan", a.plan).Methods(http.MethodGet)
 	r.HandleFunc("/audit", a.listAudit).Methods(http.MethodGet)
 	r.HandleFunc("/cache", a.write(a.purgeCache)).Methods(http.MethodDelete)
+	r.HandleFunc("/", a.statusPage).Methods(http.MethodGet)
 	r.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	}).Methods(http.MethodGet)

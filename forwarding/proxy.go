@@ -193,6 +193,9 @@ func (p *Proxy) Update(c Config) error {
 
 func (p *Proxy) config() *runtimeConfig { return p.cfg.Load() }
 
+// Name is the proxy's name in force (Via, Cache-Status, Proxy-Status).
+func (p *Proxy) Name() string { return p.config().Name }
+
 // hostName is the default name: the machine's host name, as Squid's
 // visible_hostname defaults to it.
 func hostName() string {

@@ -100,7 +100,7 @@ func newServer(path string, cfg *fileConfig, stderr io.Writer) (*server, error) 
 	s.proxy.SetCache(cache.New(cfg.Cache))
 	promReg.MustRegister(s.proxy.CacheCollector())
 	s.api = admin.New(admin.Options{Registry: reg, Prober: s.prober, Reload: s.reload, Explain: s.planner.Explain,
-		Gatherer: promReg, Log: lg, Cache: s.proxy.Cache}, cfg.Admin.Token)
+		Gatherer: promReg, Log: lg, Cache: s.proxy.Cache, Name: s.proxy.Name(), Version: version}, cfg.Admin.Token)
 	return s, nil
 }
 

@@ -1,0 +1,121 @@
+package admin
+
+import (
+	_ "embed"
+	"fmt"
+	"html/template"
+	"net/http"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/peerd/peerd/peers"
+)
+
+// GET /: the status page. Server-rendered with html/template from embedded
+// assets, nothing fetched from elsewhere; it refreshes itself with a meta
+// tag, so it works without JavaScript.
+
+var (
+	//go:embed assets/status.html
+	statusHTML string
+	//go:embed assets/status.css
+	statusCSS  string
+	statusPage = template.Must(template.New("status").Parse(statusHTML))
+)
+
+type statusRow struct {
+	Name, Type, Address, State, StateClass, Admin, AdminNote string
+	Fails, Requests, InFlight, Deaths                         int64
+	Connect, Classes, LastError                               string
+}
+
+type statusTransition struct {
+	At, Peer, From, To, Cause, Error string
+}
+
+type statusData struct {
+	Name, Version, Now string
+	CSS                template.CSS
+	Refresh            int
+	Alive, Dead, Other int
+	Peers              []statusRow
+	Transitions        []statusTransition
+	Cache              string
+}
+
+func (a *API) statusPage(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path != "/" {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("no such endpoint: %s %s", r.Method, r.URL.Path))
+		return
+	}
+	now := time.Now()
+	d := statusData{Name: a.name, Version: a.version, Now: now.UTC().Format("2006-01-02 15:04:05 UTC"), CSS: template.CSS(statusCSS), Refresh: 5}
+	var ts []statusTransition
+	type stamped struct {
+		at time.Time
+		t  statusTransition
+	}
+	var all []stamped
+	for _, s := range a.reg.List(peers.Filter{}) {
+		p := s.Peer
+		row := statusRow{
+			Name: p.Name(), Type: p.Type().String(), Address: p.Addr(), State: s.State.String(), StateClass: s.State.String(),
+			Admin: s.Admin.String(), Fails: s.ConsecutiveFailures, Requests: s.RequestsTotal, InFlight: s.InFlight, Deaths: s.DeathsTotal,
+			Connect: "-", LastError: s.LastError,
+		}
+		switch {
+		case s.State == peers.Alive && s.Suspect:
+			row.State, row.StateClass = "suspect", "suspect"
+		case s.State == peers.Dead && s.Flapping:
+			row.State += " (flapping)"
+		}
+		switch s.State {
+		case peers.Alive:
+			d.Alive++
+		case peers.Dead:
+			d.Dead++
+		default:
+			d.Other++
+		}
+		if s.ConnectTime > 0 {
+			row.Connect = fmt.Sprintf("%.1f ms", float64(s.ConnectTime)/float64(time.Millisecond))
+		}
+		var notes []string
+		if s.AdminReason != "" {
+			notes = append(notes, s.AdminReason)
+		}
+		if !s.AdminUntil.IsZero() {
+			notes = append(notes, "until "+s.AdminUntil.UTC().Format("15:04:05"))
+		}
+		row.AdminNote = strings.Join(notes, ", ")
+		var classes []string
+		fc := p.FailuresByClass()
+		for _, k := range peers.FailureClassNames {
+			if fc[k] > 0 {
+				classes = append(classes, fmt.Sprintf("%s %d", k, fc[k]))
+			}
+		}
+		row.Classes = strings.Join(classes, ", ")
+		d.Peers = append(d.Peers, row)
+		for _, h := range p.History() {
+			all = append(all, stamped{h.At, statusTransition{At: h.At.UTC().Format("15:04:05"), Peer: p.Name(), From: h.From, To: h.To, Cause: h.Cause, Error: h.Error}})
+		}
+	}
+	sort.SliceStable(all, func(i, j int) bool { return all[i].at.After(all[j].at) })
+	for i := 0; i < len(all) && i < 20; i++ {
+		ts = append(ts, all[i].t)
+	}
+	d.Transitions = ts
+	if c := a.cache(); c != nil {
+		st := c.Stats()
+		d.Cache = fmt.Sprintf("%d objects, %.1f of %.0f MiB, hit ratio %.1f%% (%d hits, %d misses, %d collapsed, %d stale served)",
+			st.Objects, float64(st.Bytes)/(1<<20), float64(st.Memory)/(1<<20), 100*st.HitRatio, st.Hits, st.Misses, st.Collapsed, st.StaleServed)
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'")
+	if err := statusPage.Execute(w, d); err != nil {
+		a.log.WithError(err).Warn("status page")
+	}
+}
