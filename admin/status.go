@@ -26,8 +26,8 @@ var (
 
 type statusRow struct {
 	Name, Type, Address, State, StateClass, Admin, AdminNote string
-	Fails, Requests, InFlight, Deaths                         int64
-	Connect, Classes, LastError                               string
+	Fails, Requests, InFlight, Deaths                        int64
+	Connect, Classes, LastError                              string
 }
 
 type statusTransition struct {
