@@ -13,7 +13,8 @@ import (
 // selection only peers; forwarding peers, dialer, selection (types) and
 // internal/h1 (framing), access (destination policy) and cache; cache
 // only internal/h1 (it parses heads, it never dials); internal/h1 and
-// access nothing of ours; admin only peers and cache (GET /cache);
+// access nothing of ours; admin only peers, selection (the types
+// GET /plan renders) and cache (GET /cache);
 // nothing imports cmd/peerd. Third-party libraries stay
 // in their owners: go-memdb in peers, gorilla/mux in admin, toml in
 // cmd/peerd.
@@ -29,7 +30,7 @@ func TestDependencyDirection(t *testing.T) {
 		"access":        {"internal/conf"},
 		"internal/h1":   {},
 		"internal/conf": {},
-		"admin":         {"peers", "cache", "internal/h1", "internal/conf"},
+		"admin":         {"peers", "selection", "cache", "internal/h1", "internal/conf"},
 	}
 	owners := map[string]string{
 		"github.com/hashicorp/go-memdb": "peers",

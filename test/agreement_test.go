@@ -23,16 +23,22 @@ type exchange struct {
 	status           int
 }
 
+// recorder holds the exchanges of every client of one peerd; each
+// client has its own transport (clients are made concurrently).
 type recorder struct {
-	base http.RoundTripper
 	mu   sync.Mutex
 	recs []exchange
 }
 
+type recordingTransport struct {
+	base http.RoundTripper
+	rec  *recorder
+}
+
 var nextHopRE = regexp.MustCompile(`next-hop=("?)([^;",]+)`)
 
-func (r *recorder) RoundTrip(req *http.Request) (*http.Response, error) {
-	resp, err := r.base.RoundTrip(req)
+func (t *recordingTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := t.base.RoundTrip(req)
 	if err != nil || req.Method == http.MethodConnect || req.URL.Scheme != "http" {
 		return resp, err
 	}
@@ -51,9 +57,9 @@ func (r *recorder) RoundTrip(req *http.Request) (*http.Response, error) {
 			ex.nextHop = m[2]
 		}
 	}
-	r.mu.Lock()
-	r.recs = append(r.recs, ex)
-	r.mu.Unlock()
+	t.rec.mu.Lock()
+	t.rec.recs = append(t.rec.recs, ex)
+	t.rec.mu.Unlock()
 	return resp, nil
 }
 

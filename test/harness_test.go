@@ -87,8 +87,8 @@ func (p *peerd) stop()              { p.Stop() }
 // client returns an HTTP client that uses peerd as its proxy.
 func (p *peerd) client() *http.Client {
 	u, _ := url.Parse("http://" + p.proxy)
-	p.rec.base = &http.Transport{Proxy: http.ProxyURL(u), MaxIdleConnsPerHost: 16}
-	return &http.Client{Transport: p.rec, Timeout: 20 * time.Second}
+	rt := &recordingTransport{base: &http.Transport{Proxy: http.ProxyURL(u), MaxIdleConnsPerHost: 16}, rec: p.rec}
+	return &http.Client{Transport: rt, Timeout: 20 * time.Second}
 }
 
 // peerStatus is the part of PEER the tests read.
