@@ -24,7 +24,15 @@ type Cache struct {
 	// background are the keys being revalidated behind a stale answer.
 	background map[string]bool
 
-	hits, misses, refreshes, stale, collapsed atomic.Int64
+	// hits are counted per store shard (a hit's key picks one), so that
+	// concurrent hits do not all bounce one cache line.
+	hits                                [nShards]paddedCounter
+	misses, refreshes, stale, collapsed atomic.Int64
+}
+
+type paddedCounter struct {
+	n atomic.Int64
+	_ [56]byte
 }
 
 type flightShard struct {
@@ -123,10 +131,13 @@ const (
 
 // Count records a request's outcome; collapsed says it was served from
 // another request's response.
-func (c *Cache) Count(o Outcome, collapsed bool) {
+func (c *Cache) Count(o Outcome, collapsed bool) { c.CountKey(nil, o, collapsed) }
+
+// CountKey is Count for the request of key.
+func (c *Cache) CountKey(key []byte, o Outcome, collapsed bool) {
 	switch o {
 	case OutcomeHit:
-		c.hits.Add(1)
+		c.hits[shardIndex(key)].n.Add(1)
 	case OutcomeMiss:
 		c.misses.Add(1)
 	case OutcomeRefresh:
@@ -154,7 +165,11 @@ type Stats struct {
 
 // Stats sums the store and the counters.
 func (c *Cache) Stats() Stats {
-	s := Stats{Hits: c.hits.Load(), Misses: c.misses.Load(), Collapsed: c.collapsed.Load(),
+	var hits int64
+	for i := range c.hits {
+		hits += c.hits[i].n.Load()
+	}
+	s := Stats{Hits: hits, Misses: c.misses.Load(), Collapsed: c.collapsed.Load(),
 		StaleServed: c.stale.Load(), Refreshes: c.refreshes.Load(), Memory: c.store.capacity()}
 	s.Objects, s.Bytes = c.store.stats()
 	if total := s.Hits + s.Misses + s.Refreshes + s.StaleServed; total > 0 {

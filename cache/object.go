@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/peerd/peerd/internal/h1"
@@ -20,6 +21,8 @@ type Object struct {
 	prev      *Object
 	next      *Object
 	protected bool
+	linked    bool          // in the store's lists (under the shard lock)
+	hits      atomic.Uint32 // samples recency refreshes of hot objects
 
 	// Status is the stored response's status code.
 	Status int

@@ -28,7 +28,7 @@ type store struct {
 const nShards = 16
 
 type shard struct {
-	mu        sync.Mutex
+	mu        sync.RWMutex
 	byKey     map[string]*variants
 	probation list
 	protected list
@@ -106,8 +106,24 @@ func shardIndex(key []byte) uint32 {
 // up without allocating.
 func (s *store) get(key []byte, r *Request) (*Object, int) {
 	sh := s.shardOf(key)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
+	// Lookups share the lock; only promoting an object, or refreshing a
+	// hot one's recency (sampled: one hit in 16), takes it alone, so
+	// concurrent hits on one hot object do not queue.
+	sh.mu.RLock()
+	o, n := sh.findLocked(key, r)
+	touch := o != nil && (!o.protected || o.hits.Add(1)&15 == 0)
+	sh.mu.RUnlock()
+	if touch {
+		sh.mu.Lock()
+		if o.linked {
+			sh.touchLocked(o)
+		}
+		sh.mu.Unlock()
+	}
+	return o, n
+}
+
+func (sh *shard) findLocked(key []byte, r *Request) (*Object, int) {
 	vs := sh.byKey[string(key)]
 	if vs == nil {
 		return nil, 0
@@ -118,15 +134,11 @@ func (s *store) get(key []byte, r *Request) (*Object, int) {
 			continue
 		}
 		if !o.partial {
-			sh.touchLocked(o)
 			return o, len(vs.list)
 		}
 		if part == nil && r.Range != nil && o.covers(r) {
 			part = o
 		}
-	}
-	if part != nil {
-		sh.touchLocked(part)
 	}
 	return part, len(vs.list)
 }
@@ -227,13 +239,14 @@ func (s *store) put(o *Object) bool {
 }
 
 func (sh *shard) linkLocked(o *Object) {
-	o.protected = false
+	o.protected, o.linked = false, true
 	sh.probation.pushFront(o)
 	sh.size += o.Size
 	sh.objects++
 }
 
 func (sh *shard) unlinkLocked(o *Object) {
+	o.linked = false
 	if o.protected {
 		sh.protected.remove(o)
 	} else {

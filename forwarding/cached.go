@@ -92,7 +92,7 @@ func (tx *txn) consult(ch *cache.Cache) (bool, outcome) {
 	}
 	o, v := ch.Lookup(cq, tx.start)
 	if v == cache.Hit {
-		ch.Count(cache.OutcomeHit, false)
+		ch.CountKey(cq.Key, cache.OutcomeHit, false)
 		return true, tx.serveObject(o, resultMemHit)
 	}
 	if cq.CC.OnlyIfCached() {
@@ -138,7 +138,7 @@ func (tx *txn) consult(ch *cache.Cache) (bool, outcome) {
 func (tx *txn) serveObject(o *cache.Object, result string) outcome {
 	cc := tx.cc
 	cq := &tx.cq
-	now := time.Now()
+	now := tx.start // Age and ttl as of the request's arrival, a clock read saved
 	status := o.Status
 	var first, last, total int64
 	ranged := false

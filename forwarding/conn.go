@@ -34,6 +34,7 @@ type clientConn struct {
 
 	idle atomic.Bool // waiting for a request (Shutdown may close it)
 	tx   txn
+	memo requestMemo // the last request's counter
 }
 
 func newClientConn(p *Proxy, nc net.Conn) *clientConn {

@@ -515,7 +515,7 @@ func (tx *txn) finish() {
 	}
 	elapsed := time.Since(tx.start)
 	hier := tx.hierarchy()
-	p.metrics.observeRequest(tx.status, hier, elapsed)
+	p.metrics.observeRequest(&tx.cc.memo, tx.status, hier, elapsed)
 	if al := p.access.Load(); al != nil {
 		tx.logBuf = tx.appendLog(tx.logBuf[:0], elapsed, hier)
 		al.Write(tx.logBuf)

@@ -289,7 +289,7 @@ func (p *Parent) serveConn(c net.Conn, rec *ConnRecord) {
 		if status == 200 && strings.Contains(req.Header.Get("Cache-Control"), "only-if-cached") {
 			status = http.StatusGatewayTimeout // a sibling with nothing cached
 		}
-		fmt.Fprintf(bw, "HTTP/1.1 %d %s\r\nContent-Type: text/plain\r\nX-Parent: %s\r\n", status, http.StatusText(status), p.Name)
+		fmt.Fprintf(bw, "HTTP/1.1 %d %s\r\nDate: %s\r\nContent-Type: text/plain\r\nX-Parent: %s\r\n", status, http.StatusText(status), time.Now().UTC().Format(http.TimeFormat), p.Name)
 		for k, vv := range header {
 			for _, v := range vv {
 				fmt.Fprintf(bw, "%s: %s\r\n", k, v)
