@@ -27,6 +27,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/peerd/peerd/internal/testbed"
@@ -277,7 +278,7 @@ func (r *Results) cacheSection() string {
 		return ""
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "\n## 5. Cache: the same %d B objects as hits and as misses, %d connections, median of %d rounds\n\n| path | req/s | child CPU %% | CPU µs per request | p50 ms | p99 ms | errors |\n|---|---:|---:|---:|---:|---:|---:|\n", *size, *conns, max(1, *rounds))
+	fmt.Fprintf(&b, "\n## 5. Cache: the same %d B objects as hits, as cold misses (a new URL each, fetched and stored) and uncacheable (no-store), %d connections, median of %d rounds\n\n| path | req/s | child CPU %% | CPU µs per request | p50 ms | p99 ms | errors |\n|---|---:|---:|---:|---:|---:|---:|\n", *size, *conns, max(1, *rounds))
 	by := map[string]*Throughput{}
 	for i := range r.Cache {
 		t := &r.Cache[i]
@@ -289,6 +290,10 @@ func (r *Results) cacheSection() string {
 	if h, m := by[cachePeerdHit], by[cachePeerdMiss]; h != nil && m != nil && h.CPUusPerReq > 0 {
 		q := m.CPUusPerReq / h.CPUusPerReq
 		row("peerd hit ≥ 3× cheaper in CPU than a miss via a parent", fmt.Sprintf("%.1f / %.1f µs = %.2f×", m.CPUusPerReq, h.CPUusPerReq, q), q >= 3)
+	}
+	if h, m := by[cachePeerdHit], by[cachePeerdPass]; h != nil && m != nil && h.CPUusPerReq > 0 {
+		q := m.CPUusPerReq / h.CPUusPerReq
+		row("(for reference) uncacheable pass-through / hit", fmt.Sprintf("%.1f / %.1f µs = %.2f×", m.CPUusPerReq, h.CPUusPerReq, q), true)
 	}
 	if h, s := by[cachePeerdHit], by[cacheSquidHit]; h != nil && s != nil && s.CPUusPerReq > 0 {
 		q := h.CPUusPerReq / s.CPUusPerReq
@@ -544,21 +549,22 @@ func throughput(work, peerdBin, squidBin, atsBin string) []Throughput {
 	defer par.Close()
 	hops := []hop{hopOf(par)}
 	targets := []tgt{
-		{targetDirect, nil},
-		{targetPeerd, func() *child { return startPeerd(work, peerdBin, hops, "") }},
+		{name: targetDirect},
+		{name: targetPeerd, start: func() *child { return startPeerd(work, peerdBin, hops, "") }},
 	}
 	if squidBin != "" {
-		targets = append(targets, tgt{targetSquid, func() *child { return startSquid(work, squidBin, hops) }})
+		targets = append(targets, tgt{name: targetSquid, start: func() *child { return startSquid(work, squidBin, hops) }})
 	}
 	if atsBin != "" {
-		targets = append(targets, tgt{targetATS, func() *child { return startATS(work, atsBin, hops) }})
+		targets = append(targets, tgt{name: targetATS, start: func() *child { return startATS(work, atsBin, hops) }})
 	}
 	return runRounds(targets, par.Addr, true)
 }
 
 type tgt struct {
-	name  string
-	start func() *child // nil: direct to the parent
+	name   string
+	start  func() *child // nil: direct to the parent
+	unique bool          // every request a new URL (cold cache misses)
 }
 
 // runRounds measures each target: rounds are interleaved (every target
@@ -577,12 +583,12 @@ func runRounds(targets []tgt, directAddr string, fixed bool) []Throughput {
 				time.Sleep(300 * time.Millisecond) // first probe verdicts
 			}
 			// Warm up, then measure, with the child's CPU over the window.
-			load(wrkBin, addr, time.Second)
+			loadURLs(wrkBin, addr, time.Second, t.unique)
 			var before time.Duration
 			if c != nil {
 				before = testbed.CPU(c.pid)
 			}
-			r := load(wrkBin, addr, *duration)
+			r := loadURLs(wrkBin, addr, *duration, t.unique)
 			if c != nil {
 				used := testbed.CPU(c.pid) - before
 				r.CPUPct = 100 * used.Seconds() / duration.Seconds()
@@ -612,8 +618,11 @@ func runRounds(targets []tgt, directAddr string, fixed bool) []Throughput {
 
 // cacheRun: hits and misses of the same objects, peerd's memory cache
 // beside Squid's cache_mem. Hits: the parent says max-age=3600, so after
-// the warm-up every request is answered from memory. Misses: the parent
-// says no-store, so every request goes to it through the cache's code.
+// the warm-up every request is answered from memory. Misses: the same
+// cacheable objects under URLs never asked before (a cold cache), so each
+// is fetched from the parent and stored. Pass: the parent says no-store,
+// so each request goes through the cache's checks to the parent and
+// nothing is stored.
 func cacheRun(work, peerdBin, squidBin string) []Throughput {
 	hitPar, missPar := newParent("fresh"), newParent("nostore")
 	defer hitPar.Close()
@@ -621,22 +630,26 @@ func cacheRun(work, peerdBin, squidBin string) []Throughput {
 	hitPar.SetHeader("Cache-Control", "max-age=3600")
 	missPar.SetHeader("Cache-Control", "no-store")
 	targets := []tgt{
-		{cachePeerdHit, func() *child { return startPeerd(work, peerdBin, []hop{hopOf(hitPar)}, "") }},
-		{cachePeerdMiss, func() *child { return startPeerd(work, peerdBin, []hop{hopOf(missPar)}, "") }},
+		{name: cachePeerdHit, start: func() *child { return startPeerd(work, peerdBin, []hop{hopOf(hitPar)}, "") }},
+		{name: cachePeerdMiss, start: func() *child { return startPeerd(work, peerdBin, []hop{hopOf(hitPar)}, "") }, unique: true},
+		{name: cachePeerdPass, start: func() *child { return startPeerd(work, peerdBin, []hop{hopOf(missPar)}, "") }},
 	}
 	if squidBin != "" {
 		targets = append(targets,
-			tgt{cacheSquidHit, func() *child { return startCachingSquid(work, squidBin, []hop{hopOf(hitPar)}) }},
-			tgt{cacheSquidMiss, func() *child { return startCachingSquid(work, squidBin, []hop{hopOf(missPar)}) }})
+			tgt{name: cacheSquidHit, start: func() *child { return startCachingSquid(work, squidBin, []hop{hopOf(hitPar)}) }},
+			tgt{name: cacheSquidMiss, start: func() *child { return startCachingSquid(work, squidBin, []hop{hopOf(hitPar)}) }, unique: true},
+			tgt{name: cacheSquidPass, start: func() *child { return startCachingSquid(work, squidBin, []hop{hopOf(missPar)}) }})
 	}
 	return runRounds(targets, "", false)
 }
 
 const (
 	cachePeerdHit  = "peerd hit (memory)"
-	cachePeerdMiss = "peerd miss via parent"
+	cachePeerdMiss = "peerd miss via parent, stored"
+	cachePeerdPass = "peerd uncacheable via parent"
 	cacheSquidHit  = "squid hit (cache_mem)"
-	cacheSquidMiss = "squid miss via parent"
+	cacheSquidMiss = "squid miss via parent, stored"
+	cacheSquidPass = "squid uncacheable via parent"
 )
 
 // startCachingSquid is startSquid with its memory cache on, sized as
@@ -758,18 +771,32 @@ func (r *Results) goals() string {
 
 const target = "http://origin.bench/obj"
 
-func load(wrkBin, addr string, d time.Duration) Throughput {
+// loadURLs drives addr for d; unique makes every request's URL one not asked
+// before (a cold cache: each is a miss, fetched and stored).
+func loadURLs(wrkBin, addr string, d time.Duration, unique bool) Throughput {
 	if wrkBin != "" {
-		return wrkLoad(wrkBin, addr, d)
+		return wrkLoad(wrkBin, addr, d, unique)
 	}
-	return goLoad(addr, d)
+	return goLoad(addr, d, unique)
 }
 
 // wrkLoad drives addr with wrk, sending absolute-URI requests so that the
 // proxy (or the parent, which accepts them too) is addressed as a proxy.
-func wrkLoad(bin, addr string, d time.Duration) Throughput {
+func wrkLoad(bin, addr string, d time.Duration, unique bool) Throughput {
 	script := filepath.Join(os.TempDir(), "peerd-bench.lua")
-	os.WriteFile(script, []byte(fmt.Sprintf("wrk.path = %q\nwrk.headers[\"Host\"] = \"origin.bench\"\n", target)), 0o644)
+	lua := fmt.Sprintf("wrk.path = %q\nwrk.headers[\"Host\"] = \"origin.bench\"\n", target)
+	if unique {
+		// Each wrk thread has its own Lua state: a random prefix per
+		// thread keeps their URLs apart.
+		lua = fmt.Sprintf(`math.randomseed(os.time() + tonumber(tostring({}):sub(8), 16))
+local prefix, n = math.random(1, 2^30), 0
+request = function()
+  n = n + 1
+  return wrk.format("GET", %q .. "?" .. prefix .. "-" .. n, {["Host"] = "origin.bench"})
+end
+`, target)
+	}
+	os.WriteFile(script, []byte(lua), 0o644)
 	out, err := exec.Command(bin, "-t2", fmt.Sprintf("-c%d", *conns), fmt.Sprintf("-d%ds", int(d.Seconds())), "--latency", "-s", script, "http://"+addr+"/").CombinedOutput()
 	must(err)
 	s := string(out)
@@ -811,21 +838,27 @@ func proxyClient(addr string, timeout time.Duration) *http.Client {
 	return &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(u), MaxIdleConnsPerHost: 256, DisableCompression: true}, Timeout: timeout}
 }
 
-// goLoad is a closed-loop generator: *conns workers for d.
-func goLoad(addr string, d time.Duration) Throughput {
+// goLoad is a closed-loop generator: *conns workers for d; unique as in
+// loadURLs.
+func goLoad(addr string, d time.Duration, unique bool) Throughput {
 	c := proxyClient(addr, 10*time.Second)
 	var mu sync.Mutex
 	var lat []time.Duration
 	errs := 0
 	end := time.Now().Add(d)
 	var wg sync.WaitGroup
+	var seq atomic.Int64
 	for w := 0; w < *conns; w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for time.Now().Before(end) {
+				u := target
+				if unique {
+					u = fmt.Sprintf("%s?go-%d-%d", target, time.Now().UnixNano(), seq.Add(1))
+				}
 				t0 := time.Now()
-				resp, err := c.Get(target)
+				resp, err := c.Get(u)
 				ok := err == nil && resp.StatusCode == 200
 				if err == nil {
 					io.Copy(io.Discard, resp.Body)
