@@ -16,7 +16,7 @@ import (
 // access nothing of ours; admin only peers, selection (the types
 // GET /plan renders) and cache (GET /cache);
 // nothing imports cmd/peerd. Third-party libraries stay
-// in their owners: go-memdb in peers, gorilla/mux in admin, toml in
+// in their owners: go-memdb in peers, gorilla/mux in admin, memberlist in fleet, toml in
 // cmd/peerd.
 func TestDependencyDirection(t *testing.T) {
 	const mod = "github.com/peerd/peerd/"
@@ -30,12 +30,14 @@ func TestDependencyDirection(t *testing.T) {
 		"access":        {"internal/conf"},
 		"internal/h1":   {},
 		"internal/conf": {},
-		"admin":         {"peers", "selection", "cache", "internal/h1", "internal/conf"},
+		"admin":         {"peers", "selection", "cache", "fleet", "internal/h1", "internal/conf"},
+		"fleet":         {"peers", "internal/conf"},
 	}
 	owners := map[string]string{
-		"github.com/hashicorp/go-memdb": "peers",
-		"github.com/gorilla/mux":        "admin",
-		"github.com/BurntSushi/toml":    "cmd/peerd",
+		"github.com/hashicorp/go-memdb":   "peers",
+		"github.com/gorilla/mux":          "admin",
+		"github.com/hashicorp/memberlist": "fleet",
+		"github.com/BurntSushi/toml":      "cmd/peerd",
 	}
 	for pkg, ok := range allowed {
 		out, err := exec.Command("go", "list", "-deps", "./"+pkg).Output()
@@ -53,7 +55,7 @@ func TestDependencyDirection(t *testing.T) {
 			}
 		}
 	}
-	for _, pkg := range []string{"peers", "dialer", "probes", "selection", "forwarding", "admin", "cmd/peerd"} {
+	for _, pkg := range []string{"peers", "dialer", "probes", "selection", "forwarding", "admin", "fleet", "cmd/peerd"} {
 		out, err := exec.Command("go", "list", "-f", "{{join .Imports \" \"}}", "./"+pkg).Output()
 		if err != nil {
 			t.Fatalf("go list %s: %v", pkg, err)

@@ -19,6 +19,7 @@ import (
 
 	"github.com/gorilla/mux"
 	"github.com/peerd/peerd/cache"
+	"github.com/peerd/peerd/fleet"
 	"github.com/peerd/peerd/internal/conf"
 	"github.com/peerd/peerd/peers"
 	"github.com/peerd/peerd/selection"
@@ -67,6 +68,8 @@ type Options struct {
 	// Cache returns the HTTP cache in use (nil when it is off); nil
 	// means peerd has none.
 	Cache func() *cache.Cache
+	// Fleet is the fleet membership (GET /fleet); nil means none.
+	Fleet *fleet.Fleet
 	// Name and Version head the status page.
 	Name, Version string
 }
@@ -83,13 +86,14 @@ type API struct {
 	router  *mux.Router
 	guard   *tokenGuard
 	cache   func() *cache.Cache
+	fleet   *fleet.Fleet
 	name    string
 	version string
 }
 
 // New builds the API with the given token.
 func New(o Options, token string) *API {
-	a := &API{reg: o.Registry, prober: o.Prober, reload: o.Reload, explain: o.Explain, log: o.Log, guard: newTokenGuard(), cache: o.Cache, name: o.Name, version: o.Version}
+	a := &API{reg: o.Registry, prober: o.Prober, reload: o.Reload, explain: o.Explain, log: o.Log, guard: newTokenGuard(), cache: o.Cache, fleet: o.Fleet, name: o.Name, version: o.Version}
 	if a.cache == nil {
 		a.cache = func() *cache.Cache { return nil }
 	}
@@ -107,6 +111,7 @@ func New(o Options, token string) *API {
 	r.HandleFunc("/cache", a.cacheStats).Methods(http.MethodGet)
 	r.HandleFunc("/plan", a.plan).Methods(http.MethodGet)
 	r.HandleFunc("/audit", a.listAudit).Methods(http.MethodGet)
+	r.HandleFunc("/fleet", a.fleetStatus).Methods(http.MethodGet)
 	r.HandleFunc("/cache", a.write(a.purgeCache)).Methods(http.MethodDelete)
 	r.HandleFunc("/", a.statusPage).Methods(http.MethodGet)
 	r.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {

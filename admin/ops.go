@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gorilla/mux"
+	"github.com/peerd/peerd/fleet"
 	"github.com/peerd/peerd/selection"
 	"github.com/sirupsen/logrus"
 )
@@ -137,4 +138,15 @@ func (a *API) listAudit(w http.ResponseWriter, _ *http.Request) {
 		entries = []auditEntry{}
 	}
 	writeJSON(w, http.StatusOK, entries)
+}
+
+// fleetStatus is GET /fleet: the members and each member's view of each
+// peer; {"enabled": false, "members": [], "peers": {}} when this peerd
+// gossips with no one.
+func (a *API) fleetStatus(w http.ResponseWriter, _ *http.Request) {
+	if a.fleet == nil {
+		writeJSON(w, http.StatusOK, fleet.Status{Members: []fleet.Member{}, Peers: map[string]map[string]string{}})
+		return
+	}
+	writeJSON(w, http.StatusOK, a.fleet.Status())
 }

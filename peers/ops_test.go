@@ -205,3 +205,59 @@ func TestRamp(t *testing.T) {
 		t.Error("still ramping after slow_start")
 	}
 }
+
+// A suspicion from outside (a fleet member's verdict) turns an alive peer
+// suspect without killing it; its own probe settles it, and neither a
+// dead nor an unknown peer is touched (revival is never taken from it).
+func TestSuspectFromOutside(t *testing.T) {
+	r, _ := newTestRegistry(t, 3, parent("p1", 1), parent("p2", 2))
+	p1, p2 := r.Get("p1"), r.Get("p2")
+	if r.Suspect(p1, CauseFleet, "node-a reported dead") {
+		t.Fatal("an unknown peer turned suspect")
+	}
+	succeed(r, p1, true)
+	watch := r.Watch()
+	if !r.Suspect(p1, CauseFleet, "node-a reported dead") {
+		t.Fatal("an alive peer did not turn suspect")
+	}
+	select {
+	case <-watch:
+	default:
+		t.Fatal("the suspicion did not wake watchers (the prober would not probe now)")
+	}
+	if p1.State() != Alive || !p1.Suspect() || p1.Eligible() != true {
+		t.Fatalf("p1 state %v suspect %v eligible %v; want alive, suspect, eligible behind healthy peers", p1.State(), p1.Suspect(), p1.Eligible())
+	}
+	if r.Suspect(p1, CauseFleet, "again") {
+		t.Error("an already suspect peer was suspected twice")
+	}
+	succeed(r, p1, true) // its own probe connects
+	if p1.Suspect() {
+		t.Fatal("a good probe did not clear the suspicion")
+	}
+	h := p1.History()
+	if n := len(h); n < 2 || h[n-2].Cause != CauseFleet || h[n-2].To != "suspect" || h[n-1].Cause != CauseProbe || h[n-1].From != "suspect" {
+		t.Fatalf("history %+v; want alive->suspect by fleet, then suspect->alive by probe", h)
+	}
+
+	// A dead peer stays dead: gossip never revives nor re-kills.
+	succeed(r, p2, true)
+	for range 3 {
+		fail(r, p2, false)
+	}
+	if p2.State() != Dead {
+		t.Fatalf("p2 %v; want dead", p2.State())
+	}
+	if r.Suspect(p2, CauseFleet, "node-a reported dead") || p2.State() != Dead {
+		t.Fatal("a dead peer was changed by an outside suspicion")
+	}
+
+	// A suspected peer whose probes fail dies by its own connects.
+	r.Suspect(p1, CauseFleet, "node-a reported dead")
+	for range 3 {
+		fail(r, p1, true)
+	}
+	if p1.State() != Dead {
+		t.Fatalf("p1 %v after 3 failed probes while suspect; want dead", p1.State())
+	}
+}

@@ -146,10 +146,13 @@ type settings struct {
 type liveness struct {
 	state   State
 	admin   AdminState
-	suspect bool  // alive, with failed connects below the limit or a connect pending past its hedge delay
-	since   int64 // dead since, Unix nanoseconds; 0 when not dead
-	deaths  int64
-	revived int64
+	suspect bool // alive, with failed connects below the limit or a connect pending past its hedge delay
+	// suspectBy is the cause of a suspicion from outside the peer's own
+	// connects (CauseFleet); "" otherwise.
+	suspectBy string
+	since     int64 // dead since, Unix nanoseconds; 0 when not dead
+	deaths    int64
+	revived   int64
 	// The operator's reason for the admin state, and when it ends by
 	// itself (Unix nanoseconds; 0: never).
 	reason string

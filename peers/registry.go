@@ -263,6 +263,12 @@ func (r *Registry) observeSuccess(p *Peer, o Observation, at int64) {
 		}
 		if l.suspect {
 			r.setSuspect(p, false) // suspect -> healthy
+			if l.suspectBy != "" && o.Probe {
+				// The suspicion came from outside (the fleet); the
+				// history says that this peer's own probe settled it.
+				p.record(Transition{At: o.At, From: "suspect", To: Alive.String(), Cause: CauseProbe,
+					Error: "own probe connected (suspected by " + l.suspectBy + ")"})
+			}
 		}
 		return
 	}
@@ -314,14 +320,14 @@ func (r *Registry) transition(p *Peer, from, to State, cause error, at time.Time
 	case Dead:
 		nl.deaths++
 		nl.since = at.UnixNano()
-		nl.suspect = false
+		nl.suspect, nl.suspectBy = false, ""
 		nl.good = 0
 		if from == Alive && p.noteDeath(at.UnixNano(), h.FlapWindow, h.FlapLimit) {
 			nl.flapping = true
 		}
 	case Alive:
 		p.consecutive.Store(0)
-		nl.suspect = false
+		nl.suspect, nl.suspectBy = false, ""
 		nl.since = 0
 		nl.flapping, nl.good = false, 0
 		if from == Dead {
@@ -372,7 +378,33 @@ func (r *Registry) setSuspect(p *Peer, suspect bool) {
 	}
 	nl := *cur
 	nl.suspect = suspect
+	nl.suspectBy = ""
 	r.commitTxn(txn, p, &nl)
+}
+
+// Suspect marks an alive, healthy peer suspect for a reason that is not
+// one of its own connects (a fleet member reported it dead): it sorts
+// behind healthy peers, gets no new traffic while a healthy next hop
+// exists, and the prober settles it at once with a probe of its own. It
+// never makes a peer dead or alive, and it leaves a dead, unknown or
+// already suspect peer alone. It reports whether p turned suspect; the
+// change is logged and is in p's history with cause.
+func (r *Registry) Suspect(p *Peer, cause, detail string) bool {
+	txn := r.db.Txn(true)
+	defer txn.Abort()
+	cur := p.live.Load()
+	if cur.state != Alive || cur.suspect {
+		return false
+	}
+	nl := *cur
+	nl.suspect, nl.suspectBy = true, cause
+	if !r.commitTxn(txn, p, &nl) {
+		return false
+	}
+	p.record(Transition{At: r.now(), From: Alive.String(), To: "suspect", Cause: cause, Error: detail})
+	r.log.WithFields(logrus.Fields{"peer": p.Name(), "cause": cause, "detail": detail}).
+		Warnf("%s %s is suspect: %s; probing it", p.Type().Label(), p.Name(), detail)
+	return true
 }
 
 // commitTxn writes nl as p's liveness: into its row, then to its handle,

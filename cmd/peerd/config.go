@@ -16,6 +16,7 @@ import (
 	"github.com/peerd/peerd/access"
 	"github.com/peerd/peerd/admin"
 	"github.com/peerd/peerd/cache"
+	"github.com/peerd/peerd/fleet"
 	"github.com/peerd/peerd/forwarding"
 	"github.com/peerd/peerd/internal/conf"
 	"github.com/peerd/peerd/peers"
@@ -31,6 +32,7 @@ type fileConfig struct {
 	Selection selection.Config  `toml:"selection"`
 	Admin     admin.Config      `toml:"admin"`
 	Cache     cache.Config      `toml:"cache"`
+	Fleet     fleet.Config      `toml:"fleet"`
 	Log       logConfig         `toml:"log"`
 	Peers     []peers.Spec      `toml:"peer"`
 }
@@ -81,6 +83,7 @@ func defaultConfig() fileConfig {
 		Selection: selection.DefaultConfig(),
 		Admin:     admin.DefaultConfig(),
 		Cache:     cache.DefaultConfig(),
+		Fleet:     fleet.DefaultConfig(),
 		Log:       logConfig{Level: logLevel(logrus.InfoLevel), Format: "text"},
 	}
 }
@@ -161,10 +164,7 @@ func parseConfig(src []byte) (*fileConfig, problems) {
 		return nil, problems{{msg: strings.TrimPrefix(err.Error(), "toml: ")}}
 	}
 	d.md = md
-	sections := map[string]any{
-		"proxy": &cfg.Proxy, "access": &cfg.Access, "health": &cfg.Health,
-		"selection": &cfg.Selection, "admin": &cfg.Admin, "cache": &cfg.Cache, "log": &cfg.Log,
-	}
+	sections := sectionsOf(&cfg)
 	for name, prim := range top {
 		switch target, ok := sections[name]; {
 		case name == "peer":
@@ -463,6 +463,7 @@ func (c *fileConfig) validate() []error {
 	es.Add(c.Selection.Validate())
 	es.Add(c.Admin.Validate())
 	es.Add(c.Cache.Validate())
+	es.Add(c.Fleet.Validate())
 	es.Add(c.Log.Validate())
 	es.Add(peers.ValidateSpecs(c.Peers))
 	if c.Proxy.Listen == c.Admin.Listen && !strings.HasSuffix(c.Proxy.Listen, ":0") {

@@ -49,10 +49,12 @@ func reloadDiff(old, cfg *fileConfig) admin.ReloadDiff {
 	return d
 }
 
+// sectionsOf maps each TOML section (other than [[peer]]) to its value
+// in c: the decoder fills them and the reload diff compares them.
 func sectionsOf(c *fileConfig) map[string]any {
 	return map[string]any{
 		"proxy": &c.Proxy, "access": &c.Access, "health": &c.Health, "selection": &c.Selection,
-		"admin": &c.Admin, "cache": &c.Cache, "log": &c.Log,
+		"admin": &c.Admin, "cache": &c.Cache, "fleet": &c.Fleet, "log": &c.Log,
 	}
 }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/peerd/peerd/admin"
 	"github.com/peerd/peerd/cache"
 	"github.com/peerd/peerd/dialer"
+	"github.com/peerd/peerd/fleet"
 	"github.com/peerd/peerd/forwarding"
 	"github.com/peerd/peerd/peers"
 	"github.com/peerd/peerd/probes"
@@ -49,6 +50,7 @@ type server struct {
 	prober  *probes.Prober
 	planner *selection.Planner
 	proxy   *forwarding.Proxy
+	fleet   *fleet.Fleet
 	api     *admin.API
 
 	mu        sync.Mutex // guards cfg, the listeners, the admin server and access
@@ -99,8 +101,12 @@ func newServer(path string, cfg *fileConfig, stderr io.Writer) (*server, error) 
 	}
 	s.proxy.SetCache(cache.New(cfg.Cache))
 	promReg.MustRegister(s.proxy.CacheCollector())
+	s.fleet = fleet.New(reg, lg)
+	promReg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "peerd_fleet_members", Help: "Live members of the fleet, this peerd included; 0 when [fleet] is off.",
+	}, func() float64 { return float64(s.fleet.Members()) }))
 	s.api = admin.New(admin.Options{Registry: reg, Prober: s.prober, Reload: s.reload, Explain: s.planner.Explain,
-		Gatherer: promReg, Log: lg, Cache: s.proxy.Cache, Name: s.proxy.Name(), Version: version}, cfg.Admin.Token)
+		Gatherer: promReg, Log: lg, Cache: s.proxy.Cache, Fleet: s.fleet, Name: s.proxy.Name(), Version: version}, cfg.Admin.Token)
 	return s, nil
 }
 
@@ -168,6 +174,14 @@ func (s *server) serve(ctx context.Context) error {
 	go func() { s.prober.Run(probeCtx); close(probesDone) }()
 	defer func() { stopProbes(); <-probesDone }()
 
+	if err := s.fleet.Apply(cfg.Fleet, s.fleetNode(cfg)); err != nil {
+		s.adminSrv.Close()
+		return err
+	}
+	fleetDone := make(chan struct{})
+	go func() { s.fleet.Run(probeCtx); close(fleetDone) }()
+	defer func() { stopProbes(); <-fleetDone; s.fleet.Close() }()
+
 	// Open the proxy port once every peer has a first verdict (or the
 	// longest probe timeout passed), so a restart is not a burst of 503s.
 	if wait := verdictWait(s.reg); wait > 0 {
@@ -227,7 +241,12 @@ func (s *server) shutdown(sigs <-chan os.Signal) error {
 		}
 	}()
 	var wg sync.WaitGroup
-	wg.Add(2)
+	wg.Add(3)
+	go func() {
+		// Tell the fleet first: the others stop counting on this member.
+		defer wg.Done()
+		s.fleet.Close()
+	}()
 	go func() {
 		defer wg.Done()
 		s.proxy.Shutdown(ctx)
@@ -283,8 +302,18 @@ func (s *server) reload() (admin.ReloadDiff, error) {
 		s.log.WithError(err).Error("config reload refused; keeping the running config")
 		return admin.ReloadDiff{}, err
 	}
+	if err := s.fleet.Apply(cfg.Fleet, s.fleetNode(cfg)); err != nil {
+		// The fleet opens its new address before it leaves the old one:
+		// on an error the running membership is unchanged.
+		st.abort()
+		s.log.WithError(err).Error("config reload refused; keeping the running config")
+		return admin.ReloadDiff{}, err
+	}
 	if err := s.reg.Reconcile(cfg.peerOptions(s.log), cfg.Peers); err != nil {
 		st.abort()
+		if ferr := s.fleet.Apply(old.Fleet, s.fleetNode(old)); ferr != nil {
+			s.log.WithError(ferr).Error("fleet: could not return to the running [fleet]")
+		}
 		s.log.WithError(err).Error("config reload refused; keeping the running config")
 		return admin.ReloadDiff{}, err
 	}
@@ -399,6 +428,20 @@ func (s *server) commit(st *staged, old *fileConfig) {
 		}()
 		s.log.WithField("admin", st.adminLn.Addr().String()).Info("admin listener moved")
 	}
+}
+
+// fleetNode is the fleet member name cfg gives: [fleet] node, else the
+// [proxy] name, else (both defaulted) the host name with the gossip port,
+// so that several peerds on one host are distinct members.
+func (s *server) fleetNode(cfg *fileConfig) string {
+	switch {
+	case cfg.Fleet.Node != "":
+		return cfg.Fleet.Node
+	case cfg.Proxy.Name != "":
+		return cfg.Proxy.Name
+	}
+	_, port, _ := net.SplitHostPort(cfg.Fleet.Bind)
+	return s.proxy.Name() + ":" + port
 }
 
 // reconfigureCache applies a reloaded [cache]: the stored objects stay

@@ -1,0 +1,97 @@
+package fleet
+
+import (
+	"encoding/base64"
+	"fmt"
+	"net"
+	"strconv"
+
+	"github.com/peerd/peerd/internal/conf"
+)
+
+// Config is the [fleet] section (contract section 14).
+type Config struct {
+	// Bind is the gossip address ("10.0.0.5:7946"); "" turns the fleet
+	// off. UDP and TCP on the same port.
+	Bind string `toml:"bind"`
+	// Join lists other members' gossip addresses. Joining is retried in
+	// the background, with back-off, until one of them answers, and again
+	// whenever this member is left alone.
+	Join []string `toml:"join"`
+	// Key is a base64 16, 24 or 32-byte key (AES-128/192/256-GCM): gossip
+	// is encrypted and authenticated with it. Required unless Bind is a
+	// loopback address.
+	Key string `toml:"key"`
+	// Node is this member's name; "" is the [proxy] name.
+	Node string `toml:"node"`
+}
+
+// DefaultConfig returns the built-in [fleet] defaults: off.
+func DefaultConfig() Config { return Config{Join: []string{}} }
+
+// Enabled reports whether this peerd gossips.
+func (c Config) Enabled() bool { return c.Bind != "" }
+
+// Validate checks the section.
+func (c Config) Validate() error {
+	var es conf.Errors
+	if c.Bind != "" {
+		host, _, err := splitAddr(c.Bind)
+		switch {
+		case err != nil:
+			es.Addf("fleet", "bind", "%v", err)
+		case c.Key == "" && !isLoopback(host):
+			es.Addf("fleet", "key", "is required when bind (%s) is not a loopback address: gossip carries peer verdicts and must be authenticated", c.Bind)
+		}
+	}
+	if c.Key != "" {
+		if _, err := c.secret(); err != nil {
+			es.Addf("fleet", "key", "%v", err)
+		}
+	}
+	for _, j := range c.Join {
+		if _, _, err := splitAddr(j); err != nil {
+			es.Addf("fleet", "join", "%q: %v", j, err)
+		}
+	}
+	return es.Err()
+}
+
+// secret decodes Key.
+func (c Config) secret() ([]byte, error) {
+	if c.Key == "" {
+		return nil, nil
+	}
+	b, err := base64.StdEncoding.DecodeString(c.Key)
+	if err != nil {
+		return nil, fmt.Errorf("not base64: %v", err)
+	}
+	switch len(b) {
+	case 16, 24, 32:
+		return b, nil
+	}
+	return nil, fmt.Errorf("decodes to %d bytes; want 16, 24 or 32 (e.g. the output of `head -c 32 /dev/urandom | base64`)", len(b))
+}
+
+// splitAddr parses "host:port" with a numeric port.
+func splitAddr(a string) (string, int, error) {
+	host, ps, err := net.SplitHostPort(a)
+	if err != nil {
+		return "", 0, fmt.Errorf("want host:port: %v", err)
+	}
+	port, err := strconv.Atoi(ps)
+	if err != nil || port < 0 || port > 65535 {
+		return "", 0, fmt.Errorf("bad port %q", ps)
+	}
+	return host, port, nil
+}
+
+// isLoopback reports whether host is a loopback address or localhost:
+// gossip that never leaves the machine may go without a key.
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}

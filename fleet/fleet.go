@@ -1,0 +1,666 @@
+// Package fleet is a fleet of peerds sharing what they learn about their
+// peers, over hashicorp/memberlist (contract section 14).
+//
+// Each member gossips its verdicts about its peers: peer name, address,
+// state and when the state changed. A member that hears another declare a
+// peer dead marks its own peer of that name (or address) suspect at once:
+// the peer sorts behind healthy ones, gets no new traffic while a healthy
+// next hop exists, and the prober probes it now. The member's own probes
+// and connects then decide: a peer it cannot reach dies by its own
+// failures, one it can reach stays in use. So a death is learned once for
+// the fleet, while a partition that cuts only one member off a parent is
+// not spread by gossip. Revival is never taken from gossip, and nothing
+// here changes a peer's dead or alive state.
+//
+// Verdicts are broadcast through memberlist's TransmitLimitedQueue and
+// relayed once by every member that hears one first (so a verdict reaches
+// every member within a few gossip rounds); a full state exchange
+// (memberlist push/pull) on every join and every PushPullInterval is the
+// backstop.
+package fleet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"math/rand/v2"
+	"net"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+	"github.com/peerd/peerd/peers"
+	"github.com/sirupsen/logrus"
+)
+
+// Fleet is this peerd's membership of a fleet. Its zero state (before
+// Apply with a bind address, or after Close) is off: it gossips nothing,
+// and Status says so.
+type Fleet struct {
+	reg *peers.Registry
+	log logrus.FieldLogger
+
+	// cur is the running memberlist instance; nil when off.
+	cur atomic.Pointer[member]
+
+	// applyMu serialises Apply and Close (which call into memberlist).
+	applyMu sync.Mutex
+	// mu guards views, own and lastAt. No other lock is taken under it
+	// (memberlist calls the delegates holding its own locks).
+	mu sync.Mutex
+	// views holds each other member's last verdict per peer, by node
+	// then peer name; a member that leaves is dropped.
+	views map[string]map[string]Verdict
+	// own is what this member last published per peer.
+	own map[string]Verdict
+	// lastAt keeps this member's verdict times increasing even if the
+	// wall clock steps back.
+	lastAt int64
+}
+
+// New makes a Fleet over reg; it is off until Apply.
+func New(reg *peers.Registry, log logrus.FieldLogger) *Fleet {
+	return &Fleet{reg: reg, log: log.WithField("component", "fleet"),
+		views: map[string]map[string]Verdict{}, own: map[string]Verdict{}}
+}
+
+// member is one running memberlist instance: a reload that changes the
+// bind address, key or node name replaces it.
+type member struct {
+	f     *Fleet
+	cfg   Config
+	node  string
+	ml    *memberlist.Memberlist
+	queue *memberlist.TransmitLimitedQueue
+	stop  chan struct{}
+	done  sync.WaitGroup
+	// lastJoinErr is the last join failure logged at error level.
+	lastJoinErr atomic.Pointer[string]
+}
+
+// Apply puts cfg in force, with node as this member's name. It is called
+// at start and on every reload:
+//   - off to on starts gossiping and joining;
+//   - a changed bind address, key or node name replaces the memberlist
+//     instance (a new bind address is opened before the old one is left,
+//     so a failure keeps the running instance);
+//   - a changed join list is joined in the background;
+//   - on to off leaves the fleet.
+//
+// Peer state is never touched.
+func (f *Fleet) Apply(cfg Config, node string) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	f.applyMu.Lock()
+	defer f.applyMu.Unlock()
+	old := f.cur.Load()
+	switch {
+	case !cfg.Enabled():
+		if old != nil {
+			f.cur.Store(nil)
+			old.close()
+			f.mu.Lock()
+			f.views = map[string]map[string]Verdict{}
+			f.mu.Unlock()
+			f.log.Warn("fleet: left (bind is empty)")
+		}
+		return nil
+	case old != nil && old.cfg.Bind == cfg.Bind && old.cfg.Key == cfg.Key && old.node == node:
+		if !sameStrings(old.cfg.Join, cfg.Join) {
+			// Only the join list changed: join the new list from the
+			// running instance.
+			old.cfg.Join = append([]string(nil), cfg.Join...)
+			old.kickJoin()
+		}
+		return nil
+	}
+	if old != nil && old.cfg.Bind == cfg.Bind {
+		// Same address, new key or name: the old instance must let go
+		// of the port first.
+		f.cur.Store(nil)
+		old.close()
+		m, err := f.start(cfg, node)
+		if err != nil {
+			// Put the old configuration back rather than leave the fleet.
+			if m2, err2 := f.start(old.cfg, old.node); err2 == nil {
+				f.cur.Store(m2)
+			}
+			return err
+		}
+		f.cur.Store(m)
+		f.log.WithFields(logrus.Fields{"node": node, "bind": cfg.Bind}).Warn("fleet: restarted with the new key or node name")
+		return nil
+	}
+	m, err := f.start(cfg, node)
+	if err != nil {
+		return err
+	}
+	f.cur.Store(m)
+	if old != nil {
+		old.close()
+	}
+	f.log.WithFields(logrus.Fields{"node": node, "bind": m.ml.LocalNode().Address(), "join": strings.Join(cfg.Join, ","), "encrypted": cfg.Key != ""}).
+		Info("fleet: gossiping")
+	return nil
+}
+
+func sameStrings(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// start creates a memberlist instance for cfg; f.applyMu is held.
+func (f *Fleet) start(cfg Config, node string) (*member, error) {
+	host, port, _ := splitAddr(cfg.Bind) // validated
+	ip, err := bindIP(host)
+	if err != nil {
+		return nil, fmt.Errorf("fleet.bind: %w", err)
+	}
+	var mc *memberlist.Config
+	if ip.IsLoopback() {
+		mc = memberlist.DefaultLocalConfig()
+	} else {
+		mc = memberlist.DefaultLANConfig()
+	}
+	m := &member{f: f, cfg: cfg, node: node, stop: make(chan struct{})}
+	m.cfg.Join = append([]string(nil), cfg.Join...)
+	mc.Name = node
+	mc.BindAddr, mc.BindPort = ip.String(), port
+	mc.AdvertisePort = port // memberlist sets both when port is 0
+	if !ip.IsUnspecified() {
+		mc.AdvertiseAddr = ip.String()
+	}
+	secret, _ := cfg.secret() // validated
+	mc.SecretKey = secret
+	mc.Delegate = (*delegate)(m)
+	mc.Events = (*events)(m)
+	mc.Conflict = (*events)(m)
+	mc.Logger = log.New(logWriter{f.log}, "", 0)
+	m.queue = &memberlist.TransmitLimitedQueue{NumNodes: m.numNodes, RetransmitMult: mc.RetransmitMult}
+	ml, err := memberlist.Create(mc)
+	if err != nil {
+		return nil, fmt.Errorf("fleet: gossip on %s: %w", cfg.Bind, err)
+	}
+	m.ml = ml
+	// Everything this member knows goes out first (own verdicts only:
+	// the others' are theirs to send).
+	f.mu.Lock()
+	own := make([]Verdict, 0, len(f.own))
+	for _, v := range f.own {
+		own = append(own, v)
+	}
+	f.mu.Unlock()
+	for _, v := range own {
+		m.queueVerdict(v)
+	}
+	m.done.Add(1)
+	go m.joinLoop()
+	return m, nil
+}
+
+func bindIP(host string) (net.IP, error) {
+	if host == "" {
+		return net.IPv4zero, nil
+	}
+	if host == "localhost" {
+		return net.IPv4(127, 0, 0, 1), nil
+	}
+	if ip := net.ParseIP(host); ip != nil {
+		return ip, nil
+	}
+	ips, err := net.LookupIP(host)
+	if err != nil || len(ips) == 0 {
+		return nil, fmt.Errorf("cannot resolve %q: %v", host, err)
+	}
+	return ips[0], nil
+}
+
+func (m *member) numNodes() int {
+	if m.ml == nil {
+		return 1
+	}
+	return m.ml.NumMembers()
+}
+
+// close leaves the fleet (telling the others, up to a second) and stops.
+func (m *member) close() {
+	close(m.stop)
+	m.done.Wait()
+	if err := m.ml.Leave(time.Second); err != nil {
+		m.f.log.WithError(err).Debug("fleet: leave")
+	}
+	m.ml.Shutdown()
+}
+
+// kickJoin makes the join loop try now (the join list changed).
+func (m *member) kickJoin() {
+	m.done.Add(1)
+	go func() {
+		defer m.done.Done()
+		m.join(true)
+	}()
+}
+
+// joinLoop joins the configured members, with back-off while none
+// answers, and again whenever this member is left alone.
+func (m *member) joinLoop() {
+	defer m.done.Done()
+	delay := 500 * time.Millisecond
+	for {
+		if m.join(false) {
+			delay = 500 * time.Millisecond
+		} else if delay = delay * 2; delay > 30*time.Second {
+			delay = 30 * time.Second
+		}
+		wait := delay/2 + time.Duration(rand.Int64N(int64(delay/2)+1))
+		select {
+		case <-m.stop:
+			return
+		case <-time.After(wait):
+		}
+	}
+}
+
+// join tries the join list when this member is alone (or always when
+// force). It reports whether this member has company afterwards. A
+// failure is logged once at error level (again only when it changes);
+// repeats go to debug.
+func (m *member) join(force bool) bool {
+	targets := m.targets()
+	if len(targets) == 0 {
+		return true
+	}
+	if !force && m.ml.NumMembers() > 1 {
+		return true
+	}
+	n, err := m.ml.Join(targets)
+	if n > 0 {
+		m.f.log.WithFields(logrus.Fields{"node": m.node, "joined": n, "members": m.ml.NumMembers()}).Info("fleet: joined")
+		m.lastJoinErr.Store(nil)
+		return true
+	}
+	if err == nil {
+		err = errors.New("no member answered")
+	}
+	msg := explainJoin(err)
+	if prev := m.lastJoinErr.Load(); prev == nil || *prev != msg {
+		m.lastJoinErr.Store(&msg)
+		m.f.log.WithFields(logrus.Fields{"node": m.node, "join": strings.Join(targets, ","), "err": err.Error()}).
+			Errorf("fleet: cannot join: %s", msg)
+	} else {
+		m.f.log.WithFields(logrus.Fields{"node": m.node, "err": err.Error()}).Debug("fleet: join retry failed")
+	}
+	return false
+}
+
+// targets is the join list without this member's own address.
+func (m *member) targets() []string {
+	self := m.ml.LocalNode().Address()
+	out := make([]string, 0, len(m.cfg.Join))
+	for _, j := range m.cfg.Join {
+		if j != self && j != m.cfg.Bind {
+			out = append(out, j)
+		}
+	}
+	return out
+}
+
+// explainJoin turns memberlist's join error into what an operator should
+// check.
+func explainJoin(err error) string {
+	s := err.Error()
+	switch {
+	case strings.Contains(s, "decrypt") || strings.Contains(s, "encryption") || strings.Contains(s, "Encryption") ||
+		strings.Contains(s, "EOF") || strings.Contains(s, "connection reset"):
+		return "the members refused our gossip: is [fleet] key the same on every member?"
+	case strings.Contains(s, "refused"):
+		return "no member is listening at the join addresses"
+	case strings.Contains(s, "timeout") || strings.Contains(s, "i/o timeout"):
+		return "the join addresses do not answer (firewall, or wrong address?)"
+	}
+	return "no member answered"
+}
+
+// Close leaves the fleet.
+func (f *Fleet) Close() {
+	f.applyMu.Lock()
+	defer f.applyMu.Unlock()
+	if m := f.cur.Load(); m != nil {
+		f.cur.Store(nil)
+		m.close()
+	}
+}
+
+// Members is the number of live members, this one included; 0 when off.
+func (f *Fleet) Members() int {
+	m := f.cur.Load()
+	if m == nil {
+		return 0
+	}
+	return m.ml.NumMembers()
+}
+
+// Run publishes this member's verdicts as the registry changes, until ctx
+// ends.
+func (f *Fleet) Run(ctx context.Context) {
+	for {
+		ch := f.reg.Watch()
+		f.publish(time.Now())
+		select {
+		case <-ctx.Done():
+			return
+		case <-ch:
+		}
+	}
+}
+
+// publish queues a verdict for every peer whose state changed since the
+// last one.
+func (f *Fleet) publish(now time.Time) {
+	var out []Verdict
+	defer func() {
+		if m := f.cur.Load(); m != nil {
+			for _, v := range out {
+				m.queueVerdict(v)
+			}
+		}
+	}()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	seen := make(map[string]bool, len(f.own))
+	for _, p := range f.reg.Peers() {
+		name, st := p.Name(), stateOf(p)
+		seen[name] = true
+		if prev, ok := f.own[name]; ok && prev.State == st && prev.Addr == p.Addr() {
+			continue
+		}
+		at := now.UnixNano()
+		if at <= f.lastAt {
+			at = f.lastAt + 1
+		}
+		f.lastAt = at
+		v := Verdict{Node: "", Peer: name, Addr: p.Addr(), State: st, At: at}
+		f.own[name] = v
+		out = append(out, v)
+	}
+	for name := range f.own {
+		if !seen[name] {
+			delete(f.own, name) // removed by a reload
+		}
+	}
+}
+
+// stateOf is a peer's state as the fleet tells it.
+func stateOf(p *peers.Peer) string {
+	if p.State() == peers.Alive && p.Suspect() {
+		return StateSuspect
+	}
+	return p.State().String()
+}
+
+// States a verdict can carry.
+const (
+	StateAlive   = "alive"
+	StateDead    = "dead"
+	StateSuspect = "suspect"
+	StateUnknown = "unknown"
+)
+
+// queueVerdict broadcasts one of this member's verdicts.
+func (m *member) queueVerdict(v Verdict) {
+	v.Node = m.node
+	m.queueAs(v)
+}
+
+// queueAs broadcasts v as it is (a relayed verdict keeps its node).
+func (m *member) queueAs(v Verdict) {
+	b, err := encode([]Verdict{v})
+	if err != nil {
+		return
+	}
+	m.queue.QueueBroadcast(&broadcast{name: v.Node + "/" + v.Peer, msg: b})
+}
+
+// receive applies verdicts from another member. A verdict newer than the
+// last one from its node about its peer is recorded; a death makes the
+// local peer of that name (or address) suspect. relay re-broadcasts a
+// new verdict once, so that it spreads epidemically.
+func (f *Fleet) receive(m *member, vs []Verdict, relay bool) {
+	type suspicion struct {
+		p      *peers.Peer
+		detail string
+	}
+	var todo []suspicion
+	var relayed []Verdict
+	f.mu.Lock()
+	for _, v := range vs {
+		if v.Node == m.node {
+			continue // our own, relayed back
+		}
+		view := f.views[v.Node]
+		if view == nil {
+			view = map[string]Verdict{}
+			f.views[v.Node] = view
+		}
+		if prev, ok := view[v.Peer]; ok && prev.At >= v.At {
+			continue // old news
+		}
+		view[v.Peer] = v
+		if relay {
+			relayed = append(relayed, v)
+		}
+		if v.State != StateDead {
+			continue
+		}
+		if p := f.local(v); p != nil {
+			todo = append(todo, suspicion{p, fmt.Sprintf("fleet member %s reported %s (%s) dead", v.Node, v.Peer, v.Addr)})
+		}
+	}
+	f.mu.Unlock()
+	for _, v := range relayed {
+		m.queueAs(v)
+	}
+	for _, s := range todo {
+		f.reg.Suspect(s.p, peers.CauseFleet, s.detail)
+	}
+}
+
+// local finds the peer a verdict is about: by name, else by address.
+func (f *Fleet) local(v Verdict) *peers.Peer {
+	if p := f.reg.Get(v.Peer); p != nil {
+		return p
+	}
+	for _, p := range f.reg.Peers() {
+		if p.Addr() == v.Addr {
+			return p
+		}
+	}
+	return nil
+}
+
+// Status is GET /fleet.
+type Status struct {
+	Enabled bool     `json:"enabled"`
+	Node    string   `json:"node,omitempty"`
+	Members []Member `json:"members"`
+	// Peers is each member's view of each peer: peer name, then node,
+	// then state. This member's view is read live from the registry.
+	Peers map[string]map[string]string `json:"peers"`
+}
+
+// Member is one member of the fleet as memberlist sees it.
+type Member struct {
+	Node  string `json:"node"`
+	Addr  string `json:"addr"`
+	State string `json:"state"`
+}
+
+// Status returns the fleet as this member sees it.
+func (f *Fleet) Status() Status {
+	st := Status{Members: []Member{}, Peers: map[string]map[string]string{}}
+	m := f.cur.Load()
+	if m == nil {
+		return st
+	}
+	st.Enabled, st.Node = true, m.node
+	live := map[string]bool{}
+	for _, n := range m.ml.Members() {
+		st.Members = append(st.Members, Member{Node: n.Name, Addr: n.Address(), State: nodeState(n.State)})
+		live[n.Name] = true
+	}
+	sort.Slice(st.Members, func(i, j int) bool { return st.Members[i].Node < st.Members[j].Node })
+	for _, p := range f.reg.Peers() {
+		st.Peers[p.Name()] = map[string]string{m.node: stateOf(p)}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for node, view := range f.views {
+		if !live[node] {
+			continue
+		}
+		for peer, v := range view {
+			if st.Peers[peer] == nil {
+				st.Peers[peer] = map[string]string{}
+			}
+			st.Peers[peer][node] = v.State
+		}
+	}
+	return st
+}
+
+func nodeState(s memberlist.NodeStateType) string {
+	switch s {
+	case memberlist.StateAlive:
+		return "alive"
+	case memberlist.StateSuspect:
+		return "suspect"
+	case memberlist.StateDead:
+		return "dead"
+	case memberlist.StateLeft:
+		return "left"
+	}
+	return strconv.Itoa(int(s))
+}
+
+// broadcast is one queued message; a newer verdict from the same node
+// about the same peer replaces an older one still in the queue.
+type broadcast struct {
+	name string
+	msg  []byte
+}
+
+func (b *broadcast) Invalidates(o memberlist.Broadcast) bool {
+	ob, ok := o.(*broadcast)
+	return ok && ob.name == b.name
+}
+func (b *broadcast) Name() string    { return b.name }
+func (b *broadcast) Message() []byte { return b.msg }
+func (b *broadcast) Finished()       {}
+
+// delegate is memberlist's view of a member.
+type delegate member
+
+func (d *delegate) NodeMeta(limit int) []byte { return nil }
+
+func (d *delegate) NotifyMsg(b []byte) {
+	m := (*member)(d)
+	vs, err := decode(b)
+	if err != nil {
+		m.f.log.WithError(err).Debug("fleet: malformed gossip dropped")
+		return
+	}
+	m.f.receive(m, vs, true)
+}
+
+func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte {
+	return d.queue.GetBroadcasts(overhead, limit)
+}
+
+// LocalState is this member's own verdicts, for a full state exchange.
+func (d *delegate) LocalState(join bool) []byte {
+	m := (*member)(d)
+	m.f.mu.Lock()
+	vs := make([]Verdict, 0, len(m.f.own))
+	for _, v := range m.f.own {
+		v.Node = m.node
+		vs = append(vs, v)
+	}
+	m.f.mu.Unlock()
+	b, _ := encode(vs)
+	return b
+}
+
+func (d *delegate) MergeRemoteState(buf []byte, join bool) {
+	m := (*member)(d)
+	vs, err := decode(buf)
+	if err != nil {
+		m.f.log.WithError(err).Debug("fleet: malformed state exchange dropped")
+		return
+	}
+	m.f.receive(m, vs, false)
+}
+
+// events logs membership changes and drops the views of members that
+// leave.
+type events member
+
+func (e *events) NotifyJoin(n *memberlist.Node) {
+	m := (*member)(e)
+	if n.Name != m.node {
+		m.f.log.WithFields(logrus.Fields{"node": n.Name, "addr": n.Address()}).Info("fleet: member joined")
+	}
+}
+
+func (e *events) NotifyLeave(n *memberlist.Node) {
+	m := (*member)(e)
+	m.f.mu.Lock()
+	delete(m.f.views, n.Name)
+	m.f.mu.Unlock()
+	m.f.log.WithFields(logrus.Fields{"node": n.Name, "addr": n.Address()}).Warn("fleet: member left or failed")
+}
+
+func (e *events) NotifyUpdate(n *memberlist.Node) {}
+
+func (e *events) NotifyConflict(existing, other *memberlist.Node) {
+	m := (*member)(e)
+	m.f.log.WithFields(logrus.Fields{"node": existing.Name, "addr": existing.Address(), "other": other.Address()}).
+		Error("fleet: two members share a node name; give each a distinct [fleet] node")
+}
+
+// logWriter sends memberlist's log lines ("[WARN] memberlist: ...") to
+// logrus at their level.
+type logWriter struct{ l logrus.FieldLogger }
+
+func (w logWriter) Write(b []byte) (int, error) {
+	s := strings.TrimSpace(string(b))
+	level, msg := "", s
+	if strings.HasPrefix(s, "[") {
+		if i := strings.IndexByte(s, ']'); i > 0 {
+			level, msg = s[1:i], strings.TrimSpace(s[i+1:])
+		}
+	}
+	switch level {
+	case "ERR", "ERROR":
+		w.l.Error(msg)
+	case "WARN":
+		w.l.Warn(msg)
+	case "INFO":
+		w.l.Info(msg)
+	default:
+		w.l.Debug(msg)
+	}
+	return len(b), nil
+}

@@ -1,0 +1,129 @@
+package fleet
+
+import (
+	"context"
+	"encoding/base64"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/peerd/peerd/peers"
+	"github.com/sirupsen/logrus"
+	"github.com/sirupsen/logrus/hooks/test"
+)
+
+// These run real memberlist instances on loopback: they wait for gossip,
+// polling with a deadline (the verdict logic itself is tested without a
+// network in fleet_test.go).
+
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting until %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+type node struct {
+	f    *Fleet
+	reg  *peers.Registry
+	hook *test.Hook
+}
+
+func startNode(t *testing.T, name string, cfg Config) *node {
+	t.Helper()
+	log, hook := test.NewNullLogger()
+	log.SetLevel(logrus.DebugLevel)
+	reg, err := peers.New(peers.Options{Health: peers.DefaultConfig(), ConnectTimeout: time.Second, Log: log},
+		[]peers.Spec{{Name: "p1", Host: "127.0.0.1", Port: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	alive(reg, reg.Get("p1"))
+	f := New(reg, log)
+	if err := f.Apply(cfg, name); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	go f.Run(ctx)
+	t.Cleanup(func() { cancel(); f.Close() })
+	return &node{f: f, reg: reg, hook: hook}
+}
+
+func (n *node) addr() string { return n.f.cur.Load().ml.LocalNode().Address() }
+
+func TestFleetGossipsADeath(t *testing.T) {
+	key := base64.StdEncoding.EncodeToString([]byte("0123456789abcdef"))
+	a := startNode(t, "a", Config{Bind: "127.0.0.1:0", Key: key})
+	b := startNode(t, "b", Config{Bind: "127.0.0.1:0", Key: key, Join: []string{a.addr()}})
+	eventually(t, "both members see each other", func() bool { return a.f.Members() == 2 && b.f.Members() == 2 })
+
+	pa := a.reg.Get("p1")
+	for range pa.ConnectFailLimit() {
+		a.reg.Observe(pa, peers.Observation{At: t0, Err: errRefused})
+	}
+	pb := b.reg.Get("p1")
+	eventually(t, "b marks p1 suspect on a's verdict", pb.Suspect)
+	if pb.State() != peers.Alive {
+		t.Fatalf("b's p1 is %v; gossip must not kill it", pb.State())
+	}
+	eventually(t, "GET /fleet on b shows a's view", func() bool {
+		st := b.f.Status()
+		return st.Peers["p1"]["a"] == StateDead && st.Peers["p1"]["b"] == StateSuspect && len(st.Members) == 2
+	})
+
+	// A member that joins later learns a's verdict in the state exchange.
+	c := startNode(t, "c", Config{Bind: "127.0.0.1:0", Key: key, Join: []string{b.addr()}})
+	eventually(t, "c marks p1 suspect from the state exchange", c.reg.Get("p1").Suspect)
+
+	// A reload that turns the fleet off leaves it; the others see it go.
+	if err := c.f.Apply(Config{}, "c"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "a sees c leave", func() bool { return a.f.Members() == 2 })
+	if c.f.Members() != 0 || c.f.Status().Enabled {
+		t.Fatal("c still reports a fleet after leaving")
+	}
+}
+
+func TestFleetWrongKeyCannotJoin(t *testing.T) {
+	k1 := base64.StdEncoding.EncodeToString([]byte("0123456789abcdef"))
+	k2 := base64.StdEncoding.EncodeToString([]byte("fedcba9876543210"))
+	a := startNode(t, "a", Config{Bind: "127.0.0.1:0", Key: k1})
+	b := startNode(t, "b", Config{Bind: "127.0.0.1:0", Key: k2, Join: []string{a.addr()}})
+	var line string
+	eventually(t, "b says it cannot join", func() bool {
+		for _, e := range b.hook.AllEntries() {
+			if e.Level == logrus.ErrorLevel && strings.HasPrefix(e.Message, "fleet: cannot join") {
+				line = e.Message
+				return true
+			}
+		}
+		return false
+	})
+	t.Logf("b: %s", line)
+	for _, e := range a.hook.AllEntries() {
+		if e.Level <= logrus.WarnLevel {
+			t.Logf("a: %s %s", e.Level, e.Message)
+		}
+	}
+	if !strings.Contains(line, "key") {
+		t.Errorf("the join error %q does not point at the key", line)
+	}
+	time.Sleep(2 * time.Second) // let it retry
+	n := 0
+	for _, e := range b.hook.AllEntries() {
+		if strings.HasPrefix(e.Message, "fleet: cannot join") && e.Level <= logrus.WarnLevel {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Errorf("%d error lines about the failed join; want exactly one", n)
+	}
+	if a.f.Members() != 1 || b.f.Members() != 1 {
+		t.Fatalf("members a=%d b=%d; with different keys neither may join", a.f.Members(), b.f.Members())
+	}
+}
