@@ -39,7 +39,7 @@ var (
 	conns    = flag.Int("c", 16, "connections for the throughput runs")
 	size     = flag.Int("size", 512, "response body bytes of the throughput runs")
 	lowRate  = flag.Int("lowrate", 100, "requests per second for the low-rate latency run through real Squid parents")
-	sections = flag.String("run", "throughput,cache,lowrate,failover,memory", "sections to run, comma-separated")
+	sections = flag.String("run", "throughput,cache,lowrate,failover,memory,fleet", "sections to run, comma-separated")
 	threads  = flag.Int("threads", 0, "worker threads of each child (peerd GOMAXPROCS, ATS exec threads; Squid has one); 0: each child's default (one per core)")
 	rounds   = flag.Int("rounds", 3, "interleaved rounds of the throughput runs; figures are the medians")
 	tunnels  = flag.Int("tunnels", 2000, "idle CONNECT tunnels for the memory run")
@@ -105,6 +105,10 @@ func main() {
 			res.Memory = append(res.Memory, memory(work, "squid", "", squidBin))
 		}
 	}
+	if want("fleet") {
+		fmt.Fprintln(os.Stderr, "== fleet: three peerds, p1 killed, with gossip and without")
+		res.Fleet = fleetRun(work, peerdBin, max(1, *rounds))
+	}
 	res.Seconds = time.Since(start).Seconds()
 
 	md := res.markdown()
@@ -148,6 +152,7 @@ type Results struct {
 	Blackhole  []Failover   `json:"blackhole"`
 	Memory     []Memory     `json:"memory"`
 	Cache      []Throughput `json:"cache"`
+	Fleet      []FleetRow   `json:"fleet"`
 }
 
 // wrkBin is wrk's path ("": load by a Go client).
@@ -269,6 +274,7 @@ func (r *Results) markdown() string {
 	for _, m := range r.Memory {
 		fmt.Fprintf(&b, "| %s | %.1f | %.1f | %.1f |\n", m.Child, m.BaseMiB, m.RSSMiB, m.PerKiB)
 	}
+	b.WriteString(r.fleetSection())
 	return b.String()
 }
 

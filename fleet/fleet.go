@@ -375,6 +375,9 @@ func (f *Fleet) publish(now time.Time) {
 		if m := f.cur.Load(); m != nil {
 			for _, v := range out {
 				m.queueVerdict(v)
+				if v.State == StateDead {
+					m.sendNow(v)
+				}
 			}
 		}
 	}()
@@ -423,6 +426,28 @@ const (
 func (m *member) queueVerdict(v Verdict) {
 	v.Node = m.node
 	m.queueAs(v)
+}
+
+// sendNow sends a death to every member at once, besides queueing it:
+// the gossip interval (100-200 ms) is long next to the rate at which the
+// other members would send client requests to a dead parent.
+func (m *member) sendNow(v Verdict) {
+	if m.ml == nil {
+		return
+	}
+	v.Node = m.node
+	b, err := encode([]Verdict{v})
+	if err != nil {
+		return
+	}
+	for _, n := range m.ml.Members() {
+		if n.Name == m.node {
+			continue
+		}
+		if err := m.ml.SendBestEffort(n, b); err != nil {
+			m.f.log.WithFields(logrus.Fields{"node": n.Name, "err": err.Error()}).Debug("fleet: direct send failed")
+		}
+	}
 }
 
 // queueAs broadcasts v as it is (a relayed verdict keeps its node).
