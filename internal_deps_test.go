@@ -32,6 +32,7 @@ func TestDependencyDirection(t *testing.T) {
 		"internal/conf": {},
 		"admin":         {"peers", "selection", "cache", "fleet", "internal/h1", "internal/conf"},
 		"fleet":         {"peers", "internal/conf"},
+		"icp":           {"peers", "internal/conf"},
 	}
 	owners := map[string]string{
 		"github.com/hashicorp/go-memdb":   "peers",
@@ -55,7 +56,7 @@ func TestDependencyDirection(t *testing.T) {
 			}
 		}
 	}
-	for _, pkg := range []string{"peers", "dialer", "probes", "selection", "forwarding", "admin", "fleet", "cmd/peerd"} {
+	for _, pkg := range []string{"peers", "dialer", "probes", "selection", "forwarding", "admin", "fleet", "icp", "cmd/peerd"} {
 		out, err := exec.Command("go", "list", "-f", "{{join .Imports \" \"}}", "./"+pkg).Output()
 		if err != nil {
 			t.Fatalf("go list %s: %v", pkg, err)

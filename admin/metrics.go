@@ -30,12 +30,14 @@ var (
 	descConnTime  = prometheus.NewDesc("peerd_peer_connect_time_seconds", "Smoothed TCP connect time.", labels, nil)
 	descConnVar   = prometheus.NewDesc("peerd_peer_connect_time_deviation_seconds", "Smoothed mean deviation of the connect time.", labels, nil)
 	descProbeRTT  = prometheus.NewDesc("peerd_peer_last_probe_rtt_seconds", "Connect time of the last successful probe.", labels, nil)
+	descICP       = prometheus.NewDesc("peerd_peer_icp_total", "ICP queries sent to the peer and its answers, by kind (query, hit, miss, denied, timeout).", append(labels, "kind"), nil)
+	descICPRTT    = prometheus.NewDesc("peerd_peer_icp_rtt_seconds", "Mean ICP reply time of the peer.", labels, nil)
 	descAdminDesc = prometheus.NewDesc("peerd_peer_admin_state", "1 for the peer's current admin state.", append(labels, "state"), nil)
 )
 
 // Describe sends the descriptors.
 func (c *PeerCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descUp, descFailures, descConnects, descRequests, descChanges, descProbes, descInFlight, descConsec, descSuspect, descConnTime, descConnVar, descProbeRTT, descAdminDesc} {
+	for _, d := range []*prometheus.Desc{descUp, descFailures, descConnects, descRequests, descChanges, descProbes, descInFlight, descConsec, descSuspect, descConnTime, descConnVar, descProbeRTT, descAdminDesc, descICP, descICPRTT} {
 		ch <- d
 	}
 }
@@ -73,6 +75,14 @@ func (c *PeerCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(descConnTime, s.ConnectTime.Seconds())
 		gauge(descConnVar, s.ConnectTimeVar.Seconds())
 		gauge(descProbeRTT, s.LastProbeRTT.Seconds())
+		if p.ICPPort() != 0 {
+			counter(descICP, s.ICP.Queries, "query")
+			counter(descICP, s.ICP.Hits, "hit")
+			counter(descICP, s.ICP.Misses, "miss")
+			counter(descICP, s.ICP.Denied, "denied")
+			counter(descICP, s.ICP.Timeouts, "timeout")
+			gauge(descICPRTT, s.ICP.MeanRTT.Seconds())
+		}
 		for _, st := range []peers.AdminState{peers.Enabled, peers.Drain, peers.Maintenance} {
 			v := 0.0
 			if s.Admin == st {

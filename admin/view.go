@@ -44,6 +44,15 @@ type peerView struct {
 	AdminReason     *string          `json:"admin_reason"`
 	AdminUntil      *time.Time       `json:"admin_until"`
 	Flapping        bool             `json:"flapping"`
+
+	// ICP (0 / absent counters for a peer without icp_port).
+	ICPPort     int     `json:"icp_port"`
+	ICPQueries  int64   `json:"icp_queries"`
+	ICPHits     int64   `json:"icp_hits"`
+	ICPMisses   int64   `json:"icp_misses"`
+	ICPDenied   int64   `json:"icp_denied"`
+	ICPTimeouts int64   `json:"icp_timeouts"`
+	ICPRTTMs    float64 `json:"icp_rtt_ms"`
 }
 
 func viewOf(s peers.Snapshot) peerView {
@@ -77,6 +86,9 @@ func viewOf(s peers.Snapshot) peerView {
 	v.FailuresByClass = p.FailuresByClass()
 	v.UpstreamErrors = p.UpstreamErrors()
 	v.Flapping = s.Flapping
+	v.ICPPort = p.ICPPort()
+	v.ICPQueries, v.ICPHits, v.ICPMisses, v.ICPDenied, v.ICPTimeouts = s.ICP.Queries, s.ICP.Hits, s.ICP.Misses, s.ICP.Denied, s.ICP.Timeouts
+	v.ICPRTTMs = ms(s.ICP.MeanRTT)
 	v.AdminUntil = timePtr(s.AdminUntil)
 	if s.AdminReason != "" {
 		r := s.AdminReason

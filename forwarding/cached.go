@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/peerd/peerd/cache"
@@ -538,4 +539,29 @@ func (tx *txn) revalidateInBackground(ch *cache.Cache) {
 		cli.Close()
 		<-done
 	}()
+}
+
+// icpRequests are the scratch requests ICPHit looks up with (the ICP
+// listener answers without allocating).
+var icpRequests = sync.Pool{New: func() any { return new(cache.Request) }}
+
+// ICPHit reports whether a fresh response to a GET of the absolute URL u
+// is stored: an ICP query is answered HIT for it. A URL with stored
+// variants (Vary) is a hit only for the variant a request without
+// selecting fields would get.
+func (p *Proxy) ICPHit(u []byte) bool {
+	c := p.Cache()
+	if c == nil {
+		return false
+	}
+	scheme, host, port, pq, ok := h1.SplitAbsolute(u)
+	if !ok {
+		return false
+	}
+	r := icpRequests.Get().(*cache.Request)
+	r.Reset(http.MethodGet, nil)
+	r.Key = cache.AppendKey(r.Key[:0], scheme, host, port, pq)
+	_, v := c.Lookup(r, time.Now())
+	icpRequests.Put(r)
+	return v == cache.Hit
 }

@@ -63,6 +63,12 @@ type PeerDialer interface {
 	DialPeer(ctx context.Context, p *peers.Peer, why dialer.Purpose) (net.Conn, error)
 }
 
+// ICP asks peers by ICP (RFC 2186) before a GET or HEAD is planned;
+// *icp.Querier is one.
+type ICP interface {
+	Query(ctx context.Context, url []byte) (first *peers.Peer, code string, asked bool)
+}
+
 // Options wire a Proxy.
 type Options struct {
 	Config     Config
@@ -81,6 +87,8 @@ type Options struct {
 	// Resolver resolves origin names for DIRECT; nil means
 	// net.DefaultResolver.
 	Resolver Resolver
+	// ICP, when set, is asked before a GET or HEAD is planned.
+	ICP ICP
 }
 
 // Resolver looks up an origin's addresses.
@@ -98,6 +106,7 @@ type Proxy struct {
 	cache      atomic.Pointer[cache.Cache]
 	policy     atomic.Pointer[access.Policy]
 	resolver   Resolver
+	icp        ICP
 	metrics    *Metrics
 	log        logrus.FieldLogger
 	version    string
@@ -131,7 +140,7 @@ type runtimeConfig struct {
 func New(o Options) (*Proxy, error) {
 	p := &Proxy{
 		planner: o.Planner, acct: o.Accounting, dialer: o.Dialer, directDial: o.DirectDial,
-		metrics: o.Metrics, log: o.Log, version: o.Version, resolver: o.Resolver,
+		metrics: o.Metrics, log: o.Log, version: o.Version, resolver: o.Resolver, icp: o.ICP,
 		budget:   newRetryBudget(o.Config.RetryBudget),
 		pools:    newPools(),
 		stop:     make(chan struct{}),
@@ -192,6 +201,10 @@ func (p *Proxy) Update(c Config) error {
 }
 
 func (p *Proxy) config() *runtimeConfig { return p.cfg.Load() }
+
+// Allowed reports whether the [proxy] allow ACL admits a client address
+// (the ICP listener answers the same clients).
+func (p *Proxy) Allowed(a netip.Addr) bool { return p.config().allowed(a) }
 
 // Name is the proxy's name in force (Via, Cache-Status, Proxy-Status).
 func (p *Proxy) Name() string { return p.config().Name }

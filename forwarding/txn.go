@@ -1,6 +1,7 @@
 package forwarding
 
 import (
+	"context"
 	"errors"
 	"io"
 	"net/http"
@@ -305,7 +306,14 @@ func (tx *txn) forward() outcome {
 	// never on an idle connection.
 	tx.facts = facts{idempotent: idempotent(tx.method) && tx.upgrade == nil, replayable: tx.bodyState != streaming, retry504: c.retryStatus[http.StatusGatewayTimeout]}
 	p.budget.deposit()
-	plan := p.planner.Plan(selection.Request{Method: tx.method, URL: urlString(tx.req.Target), ClientIP: tx.cc.remoteStr})
+	sr := selection.Request{Method: tx.method, URL: urlString(tx.req.Target), ClientIP: tx.cc.remoteStr}
+	if p.icp != nil && (tx.method == http.MethodGet || tx.method == http.MethodHead) && len(tx.req.Scheme) > 0 {
+		// Ask the ICP peers first: a HIT goes first (a sibling's is
+		// then the only way it is asked over HTTP), else the first
+		// parent to answer MISS.
+		sr.First, sr.FirstCode, sr.SkipICPSiblings = p.icp.Query(context.Background(), tx.req.Target)
+	}
+	plan := p.planner.Plan(sr)
 	hop, ok := plan.Next()
 	pooled := true // the next attempt may ride an idle connection
 	for ok {

@@ -105,6 +105,9 @@ type Spec struct {
 	// Login is "user:pass", sent as Proxy-Authorization to this peer only.
 	// It is a secret: nothing prints it.
 	Login string `toml:"login"`
+	// ICPPort is the peer's ICP port (Squid cache_peer icp-port); 0: the
+	// peer is not queried by ICP.
+	ICPPort int `toml:"icp_port"`
 }
 
 // WithDefaults fills the fields whose zero value means "the default".
@@ -149,6 +152,9 @@ func (s Spec) Validate(index int) error {
 	}
 	if s.MaxConn < 0 {
 		bad("max_conn", "must not be negative, got %d", s.MaxConn)
+	}
+	if s.ICPPort < 0 || s.ICPPort > 65535 {
+		bad("icp_port", "must be 0 (no ICP) or 1-65535, got %d", s.ICPPort)
 	}
 	if s.Login != "" && !strings.Contains(s.Login, ":") {
 		bad("login", `must be "user:pass"`)

@@ -196,7 +196,8 @@ type Peer struct {
 	lastProbe atomic.Uint64 // RTT of the last successful probe, ms
 
 	failures  [failClasses]atomic.Int64 // connect failures by class
-	rampUntil atomic.Int64              // slow start ends (Unix ns); 0: not ramping
+	icp       ICPCounters
+	rampUntil atomic.Int64 // slow start ends (Unix ns); 0: not ramping
 
 	// opsMu guards what operators read: history, upstream errors, deaths.
 	opsMu      sync.Mutex
@@ -234,6 +235,9 @@ func (p *Peer) Weight() int { return p.settings().spec.Weight }
 
 // IsDefault reports whether this is a last-resort parent.
 func (p *Peer) IsDefault() bool { return p.settings().spec.Default }
+
+// ICPPort is the peer's ICP port; 0: not queried.
+func (p *Peer) ICPPort() int { return p.settings().spec.ICPPort }
 
 // Login is the "user:pass" for Proxy-Authorization, or "".
 func (p *Peer) Login() string { return p.settings().spec.Login }
@@ -336,6 +340,7 @@ type Snapshot struct {
 	AdminReason                               string
 	AdminUntil                                time.Time
 	ConnectTime, ConnectTimeVar, LastProbeRTT time.Duration
+	ICP                                       ICPSnapshot
 }
 
 // Snapshot reads the peer.
@@ -361,6 +366,7 @@ func (p *Peer) snapshot(l *liveness) Snapshot {
 		Flapping:             l.flapping,
 		AdminReason:          l.reason,
 		AdminUntil:           unixTime(l.until),
+		ICP:                  p.icp.snapshot(),
 	}
 	if e := p.lastError.Load(); e != nil {
 		s.LastError = *e
@@ -380,3 +386,55 @@ func unixTime(ns int64) time.Time {
 func loadFloat(a *atomic.Uint64) float64 { return math.Float64frombits(a.Load()) }
 
 func storeFloat(a *atomic.Uint64, f float64) { a.Store(math.Float64bits(f)) }
+
+// ICPCounters are a peer's ICP statistics (queries sent to it and what it
+// answered), kept by the icp package's querier.
+type ICPCounters struct {
+	queries, hits, misses, timeouts, denied atomic.Int64
+	rtt                                     atomic.Uint64 // float64 bits of the mean reply time, ms
+}
+
+// ICP returns the peer's ICP counters.
+func (p *Peer) ICP() *ICPCounters { return &p.icp }
+
+// Query counts one query sent.
+func (c *ICPCounters) Query() { c.queries.Add(1) }
+
+// Timeout counts a query left unanswered.
+func (c *ICPCounters) Timeout() { c.timeouts.Add(1) }
+
+// Reply counts an answer: hit (HIT or HIT_OBJ), denied, or a miss of any
+// kind, and folds its round trip into the mean (EWMA, 1/8).
+func (c *ICPCounters) Reply(hit, denied bool, rtt time.Duration) {
+	switch {
+	case hit:
+		c.hits.Add(1)
+	case denied:
+		c.denied.Add(1)
+	default:
+		c.misses.Add(1)
+	}
+	ms := float64(rtt) / float64(time.Millisecond)
+	if old := loadFloat(&c.rtt); old == 0 {
+		storeFloat(&c.rtt, ms)
+	} else {
+		storeFloat(&c.rtt, 0.875*old+0.125*ms)
+	}
+}
+
+// Queries is the number of queries sent.
+func (c *ICPCounters) Queries() int64 { return c.queries.Load() }
+
+// MeanRTT is the mean ICP reply time; 0 before the first reply.
+func (c *ICPCounters) MeanRTT() time.Duration { return msDuration(loadFloat(&c.rtt)) }
+
+// ICPSnapshot is one read of a peer's ICP counters.
+type ICPSnapshot struct {
+	Queries, Hits, Misses, Timeouts, Denied int64
+	MeanRTT                                 time.Duration
+}
+
+func (c *ICPCounters) snapshot() ICPSnapshot {
+	return ICPSnapshot{Queries: c.queries.Load(), Hits: c.hits.Load(), Misses: c.misses.Load(),
+		Timeouts: c.timeouts.Load(), Denied: c.denied.Load(), MeanRTT: c.MeanRTT()}
+}

@@ -38,6 +38,15 @@ type Request struct {
 	URL string
 	// ClientIP keys sourcehash.
 	ClientIP string
+	// First, when set, is tried before the rest of the plan, with
+	// FirstCode as its hierarchy code: the peer an ICP query chose (a
+	// sibling or parent that has the object, or the first parent to
+	// answer MISS). It is re-checked like any hop and not returned twice.
+	First     *peers.Peer
+	FirstCode string
+	// SkipICPSiblings: the siblings with an ICP port were asked by ICP
+	// and did not answer HIT, so they are not asked again over HTTP.
+	SkipICPSiblings bool
 }
 
 // Hop is one next hop. Peer nil means DIRECT to the origin.
@@ -299,7 +308,8 @@ func (h rendezvous) next(p *Plan, w *walk) int {
 
 // stages of a plan, in order.
 const (
-	stageSiblings = iota
+	stageFirst = iota
+	stageSiblings
 	stagePreferDirect
 	stageParents
 	stageDefaults
@@ -320,6 +330,9 @@ type Plan struct {
 	w     walk
 
 	siblings bool
+	skipICP  bool
+	first    *peers.Peer
+	code     string
 
 	seen     [4]uint64 // peers already returned (first 256 indices)
 	seenMore []uint64  // the rest, allocated only for large peer sets
@@ -334,6 +347,7 @@ func (pl *Planner) plan(r Request, dry bool) Plan {
 	p := Plan{v: pl.currentView(), opts: o, pl: pl, w: walk{first: -1}}
 	p.w.reset()
 	p.siblings = (r.Method == "GET" || r.Method == "HEAD") && o.Direct != DirectAlways
+	p.skipICP, p.first, p.code = r.SkipICPSiblings, r.First, r.FirstCode
 	if o.Direct == DirectAlways {
 		p.stage = stageDirect
 		return p
@@ -361,6 +375,13 @@ func (p *Plan) Next() (Hop, bool) {
 	}
 	for p.stage < stageDone {
 		switch p.stage {
+		case stageFirst:
+			p.stage++
+			if i := p.indexOf(p.first); i >= 0 && p.v.peers[i].Eligible() {
+				p.markSeen(i)
+				return p.hop(p.v.peers[i], p.code)
+			}
+			continue
 		case stagePreferDirect:
 			p.stage++
 			if p.opts.Direct == DirectPrefer {
@@ -430,10 +451,28 @@ func (p *Plan) members() []int {
 }
 
 // usable reports whether peer i may be returned now in the current pass:
-// not returned yet, eligible, and healthy in pass 0 or suspect in pass 1.
+// not returned yet, eligible, and healthy in pass 0 or suspect in pass 1
+// (and, among siblings, not one ICP already asked).
 func (p *Plan) usable(i int) bool {
 	peer := p.v.peers[i]
+	if p.skipICP && p.stage == stageSiblings && peer.ICPPort() != 0 {
+		return false
+	}
 	return !p.wasSeen(i) && peer.Eligible() && peer.Suspect() == (p.pass == 1)
+}
+
+// indexOf is peer's index in the plan's view; -1 for nil or a peer a
+// reload removed.
+func (p *Plan) indexOf(peer *peers.Peer) int {
+	if peer == nil {
+		return -1
+	}
+	for i, q := range p.v.peers {
+		if q == peer {
+			return i
+		}
+	}
+	return -1
 }
 
 // A peer is returned at most once per plan, even if it turns suspect (its

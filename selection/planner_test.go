@@ -39,6 +39,8 @@ func newFixture(t testing.TB, specs ...string) *fixture {
 				fmt.Sscan(o[1:], &sp.Weight)
 			case strings.HasPrefix(o, "m"):
 				fmt.Sscan(o[1:], &sp.MaxConn)
+			case o == "icp":
+				sp.ICPPort = 3130
 			}
 		}
 		ss = append(ss, sp)
@@ -523,5 +525,31 @@ func TestExplain(t *testing.T) {
 		if s.Peer == "s" && !strings.Contains(s.Why, "GET and HEAD") {
 			t.Fatalf("sibling skipped for POST because %q", s.Why)
 		}
+	}
+}
+
+// An ICP answer puts its peer first, with its code; the siblings ICP
+// asked are not asked again over HTTP, others still are.
+func TestPlanICPFirst(t *testing.T) {
+	f := newFixture(t, "s1:s:icp", "s2:s", "p1", "p2")
+	pl := New(f.reg, Options{Policy: FirstUp, Direct: DirectNever, MaxTries: 10})
+	plan := pl.Plan(Request{Method: "GET", URL: "http://o/x", First: f.reg.Get("p2"), FirstCode: "FIRST_PARENT_MISS", SkipICPSiblings: true})
+	var got []string
+	for {
+		h, ok := plan.Next()
+		if !ok {
+			break
+		}
+		got = append(got, h.Peer.Name()+"/"+h.Code)
+	}
+	want := []string{"p2/FIRST_PARENT_MISS", "s2/SIBLING_HIT", "p1/FIRSTUP_PARENT"}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Fatalf("plan %v; want %v", got, want)
+	}
+	// A dead ICP choice is skipped.
+	f.kill("p2")
+	plan = pl.Plan(Request{Method: "GET", URL: "http://o/x", First: f.reg.Get("p2"), FirstCode: "FIRST_PARENT_MISS"})
+	if h, _ := plan.Next(); h.Peer.Name() != "s1" {
+		t.Fatalf("first hop %s; a dead ICP choice must not be tried", h.Peer.Name())
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/peerd/peerd/cache"
 	"github.com/peerd/peerd/fleet"
 	"github.com/peerd/peerd/forwarding"
+	"github.com/peerd/peerd/icp"
 	"github.com/peerd/peerd/internal/conf"
 	"github.com/peerd/peerd/peers"
 	"github.com/peerd/peerd/selection"
@@ -33,6 +34,7 @@ type fileConfig struct {
 	Admin     admin.Config      `toml:"admin"`
 	Cache     cache.Config      `toml:"cache"`
 	Fleet     fleet.Config      `toml:"fleet"`
+	ICP       icp.Config        `toml:"icp"`
 	Log       logConfig         `toml:"log"`
 	Peers     []peers.Spec      `toml:"peer"`
 }
@@ -84,6 +86,7 @@ func defaultConfig() fileConfig {
 		Admin:     admin.DefaultConfig(),
 		Cache:     cache.DefaultConfig(),
 		Fleet:     fleet.DefaultConfig(),
+		ICP:       icp.DefaultConfig(),
 		Log:       logConfig{Level: logLevel(logrus.InfoLevel), Format: "text"},
 	}
 }
@@ -464,6 +467,7 @@ func (c *fileConfig) validate() []error {
 	es.Add(c.Admin.Validate())
 	es.Add(c.Cache.Validate())
 	es.Add(c.Fleet.Validate())
+	es.Add(c.ICP.Validate())
 	es.Add(c.Log.Validate())
 	es.Add(peers.ValidateSpecs(c.Peers))
 	if c.Proxy.Listen == c.Admin.Listen && !strings.HasSuffix(c.Proxy.Listen, ":0") {

@@ -40,6 +40,8 @@ type squidImport struct {
 	peers          []squidPeer
 	direct         string // "", never, always, prefer
 	listen, name   string
+	icpListen      string
+	icpTimeout     time.Duration
 	peerTimeout    time.Duration
 	connectTimeout time.Duration
 	maxTries       int
@@ -177,6 +179,21 @@ func (s *squidImport) directive(n int, w []string) error {
 		s.listen = addr
 	case "visible_hostname":
 		s.name = arg(1)
+	case "icp_port", "udp_port":
+		port, err := strconv.Atoi(arg(1))
+		if err != nil || port < 0 || port > 65535 {
+			return fmt.Errorf("%s %q is not a port", w[0], arg(1))
+		}
+		if port != 0 {
+			// Squid answers on every address; so does this.
+			s.icpListen = net.JoinHostPort("0.0.0.0", strconv.Itoa(port))
+		}
+	case "icp_query_timeout":
+		ms, err := strconv.Atoi(arg(1))
+		if err != nil || ms < 0 {
+			return fmt.Errorf("icp_query_timeout %q is not milliseconds", arg(1))
+		}
+		s.icpTimeout = time.Duration(ms) * time.Millisecond // 0: auto, as in Squid
 	case "peer_connect_timeout", "connect_timeout", "pconn_timeout":
 		d, err := squidDuration(w[1:])
 		if err != nil {
@@ -298,8 +315,8 @@ func (s *squidImport) cachePeer(n int, w []string) error {
 			s.note(n, "cache_peer %s option %s", p.host, o)
 		}
 	}
-	if p.icpPort != 0 && !p.noQuery {
-		s.note(n, "cache_peer %s ICP port %d: ICP queries are not carried over (the peer is asked by HTTP)", p.host, p.icpPort)
+	if p.noQuery {
+		p.icpPort = 0 // no-query: never asked by ICP
 	}
 	s.peers = append(s.peers, p)
 	return nil
@@ -408,6 +425,15 @@ func (s *squidImport) render() string {
 	}
 	fmt.Fprintf(&b, "direct = %q\n", direct)
 	fmt.Fprintf(&b, "\n[selection]\npolicy = %q\n", policy)
+	if s.icpListen != "" || s.icpTimeout > 0 {
+		b.WriteString("\n[icp]\n")
+		if s.icpListen != "" {
+			fmt.Fprintf(&b, "listen = %s\n", tomlString(s.icpListen))
+		}
+		if s.icpTimeout > 0 {
+			fmt.Fprintf(&b, "query_timeout = %s\n", tomlString(s.icpTimeout.String()))
+		}
+	}
 	if s.cacheMem != "" || s.maxObject != "" {
 		b.WriteString("\n[cache]\n")
 		if s.cacheMem != "" {
@@ -440,6 +466,9 @@ func (s *squidImport) render() string {
 		}
 		if p.login != "" {
 			fmt.Fprintf(&b, "login = %s\n", tomlString(p.login))
+		}
+		if p.icpPort != 0 {
+			fmt.Fprintf(&b, "icp_port = %d\n", p.icpPort)
 		}
 	}
 	return b.String()

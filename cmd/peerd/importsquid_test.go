@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/peerd/peerd/icp"
 	"github.com/peerd/peerd/peers"
 	"github.com/peerd/peerd/selection"
 )
@@ -50,7 +51,7 @@ func TestImportSquidCorpus(t *testing.T) {
 			peers: []peer{{"h1", "10.1.0.1", 3128, peers.Parent, 1}, {"h2", "10.1.0.2", 3128, peers.Parent, 1}}},
 		{file: "hierarchy.conf", policy: selection.FirstUp, direct: selection.DirectNever,
 			peers: []peer{{"sib1", "sib1.example.net", 3128, peers.Sibling, 1}, {"sib2", "sib2.example.net", 3128, peers.Sibling, 1}, {"up1", "up1.example.net", 3128, peers.Parent, 1}, {"up2", "up2.example.net", 3128, peers.Parent, 1}},
-			notes: []string{"proxy-only", "sib1.example.net ICP port 3130"},
+			notes: []string{"proxy-only"},
 			check: func(t *testing.T, c *fileConfig) {
 				up1, up2, sib := c.Peers[2], c.Peers[3], c.Peers[0]
 				if up1.ConnectFailLimit != 5 || up1.MaxConn != 200 || up1.ConnectTimeout != 3*time.Second || up1.Login != "child:s3cret" {
@@ -64,6 +65,13 @@ func TestImportSquidCorpus(t *testing.T) {
 				}
 				if c.Cache.Memory != 512<<20 || c.Cache.MaxObject != 8<<20 {
 					t.Errorf("cache = %+v", c.Cache)
+				}
+				// sib1 is asked by ICP; sib2 and the parents are no-query.
+				if sib.ICPPort != 3130 || c.Peers[1].ICPPort != 0 || up1.ICPPort != 0 {
+					t.Errorf("icp ports sib1=%d sib2=%d up1=%d; want 3130, 0, 0", sib.ICPPort, c.Peers[1].ICPPort, up1.ICPPort)
+				}
+				if c.ICP.Listen != "0.0.0.0:3130" || c.ICP.QueryTimeout != icp.Timeout(800*time.Millisecond) {
+					t.Errorf("icp = %+v; want listen 0.0.0.0:3130, query_timeout 800ms", c.ICP)
 				}
 			}},
 		{file: "wrr.conf", policy: selection.WeightedRoundRobin, direct: selection.DirectAllow,

@@ -12,6 +12,7 @@ import (
 	"os/signal"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -21,6 +22,7 @@ import (
 	"github.com/peerd/peerd/dialer"
 	"github.com/peerd/peerd/fleet"
 	"github.com/peerd/peerd/forwarding"
+	"github.com/peerd/peerd/icp"
 	"github.com/peerd/peerd/peers"
 	"github.com/peerd/peerd/probes"
 	"github.com/peerd/peerd/selection"
@@ -51,6 +53,9 @@ type server struct {
 	planner *selection.Planner
 	proxy   *forwarding.Proxy
 	fleet   *fleet.Fleet
+	icpQ    *icp.Querier
+	icpSrv  *icp.Server // guarded by mu; nil when [icp] listen is ""
+	direct  atomic.Bool // DIRECT is a next hop (ICP answers MISS_NOFETCH without one)
 	api     *admin.API
 
 	mu        sync.Mutex // guards cfg, the listeners, the admin server and access
@@ -92,9 +97,16 @@ func newServer(path string, cfg *fileConfig, stderr io.Writer) (*server, error) 
 	if err != nil {
 		return nil, err
 	}
+	var icpQuerier forwarding.ICP
+	if s.icpQ, err = icp.NewQuerier(reg, lg, cfg.ICP.QueryTimeout); err != nil {
+		lg.WithError(err).Error("icp: cannot open a socket for queries; peers will not be asked by ICP")
+	} else {
+		icpQuerier = s.icpQ
+	}
+	s.direct.Store(cfg.Proxy.Direct != selection.DirectNever)
 	s.proxy, err = forwarding.New(forwarding.Options{
 		Config: cfg.Proxy, Planner: s.planner, Accounting: reg, Dialer: d,
-		AccessLog: s.access, Metrics: metrics, Log: lg, Version: version, Policy: pol,
+		AccessLog: s.access, Metrics: metrics, Log: lg, Version: version, Policy: pol, ICP: icpQuerier,
 	})
 	if err != nil {
 		return nil, err
@@ -178,6 +190,16 @@ func (s *server) serve(ctx context.Context) error {
 		s.adminSrv.Close()
 		return err
 	}
+	if cfg.ICP.Listen != "" {
+		srv, err := s.listenICP(cfg.ICP.Listen)
+		if err != nil {
+			s.adminSrv.Close()
+			return err
+		}
+		s.mu.Lock()
+		s.icpSrv = srv
+		s.mu.Unlock()
+	}
 	fleetDone := make(chan struct{})
 	go func() { s.fleet.Run(probeCtx); close(fleetDone) }()
 	defer func() { stopProbes(); <-fleetDone; s.fleet.Close() }()
@@ -257,6 +279,15 @@ func (s *server) shutdown(sigs <-chan os.Signal) error {
 	}()
 	wg.Wait()
 	adminSrv.Close()
+	s.mu.Lock()
+	if s.icpSrv != nil {
+		s.icpSrv.Close()
+		s.icpSrv = nil
+	}
+	s.mu.Unlock()
+	if s.icpQ != nil {
+		s.icpQ.Close()
+	}
 	s.proxy.CloseIdle()
 	s.wg.Wait()
 	if s.access != nil {
@@ -337,6 +368,7 @@ type staged struct {
 	proxyLn, adminLn net.Listener
 	access           *forwarding.AccessLog
 	policy           *access.Policy
+	icp              *icp.Server // a new ICP listener (moved or turned on)
 }
 
 // abort closes what staging opened.
@@ -349,6 +381,9 @@ func (st *staged) abort() {
 	}
 	if st.access != nil {
 		st.access.Close()
+	}
+	if st.icp != nil {
+		st.icp.Close()
 	}
 }
 
@@ -376,6 +411,11 @@ func (s *server) stage(cfg, old *fileConfig) (*staged, error) {
 			return fail(fmt.Errorf("log.access_log: %w", err))
 		}
 	}
+	if cfg.ICP.Listen != "" && cfg.ICP.Listen != old.ICP.Listen {
+		if st.icp, err = s.listenICP(cfg.ICP.Listen); err != nil {
+			return fail(err)
+		}
+	}
 	if st.policy, err = cfg.policy(); err != nil {
 		return fail(err)
 	}
@@ -395,10 +435,23 @@ func (s *server) commit(st *staged, old *fileConfig) {
 	s.proxy.Prune(s.reg.Peers())
 	s.reconfigureCache(cfg.Cache)
 	s.api.SetToken(cfg.Admin.Token)
+	s.direct.Store(cfg.Proxy.Direct != selection.DirectNever)
+	if s.icpQ != nil {
+		s.icpQ.SetTimeout(cfg.ICP.QueryTimeout)
+	}
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.cfg = cfg
+	if cfg.ICP.Listen != old.ICP.Listen {
+		if s.icpSrv != nil {
+			s.icpSrv.Close()
+		}
+		s.icpSrv = st.icp // nil when turned off
+		if st.icp != nil {
+			s.log.WithField("icp", st.icp.Addr().String()).Info("ICP listener moved")
+		}
+	}
 	if cfg.Log.AccessLog != old.Log.AccessLog {
 		// Switch writers first, then close the old file.
 		prev := s.access
@@ -428,6 +481,18 @@ func (s *server) commit(st *staged, old *fileConfig) {
 		}()
 		s.log.WithField("admin", st.adminLn.Addr().String()).Info("admin listener moved")
 	}
+}
+
+// listenICP opens an ICP listener answering from the proxy's cache.
+func (s *server) listenICP(addr string) (*icp.Server, error) {
+	srv, err := icp.Listen(addr, icp.ServerOptions{
+		Store: s.proxy, Registry: s.reg, Allowed: s.proxy.Allowed, DirectAllowed: s.direct.Load, Log: s.log,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("icp.listen: %w", err)
+	}
+	s.log.WithField("icp", srv.Addr().String()).Info("answering ICP queries")
+	return srv, nil
 }
 
 // fleetNode is the fleet member name cfg gives: [fleet] node, else the

@@ -193,24 +193,41 @@ func (r *Request) parseTarget() error {
 		r.Form = OriginForm
 		return checkPathQuery(t, t)
 	}
-	colon := bytes.IndexByte(t, ':')
-	if colon <= 0 || !isScheme(t[:colon]) || !bytes.HasPrefix(t[colon:], []byte("://")) {
+	scheme, host, port, pq, bracketed, ok := splitAbsolute(t)
+	if !ok {
 		return ErrTarget
 	}
 	r.Form = AbsoluteForm
-	r.Scheme = t[:colon]
+	r.Scheme, r.Host, r.Port, r.HostBracketed, r.PathQuery = scheme, host, port, bracketed, pq
+	return checkPathQuery(r.PathQuery, t)
+}
+
+// SplitAbsolute splits an absolute URI ("http://host:port/path?q", as an
+// ICP query carries it) into its parts, without allocating; ok is false
+// for anything a request target of that form would be refused for.
+func SplitAbsolute(u []byte) (scheme, host, port, pathQuery []byte, ok bool) {
+	scheme, host, port, pathQuery, _, ok = splitAbsolute(u)
+	if ok && checkPathQuery(pathQuery, u) != nil {
+		return nil, nil, nil, nil, false
+	}
+	return scheme, host, port, pathQuery, ok
+}
+
+func splitAbsolute(t []byte) (scheme, host, port, pathQuery []byte, bracketed, ok bool) {
+	colon := bytes.IndexByte(t, ':')
+	if colon <= 0 || !isScheme(t[:colon]) || !bytes.HasPrefix(t[colon:], []byte("://")) {
+		return nil, nil, nil, nil, false, false
+	}
 	auth := t[colon+3:]
 	end := bytes.IndexAny(auth, "/?")
 	if end < 0 {
 		end = len(auth)
 	}
-	host, port, bracketed, ok := parseAuthority(auth[:end], false)
+	host, port, bracketed, ok = parseAuthority(auth[:end], false)
 	if !ok {
-		return ErrTarget
+		return nil, nil, nil, nil, false, false
 	}
-	r.Host, r.Port, r.HostBracketed = host, port, bracketed
-	r.PathQuery = auth[end:]
-	return checkPathQuery(r.PathQuery, t)
+	return t[:colon], host, port, auth[end:], bracketed, true
 }
 
 // checkPathQuery validates a path and query. The common characters are

@@ -1,0 +1,70 @@
+package icp
+
+import (
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/peerd/peerd/internal/conf"
+)
+
+// Config is the [icp] section (contract section 15).
+type Config struct {
+	// Listen is the address peerd answers ICP queries on (Squid
+	// icp_port), e.g. "127.0.0.1:3130"; "" does not answer.
+	Listen string `toml:"listen"`
+	// QueryTimeout is how long a query waits for answers (Squid
+	// icp_query_timeout); Auto is twice the mean reply time of the peers
+	// asked, between MinTimeout and MaxTimeout.
+	QueryTimeout Timeout `toml:"query_timeout"`
+}
+
+// DefaultConfig returns the built-in [icp] defaults.
+func DefaultConfig() Config { return Config{QueryTimeout: Auto} }
+
+// Bounds of the automatic query timeout (Squid icp_query_min_timeout and
+// icp_query_max_timeout).
+const (
+	MinTimeout = 50 * time.Millisecond
+	MaxTimeout = 2 * time.Second
+)
+
+// Timeout is a query timeout: a duration, or Auto.
+type Timeout time.Duration
+
+// Auto is the automatic timeout.
+const Auto Timeout = 0
+
+func (t *Timeout) UnmarshalText(b []byte) error {
+	if string(b) == "auto" {
+		*t = Auto
+		return nil
+	}
+	d, err := time.ParseDuration(string(b))
+	if err != nil || d <= 0 {
+		return fmt.Errorf("%q is neither \"auto\" nor a positive duration", b)
+	}
+	*t = Timeout(d)
+	return nil
+}
+
+func (t Timeout) MarshalText() ([]byte, error) {
+	if t == Auto {
+		return []byte("auto"), nil
+	}
+	return []byte(time.Duration(t).String()), nil
+}
+
+// Validate checks the section.
+func (c Config) Validate() error {
+	var es conf.Errors
+	if c.Listen != "" {
+		if _, _, err := net.SplitHostPort(c.Listen); err != nil {
+			es.Addf("icp", "listen", "want host:port: %v", err)
+		}
+	}
+	if c.QueryTimeout < 0 {
+		es.Addf("icp", "query_timeout", "must be \"auto\" or positive")
+	}
+	return es.Err()
+}

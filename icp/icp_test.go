@@ -1,0 +1,355 @@
+package icp
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net"
+	"net/netip"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/peerd/peerd/peers"
+	"github.com/sirupsen/logrus/hooks/test"
+)
+
+// Byte strings written from RFC 2186 section 1.2 (the header) and 2
+// (the opcodes' payloads).
+var (
+	// ICP_OP_QUERY, version 2, length 37, request number 0x01020304, no
+	// options, sender 10.0.0.1, requester 10.0.0.2, "http://a.b/x\0".
+	rfcQuery = []byte{
+		1, 2, 0, 37,
+		1, 2, 3, 4,
+		0, 0, 0, 0,
+		0, 0, 0, 0,
+		10, 0, 0, 1,
+		10, 0, 0, 2,
+		'h', 't', 't', 'p', ':', '/', '/', 'a', '.', 'b', '/', 'x', 0,
+	}
+	// ICP_OP_HIT answering it: the URL without a requester address.
+	rfcHit = []byte{
+		2, 2, 0, 33,
+		1, 2, 3, 4,
+		0, 0, 0, 0,
+		0, 0, 0, 0,
+		0, 0, 0, 0,
+		'h', 't', 't', 'p', ':', '/', '/', 'a', '.', 'b', '/', 'x', 0,
+	}
+)
+
+func TestParseRFCBytes(t *testing.T) {
+	var m Message
+	if err := m.Parse(rfcQuery); err != nil {
+		t.Fatal(err)
+	}
+	if m.Op != OpQuery || m.Version != 2 || m.ReqNum != 0x01020304 || m.Sender != [4]byte{10, 0, 0, 1} ||
+		m.Requester != [4]byte{10, 0, 0, 2} || string(m.URL) != "http://a.b/x" {
+		t.Fatalf("query parsed as %+v", m)
+	}
+	if got := m.Append(nil); !bytes.Equal(got, rfcQuery) {
+		t.Fatalf("query written as % x; want % x", got, rfcQuery)
+	}
+	if err := m.Parse(rfcHit); err != nil || m.Op != OpHit || string(m.URL) != "http://a.b/x" || m.ReqNum != 0x01020304 {
+		t.Fatalf("hit parsed as %+v, %v", m, err)
+	}
+	reply := Message{Op: OpHit, ReqNum: 0x01020304, URL: []byte("http://a.b/x")}
+	if got := reply.Append(nil); !bytes.Equal(got, rfcHit) {
+		t.Fatalf("hit written as % x; want % x", got, rfcHit)
+	}
+	for _, op := range []Opcode{OpMiss, OpErr, OpMissNoFetch, OpDenied} {
+		b := (&Message{Op: op, ReqNum: 7, URL: []byte("http://x/")}).Append(nil)
+		if err := m.Parse(b); err != nil || m.Op != op || m.ReqNum != 7 {
+			t.Errorf("%v round trip: %+v %v", op, m, err)
+		}
+	}
+}
+
+func TestParseRejects(t *testing.T) {
+	withLen := func(b []byte, n int) []byte {
+		c := append([]byte(nil), b...)
+		c[2], c[3] = byte(n>>8), byte(n)
+		return c
+	}
+	noNUL := append([]byte(nil), rfcHit[:len(rfcHit)-1]...)
+	for _, c := range []struct {
+		name string
+		in   []byte
+		want error
+	}{
+		{"empty", nil, ErrShort},
+		{"short header", rfcQuery[:19], ErrShort},
+		{"length too long", withLen(rfcQuery, 40), ErrLength},
+		{"length too short", withLen(rfcQuery, 20), ErrLength},
+		{"truncated datagram", rfcQuery[:30], ErrLength},
+		{"version 1", func() []byte { c := append([]byte(nil), rfcHit...); c[1] = 1; return c }(), ErrVersion},
+		{"opcode 99", func() []byte { c := append([]byte(nil), rfcHit...); c[0] = 99; return c }(), ErrOpcode},
+		{"opcode invalid", func() []byte { c := append([]byte(nil), rfcHit...); c[0] = 0; return c }(), ErrOpcode},
+		{"no NUL", withLen(noNUL, len(noNUL)), ErrURL},
+		{"empty URL", withLen(append(append([]byte(nil), rfcHit[:20]...), 0), 21), ErrURL},
+		{"query without requester", withLen(append([]byte{1}, rfcHit[1:22]...), 22), ErrURL},
+	} {
+		var m Message
+		if err := m.Parse(c.in); !errors.Is(err, c.want) {
+			t.Errorf("%s: %v; want %v", c.name, err, c.want)
+		}
+	}
+}
+
+func FuzzParse(f *testing.F) {
+	f.Add(rfcQuery)
+	f.Add(rfcHit)
+	f.Add([]byte{3, 3, 0, 22, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 'x', 0})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var m Message
+		if m.Parse(b) != nil {
+			return
+		}
+		// What parses is written back to the same message.
+		out := m.Append(nil)
+		var m2 Message
+		if err := m2.Parse(out); err != nil {
+			t.Fatalf("re-parse of % x: %v", out, err)
+		}
+		if m2.Op != m.Op || m2.ReqNum != m.ReqNum || !bytes.Equal(m2.URL, m.URL) || m2.Requester != m.Requester {
+			t.Fatalf("round trip changed %+v to %+v", m, m2)
+		}
+		if bytes.IndexByte(m.URL, 0) >= 0 || len(m.URL) == 0 {
+			t.Fatalf("URL %q", m.URL)
+		}
+	})
+}
+
+type fakeStore map[string]bool
+
+func (s fakeStore) ICPHit(u []byte) bool { return s[string(u)] }
+
+func newRegistry(t *testing.T, specs ...peers.Spec) *peers.Registry {
+	t.Helper()
+	log, _ := test.NewNullLogger()
+	r, err := peers.New(peers.Options{Health: peers.DefaultConfig(), ConnectTimeout: time.Second, Log: log}, specs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func alive(r *peers.Registry, name string) {
+	r.Observe(r.Get(name), peers.Observation{At: time.Now(), RTT: time.Millisecond, Probe: true})
+}
+
+func TestServerAnswers(t *testing.T) {
+	reg := newRegistry(t, peers.Spec{Name: "p1", Host: "127.0.0.1", Port: 1})
+	direct := false
+	s := &Server{o: ServerOptions{Store: fakeStore{"http://a.b/x": true}, Registry: reg,
+		Allowed:       func(a netip.Addr) bool { return a.IsLoopback() },
+		DirectAllowed: func() bool { return direct }}}
+	local := netip.MustParseAddrPort("127.0.0.1:5000")
+	query := func(u string) []byte {
+		return (&Message{Op: OpQuery, ReqNum: 42, URL: []byte(u)}).Append(nil)
+	}
+	ask := func(in []byte, from netip.AddrPort) (Message, bool) {
+		var m Message
+		out := s.answer(in, from, &m, nil)
+		if len(out) == 0 {
+			return Message{}, false
+		}
+		var r Message
+		if err := r.Parse(out); err != nil {
+			t.Fatalf("answer % x: %v", out, err)
+		}
+		return r, true
+	}
+	// p1 is unknown and DIRECT is off: nothing could fetch a miss.
+	if r, _ := ask(query("http://a.b/y"), local); r.Op != OpMissNoFetch || r.ReqNum != 42 || string(r.URL) != "http://a.b/y" {
+		t.Fatalf("with no live next hop: %v %+v; want MISS_NOFETCH echoing the request", r.Op, r)
+	}
+	if r, _ := ask(query("http://a.b/x"), local); r.Op != OpHit {
+		t.Fatalf("a stored URL: %v; want HIT", r.Op)
+	}
+	alive(reg, "p1")
+	if r, _ := ask(query("http://a.b/y"), local); r.Op != OpMiss {
+		t.Fatalf("a miss with a live parent: %v; want MISS", r.Op)
+	}
+	reg.SetAdminState("p1", peers.Maintenance)
+	direct = true
+	if r, _ := ask(query("http://a.b/y"), local); r.Op != OpMiss {
+		t.Fatalf("a miss with DIRECT allowed: %v; want MISS", r.Op)
+	}
+	if r, _ := ask(query("http://a.b/x"), netip.MustParseAddrPort("192.0.2.1:5000")); r.Op != OpDenied {
+		t.Fatalf("a source outside allow: %v; want DENIED", r.Op)
+	}
+	for _, junk := range [][]byte{nil, {1, 2, 3}, rfcHit, query("http://a.b/x")[:25]} {
+		if _, ok := ask(junk, local); ok {
+			t.Errorf("answered % x; malformed datagrams and non-queries are dropped", junk)
+		}
+	}
+	st := s.Stats()
+	if st.Queries != 5 || st.Hits != 1 || st.Misses != 2 || st.MissNoFetch != 1 || st.Denied != 1 || st.Malformed != 4 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+// Answering a query allocates nothing.
+func TestServerAnswerAllocatesNothing(t *testing.T) {
+	reg := newRegistry(t, peers.Spec{Name: "p1", Host: "127.0.0.1", Port: 1})
+	alive(reg, "p1")
+	s := &Server{o: ServerOptions{Store: fakeStore{"http://a.b/x": true}, Registry: reg, Allowed: func(netip.Addr) bool { return true }}}
+	in := (&Message{Op: OpQuery, ReqNum: 1, URL: []byte("http://a.b/x")}).Append(nil)
+	out := make([]byte, 0, MaxLen)
+	var m Message
+	from := netip.MustParseAddrPort("127.0.0.1:1")
+	if n := testing.AllocsPerRun(100, func() { out = s.answer(in, from, &m, out[:0]) }); n != 0 {
+		t.Fatalf("%v allocations per answer", n)
+	}
+}
+
+// fakeICPPeer answers queries on a loopback UDP socket with op (or not at
+// all when op is OpInvalid).
+type fakeICPPeer struct {
+	conn *net.UDPConn
+	op   chan Opcode
+}
+
+func newFakeICPPeer(t *testing.T, op Opcode) *fakeICPPeer {
+	t.Helper()
+	c, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fakeICPPeer{conn: c, op: make(chan Opcode, 1)}
+	f.op <- op
+	t.Cleanup(func() { c.Close() })
+	go func() {
+		buf := make([]byte, MaxLen)
+		for {
+			n, from, err := c.ReadFromUDPAddrPort(buf)
+			if err != nil {
+				return
+			}
+			var m Message
+			if m.Parse(buf[:n]) != nil {
+				continue
+			}
+			op := <-f.op
+			f.op <- op
+			if op == OpInvalid {
+				continue
+			}
+			c.WriteToUDPAddrPort((&Message{Op: op, ReqNum: m.ReqNum, URL: m.URL}).Append(nil), from)
+		}
+	}()
+	return f
+}
+
+func (f *fakeICPPeer) port() int     { return f.conn.LocalAddr().(*net.UDPAddr).Port }
+func (f *fakeICPPeer) set(op Opcode) { <-f.op; f.op <- op }
+
+func TestQueryPicks(t *testing.T) {
+	s1 := newFakeICPPeer(t, OpMiss)
+	p1 := newFakeICPPeer(t, OpMiss)
+	p2 := newFakeICPPeer(t, OpMiss)
+	reg := newRegistry(t,
+		peers.Spec{Name: "s1", Host: "127.0.0.1", Port: 1, Type: peers.Sibling, ICPPort: s1.port()},
+		peers.Spec{Name: "p1", Host: "127.0.0.1", Port: 2, ICPPort: p1.port()},
+		peers.Spec{Name: "p2", Host: "127.0.0.1", Port: 3, ICPPort: p2.port()},
+		peers.Spec{Name: "noicp", Host: "127.0.0.1", Port: 4})
+	for _, n := range []string{"s1", "p1", "p2", "noicp"} {
+		alive(reg, n)
+	}
+	log, _ := test.NewNullLogger()
+	q, err := NewQuerier(reg, log, Timeout(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	ctx := context.Background()
+
+	first, code, asked := q.Query(ctx, []byte("http://a/1"))
+	if !asked || first == nil || code != "FIRST_PARENT_MISS" || (first.Name() != "p1" && first.Name() != "p2") {
+		t.Fatalf("all MISS: %v %q %v; want the first parent to answer, FIRST_PARENT_MISS", first, code, asked)
+	}
+	s1.set(OpHit)
+	if first, code, _ := q.Query(ctx, []byte("http://a/2")); first == nil || first.Name() != "s1" || code != "SIBLING_HIT" {
+		t.Fatalf("sibling HIT: %v %q", first, code)
+	}
+	s1.set(OpMiss)
+	p2.set(OpHit)
+	if first, code, _ := q.Query(ctx, []byte("http://a/3")); first == nil || first.Name() != "p2" || code != "PARENT_HIT" {
+		t.Fatalf("parent HIT: %v %q", first, code)
+	}
+	// A dead peer is not asked.
+	for range reg.Get("p2").ConnectFailLimit() {
+		reg.Observe(reg.Get("p2"), peers.Observation{At: time.Now(), Err: errors.New("refused")})
+	}
+	before := reg.Get("p2").ICP().Queries()
+	q.Query(ctx, []byte("http://a/4"))
+	if reg.Get("p2").ICP().Queries() != before {
+		t.Fatal("a dead peer was queried")
+	}
+	if s := reg.Get("s1").Snapshot().ICP; s.Queries != 4 || s.Hits != 1 || s.Misses != 3 || s.MeanRTT <= 0 {
+		t.Fatalf("s1 ICP counters %+v", s)
+	}
+	// No ICP peers at all: nothing asked.
+	reg2 := newRegistry(t, peers.Spec{Name: "x", Host: "127.0.0.1", Port: 1})
+	alive(reg2, "x")
+	q2, _ := NewQuerier(reg2, log, Auto)
+	defer q2.Close()
+	if _, _, asked := q2.Query(ctx, []byte("http://a/")); asked {
+		t.Fatal("asked with no ICP peer")
+	}
+}
+
+// A peer that stops answering queries it used to answer is marked
+// suspect (and so probed) after DeadPeerTimeout, and is no longer waited
+// for; a peer that answers again is.
+func TestQuerySilentPeer(t *testing.T) {
+	s1 := newFakeICPPeer(t, OpMiss)
+	reg := newRegistry(t, peers.Spec{Name: "s1", Host: "127.0.0.1", Port: 1, Type: peers.Sibling, ICPPort: s1.port()})
+	alive(reg, "s1")
+	log, _ := test.NewNullLogger()
+	q, err := NewQuerier(reg, log, Timeout(20*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	var clock atomic.Int64
+	clock.Store(time.Now().UnixNano())
+	q.now = func() time.Time { return time.Unix(0, clock.Load()) }
+	ctx := context.Background()
+	q.Query(ctx, []byte("http://a/1")) // answered
+	s1.set(OpInvalid)
+	q.Query(ctx, []byte("http://a/2")) // unanswered, times out
+	if reg.Get("s1").Suspect() {
+		t.Fatal("suspect after one unanswered query")
+	}
+	clock.Add(int64(DeadPeerTimeout + time.Second))
+	q.Query(ctx, []byte("http://a/3"))
+	p := reg.Get("s1")
+	if !p.Suspect() || p.State() != peers.Alive {
+		t.Fatalf("s1 after %v of silence: %v suspect=%v; want alive and suspect (probed)", DeadPeerTimeout, p.State(), p.Suspect())
+	}
+	if s := p.Snapshot().ICP; s.Timeouts != 2 {
+		t.Fatalf("timeouts %d; want 2", s.Timeouts)
+	}
+	// Not waited for any more: a query returns at once.
+	start := time.Now()
+	if _, _, asked := q.Query(ctx, []byte("http://a/4")); !asked {
+		t.Fatal("a silent peer is still asked (to hear it again)")
+	}
+	if d := time.Since(start); d > 15*time.Millisecond {
+		t.Logf("query took %v with only a silent peer; it should not wait", d)
+	}
+	s1.set(OpHit)
+	q.Query(ctx, []byte("http://a/5")) // heard again (late or not)
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		if first, _, _ := q.Query(ctx, []byte("http://a/6")); first != nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("a peer answering again is not waited for")
+		}
+	}
+}

@@ -1,0 +1,313 @@
+package icp
+
+import (
+	"context"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/peerd/peerd/peers"
+	"github.com/sirupsen/logrus"
+)
+
+// DeadPeerTimeout is how long a peer that used to answer may leave
+// queries unanswered before it is marked suspect and probed (Squid
+// dead_peer_timeout).
+const DeadPeerTimeout = 10 * time.Second
+
+// Querier asks peers by ICP before a GET or HEAD is planned. It is safe
+// for concurrent use.
+type Querier struct {
+	reg  *peers.Registry
+	log  logrus.FieldLogger
+	conn *net.UDPConn
+	now  func() time.Time
+
+	timeout atomic.Int64 // Timeout; 0: auto
+	reqnum  atomic.Uint32
+
+	mu      sync.Mutex
+	pending map[uint32]*query
+	track   map[*peers.Peer]*tracking
+	addrs   map[*peers.Peer]resolved
+
+	malformed, stray atomic.Int64
+	done             chan struct{}
+}
+
+// tracking is what the querier remembers of a peer between queries, to
+// tell a peer that stopped answering.
+type tracking struct {
+	replied       bool  // ever answered
+	lastReply     int64 // Unix ns
+	unansweredAt  int64 // first query since lastReply still unanswered; 0: none
+	silent        bool  // marked suspect for silence; not waited for until it answers
+	timedOutFresh bool  // never answered and timed out: not waited for
+}
+
+type resolved struct {
+	host string
+	port int
+	ap   netip.AddrPort
+}
+
+type query struct {
+	sent    time.Time
+	peers   []*peers.Peer
+	addrs   []netip.AddrPort
+	replied []bool
+	replies chan reply
+}
+
+type reply struct {
+	i   int
+	op  Opcode
+	rtt time.Duration
+}
+
+// NewQuerier opens the querier's UDP socket (an ephemeral port on every
+// address: answers come back to it) and starts reading answers.
+func NewQuerier(reg *peers.Registry, log logrus.FieldLogger, timeout Timeout) (*Querier, error) {
+	conn, err := net.ListenUDP("udp", &net.UDPAddr{})
+	if err != nil {
+		return nil, err
+	}
+	q := &Querier{reg: reg, log: log.WithField("component", "icp"), conn: conn, now: time.Now,
+		pending: map[uint32]*query{}, track: map[*peers.Peer]*tracking{}, addrs: map[*peers.Peer]resolved{}, done: make(chan struct{})}
+	q.SetTimeout(timeout)
+	go q.read()
+	return q, nil
+}
+
+// SetTimeout changes the query timeout (a reload).
+func (q *Querier) SetTimeout(t Timeout) { q.timeout.Store(int64(t)) }
+
+// Close stops the querier.
+func (q *Querier) Close() error {
+	err := q.conn.Close()
+	<-q.done
+	return err
+}
+
+// Malformed counts answers that were not ICP; Stray counts well-formed
+// ones nobody was waiting for (late, or from an unknown source).
+func (q *Querier) Malformed() int64 { return q.malformed.Load() }
+func (q *Querier) Stray() int64     { return q.stray.Load() }
+
+// Query asks every live, enabled peer with an ICP port about url and
+// waits for answers up to the query timeout. The first HIT wins
+// (SIBLING_HIT or PARENT_HIT); failing that, the first parent that
+// answered MISS (FIRST_PARENT_MISS); failing that, first is nil and the
+// normal policy applies. asked reports whether any peer was queried (the
+// siblings asked are then not asked again over HTTP). Dead peers are never
+// queried: ICP revives no one.
+func (q *Querier) Query(ctx context.Context, url []byte) (first *peers.Peer, code string, asked bool) {
+	var targets []*peers.Peer
+	for _, p := range q.reg.Peers() {
+		if p.ICPPort() != 0 && p.State() == peers.Alive && p.AdminState() == peers.Enabled {
+			targets = append(targets, p)
+		}
+	}
+	if len(targets) == 0 {
+		return nil, "", false
+	}
+	qu := &query{peers: targets, addrs: make([]netip.AddrPort, len(targets)), replied: make([]bool, len(targets)), replies: make(chan reply, len(targets))}
+	num := q.reqnum.Add(1)
+	if num == 0 {
+		num = q.reqnum.Add(1)
+	}
+	msg := Message{Op: OpQuery, ReqNum: num, URL: url}
+	buf := msg.Append(make([]byte, 0, HeaderLen+4+len(url)+1))
+
+	now := q.now()
+	expected := 0
+	var rttSum time.Duration
+	rttN := 0
+	q.mu.Lock()
+	for i, p := range targets {
+		qu.addrs[i] = q.addrLocked(p)
+		t := q.trackLocked(p)
+		if !t.silent && !t.timedOutFresh {
+			expected++
+			if r := p.ICP().MeanRTT(); r > 0 {
+				rttSum += r
+				rttN++
+			}
+		}
+		if t.unansweredAt == 0 {
+			t.unansweredAt = now.UnixNano()
+		}
+	}
+	qu.sent = now
+	q.pending[num] = qu
+	q.mu.Unlock()
+	defer func() {
+		q.mu.Lock()
+		delete(q.pending, num)
+		q.mu.Unlock()
+	}()
+	for i, p := range targets {
+		if !qu.addrs[i].IsValid() {
+			continue
+		}
+		p.ICP().Query()
+		if _, err := q.conn.WriteToUDPAddrPort(buf, qu.addrs[i]); err != nil {
+			q.log.WithFields(logrus.Fields{"peer": p.Name(), "err": err.Error()}).Debug("icp: query not sent")
+		}
+	}
+	if expected == 0 {
+		// Every peer asked has gone quiet: do not make the client wait
+		// for them (the queries still go out, so one that is back is
+		// heard again).
+		return nil, "", true
+	}
+	timeout := time.Duration(q.timeout.Load())
+	if timeout == 0 {
+		timeout = MinTimeout
+		if rttN > 0 {
+			timeout = min(max(2*rttSum/time.Duration(rttN), MinTimeout), MaxTimeout)
+		}
+	}
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	var firstMiss *peers.Peer
+	for got := 0; got < expected; {
+		select {
+		case r := <-qu.replies:
+			got++
+			p := targets[r.i]
+			switch r.op {
+			case OpHit, OpHitObj:
+				if p.Type() == peers.Sibling {
+					return p, "SIBLING_HIT", true
+				}
+				return p, "PARENT_HIT", true
+			case OpMiss:
+				if firstMiss == nil && p.Type() == peers.Parent {
+					firstMiss = p
+				}
+			}
+		case <-timer.C:
+			q.timedOut(qu)
+			got = expected
+		case <-ctx.Done():
+			got = expected
+		}
+	}
+	if firstMiss != nil {
+		return firstMiss, "FIRST_PARENT_MISS", true
+	}
+	return nil, "", true
+}
+
+// timedOut counts the peers that left a query unanswered and marks those
+// that used to answer but have been quiet for DeadPeerTimeout.
+func (q *Querier) timedOut(qu *query) {
+	now := q.now().UnixNano()
+	var quiet []*peers.Peer
+	q.mu.Lock()
+	for i, p := range qu.peers {
+		if qu.replied[i] {
+			continue
+		}
+		p.ICP().Timeout()
+		t := q.trackLocked(p)
+		switch {
+		case !t.replied:
+			t.timedOutFresh = true
+		case !t.silent && t.unansweredAt != 0 && now-t.unansweredAt >= int64(DeadPeerTimeout):
+			t.silent = true
+			quiet = append(quiet, p)
+		}
+	}
+	q.mu.Unlock()
+	for _, p := range quiet {
+		q.log.WithField("peer", p.Name()).Warnf("icp: %s %s stopped answering ICP queries", p.Type().Label(), p.Name())
+		q.reg.Suspect(p, peers.CauseProbe, "stopped answering ICP queries for "+DeadPeerTimeout.String()+"; probing it")
+	}
+}
+
+func (q *Querier) trackLocked(p *peers.Peer) *tracking {
+	t := q.track[p]
+	if t == nil {
+		t = &tracking{}
+		q.track[p] = t
+	}
+	return t
+}
+
+// addrLocked is p's ICP address, resolved once per host and port.
+func (q *Querier) addrLocked(p *peers.Peer) netip.AddrPort {
+	host, port := p.Host(), p.ICPPort()
+	if r, ok := q.addrs[p]; ok && r.host == host && r.port == port {
+		return r.ap
+	}
+	var ap netip.AddrPort
+	if ip, err := netip.ParseAddr(host); err == nil {
+		ap = netip.AddrPortFrom(ip.Unmap(), uint16(port))
+	} else if ips, err := net.DefaultResolver.LookupNetIP(context.Background(), "ip", host); err == nil && len(ips) > 0 {
+		ap = netip.AddrPortFrom(ips[0].Unmap(), uint16(port))
+	} else {
+		q.log.WithFields(logrus.Fields{"peer": p.Name(), "err": "cannot resolve " + host}).Warn("icp: peer not queried")
+	}
+	q.addrs[p] = resolved{host: host, port: port, ap: ap}
+	return ap
+}
+
+// read delivers answers to the queries waiting for them.
+func (q *Querier) read() {
+	defer close(q.done)
+	buf := make([]byte, MaxLen)
+	var m Message
+	for {
+		n, from, err := q.conn.ReadFromUDPAddrPort(buf)
+		if err != nil {
+			if ne, ok := err.(net.Error); ok && ne.Timeout() {
+				continue
+			}
+			return // closed
+		}
+		if m.Parse(buf[:n]) != nil || m.Op == OpQuery {
+			q.malformed.Add(1)
+			continue
+		}
+		q.deliver(&m, netip.AddrPortFrom(from.Addr().Unmap(), from.Port()))
+	}
+}
+
+func (q *Querier) deliver(m *Message, from netip.AddrPort) {
+	now := q.now()
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	qu := q.pending[m.ReqNum]
+	if qu == nil {
+		q.stray.Add(1)
+		// A late answer still says the peer is there.
+		for p, r := range q.addrs {
+			if r.ap == from {
+				q.heardLocked(p, now)
+			}
+		}
+		return
+	}
+	for i, ap := range qu.addrs {
+		if ap != from || qu.replied[i] {
+			continue
+		}
+		qu.replied[i] = true
+		p := qu.peers[i]
+		rtt := now.Sub(qu.sent)
+		p.ICP().Reply(m.Op == OpHit || m.Op == OpHitObj, m.Op == OpDenied, rtt)
+		q.heardLocked(p, now)
+		qu.replies <- reply{i: i, op: m.Op, rtt: rtt} // buffered for every peer asked
+		return
+	}
+	q.stray.Add(1)
+}
+
+func (q *Querier) heardLocked(p *peers.Peer, now time.Time) {
+	t := q.trackLocked(p)
+	t.replied, t.lastReply, t.unansweredAt, t.silent, t.timedOutFresh = true, now.UnixNano(), 0, false, false
+}

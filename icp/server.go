@@ -1,0 +1,134 @@
+package icp
+
+import (
+	"net"
+	"net/netip"
+	"sync/atomic"
+
+	"github.com/peerd/peerd/peers"
+	"github.com/sirupsen/logrus"
+)
+
+// Store answers "is a fresh response stored for this absolute URL (a
+// GET)?" without allocating; the forwarder's cache is one.
+type Store interface {
+	ICPHit(url []byte) bool
+}
+
+// ServerOptions wire an answering listener.
+type ServerOptions struct {
+	Store    Store
+	Registry *peers.Registry
+	// Allowed is the [proxy] allow ACL: other sources are DENIED.
+	Allowed func(netip.Addr) bool
+	// DirectAllowed reports whether DIRECT is a next hop; with it off and
+	// no live parent, queries are answered MISS_NOFETCH.
+	DirectAllowed func() bool
+	Log           logrus.FieldLogger
+}
+
+// Server answers ICP queries on one UDP socket: HIT for a fresh stored
+// object, MISS otherwise, MISS_NOFETCH when no next hop is alive, DENIED
+// to sources outside the allow list. Answering allocates nothing.
+type Server struct {
+	o    ServerOptions
+	conn *net.UDPConn
+	done chan struct{}
+
+	queries, hits, misses, nofetch, denied, malformed atomic.Int64
+}
+
+// Listen opens addr and starts answering.
+func Listen(addr string, o ServerOptions) (*Server, error) {
+	ua, err := net.ResolveUDPAddr("udp", addr)
+	if err != nil {
+		return nil, err
+	}
+	conn, err := net.ListenUDP("udp", ua)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{o: o, conn: conn, done: make(chan struct{})}
+	go s.serve()
+	return s, nil
+}
+
+// Addr is the address answered on.
+func (s *Server) Addr() net.Addr { return s.conn.LocalAddr() }
+
+// Close stops answering.
+func (s *Server) Close() error {
+	err := s.conn.Close()
+	<-s.done
+	return err
+}
+
+func (s *Server) serve() {
+	defer close(s.done)
+	in := make([]byte, MaxLen)
+	out := make([]byte, 0, MaxLen)
+	var m Message
+	for {
+		n, from, err := s.conn.ReadFromUDPAddrPort(in)
+		if err != nil {
+			if ne, ok := err.(net.Error); ok && ne.Timeout() {
+				continue
+			}
+			return
+		}
+		out = s.answer(in[:n], from, &m, out[:0])
+		if len(out) > 0 {
+			s.conn.WriteToUDPAddrPort(out, from)
+		}
+	}
+}
+
+// answer is the reply to one datagram (appended to out), or nothing.
+func (s *Server) answer(in []byte, from netip.AddrPort, m *Message, out []byte) []byte {
+	if err := m.Parse(in); err != nil || m.Op != OpQuery {
+		// Not a query (or not ICP): counted and dropped, as Squid does.
+		s.malformed.Add(1)
+		return out
+	}
+	s.queries.Add(1)
+	reply := Message{ReqNum: m.ReqNum, URL: m.URL, Version: Version}
+	switch {
+	case !s.o.Allowed(from.Addr().Unmap()):
+		reply.Op = OpDenied
+		s.denied.Add(1)
+	case s.o.Store != nil && s.o.Store.ICPHit(m.URL):
+		reply.Op = OpHit
+		s.hits.Add(1)
+	case !s.nextHop():
+		reply.Op = OpMissNoFetch
+		s.nofetch.Add(1)
+	default:
+		reply.Op = OpMiss
+		s.misses.Add(1)
+	}
+	return reply.Append(out)
+}
+
+// nextHop reports whether a miss could be fetched now.
+func (s *Server) nextHop() bool {
+	if s.o.DirectAllowed != nil && s.o.DirectAllowed() {
+		return true
+	}
+	for _, p := range s.o.Registry.Peers() {
+		if p.Type() == peers.Parent && p.Eligible() {
+			return true
+		}
+	}
+	return false
+}
+
+// Stats are the listener's counters.
+type Stats struct {
+	Queries, Hits, Misses, MissNoFetch, Denied, Malformed int64
+}
+
+// Stats reads the counters.
+func (s *Server) Stats() Stats {
+	return Stats{Queries: s.queries.Load(), Hits: s.hits.Load(), Misses: s.misses.Load(),
+		MissNoFetch: s.nofetch.Load(), Denied: s.denied.Load(), Malformed: s.malformed.Load()}
+}
