@@ -259,7 +259,7 @@ func TestQueryPicks(t *testing.T) {
 		alive(reg, n)
 	}
 	log, _ := test.NewNullLogger()
-	q, err := NewQuerier(reg, log, Timeout(time.Second))
+	q, err := NewQuerier(reg, log, Timeout(time.Second), "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -294,7 +294,7 @@ func TestQueryPicks(t *testing.T) {
 	// No ICP peers at all: nothing asked.
 	reg2 := newRegistry(t, peers.Spec{Name: "x", Host: "127.0.0.1", Port: 1})
 	alive(reg2, "x")
-	q2, _ := NewQuerier(reg2, log, Auto)
+	q2, _ := NewQuerier(reg2, log, Auto, "127.0.0.1")
 	defer q2.Close()
 	if _, _, asked := q2.Query(ctx, []byte("http://a/")); asked {
 		t.Fatal("asked with no ICP peer")
@@ -309,7 +309,7 @@ func TestQuerySilentPeer(t *testing.T) {
 	reg := newRegistry(t, peers.Spec{Name: "s1", Host: "127.0.0.1", Port: 1, Type: peers.Sibling, ICPPort: s1.port()})
 	alive(reg, "s1")
 	log, _ := test.NewNullLogger()
-	q, err := NewQuerier(reg, log, Timeout(20*time.Millisecond))
+	q, err := NewQuerier(reg, log, Timeout(20*time.Millisecond), "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,8 @@ package icp
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 	"sync"
@@ -45,6 +47,7 @@ type tracking struct {
 	unansweredAt  int64 // first query since lastReply still unanswered; 0: none
 	silent        bool  // marked suspect for silence; not waited for until it answers
 	timedOutFresh bool  // never answered and timed out: not waited for
+	lastSent      int64 // the last query sent (Unix ns), for a late answer's round trip
 }
 
 type resolved struct {
@@ -67,10 +70,24 @@ type reply struct {
 	rtt time.Duration
 }
 
-// NewQuerier opens the querier's UDP socket (an ephemeral port on every
-// address: answers come back to it) and starts reading answers.
-func NewQuerier(reg *peers.Registry, log logrus.FieldLogger, timeout Timeout) (*Querier, error) {
-	conn, err := net.ListenUDP("udp", &net.UDPAddr{})
+// NewQuerier opens the querier's UDP socket and starts reading answers.
+// The socket is an ephemeral port on source, the address queries go out
+// from ("" for any; cmd/peerd passes the [icp] listen address's IP, as
+// Squid sends its queries from its ICP address). Squid ignores ICP
+// datagrams from its own ICP address, so peerd and a Squid on one host
+// need different addresses.
+func NewQuerier(reg *peers.Registry, log logrus.FieldLogger, timeout Timeout, source string) (*Querier, error) {
+	la := &net.UDPAddr{}
+	if source != "" {
+		ip := net.ParseIP(source)
+		if ip == nil {
+			return nil, fmt.Errorf("icp: %q is not an IP address to send queries from", source)
+		}
+		if !ip.IsUnspecified() {
+			la.IP = ip
+		}
+	}
+	conn, err := net.ListenUDP("udp", la)
 	if err != nil {
 		return nil, err
 	}
@@ -139,6 +156,7 @@ func (q *Querier) Query(ctx context.Context, url []byte) (first *peers.Peer, cod
 		if t.unansweredAt == 0 {
 			t.unansweredAt = now.UnixNano()
 		}
+		t.lastSent = now.UnixNano()
 	}
 	qu.sent = now
 	q.pending[num] = qu
@@ -264,10 +282,12 @@ func (q *Querier) read() {
 	for {
 		n, from, err := q.conn.ReadFromUDPAddrPort(buf)
 		if err != nil {
-			if ne, ok := err.(net.Error); ok && ne.Timeout() {
-				continue
+			if errors.Is(err, net.ErrClosed) {
+				return
 			}
-			return // closed
+			// An ICMP error surfacing on the socket, or a transient
+			// one: the socket is still good.
+			continue // closed
 		}
 		if m.Parse(buf[:n]) != nil || m.Op == OpQuery {
 			q.malformed.Add(1)
@@ -284,9 +304,13 @@ func (q *Querier) deliver(m *Message, from netip.AddrPort) {
 	qu := q.pending[m.ReqNum]
 	if qu == nil {
 		q.stray.Add(1)
-		// A late answer still says the peer is there.
+		// A late answer still says the peer is there, and how slow it
+		// is (the automatic timeout grows to wait for it next time).
 		for p, r := range q.addrs {
 			if r.ap == from {
+				if t := q.trackLocked(p); t.lastSent != 0 {
+					p.ICP().Reply(m.Op == OpHit || m.Op == OpHitObj, m.Op == OpDenied, now.Sub(time.Unix(0, t.lastSent)))
+				}
 				q.heardLocked(p, now)
 			}
 		}

@@ -1,6 +1,7 @@
 package icp
 
 import (
+	"errors"
 	"net"
 	"net/netip"
 	"sync/atomic"
@@ -71,10 +72,12 @@ func (s *Server) serve() {
 	for {
 		n, from, err := s.conn.ReadFromUDPAddrPort(in)
 		if err != nil {
-			if ne, ok := err.(net.Error); ok && ne.Timeout() {
-				continue
+			if errors.Is(err, net.ErrClosed) {
+				return
 			}
-			return
+			// An ICMP error surfacing on the socket, or a transient
+			// one: the socket is still good.
+			continue
 		}
 		out = s.answer(in[:n], from, &m, out[:0])
 		if len(out) > 0 {

@@ -98,7 +98,11 @@ func newServer(path string, cfg *fileConfig, stderr io.Writer) (*server, error) 
 		return nil, err
 	}
 	var icpQuerier forwarding.ICP
-	if s.icpQ, err = icp.NewQuerier(reg, lg, cfg.ICP.QueryTimeout); err != nil {
+	source := ""
+	if h, _, err := net.SplitHostPort(cfg.ICP.Listen); err == nil && net.ParseIP(h) != nil {
+		source = h
+	}
+	if s.icpQ, err = icp.NewQuerier(reg, lg, cfg.ICP.QueryTimeout, source); err != nil {
 		lg.WithError(err).Error("icp: cannot open a socket for queries; peers will not be asked by ICP")
 	} else {
 		icpQuerier = s.icpQ
