@@ -46,6 +46,9 @@ fuzz:
 	$(GO) test -run XXX -fuzz '^FuzzCacheControl$$' -fuzztime $(FUZZTIME) ./cache/
 	$(GO) test -run XXX -fuzz '^FuzzStoredResponse$$' -fuzztime $(FUZZTIME) ./cache/
 	$(GO) test -run XXX -fuzz '^FuzzProxyStatus$$' -fuzztime $(FUZZTIME) ./forwarding/
+	$(GO) test -run XXX -fuzz '^FuzzImportSquid$$' -fuzztime $(FUZZTIME) ./cmd/peerd/
+	$(GO) test -run XXX -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./fleet/
+	$(GO) test -run XXX -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./icp/
 
 # Micro-benchmarks, then the comparison against direct and Squid.
 bench:

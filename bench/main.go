@@ -39,7 +39,7 @@ var (
 	conns    = flag.Int("c", 16, "connections for the throughput runs")
 	size     = flag.Int("size", 512, "response body bytes of the throughput runs")
 	lowRate  = flag.Int("lowrate", 100, "requests per second for the low-rate latency run through real Squid parents")
-	sections = flag.String("run", "throughput,cache,lowrate,failover,memory,fleet", "sections to run, comma-separated")
+	sections = flag.String("run", "throughput,cache,lowrate,failover,memory,fleet,icp", "sections to run, comma-separated")
 	threads  = flag.Int("threads", 0, "worker threads of each child (peerd GOMAXPROCS, ATS exec threads; Squid has one); 0: each child's default (one per core)")
 	rounds   = flag.Int("rounds", 3, "interleaved rounds of the throughput runs; figures are the medians")
 	tunnels  = flag.Int("tunnels", 2000, "idle CONNECT tunnels for the memory run")
@@ -109,6 +109,10 @@ func main() {
 		fmt.Fprintln(os.Stderr, "== fleet: three peerds, p1 killed, with gossip and without")
 		res.Fleet = fleetRun(work, peerdBin, max(1, *rounds))
 	}
+	if want("icp") {
+		fmt.Fprintln(os.Stderr, "== icp: asking a sibling by ICP and by HTTP only-if-cached")
+		res.ICP = icpRun(work, peerdBin, squidBin)
+	}
 	res.Seconds = time.Since(start).Seconds()
 
 	md := res.markdown()
@@ -153,6 +157,7 @@ type Results struct {
 	Memory     []Memory     `json:"memory"`
 	Cache      []Throughput `json:"cache"`
 	Fleet      []FleetRow   `json:"fleet"`
+	ICP        []ICPRow     `json:"icp"`
 }
 
 // wrkBin is wrk's path ("": load by a Go client).
@@ -275,6 +280,7 @@ func (r *Results) markdown() string {
 		fmt.Fprintf(&b, "| %s | %.1f | %.1f | %.1f |\n", m.Child, m.BaseMiB, m.RSSMiB, m.PerKiB)
 	}
 	b.WriteString(r.fleetSection())
+	b.WriteString(r.icpSection())
 	return b.String()
 }
 
