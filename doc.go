@@ -116,4 +116,24 @@
 //     instance (a new address is opened before the old is left); only the
 //     join list changing joins from the running one. Peer state lives in
 //     the registry and is never touched by it.
+//
+// ICP (issue 17).
+//
+//   - icp/ owns the codec, the querier and the listener, and imports only
+//     peers: the cache it answers from is its one-method Store (the
+//     forwarder), and the forwarder sees the querier as a one-method
+//     interface. The query result enters selection as a hint (a first hop
+//     and its code, and "skip the siblings ICP asked"), so the plan walk,
+//     its per-hop liveness re-check and its retry rules stay written once.
+//
+//   - A peer is waited for only while it is expected to answer: one that
+//     never answered and timed out, or that went quiet for
+//     dead_peer_timeout (then also marked suspect and probed), is still
+//     asked but not waited for until an answer arrives (a late one
+//     counts, and feeds the mean RTT behind query_timeout = "auto"). So a
+//     dead ICP port costs clients nothing after its first timeout.
+//
+//   - Queries go out from the [icp] listen address, as Squid sends from
+//     its ICP port: Squid drops ICP from its own address, so on one host
+//     the operator separates the two by address.
 package peerd
