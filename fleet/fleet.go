@@ -120,9 +120,9 @@ func (f *Fleet) Apply(cfg Config, node string) error {
 		}
 		return nil
 	}
-	if old != nil && old.cfg.Bind == cfg.Bind {
-		// Same address, new key or name: the old instance must let go
-		// of the port first.
+	if old != nil && (old.cfg.Bind == cfg.Bind || old.samePort(cfg.Bind)) {
+		// Same address (or port), new key or name: the old instance
+		// must let go of the port first.
 		f.cur.Store(nil)
 		old.close()
 		m, err := f.start(cfg, node)
@@ -226,6 +226,13 @@ func bindIP(host string) (net.IP, error) {
 		return nil, fmt.Errorf("cannot resolve %q: %v", host, err)
 	}
 	return ips[0], nil
+}
+
+// samePort reports whether bind asks for the port m is bound to (a new
+// instance could not open it while m holds it).
+func (m *member) samePort(bind string) bool {
+	_, port, err := splitAddr(bind)
+	return err == nil && port != 0 && port == int(m.ml.LocalNode().Port)
 }
 
 func (m *member) numNodes() int {

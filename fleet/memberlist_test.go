@@ -127,3 +127,34 @@ func TestFleetWrongKeyCannotJoin(t *testing.T) {
 		t.Fatalf("members a=%d b=%d; with different keys neither may join", a.f.Members(), b.f.Members())
 	}
 }
+
+// A reload with a new key restarts gossip under it: members that all
+// changed it find each other again; one left on the old key cannot join.
+func TestFleetKeyChangeOnReload(t *testing.T) {
+	k1 := base64.StdEncoding.EncodeToString([]byte("0123456789abcdef"))
+	k2 := base64.StdEncoding.EncodeToString([]byte("fedcba9876543210"))
+	a := startNode(t, "a", Config{Bind: "127.0.0.1:0", Key: k1})
+	addrA := a.addr()
+	b := startNode(t, "b", Config{Bind: "127.0.0.1:0", Key: k1, Join: []string{addrA}})
+	eventually(t, "a and b joined", func() bool { return a.f.Members() == 2 })
+	if err := a.f.Apply(Config{Bind: addrA, Key: k2}, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if got := a.addr(); got != addrA {
+		t.Fatalf("a's address moved from %s to %s on a key change", addrA, got)
+	}
+	addrB := b.addr()
+	if err := b.f.Apply(Config{Bind: addrB, Key: k2, Join: []string{addrA}}, "b"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "a and b together under the new key", func() bool { return a.f.Members() == 2 && b.f.Members() == 2 })
+	c := startNode(t, "c", Config{Bind: "127.0.0.1:0", Key: k1, Join: []string{addrA}})
+	time.Sleep(time.Second)
+	if c.f.Members() != 1 || a.f.Members() != 2 {
+		t.Fatalf("members c=%d a=%d; a member on the old key must not join", c.f.Members(), a.f.Members())
+	}
+	// Peer state is untouched by it all.
+	if p := a.reg.Get("p1"); p.State() != peers.Alive {
+		t.Fatalf("a's p1 is %v after the reloads", p.State())
+	}
+}

@@ -69,6 +69,11 @@ func startBenchProxy(b testing.TB, parentAddr string) string {
 
 // startBenchProxyCache is startBenchProxy with a cache (nil: off).
 func startBenchProxyCache(b testing.TB, parentAddr string, ch *cache.Cache) string {
+	addr, _ := startBenchProxyCacheP(b, parentAddr, ch)
+	return addr
+}
+
+func startBenchProxyCacheP(b testing.TB, parentAddr string, ch *cache.Cache) (string, *Proxy) {
 	log := logrus.New()
 	log.SetLevel(logrus.ErrorLevel)
 	host, portStr, _ := net.SplitHostPort(parentAddr)
@@ -95,7 +100,7 @@ func startBenchProxyCache(b testing.TB, parentAddr string, ch *cache.Cache) stri
 	px.SetCache(ch)
 	go px.Serve(ln)
 	b.Cleanup(func() { ln.Close(); px.CloseIdle() })
-	return ln.Addr().String()
+	return ln.Addr().String(), px
 }
 
 func BenchmarkViaPeerd(b *testing.B) {
@@ -308,5 +313,28 @@ func TestCacheHitAllocatesNothing(t *testing.T) {
 		if hit := name == "hit"; (hit && st.Hits < 700) || (!hit && st.Misses < 700) {
 			t.Errorf("%s: cache stats %+v; the requests were not what the test meant", name, st)
 		}
+	}
+}
+
+// The ICP listener's question to the cache (is a fresh GET stored for
+// this URL?) allocates nothing, and is answered right.
+func TestICPHitAllocatesNothing(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts differ under the race detector")
+	}
+	ch := cacheOn(t)
+	addr, px := startBenchProxyCacheP(t, rawParentWith(t, "Cache-Control: max-age=3600\r\n"), ch)
+	rc := newRawClient(t, addr)
+	rc.get() // stores http://origin.test/obj
+	rc.c.Close()
+	stored, other := []byte("http://origin.test/obj"), []byte("http://ORIGIN.test:80/other")
+	if !px.ICPHit(stored) || px.ICPHit(other) || px.ICPHit([]byte("not a url")) {
+		t.Fatal("ICPHit: want a hit for the stored URL only")
+	}
+	if !px.ICPHit([]byte("http://Origin.Test:80/obj")) {
+		t.Error("ICPHit does not normalise the key (host case, default port) as requests are")
+	}
+	if n := testing.AllocsPerRun(500, func() { px.ICPHit(stored); px.ICPHit(other) }); n > 0 {
+		t.Errorf("%.2f allocations per ICP lookup; want 0", n)
 	}
 }
