@@ -353,3 +353,42 @@ func TestQuerySilentPeer(t *testing.T) {
 		}
 	}
 }
+
+// Queries go out from the source address given, and a reload can move it.
+func TestQuerySourceMoves(t *testing.T) {
+	c, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	reg := newRegistry(t, peers.Spec{Name: "s1", Host: "127.0.0.1", Port: 1, Type: peers.Sibling, ICPPort: c.LocalAddr().(*net.UDPAddr).Port})
+	alive(reg, "s1")
+	log, _ := test.NewNullLogger()
+	q, err := NewQuerier(reg, log, Timeout(10*time.Millisecond), "127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	from := func() string {
+		q.Query(context.Background(), []byte("http://a/"))
+		buf := make([]byte, MaxLen)
+		c.SetReadDeadline(time.Now().Add(time.Second))
+		_, a, err := c.ReadFromUDPAddrPort(buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a.Addr().String()
+	}
+	if got := from(); got != "127.0.0.1" {
+		t.Fatalf("query from %s; want 127.0.0.1", got)
+	}
+	if err := q.SetSource("127.0.0.2"); err != nil {
+		t.Fatal(err)
+	}
+	if got := from(); got != "127.0.0.2" {
+		t.Fatalf("query from %s after the move; want 127.0.0.2", got)
+	}
+	if err := q.SetSource("not-an-ip"); err == nil {
+		t.Fatal("a bad source address was accepted")
+	}
+}

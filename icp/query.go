@@ -24,8 +24,10 @@ const DeadPeerTimeout = 10 * time.Second
 type Querier struct {
 	reg  *peers.Registry
 	log  logrus.FieldLogger
-	conn *net.UDPConn
+	conn atomic.Pointer[net.UDPConn]
 	now  func() time.Time
+	src  string // the source address in use
+	wg   sync.WaitGroup
 
 	timeout atomic.Int64 // Timeout; 0: auto
 	reqnum  atomic.Uint32
@@ -36,7 +38,6 @@ type Querier struct {
 	addrs   map[*peers.Peer]resolved
 
 	malformed, stray atomic.Int64
-	done             chan struct{}
 }
 
 // tracking is what the querier remembers of a peer between queries, to
@@ -77,11 +78,27 @@ type reply struct {
 // datagrams from its own ICP address, so peerd and a Squid on one host
 // need different addresses.
 func NewQuerier(reg *peers.Registry, log logrus.FieldLogger, timeout Timeout, source string) (*Querier, error) {
+	q := &Querier{reg: reg, log: log.WithField("component", "icp"), now: time.Now,
+		pending: map[uint32]*query{}, track: map[*peers.Peer]*tracking{}, addrs: map[*peers.Peer]resolved{}}
+	q.SetTimeout(timeout)
+	if err := q.SetSource(source); err != nil {
+		return nil, err
+	}
+	return q, nil
+}
+
+// SetSource moves the socket queries go out from to source (a reload
+// that moves [icp] listen). The old socket is closed; answers still on
+// their way to it are lost (and the peers asked are timed out as usual).
+func (q *Querier) SetSource(source string) error {
+	if c := q.conn.Load(); c != nil && source == q.src {
+		return nil
+	}
 	la := &net.UDPAddr{}
 	if source != "" {
 		ip := net.ParseIP(source)
 		if ip == nil {
-			return nil, fmt.Errorf("icp: %q is not an IP address to send queries from", source)
+			return fmt.Errorf("icp: %q is not an IP address to send queries from", source)
 		}
 		if !ip.IsUnspecified() {
 			la.IP = ip
@@ -89,13 +106,16 @@ func NewQuerier(reg *peers.Registry, log logrus.FieldLogger, timeout Timeout, so
 	}
 	conn, err := net.ListenUDP("udp", la)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	q := &Querier{reg: reg, log: log.WithField("component", "icp"), conn: conn, now: time.Now,
-		pending: map[uint32]*query{}, track: map[*peers.Peer]*tracking{}, addrs: map[*peers.Peer]resolved{}, done: make(chan struct{})}
-	q.SetTimeout(timeout)
-	go q.read()
-	return q, nil
+	q.src = source
+	old := q.conn.Swap(conn)
+	q.wg.Add(1)
+	go q.read(conn)
+	if old != nil {
+		old.Close()
+	}
+	return nil
 }
 
 // SetTimeout changes the query timeout (a reload).
@@ -103,8 +123,8 @@ func (q *Querier) SetTimeout(t Timeout) { q.timeout.Store(int64(t)) }
 
 // Close stops the querier.
 func (q *Querier) Close() error {
-	err := q.conn.Close()
-	<-q.done
+	err := q.conn.Load().Close()
+	q.wg.Wait()
 	return err
 }
 
@@ -171,7 +191,7 @@ func (q *Querier) Query(ctx context.Context, url []byte) (first *peers.Peer, cod
 			continue
 		}
 		p.ICP().Query()
-		if _, err := q.conn.WriteToUDPAddrPort(buf, qu.addrs[i]); err != nil {
+		if _, err := q.conn.Load().WriteToUDPAddrPort(buf, qu.addrs[i]); err != nil {
 			q.log.WithFields(logrus.Fields{"peer": p.Name(), "err": err.Error()}).Debug("icp: query not sent")
 		}
 	}
@@ -274,13 +294,14 @@ func (q *Querier) addrLocked(p *peers.Peer) netip.AddrPort {
 	return ap
 }
 
-// read delivers answers to the queries waiting for them.
-func (q *Querier) read() {
-	defer close(q.done)
+// read delivers the answers arriving on conn to the queries waiting for
+// them, until conn is closed.
+func (q *Querier) read(conn *net.UDPConn) {
+	defer q.wg.Done()
 	buf := make([]byte, MaxLen)
 	var m Message
 	for {
-		n, from, err := q.conn.ReadFromUDPAddrPort(buf)
+		n, from, err := conn.ReadFromUDPAddrPort(buf)
 		if err != nil {
 			if errors.Is(err, net.ErrClosed) {
 				return

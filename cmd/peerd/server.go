@@ -98,11 +98,7 @@ func newServer(path string, cfg *fileConfig, stderr io.Writer) (*server, error) 
 		return nil, err
 	}
 	var icpQuerier forwarding.ICP
-	source := ""
-	if h, _, err := net.SplitHostPort(cfg.ICP.Listen); err == nil && net.ParseIP(h) != nil {
-		source = h
-	}
-	if s.icpQ, err = icp.NewQuerier(reg, lg, cfg.ICP.QueryTimeout, source); err != nil {
+	if s.icpQ, err = icp.NewQuerier(reg, lg, cfg.ICP.QueryTimeout, icpSource(cfg.ICP)); err != nil {
 		lg.WithError(err).Error("icp: cannot open a socket for queries; peers will not be asked by ICP")
 	} else {
 		icpQuerier = s.icpQ
@@ -442,6 +438,9 @@ func (s *server) commit(st *staged, old *fileConfig) {
 	s.direct.Store(cfg.Proxy.Direct != selection.DirectNever)
 	if s.icpQ != nil {
 		s.icpQ.SetTimeout(cfg.ICP.QueryTimeout)
+		if err := s.icpQ.SetSource(icpSource(cfg.ICP)); err != nil {
+			s.log.WithError(err).Error("icp: queries keep going out from the old address")
+		}
 	}
 
 	s.mu.Lock()
@@ -485,6 +484,15 @@ func (s *server) commit(st *staged, old *fileConfig) {
 		}()
 		s.log.WithField("admin", st.adminLn.Addr().String()).Info("admin listener moved")
 	}
+}
+
+// icpSource is the address ICP queries go out from: the [icp] listen
+// address's IP, as Squid sends from its ICP port ("" for any).
+func icpSource(c icp.Config) string {
+	if h, _, err := net.SplitHostPort(c.Listen); err == nil && net.ParseIP(h) != nil {
+		return h
+	}
+	return ""
 }
 
 // listenICP opens an ICP listener answering from the proxy's cache.
