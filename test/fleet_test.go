@@ -325,6 +325,11 @@ func TestFleetWrongKey(t *testing.T) {
 	if lines != 1 {
 		t.Errorf("%d log lines about the failed join; want one", lines)
 	}
+	for _, l := range strings.Split(b.logs(), "\n") {
+		if (strings.Contains(l, "level=error") || strings.Contains(l, "level=warning")) && !strings.Contains(l, "fleet: cannot join") {
+			t.Errorf("the member that cannot join also logged (one line is the promise): %s", l)
+		}
+	}
 	if n, m := len(a.fleet().Members), len(b.fleet().Members); n != 1 || m != 1 {
 		t.Errorf("members: a sees %d, b sees %d; with different keys neither may join", n, m)
 	}
