@@ -43,9 +43,7 @@ func TestDeadParentDetectedAndRevivedByProbe(t *testing.T) {
 	if st.DeathsTotal != 1 || st.ConnectFailuresTotal < 3 {
 		t.Fatalf("a = %+v; want dead after 3 failures", st)
 	}
-	if !strings.Contains(p.logs(), "Detected DEAD Parent: a") {
-		t.Fatal("no 'Detected DEAD Parent: a' log line")
-	}
+	waitFor(t, "the 'Detected DEAD Parent: a' log line", 5*time.Second, func() bool { return strings.Contains(p.logs(), "Detected DEAD Parent: a") })
 
 	// Back on the same port, while clients keep sending: the first
 	// connection a gets is a probe with no bytes (no live request is used
@@ -77,9 +75,7 @@ func TestDeadParentDetectedAndRevivedByProbe(t *testing.T) {
 	if recs[0].Bytes != 0 || recs[0].Requests != 0 {
 		t.Fatalf("first connection after return carried %d bytes; want a probe (0 bytes)", recs[0].Bytes)
 	}
-	if !strings.Contains(p.logs(), "Detected REVIVED Parent: a") {
-		t.Fatal("no 'Detected REVIVED Parent: a' log line")
-	}
+	waitFor(t, "the 'Detected REVIVED Parent: a' log line", 5*time.Second, func() bool { return strings.Contains(p.logs(), "Detected REVIVED Parent: a") })
 	for i := 0; i < 10; i++ {
 		do(c, "GET", "http://origin.test/x", "")
 	}
