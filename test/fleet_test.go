@@ -283,6 +283,10 @@ func TestFleetPartialPartition(t *testing.T) {
 	}
 	cl := b.client()
 	before := p1.requests("")
+	hedgesBefore := metricValue(b.adminMetrics(), "peerd_connect_hedges_total")
+	if hedgesBefore < 0 {
+		t.Fatal("/metrics has no peerd_connect_hedges_total")
+	}
 	var worst time.Duration
 	for i := 0; i < 40; i++ {
 		start := time.Now()
@@ -294,11 +298,15 @@ func TestFleetPartialPartition(t *testing.T) {
 	if n := p1.requests("") - before; n < 15 {
 		t.Errorf("p1 served %d of b's 40 round-robin requests; b must keep using a parent it can reach", n)
 	}
-	// The hedge delay's floor is 50 ms: a request that waited for one
-	// would take at least that.
-	if worst >= 50*time.Millisecond {
-		t.Errorf("slowest request through b took %v; b's clients must see no hedge delay", worst)
+	// No connect of b's waited for a hedge delay (the precise check; the
+	// latency bound is only a sanity check, loose for loaded machines).
+	if h := metricValue(b.adminMetrics(), "peerd_connect_hedges_total") - hedgesBefore; h != 0 {
+		t.Errorf("%v hedged connects through b; b's clients must see no hedge delay", h)
 	}
+	if worst >= time.Second {
+		t.Errorf("slowest request through b took %v", worst)
+	}
+	t.Logf("slowest of 40 requests through b: %v", worst)
 	if st := a.peer("p1"); st.State != "dead" {
 		t.Errorf("a's p1 = %s; b's reach must not revive it on a", st.State)
 	}
@@ -388,4 +396,16 @@ func (p *peerd) adminMetrics() string {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return string(b)
+}
+
+// metricValue is the value of an unlabelled metric in a /metrics text.
+func metricValue(text, name string) float64 {
+	for _, l := range strings.Split(text, "\n") {
+		if v, ok := strings.CutPrefix(l, name+" "); ok {
+			var f float64
+			fmt.Sscan(v, &f)
+			return f
+		}
+	}
+	return -1
 }
