@@ -68,7 +68,7 @@ func parseCC(d *Directives, v []byte) {
 			return
 		}
 		start := i
-		for i < len(v) && isTchar(v[i]) {
+		for i < len(v) && h1.IsTchar(v[i]) {
 			i++
 		}
 		name := v[start:i]
@@ -82,7 +82,7 @@ func parseCC(d *Directives, v []byte) {
 				quoted = true
 			} else {
 				s := i
-				for i < len(v) && isTchar(v[i]) {
+				for i < len(v) && h1.IsTchar(v[i]) {
 					i++
 				}
 				val = v[s:i]
@@ -238,7 +238,7 @@ func appendFieldList(dst [][]byte, v []byte) [][]byte {
 		for j < len(v) && v[j] != ',' {
 			j++
 		}
-		if f := trimOWS(v[:j]); len(f) > 0 {
+		if f := h1.TrimOWS(v[:j]); len(f) > 0 {
 			dst = append(dst, f)
 		}
 		if j == len(v) {
@@ -247,29 +247,6 @@ func appendFieldList(dst [][]byte, v []byte) [][]byte {
 		v = v[j+1:]
 	}
 	return dst
-}
-
-func trimOWS(b []byte) []byte {
-	for len(b) > 0 && (b[0] == ' ' || b[0] == '\t') {
-		b = b[1:]
-	}
-	for len(b) > 0 && (b[len(b)-1] == ' ' || b[len(b)-1] == '\t') {
-		b = b[:len(b)-1]
-	}
-	return b
-}
-
-// isTchar reports a token character (RFC 9110 5.6.2).
-func isTchar(c byte) bool {
-	switch {
-	case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
-		return true
-	}
-	switch c {
-	case '!', '#', '$', '%', '&', '\'', '*', '+', '-', '.', '^', '_', '`', '|', '~':
-		return true
-	}
-	return false
 }
 
 // equalFold compares ASCII case-insensitively.

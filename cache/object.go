@@ -224,7 +224,7 @@ func (o *Object) NotModified(r *Request) bool {
 func etagListMatches(list, tag []byte) bool {
 	want := opaque(tag)
 	for len(list) > 0 {
-		list = trimOWS(list)
+		list = h1.TrimOWS(list)
 		if len(list) > 0 && list[0] == ',' {
 			list = list[1:]
 			continue
@@ -516,7 +516,7 @@ func eachLine(b []byte, fn func(name, value []byte)) {
 		if colon == len(line) {
 			continue
 		}
-		fn(line[:colon], trimOWS(line[colon+1:]))
+		fn(line[:colon], h1.TrimOWS(line[colon+1:]))
 	}
 }
 

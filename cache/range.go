@@ -1,6 +1,10 @@
 package cache
 
-import "bytes"
+import (
+	"bytes"
+
+	"github.com/peerd/peerd/internal/h1"
+)
 
 // Ranges (RFC 9110 14): a single byte range is answered from a stored
 // response, whole or partial; several ranges, or one peerd cannot read,
@@ -10,11 +14,11 @@ import "bytes"
 // length n: the first and last byte positions, or unsatisfiable, or not
 // ok (no range, several, or malformed: answer the whole).
 func byteRange(v []byte, n int64) (first, last int64, ok, unsatisfiable bool) {
-	v = trimOWS(v)
+	v = h1.TrimOWS(v)
 	if len(v) < 7 || !equalFold(v[:6], "bytes=") {
 		return 0, 0, false, false
 	}
-	spec := trimOWS(v[6:])
+	spec := h1.TrimOWS(v[6:])
 	if bytes.IndexByte(spec, ',') >= 0 {
 		return 0, 0, false, false
 	}
@@ -56,7 +60,7 @@ func byteRange(v []byte, n int64) (first, last int64, ok, unsatisfiable bool) {
 // contentRange parses "bytes first-last/total" (total may be "*": then
 // it is last+1 as far as the cache is concerned).
 func contentRange(v []byte) (first, last, total int64, ok bool) {
-	v = trimOWS(v)
+	v = h1.TrimOWS(v)
 	if len(v) < 9 || !equalFold(v[:6], "bytes ") {
 		return 0, 0, 0, false
 	}
@@ -116,7 +120,7 @@ func (o *Object) RangeFor(r *Request) (first, last, total int64, ok, unsatisfiab
 // ifRangeMatches: an If-Range entity tag must match strongly, a date must
 // be the Last-Modified exactly (RFC 9110 13.1.5).
 func (o *Object) ifRangeMatches(v []byte) bool {
-	v = trimOWS(v)
+	v = h1.TrimOWS(v)
 	if len(v) > 0 && (v[0] == '"' || (len(v) > 1 && v[0] == 'W' && v[1] == '/')) {
 		return o.etag != nil && v[0] == '"' && o.etag[0] == '"' && string(v) == string(o.etag)
 	}

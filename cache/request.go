@@ -145,7 +145,7 @@ func (r *Request) varyValue(name []byte) ([]byte, bool) {
 			if j < 0 {
 				j = len(v)
 			}
-			if e := trimOWS(v[:j]); len(e) > 0 {
+			if e := h1.TrimOWS(v[:j]); len(e) > 0 {
 				if sorted {
 					s := len(r.lower)
 					for _, c := range e {
@@ -202,11 +202,11 @@ func (r *Request) preferredLanguage() []byte {
 			if j < 0 {
 				j = len(v)
 			}
-			e := trimOWS(v[:j])
+			e := h1.TrimOWS(v[:j])
 			tag, q := e, 1000
 			if k := bytes.IndexByte(e, ';'); k >= 0 {
-				tag = trimOWS(e[:k])
-				q = qvalue(trimOWS(e[k+1:]))
+				tag = h1.TrimOWS(e[:k])
+				q = qvalue(h1.TrimOWS(e[k+1:]))
 			}
 			if len(tag) > 0 && q > bestQ && q > 0 {
 				best, bestQ = tag, q
@@ -265,7 +265,7 @@ func (o *Object) matches(r *Request) bool {
 		// weight still selects the stored response when the language the
 		// client prefers is the one the response is in.
 		if o.contentLang != nil && equalFold(name, "accept-language") {
-			if p := r.preferredLanguage(); p != nil && equalFold(p, string(trimOWS(firstElement(o.contentLang)))) {
+			if p := r.preferredLanguage(); p != nil && equalFold(p, string(h1.TrimOWS(firstElement(o.contentLang)))) {
 				continue
 			}
 		}

@@ -115,7 +115,7 @@ func appendSFItem(b []byte, s string) []byte {
 	ok := len(s) > 0 && (s[0] >= 'A' && s[0] <= 'Z' || s[0] >= 'a' && s[0] <= 'z' || s[0] == '*')
 	for i := 0; ok && i < len(s); i++ {
 		c := s[i]
-		ok = isTchar(c) || c == ':' || c == '/'
+		ok = h1.IsTchar(c) || c == ':' || c == '/'
 	}
 	if ok {
 		return append(b, s...)
@@ -137,18 +137,6 @@ func printable(s string) string {
 		}
 	}
 	return s
-}
-
-func isTchar(c byte) bool {
-	switch {
-	case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
-		return true
-	}
-	switch c {
-	case '!', '#', '$', '%', '&', '\'', '*', '+', '-', '.', '^', '_', '`', '|', '~':
-		return true
-	}
-	return false
 }
 
 // upstreamError returns the error type a parent's Proxy-Status reports:
@@ -257,7 +245,7 @@ func skipBareItem(v []byte, i int) (int, bool) {
 		return j, true
 	case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c == '*':
 		j := i + 1
-		for j < len(v) && (isTchar(v[j]) || v[j] == ':' || v[j] == '/') {
+		for j < len(v) && (h1.IsTchar(v[j]) || v[j] == ':' || v[j] == '/') {
 			j++
 		}
 		return j, true

@@ -485,7 +485,7 @@ func parseFields(b []byte, dst []Field) ([]Field, error) {
 		if len(dst) >= MaxFields {
 			return dst, ErrTooManyFields
 		}
-		dst = append(dst, Field{Name: name, Value: trimOWS(v), Kind: kindOf(name)})
+		dst = append(dst, Field{Name: name, Value: TrimOWS(v), Kind: kindOf(name)})
 	}
 }
 
@@ -523,7 +523,7 @@ func connectionTokens(v []byte, dst [][]byte) [][]byte {
 		} else {
 			tok, v = v, nil
 		}
-		if tok = trimOWS(tok); len(tok) > 0 {
+		if tok = TrimOWS(tok); len(tok) > 0 {
 			dst = append(dst, tok)
 		}
 	}
@@ -571,7 +571,9 @@ func IsHopByHop(name []byte, tokens [][]byte) bool {
 	return Field{Name: name, Kind: kindOf(name)}.HopByHop(tokens)
 }
 
-func trimOWS(b []byte) []byte {
+// TrimOWS trims optional whitespace (spaces and tabs, RFC 9110 5.6.3)
+// from both ends of b.
+func TrimOWS(b []byte) []byte {
 	for len(b) > 0 && (b[0] == ' ' || b[0] == '\t') {
 		b = b[1:]
 	}
@@ -610,6 +612,9 @@ func isDigit(c byte) bool { return '0' <= c && c <= '9' }
 func isHex(c byte) bool {
 	return isDigit(c) || ('a' <= c && c <= 'f') || ('A' <= c && c <= 'F')
 }
+
+// IsTchar reports a token character (RFC 9110 5.6.2).
+func IsTchar(c byte) bool { return tchar[c] }
 
 func isToken(b []byte) bool {
 	if len(b) == 0 {
