@@ -26,6 +26,7 @@ import (
 	"log"
 	"math/rand/v2"
 	"net"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -112,7 +113,7 @@ func (f *Fleet) Apply(cfg Config, node string) error {
 		}
 		return nil
 	case old != nil && old.cfg.Bind == cfg.Bind && old.cfg.Key == cfg.Key && old.node == node:
-		if !sameStrings(old.cfg.Join, cfg.Join) {
+		if !slices.Equal(old.cfg.Join, cfg.Join) {
 			// Only the join list changed: join the new list from the
 			// running instance.
 			old.cfg.Join = append([]string(nil), cfg.Join...)
@@ -148,18 +149,6 @@ func (f *Fleet) Apply(cfg Config, node string) error {
 	f.log.WithFields(logrus.Fields{"node": node, "bind": m.ml.LocalNode().Address(), "join": strings.Join(cfg.Join, ","), "encrypted": cfg.Key != ""}).
 		Info("fleet: gossiping")
 	return nil
-}
-
-func sameStrings(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // start creates a memberlist instance for cfg; f.applyMu is held.

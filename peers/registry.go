@@ -369,17 +369,20 @@ func errString(err error) string {
 
 // setSuspect turns an alive peer suspect or healthy again; a change wakes
 // watchers (the prober settles a suspect peer by probing it).
-func (r *Registry) setSuspect(p *Peer, suspect bool) {
+func (r *Registry) setSuspect(p *Peer, suspect bool) { r.setSuspectBy(p, suspect, "") }
+
+// setSuspectBy changes an alive peer's suspicion, with its outside cause
+// ("" for the peer's own connects); it reports whether it changed.
+func (r *Registry) setSuspectBy(p *Peer, suspect bool, by string) bool {
 	txn := r.db.Txn(true)
 	defer txn.Abort()
 	cur := p.live.Load()
 	if cur.state != Alive || cur.suspect == suspect {
-		return // prevent watch churn
+		return false // prevent watch churn
 	}
 	nl := *cur
-	nl.suspect = suspect
-	nl.suspectBy = ""
-	r.commitTxn(txn, p, &nl)
+	nl.suspect, nl.suspectBy = suspect, by
+	return r.commitTxn(txn, p, &nl)
 }
 
 // Suspect marks an alive, healthy peer suspect for a reason that is not
@@ -390,15 +393,7 @@ func (r *Registry) setSuspect(p *Peer, suspect bool) {
 // already suspect peer alone. It reports whether p turned suspect; the
 // change is logged and is in p's history with cause.
 func (r *Registry) Suspect(p *Peer, cause, detail string) bool {
-	txn := r.db.Txn(true)
-	defer txn.Abort()
-	cur := p.live.Load()
-	if cur.state != Alive || cur.suspect {
-		return false
-	}
-	nl := *cur
-	nl.suspect, nl.suspectBy = true, cause
-	if !r.commitTxn(txn, p, &nl) {
+	if !r.setSuspectBy(p, true, cause) {
 		return false
 	}
 	p.record(Transition{At: r.now(), From: Alive.String(), To: "suspect", Cause: cause, Error: detail})
