@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"sort"
@@ -117,12 +116,7 @@ func fleetOnce(work, bin string, gossip bool) FleetRow {
 		wg.Add(1)
 		go func(cl *http.Client) {
 			defer wg.Done()
-			resp, err := cl.Get(target)
-			ok := err == nil && resp.StatusCode == 200
-			if err == nil {
-				io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-			}
+			ok := getOK(cl, target)
 			mu.Lock()
 			row.Requests++
 			if !ok {

@@ -141,13 +141,10 @@ func askBothWays(name, httpAddr, icpAddr string) []ICPRow {
 	return []ICPRow{icpRow, httpRow}
 }
 
+// pctUs is the p50 and p99 of lat in microseconds.
 func pctUs(lat []time.Duration) (p50, p99 float64) {
-	if len(lat) == 0 {
-		return 0, 0
-	}
 	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
-	at := func(q float64) float64 { return float64(lat[int(q*float64(len(lat)-1))]) / float64(time.Microsecond) }
-	return at(0.5), at(0.99)
+	return 1000 * pctMs(lat, 0.5), 1000 * pctMs(lat, 0.99)
 }
 
 func (r *Results) icpSection() string {

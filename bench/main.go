@@ -870,12 +870,7 @@ func goLoad(addr string, d time.Duration, unique bool) Throughput {
 					u = fmt.Sprintf("%s?go-%d-%d", target, time.Now().UnixNano(), seq.Add(1))
 				}
 				t0 := time.Now()
-				resp, err := c.Get(u)
-				ok := err == nil && resp.StatusCode == 200
-				if err == nil {
-					io.Copy(io.Discard, resp.Body)
-					resp.Body.Close()
-				}
+				ok := getOK(c, u)
 				mu.Lock()
 				if ok {
 					lat = append(lat, time.Since(t0))
@@ -928,6 +923,17 @@ func fixedRate(addr, target string, rps int, d time.Duration) (p50, p99 float64,
 		}
 	}
 	return pctMs(lat, 0.5), pctMs(lat, 0.99), errs
+}
+
+// getOK GETs u through c, reads the body to the end and reports a 200.
+func getOK(c *http.Client, u string) bool {
+	resp, err := c.Get(u)
+	if err != nil {
+		return false
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode == 200
 }
 
 func pctMs(sorted []time.Duration, q float64) float64 {
@@ -1050,12 +1056,7 @@ func failover(work, kind, peerdBin, squidBin, how string) Failover {
 		go func() {
 			defer wg.Done()
 			s := sample{at: time.Now()}
-			resp, err := cl.Get(target)
-			if err == nil {
-				io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-				s.ok = resp.StatusCode == 200
-			}
+			s.ok = getOK(cl, target)
 			s.lat = time.Since(s.at)
 			mu.Lock()
 			samples = append(samples, s)
