@@ -53,6 +53,17 @@ func startNode(t *testing.T, name string, cfg Config) *node {
 	return &node{f: f, reg: reg, hook: hook}
 }
 
+// logged reports whether hook holds an entry whose message starts with
+// prefix.
+func logged(hook *test.Hook, prefix string) bool {
+	for _, e := range hook.AllEntries() {
+		if strings.HasPrefix(e.Message, prefix) {
+			return true
+		}
+	}
+	return false
+}
+
 func (n *node) addr() string { return n.f.cur.Load().ml.LocalNode().Address() }
 
 func TestFleetGossipsADeath(t *testing.T) {
@@ -113,7 +124,8 @@ func TestFleetWrongKeyCannotJoin(t *testing.T) {
 	if !strings.Contains(line, "key") {
 		t.Errorf("the join error %q does not point at the key", line)
 	}
-	time.Sleep(2 * time.Second) // let it retry
+	// Wait for a retry (the fact), not for a time.
+	eventually(t, "b retrying the join", func() bool { return logged(b.hook, "fleet: join retry failed") })
 	n := 0
 	for _, e := range b.hook.AllEntries() {
 		if strings.HasPrefix(e.Message, "fleet: cannot join") && e.Level <= logrus.WarnLevel {
@@ -149,7 +161,7 @@ func TestFleetKeyChangeOnReload(t *testing.T) {
 	}
 	eventually(t, "a and b together under the new key", func() bool { return a.f.Members() == 2 && b.f.Members() == 2 })
 	c := startNode(t, "c", Config{Bind: "127.0.0.1:0", Key: k1, Join: []string{addrA}})
-	time.Sleep(time.Second)
+	eventually(t, "c's join refused", func() bool { return logged(c.hook, "fleet: cannot join") })
 	if c.f.Members() != 1 || a.f.Members() != 2 {
 		t.Fatalf("members c=%d a=%d; a member on the old key must not join", c.f.Members(), a.f.Members())
 	}

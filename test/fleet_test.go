@@ -320,7 +320,8 @@ func TestFleetWrongKey(t *testing.T) {
 	other := base64.StdEncoding.EncodeToString([]byte("another-key-of-sixteen-bytes-ok!"))
 	b := startPeerd(t, fleetConfig("b", other, []string{a.gossipAddr()}, fleetHealth+peerBlock("", p1)))
 	waitFor(t, "b saying it cannot join", 10*time.Second, func() bool { return strings.Contains(b.logs(), "fleet: cannot join") })
-	time.Sleep(2 * time.Second) // it retries meanwhile
+	// Wait for a retry (the fact), then count the lines.
+	waitFor(t, "b retrying the join", 10*time.Second, func() bool { return strings.Contains(b.logs(), "fleet: join retry failed") })
 	lines := 0
 	for _, l := range strings.Split(b.logs(), "\n") {
 		if strings.Contains(l, "fleet: cannot join") {
