@@ -106,6 +106,19 @@ func parseCC(d *Directives, v []byte) {
 	}
 }
 
+// qualified records no-cache or private: with a quoted field list, the
+// fields (the rest of the response may be reused); otherwise, or when the
+// list names no field, the unqualified flag.
+func (d *Directives) qualified(fields *[][]byte, flag uint32, val []byte, quoted bool) {
+	if quoted {
+		*fields = appendFieldList(*fields, val)
+		if len(*fields) > 0 {
+			return
+		}
+	}
+	d.flags |= flag
+}
+
 // apply records one well-formed directive.
 func (d *Directives) apply(name, val []byte, hasVal, quoted bool) {
 	seconds := func(flag uint32, dst *int64) {
@@ -130,21 +143,9 @@ func (d *Directives) apply(name, val []byte, hasVal, quoted bool) {
 	case equalFold(name, "no-store"):
 		d.flags |= ccNoStore
 	case equalFold(name, "no-cache"):
-		if hasVal && quoted {
-			d.NoCacheFields = appendFieldList(d.NoCacheFields, val)
-			if len(d.NoCacheFields) > 0 {
-				return
-			}
-		}
-		d.flags |= ccNoCache
+		d.qualified(&d.NoCacheFields, ccNoCache, val, hasVal && quoted)
 	case equalFold(name, "private"):
-		if hasVal && quoted {
-			d.PrivateFields = appendFieldList(d.PrivateFields, val)
-			if len(d.PrivateFields) > 0 {
-				return
-			}
-		}
-		d.flags |= ccPrivate
+		d.qualified(&d.PrivateFields, ccPrivate, val, hasVal && quoted)
 	case equalFold(name, "public"):
 		d.flags |= ccPublic
 	case equalFold(name, "must-revalidate"):
