@@ -89,6 +89,10 @@ func New(src Source, o Options) *Planner {
 	return p
 }
 
+// DirectAllowed reports whether DIRECT may be a next hop under the
+// options in force.
+func (pl *Planner) DirectAllowed() bool { return pl.opts.Load().Direct != DirectNever }
+
 // SetOptions replaces the options (on reload).
 func (pl *Planner) SetOptions(o Options) {
 	if o.MaxTries <= 0 {

@@ -12,7 +12,6 @@ import (
 	"os/signal"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -55,7 +54,6 @@ type server struct {
 	fleet   *fleet.Fleet
 	icpQ    *icp.Querier
 	icpSrv  *icp.Server // guarded by mu; nil when [icp] listen is ""
-	direct  atomic.Bool // DIRECT is a next hop (ICP answers MISS_NOFETCH without one)
 	api     *admin.API
 
 	mu        sync.Mutex // guards cfg, the listeners, the admin server and access
@@ -103,7 +101,6 @@ func newServer(path string, cfg *fileConfig, stderr io.Writer) (*server, error) 
 	} else {
 		icpQuerier = s.icpQ
 	}
-	s.direct.Store(cfg.Proxy.Direct != selection.DirectNever)
 	s.proxy, err = forwarding.New(forwarding.Options{
 		Config: cfg.Proxy, Planner: s.planner, Accounting: reg, Dialer: d,
 		AccessLog: s.access, Metrics: metrics, Log: lg, Version: version, Policy: pol, ICP: icpQuerier,
@@ -435,7 +432,6 @@ func (s *server) commit(st *staged, old *fileConfig) {
 	s.proxy.Prune(s.reg.Peers())
 	s.reconfigureCache(cfg.Cache)
 	s.api.SetToken(cfg.Admin.Token)
-	s.direct.Store(cfg.Proxy.Direct != selection.DirectNever)
 	if s.icpQ != nil {
 		s.icpQ.SetTimeout(cfg.ICP.QueryTimeout)
 		if err := s.icpQ.SetSource(icpSource(cfg.ICP)); err != nil {
@@ -498,7 +494,7 @@ func icpSource(c icp.Config) string {
 // listenICP opens an ICP listener answering from the proxy's cache.
 func (s *server) listenICP(addr string) (*icp.Server, error) {
 	srv, err := icp.Listen(addr, icp.ServerOptions{
-		Store: s.proxy, Registry: s.reg, Allowed: s.proxy.Allowed, DirectAllowed: s.direct.Load, Log: s.log,
+		Store: s.proxy, Registry: s.reg, Allowed: s.proxy.Allowed, DirectAllowed: s.planner.DirectAllowed, Log: s.log,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("icp.listen: %w", err)
