@@ -217,16 +217,7 @@ func BenchmarkEngineKeepAliveGET(b *testing.B) {
 // connections.
 func BenchmarkEngineKeepAliveGETParallel(b *testing.B) {
 	proxy := startBenchProxy(b, rawParent(b))
-	rawGets(b, proxy, 100)
-	b.ReportAllocs()
-	b.ResetTimer()
-	b.RunParallel(func(pb *testing.PB) {
-		n := 0
-		for pb.Next() {
-			n++
-		}
-		rawGets(b, proxy, n)
-	})
+	benchGetsParallel(b, proxy)
 }
 
 // TestKeepAliveGETAllocatesNothing: a keep-alive GET through the engine to
@@ -261,36 +252,21 @@ func cacheOn(tb testing.TB) *cache.Cache {
 // BenchmarkCacheHit: keep-alive GETs answered from memory.
 func BenchmarkCacheHit(b *testing.B) {
 	proxy := startBenchProxyCache(b, rawParentWith(b, "Cache-Control: max-age=3600\r\n"), cacheOn(b))
-	rawGets(b, proxy, 100)
-	b.ReportAllocs()
-	b.ResetTimer()
-	rawGets(b, proxy, b.N)
+	benchGets(b, proxy)
 }
 
 // BenchmarkCacheMiss: the same GETs with the cache on and an answer it may
 // not store: each goes to the parent.
 func BenchmarkCacheMiss(b *testing.B) {
 	proxy := startBenchProxyCache(b, rawParentWith(b, "Cache-Control: no-store\r\n"), cacheOn(b))
-	rawGets(b, proxy, 100)
-	b.ReportAllocs()
-	b.ResetTimer()
-	rawGets(b, proxy, b.N)
+	benchGets(b, proxy)
 }
 
 // BenchmarkCacheHitParallel is BenchmarkCacheHit over GOMAXPROCS
 // connections.
 func BenchmarkCacheHitParallel(b *testing.B) {
 	proxy := startBenchProxyCache(b, rawParentWith(b, "Cache-Control: max-age=3600\r\n"), cacheOn(b))
-	rawGets(b, proxy, 100)
-	b.ReportAllocs()
-	b.ResetTimer()
-	b.RunParallel(func(pb *testing.PB) {
-		n := 0
-		for pb.Next() {
-			n++
-		}
-		rawGets(b, proxy, n)
-	})
+	benchGetsParallel(b, proxy)
 }
 
 // TestCacheHitAllocatesNothing: a hit, and a miss the cache may not store,
@@ -337,4 +313,26 @@ func TestICPHitAllocatesNothing(t *testing.T) {
 	if n := testing.AllocsPerRun(500, func() { px.ICPHit(stored); px.ICPHit(other) }); n > 0 {
 		t.Errorf("%.2f allocations per ICP lookup; want 0", n)
 	}
+}
+
+// benchGets times b.N keep-alive GETs through proxy after 100 to warm it.
+func benchGets(b *testing.B, proxy string) {
+	rawGets(b, proxy, 100)
+	b.ReportAllocs()
+	b.ResetTimer()
+	rawGets(b, proxy, b.N)
+}
+
+// benchGetsParallel is benchGets over GOMAXPROCS connections.
+func benchGetsParallel(b *testing.B, proxy string) {
+	rawGets(b, proxy, 100)
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		n := 0
+		for pb.Next() {
+			n++
+		}
+		rawGets(b, proxy, n)
+	})
 }
