@@ -345,7 +345,22 @@ func (c *Cache) storable(r *Request, resp *h1.Response, cc *Directives) bool {
 	if cc.has(ccPublic|ccMaxAge|ccSMaxAge|ccFreshnessInvalid) || resp.Get("Expires") != nil {
 		return true
 	}
+	// A response that sets a cookie and says nothing of its freshness is
+	// a page made for one client (a login, a session): it is not kept on
+	// a guess (Varnish does not cache it either).
+	if hasSetCookie(resp) {
+		return false
+	}
 	return heuristicStatus(resp.Status)
+}
+
+func hasSetCookie(resp *h1.Response) bool {
+	for _, f := range resp.Fields {
+		if f.Kind == h1.SetCookie || f.Kind == h1.SetCookie2 {
+			return true
+		}
+	}
+	return false
 }
 
 // lifetime is the freshness lifetime in seconds (RFC 9111 4.2.1, 4.2.2).
@@ -395,6 +410,11 @@ func storedField(f h1.Field, resp *h1.Response, cc *Directives) bool {
 	}
 	switch f.Kind {
 	case h1.ContentLength, h1.Age, h1.Trailer, h1.ProxyAuthenticate, h1.ProxyAuthenticationInfo, h1.ProxyAuthorization:
+		return false
+	case h1.SetCookie, h1.SetCookie2:
+		// One client's cookie is never replayed to another: stored as if
+		// no-cache="Set-Cookie" were always present (Squid strips it from
+		// every hit too).
 		return false
 	}
 	for _, n := range cc.NoCacheFields {

@@ -113,6 +113,9 @@ func TestStoringResponses(t *testing.T) {
 		{"599 public heuristic", nil, "GET", "599 Unknown", []string{"Cache-Control: public", "Last-Modified: {-86400}", "Date: {0}"}, true},
 		{"Vary: *", nil, "GET", "200 OK", []string{"Cache-Control: max-age=60", "Vary: *"}, false},
 		{"Vary: Foo, *", nil, "GET", "200 OK", []string{"Cache-Control: max-age=60", "Vary: Foo, *"}, false},
+		{"Set-Cookie, heuristic only: not stored", nil, "GET", "200 OK", []string{"Last-Modified: {-86400}", "Date: {0}", "Set-Cookie: SESSIONID=1"}, false},
+		{"Set-Cookie, validator only: not stored", nil, "GET", "200 OK", []string{`ETag: "a"`, "Set-Cookie: SESSIONID=1"}, false},
+		{"Set-Cookie with max-age: stored without it", nil, "GET", "200 OK", []string{"Cache-Control: max-age=60", "Set-Cookie: SESSIONID=1"}, true},
 		{"206 without Range asked", nil, "GET", "206 Partial Content", []string{"Cache-Control: max-age=60", "Content-Range: bytes 0-1/10"}, false},
 		{"206 to a range", []string{"Range: bytes=0-1"}, "GET", "206 Partial Content", []string{"Cache-Control: max-age=60", "Content-Range: bytes 0-1/10", "Content-Length: 2"}, true},
 	}
@@ -331,20 +334,20 @@ func TestStoredFields(t *testing.T) {
 	r := request(t, "GET", url)
 	resp := response(t, "200 OK", "Cache-Control: max-age=60", "Connection: a, b", "a: 1", "b: 2", "c: 3",
 		"Keep-Alive: timeout=5", "Proxy-Connection: x", "TE: x", "Upgrade: x", "Proxy-Authenticate: x",
-		"Proxy-Authentication-Info: x", "Set-Cookie: a=b", "Content-Encoding: x", "Age: 5", "Content-Length: 1",
+		"Proxy-Authentication-Info: x", "Set-Cookie: a=b", "set-cookie2: c=d", "Content-Encoding: x", "Age: 5", "Content-Length: 1",
 		`Cache-Control: no-cache="d"`, "d: 4")
 	if !keep(t, c, r, resp, "x") {
 		t.Fatal("not stored")
 	}
 	o, _ := c.Lookup(r, t0)
 	got := string(o.fields)
-	for _, want := range []string{"c: 3\r\n", "Set-Cookie: a=b\r\n", "Content-Encoding: x\r\n", "Date: "} {
+	for _, want := range []string{"c: 3\r\n", "Content-Encoding: x\r\n", "Date: "} {
 		if !strings.Contains(got, want) {
 			t.Errorf("stored fields lack %q:\n%s", want, got)
 		}
 	}
 	for _, not := range []string{"a: 1", "b: 2", "Connection", "Keep-Alive", "Proxy-Connection", "TE:", "Upgrade",
-		"Proxy-Authenticate", "Proxy-Authentication-Info", "Age:", "Content-Length", "d: 4"} {
+		"Proxy-Authenticate", "Proxy-Authentication-Info", "Age:", "Content-Length", "d: 4", "a=b", "c=d"} {
 		if strings.Contains(got, not) {
 			t.Errorf("stored fields keep %q:\n%s", not, got)
 		}

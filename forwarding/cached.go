@@ -71,20 +71,22 @@ func safeMethod(m string) bool {
 func (tx *txn) consult(ch *cache.Cache) (bool, outcome) {
 	req := &tx.req
 	tx.ch = ch
-	if !safeMethod(tx.method) {
-		tx.fwd = fwdMethod
-		return false, 0
-	}
-	if tx.method != http.MethodGet && tx.method != http.MethodHead {
-		tx.fwd = fwdMethod
-		return false, 0
-	}
-	if !tx.bodyDone {
-		tx.fwd = fwdRequest // a body on a GET: not a request the cache answers
-		return false, 0
-	}
 	cq := &tx.cq
 	cq.Reset(tx.method, req.Fields)
+	if tx.method != http.MethodGet && tx.method != http.MethodHead || !tx.bodyDone {
+		tx.fwd = fwdRequest // a body on a GET: not a request the cache answers
+		if tx.method != http.MethodGet && tx.method != http.MethodHead {
+			tx.fwd = fwdMethod
+		}
+		if cq.CC.OnlyIfCached() {
+			// only-if-cached is never forwarded, whatever else the
+			// request carries (a body, an unsafe method): nothing stored
+			// can answer it, so it gets 504 at once.
+			tx.fail(errorf(http.StatusGatewayTimeout, CodeNotCached, "", "%s %s cannot be answered from the cache (only-if-cached)", tx.method, req.Target))
+			return true, tx.after()
+		}
+		return false, 0
+	}
 	cq.Key = cache.AppendKey(cq.Key[:0], req.Scheme, req.Host, req.Port, req.PathQuery)
 	tx.keyed = true
 	if cq.CC.NoStore() {

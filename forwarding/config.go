@@ -56,6 +56,14 @@ type Config struct {
 	// MaxConnections caps open client connections; more are closed at once
 	// and counted.
 	MaxConnections int `toml:"max_connections"`
+	// MaxConnectionsPerSource caps the open connections of one client
+	// address (Squid client_ip_max_connections), so that one host cannot
+	// take all of max_connections.
+	MaxConnectionsPerSource int `toml:"max_connections_per_source"`
+	// RequestStartTimeout: a new connection's first request byte must
+	// arrive within this (Squid request_start_timeout); far shorter than
+	// client_idle_timeout, so idle sockets opened to hold slots go soon.
+	RequestStartTimeout time.Duration `toml:"request_start_timeout"`
 }
 
 // DefaultConfig returns the built-in [proxy] defaults.
@@ -79,6 +87,9 @@ func DefaultConfig() Config {
 		WriteTimeout:      15 * time.Minute,
 		MaxHeaderSize:     64 << 10,
 		MaxConnections:    16384,
+
+		MaxConnectionsPerSource: 1024,
+		RequestStartTimeout:     10 * time.Second,
 	}
 }
 
@@ -100,7 +111,7 @@ func (c Config) Validate() error {
 		d   time.Duration
 	}{{"connect_timeout", c.ConnectTimeout}, {"read_timeout", c.ReadTimeout}, {"shutdown_timeout", c.ShutdownTimeout},
 		{"pconn_timeout", c.PconnTimeout}, {"request_timeout", c.RequestTimeout}, {"client_idle_timeout", c.ClientIdleTimeout},
-		{"write_timeout", c.WriteTimeout}} {
+		{"write_timeout", c.WriteTimeout}, {"request_start_timeout", c.RequestStartTimeout}} {
 		if d.d <= 0 {
 			bad(d.key, "must be positive, got %s", d.d)
 		}
@@ -110,6 +121,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxConnections < 1 {
 		bad("max_connections", "must be at least 1, got %d", c.MaxConnections)
+	}
+	if c.MaxConnectionsPerSource < 1 {
+		bad("max_connections_per_source", "must be at least 1, got %d", c.MaxConnectionsPerSource)
 	}
 	for _, s := range c.RetryOnStatus {
 		if s < 100 || s > 599 {

@@ -32,6 +32,11 @@ type clientConn struct {
 	remoteOK  bool
 	remoteStr string
 
+	// counted: the connection holds a max_connections slot and one of its
+	// source's (released when it ends). refusal: its source is outside
+	// [proxy] allow; it is answered 403 once and closed.
+	counted, refusal bool
+
 	idle atomic.Bool // waiting for a request (Shutdown may close it)
 	tx   txn
 	memo requestMemo // the last request's counter
@@ -127,18 +132,26 @@ func isTimeout(err error) bool { return errors.Is(err, os.ErrDeadlineExceeded) }
 // serve handles requests until the connection closes or must close.
 func (cc *clientConn) serve() {
 	p := cc.p
-	tunnelled := false
+	linger := false
 	defer func() {
 		p.conns.remove(cc)
-		if !tunnelled {
+		if linger {
+			lingerClose(cc.nc)
+		} else {
 			cc.nc.Close()
+		}
+		switch {
+		case cc.counted:
 			p.conns.release()
+			p.conns.releaseSource(cc.remote)
+		case cc.refusal:
+			p.conns.refusing.Add(-1)
 		}
 	}()
 	if !p.conns.add(cc) {
 		return
 	}
-	for {
+	for first := true; ; first = false {
 		c := p.config()
 		cc.dw.timeout = c.WriteTimeout
 		if cc.r.Buffered() == 0 {
@@ -146,7 +159,16 @@ func (cc *clientConn) serve() {
 			if p.conns.closing() {
 				return
 			}
-			cc.dl.readIn(time.Now(), c.ClientIdleTimeout)
+			wait := c.ClientIdleTimeout
+			if first {
+				// A new connection says something soon or goes: idle
+				// sockets opened to hold slots are not kept for minutes.
+				wait = min(wait, c.RequestStartTimeout)
+			}
+			if cc.refusal {
+				wait = min(wait, refusalWait)
+			}
+			cc.dl.readIn(time.Now(), wait)
 			err := cc.r.Fill()
 			cc.idle.Store(false)
 			if err != nil {
@@ -161,13 +183,22 @@ func (cc *clientConn) serve() {
 		}
 		head, err := cc.r.ReadHead(c.maxHeader)
 		if err != nil {
-			cc.refuse(c, start, err)
+			linger = cc.refuse(c, start, err)
 			return
 		}
 		tx := &cc.tx
 		tx.begin(c, start, head)
 		cc.r.Release(head)
-		switch tx.serve() {
+		out := tx.serve()
+		if cc.refusal {
+			out = closeConn
+		}
+		// An answer peerd made itself on a connection it then closes (a
+		// refusal, a bad request) may leave unread request bytes behind:
+		// closing at once would reset the connection before the client
+		// read the answer.
+		linger = out == closeConn && tx.code != "" && !tx.clientGone
+		switch out {
 		case keepOpen:
 			if p.conns.closing() {
 				cc.w.Flush()
@@ -176,9 +207,6 @@ func (cc *clientConn) serve() {
 			if tx.flushLater && !cc.flushAndWait(c) {
 				return
 			}
-		case tunnel:
-			tunnelled = true
-			return
 		default:
 			return
 		}
@@ -202,7 +230,7 @@ func (cc *clientConn) flushAndWait(c *runtimeConfig) bool {
 // refuse answers a request head that could not be read: 408 for one too
 // slow, 431 for one too large, 400 for a malformed one. A client that
 // simply closed, or reset, gets nothing.
-func (cc *clientConn) refuse(c *runtimeConfig, start time.Time, err error) {
+func (cc *clientConn) refuse(c *runtimeConfig, start time.Time, err error) (answered bool) {
 	tx := &cc.tx
 	tx.begin(c, start, nil)
 	var e *Error
@@ -212,15 +240,38 @@ func (cc *clientConn) refuse(c *runtimeConfig, start time.Time, err error) {
 	case err == h1.ErrHeadTooLarge:
 		e = errorf(431, CodeBadRequest, "", "request head larger than max_header_size (%d bytes)", c.maxHeader)
 	case err == io.EOF || errors.Is(err, net.ErrClosed) || errors.Is(err, syscall.ECONNRESET):
-		return
+		return false
 	default:
 		var he h1.Error
 		if !errors.As(err, &he) {
-			return // a read error: the client is gone
+			return false // a read error: the client is gone
 		}
 		e = errorf(h1.Status(err), CodeBadRequest, "", "%v", err)
 	}
 	e.Close = true
 	tx.fail(e)
 	tx.finish()
+	return !tx.clientGone
 }
+
+// lingerClose closes a connection the way net/http does after an error
+// answer: it stops sending, then reads and drops what the client still
+// sends, for a short while, so that the kernel does not answer those
+// bytes with a reset that destroys the answer before it is read.
+func lingerClose(nc net.Conn) {
+	if cw, ok := nc.(interface{ CloseWrite() error }); ok && cw.CloseWrite() == nil {
+		nc.SetReadDeadline(time.Now().Add(lingerFor))
+		io.CopyN(io.Discard, nc, lingerMax)
+	}
+	nc.Close()
+}
+
+// refusalWait is how long a connection from a source outside [proxy]
+// allow may take to send its request before it is closed unanswered.
+const refusalWait = 2 * time.Second
+
+// lingerFor and lingerMax bound a lingering close.
+const (
+	lingerFor = 500 * time.Millisecond
+	lingerMax = 256 << 10
+)

@@ -17,6 +17,9 @@ type Metrics struct {
 	exhausted prometheus.Counter
 	hedges    prometheus.Counter
 	refused   prometheus.Counter
+	// unsolicited counts connections closed because a next hop sent bytes
+	// past its answer, by hop (peer name or DIRECT).
+	unsolicited *prometheus.CounterVec
 
 	mu    sync.RWMutex // guards byKey
 	byKey map[requestKey]prometheus.Counter
@@ -44,13 +47,17 @@ func NewMetrics() *Metrics {
 		refused: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "peerd_client_connections_refused_total", Help: "Client connections closed at once because max_connections were open.",
 		}),
+		unsolicited: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "peerd_unsolicited_responses_total",
+			Help: "Connections to a next hop closed because it sent bytes past the end of its answer (never used to answer another request).",
+		}, []string{"hop"}),
 		byKey: make(map[requestKey]prometheus.Counter),
 	}
 }
 
 // Register adds the collectors to r.
 func (m *Metrics) Register(r prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.requests, m.duration, m.retries, m.exhausted, m.hedges, m.refused} {
+	for _, c := range []prometheus.Collector{m.requests, m.duration, m.retries, m.exhausted, m.hedges, m.refused, m.unsolicited} {
 		if err := r.Register(c); err != nil {
 			return err
 		}

@@ -24,37 +24,64 @@ type upConn struct {
 	idleAt time.Time
 
 	rio rawIO
+
+	// The non-blocking peek of an idle connection, made once per
+	// connection so that a reuse allocates nothing.
+	peekFn  func(fd uintptr) bool
+	peekN   int
+	peekErr error
+	peekBuf [1]byte
 }
 
 func newUpConn(nc net.Conn, pl *pool) *upConn {
 	c := &upConn{nc: nc, r: h1.NewReader(nc, 4<<10), w: bufio.NewWriterSize(nc, 4<<10), pool: pl, dl: deadlines{nc: nc}}
 	c.rio = newRawIO(nc, c.r, nil)
 	c.rio.init()
+	c.peekFn = func(fd uintptr) bool {
+		c.peekN, _, c.peekErr = syscall.Recvfrom(int(fd), c.peekBuf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		return true
+	}
 	return c
 }
 
 func (c *upConn) close() { c.nc.Close() }
 
-// closedByPeer reports whether an idle connection is no use any more: the
-// peer closed it (EOF), broke it, or sent something unasked (an idle
-// connection has nothing to say). A non-blocking peek; nothing is read.
-func (c *upConn) closedByPeer() bool {
-	if c.rio.raw == nil || c.r.Buffered() > 0 {
-		return c.r.Buffered() > 0
+// idleState is what a look at an idle connection found.
+type idleState uint8
+
+const (
+	idleOK     idleState = iota
+	idleClosed           // the peer closed or broke it
+	idleExtra            // the peer sent bytes nobody asked for
+)
+
+// peek looks at an idle connection without reading: EOF or an error means
+// the peer is done with it; bytes mean the next hop answered something
+// nobody asked (Go's Transport calls it an "unsolicited response on idle
+// channel"), and those bytes must never answer the next request. A
+// non-blocking MSG_PEEK; nothing is consumed.
+func (c *upConn) peek() idleState {
+	if c.r.Buffered() > 0 {
+		return idleExtra
 	}
-	var b [1]byte
-	var err error
-	n := 0
-	if rerr := c.rio.raw.Read(func(fd uintptr) bool {
-		n, _, err = syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-		return true
-	}); rerr != nil {
-		return true
+	if c.rio.raw == nil {
+		return idleOK
 	}
-	// EAGAIN: nothing to read, the connection is fine. Anything else (EOF
-	// is n == 0 with no error) means it is finished.
-	return !(n < 0 && (err == syscall.EAGAIN || err == syscall.EWOULDBLOCK))
+	if rerr := c.rio.raw.Read(c.peekFn); rerr != nil {
+		return idleClosed
+	}
+	n, err := c.peekN, c.peekErr
+	switch {
+	case n > 0:
+		return idleExtra
+	case n < 0 && (err == syscall.EAGAIN || err == syscall.EWOULDBLOCK):
+		return idleOK // nothing to read: the connection is fine
+	}
+	return idleClosed // EOF (n == 0) or an error
 }
+
+// closedByPeer reports whether an idle connection is no use any more.
+func (c *upConn) closedByPeer() bool { return c.peek() != idleOK }
 
 // pool is the idle list of one next hop. The newest connection is reused
 // first, so a steady load keeps few connections warm and the rest expire.
@@ -68,25 +95,41 @@ type pool struct {
 // maxIdlePerHop bounds a hop's idle list.
 const maxIdlePerHop = 256
 
-// get returns an idle connection that has not sat longer than maxIdle, or
-// nil. Connections past it are closed.
-func (pl *pool) get(now time.Time, maxIdle time.Duration) *upConn {
-	pl.mu.Lock()
-	defer pl.mu.Unlock()
-	for n := len(pl.idle); n > 0; n = len(pl.idle) {
-		c := pl.idle[n-1]
+// get returns an idle connection that has not sat longer than maxIdle and
+// that its peer has neither closed nor written to, or nil. The others are
+// closed; extra counts those that held bytes nobody asked for.
+func (pl *pool) get(now time.Time, maxIdle time.Duration) (c *upConn, extra int) {
+	for {
+		pl.mu.Lock()
+		n := len(pl.idle)
+		if n == 0 {
+			pl.mu.Unlock()
+			return nil, extra
+		}
+		c = pl.idle[n-1]
 		pl.idle[n-1] = nil
 		pl.idle = pl.idle[:n-1]
+		pl.mu.Unlock()
 		if now.Sub(c.idleAt) < maxIdle {
-			return c
+			switch c.peek() {
+			case idleOK:
+				return c, extra
+			case idleExtra:
+				extra++
+			}
 		}
 		c.close()
 	}
-	return nil
 }
 
-// put returns c to the idle list.
+// put returns c to the idle list. A connection with bytes already
+// buffered past the answer it carried is never pooled (see peek): the
+// caller checks with leftover first, to count and log it.
 func (pl *pool) put(c *upConn, now time.Time) {
+	if c.r.Buffered() > 0 {
+		c.close()
+		return
+	}
 	c.idleAt = now
 	pl.mu.Lock()
 	if !pl.gone && len(pl.idle) < maxIdlePerHop {

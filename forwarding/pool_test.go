@@ -44,7 +44,7 @@ func TestPoolReapsConnectionsThePeerClosed(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	if got := pl.get(time.Now(), time.Minute); got == nil || got.closedByPeer() {
+	if got, _ := pl.get(time.Now(), time.Minute); got == nil || got.closedByPeer() {
 		t.Fatal("the healthy connection did not stay")
 	}
 }

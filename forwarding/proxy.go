@@ -43,6 +43,7 @@ import (
 	"github.com/peerd/peerd/peers"
 	"github.com/peerd/peerd/selection"
 	"github.com/sirupsen/logrus"
+	"golang.org/x/time/rate"
 )
 
 // Planner builds next-hop plans; *selection.Planner is one.
@@ -121,6 +122,25 @@ type Proxy struct {
 
 	janitorOnce sync.Once
 	stop        chan struct{} // closed by Shutdown
+
+	// unsolicitedLog spaces the warnings about next hops that send bytes
+	// nobody asked for: a hostile parent must not flood the log.
+	unsolicitedLog rate.Sometimes
+}
+
+// unsolicited counts and logs n connections to hop closed because the
+// hop sent bytes past its answer (a broken answer from that hop).
+func (p *Proxy) unsolicited(hop selection.Hop, n int) {
+	name := "DIRECT"
+	if hop.Peer != nil {
+		name = hop.Peer.Name()
+	}
+	if p.metrics != nil {
+		p.metrics.unsolicited.WithLabelValues(name).Add(float64(n))
+	}
+	p.unsolicitedLog.Do(func() {
+		p.log.WithField("peer", name).Warn("next hop sent bytes past the end of its answer; connection closed, not reused")
+	})
 }
 
 // runtimeConfig is Config with its words parsed, swapped whole on reload.
@@ -141,10 +161,11 @@ func New(o Options) (*Proxy, error) {
 	p := &Proxy{
 		planner: o.Planner, acct: o.Accounting, dialer: o.Dialer, directDial: o.DirectDial,
 		metrics: o.Metrics, log: o.Log, version: o.Version, resolver: o.Resolver, icp: o.ICP,
-		budget:   newRetryBudget(o.Config.RetryBudget),
-		pools:    newPools(),
-		stop:     make(chan struct{}),
-		instance: fmt.Sprintf("%08x", rand.Uint32()),
+		budget:         newRetryBudget(o.Config.RetryBudget),
+		pools:          newPools(),
+		stop:           make(chan struct{}),
+		unsolicitedLog: rate.Sometimes{Interval: 10 * time.Second},
+		instance:       fmt.Sprintf("%08x", rand.Uint32()),
 	}
 	p.access.Store(o.AccessLog)
 	if o.Policy == nil {
@@ -290,14 +311,58 @@ func (p *Proxy) Serve(ln net.Listener) error {
 			return err
 		}
 		backoff = 0
-		c := p.config()
-		if !p.conns.admit(c.MaxConnections) {
+		p.accept(nc)
+	}
+}
+
+// maxRefusing bounds the connections from sources outside [proxy] allow
+// that are being answered 403 at once; past it they are closed unanswered.
+const maxRefusing = 64
+
+// accept admits a new client connection. A source outside [proxy] allow
+// is refused before it is counted against max_connections or the per
+// source cap: it gets its 403 from a small bounded set of goroutines, or
+// a close when those are busy, so refused addresses can never use up the
+// slots of allowed clients.
+func (p *Proxy) accept(nc net.Conn) {
+	c := p.config()
+	remote, ok := remoteAddr(nc)
+	if !ok || !c.allowed(remote) {
+		if p.conns.refusing.Add(1) > maxRefusing {
+			p.conns.refusing.Add(-1)
 			p.metrics.connRefused()
 			nc.Close()
-			continue
+			return
 		}
-		go newClientConn(p, nc).serve()
+		cc := newClientConn(p, nc)
+		cc.refusal = true
+		go cc.serve()
+		return
 	}
+	if !p.conns.admit(c.MaxConnections) {
+		p.metrics.connRefused()
+		nc.Close()
+		return
+	}
+	if !p.conns.admitSource(remote, c.MaxConnectionsPerSource) {
+		p.conns.release()
+		p.metrics.connRefused()
+		nc.Close()
+		return
+	}
+	cc := newClientConn(p, nc)
+	cc.counted = true
+	go cc.serve()
+}
+
+// remoteAddr is a connection's client address.
+func remoteAddr(nc net.Conn) (netip.Addr, bool) {
+	if ta, ok := nc.RemoteAddr().(*net.TCPAddr); ok {
+		a, ok := netip.AddrFromSlice(ta.IP)
+		return a.Unmap(), ok
+	}
+	ap, err := netip.ParseAddrPort(nc.RemoteAddr().String())
+	return ap.Addr().Unmap(), err == nil
 }
 
 // Shutdown stops accepting, closes idle client connections, and waits for
@@ -333,6 +398,36 @@ type connSet struct {
 	conns     map[*clientConn]struct{}
 	open      atomic.Int64
 	shutting  atomic.Bool
+	// refusing counts connections being answered 403 (not in open).
+	refusing atomic.Int64
+	// perSource counts the open connections of each client address.
+	srcMu     sync.Mutex
+	perSource map[netip.Addr]int
+}
+
+// admitSource counts a connection from a unless max are open from it.
+func (s *connSet) admitSource(a netip.Addr, max int) bool {
+	s.srcMu.Lock()
+	defer s.srcMu.Unlock()
+	if s.perSource == nil {
+		s.perSource = make(map[netip.Addr]int)
+	}
+	if s.perSource[a] >= max {
+		return false
+	}
+	s.perSource[a]++
+	return true
+}
+
+// releaseSource forgets one connection from a.
+func (s *connSet) releaseSource(a netip.Addr) {
+	s.srcMu.Lock()
+	defer s.srcMu.Unlock()
+	if n := s.perSource[a]; n > 1 {
+		s.perSource[a] = n - 1
+	} else {
+		delete(s.perSource, a)
+	}
 }
 
 func (s *connSet) init() {

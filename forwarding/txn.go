@@ -23,7 +23,6 @@ type outcome uint8
 const (
 	closeConn outcome = iota
 	keepOpen
-	tunnel // the connection belongs to a tunnel now
 )
 
 // body states of a request.

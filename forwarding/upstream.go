@@ -34,7 +34,11 @@ func (tx *txn) take(hop selection.Hop, plan *selection.Plan, pooled bool) (selec
 		}
 	}
 	if pooled && tx.facts.retriable() {
-		if uc := tx.poolFor(hop).get(tx.start, tx.cfg.PconnTimeout); uc != nil {
+		uc, extra := tx.poolFor(hop).get(tx.start, tx.cfg.PconnTimeout)
+		if extra > 0 {
+			tx.cc.p.unsolicited(hop, extra)
+		}
+		if uc != nil {
 			return hop, uc, true
 		}
 	}
@@ -196,7 +200,7 @@ func (tx *txn) poolFor(hop selection.Hop) *pool {
 func (tx *txn) release(a *attempt) {
 	if a.conn != nil {
 		if a.final && a.err == nil && tx.drain(a) {
-			a.conn.pool.put(a.conn, time.Now())
+			tx.repool(a.conn, a.hop, time.Now())
 		} else {
 			a.conn.close()
 		}
@@ -206,6 +210,19 @@ func (tx *txn) release(a *attempt) {
 		tx.cc.p.acct.EndRequest(a.hop.Peer)
 		a.begun = false
 	}
+}
+
+// repool returns c to its pool after an exchange, unless the next hop
+// sent bytes past the end of its answer: those would answer the next
+// request, for any URL, and could be stored under it. Such a connection
+// is closed and the hop's broken answer counted and logged.
+func (tx *txn) repool(c *upConn, hop selection.Hop, at time.Time) {
+	if c.r.Buffered() > 0 {
+		c.close()
+		tx.cc.p.unsolicited(hop, 1)
+		return
+	}
+	c.pool.put(c, at)
 }
 
 // drain reads past a short unused response so its connection can be
@@ -476,7 +493,7 @@ func (tx *txn) relay(a *attempt) outcome {
 	}
 	reusable := err == nil && resp.KeepAlive && kind != h1.CloseBody && tx.upBody.Done()
 	if reusable {
-		c.pool.put(c, tx.start)
+		tx.repool(c, a.hop, tx.start)
 	} else {
 		c.close()
 	}

@@ -44,6 +44,10 @@ const (
 	IfMatch
 	IfUnmodifiedSince
 	ProxyAuthenticationInfo
+	// Set-Cookie and Set-Cookie2 belong to one client: a shared cache never
+	// stores or replays them.
+	SetCookie
+	SetCookie2
 	kinds
 )
 
@@ -52,7 +56,7 @@ var kindNames = [kinds]string{"", "Host", "Content-Length", "Transfer-Encoding",
 	"Via", "X-Forwarded-For", "Cache-Control", "Max-Forwards", "Content-Type",
 	"Age", "Date", "Expires", "ETag", "Last-Modified", "Vary", "Pragma", "Authorization", "Location",
 	"Content-Location", "Content-Language", "Content-Range", "Range", "If-None-Match", "If-Modified-Since",
-	"If-Range", "If-Match", "If-Unmodified-Since", "Proxy-Authentication-Info"}
+	"If-Range", "If-Match", "If-Unmodified-Since", "Proxy-Authentication-Info", "Set-Cookie", "Set-Cookie2"}
 
 // byLength lists the kinds by the length of their names.
 var byLength [32][]Kind
