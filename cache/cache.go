@@ -358,7 +358,28 @@ type Flight struct {
 	ready  chan struct{}
 	obj    *Object
 	landed bool
+	// failed: the leader got no answer to share (it failed, or its client
+	// left); the followers elect a new leader rather than all going to
+	// the next hop. Set before ready is closed.
+	failed bool
 }
+
+// FlightEnd is how a follower's wait ended.
+type FlightEnd uint8
+
+const (
+	// Shared: the leader's response is there to answer from (it may
+	// still be streaming).
+	Shared FlightEnd = iota
+	// Alone: the response could not be shared; go to the next hop.
+	Alone
+	// Failed: the leader got no answer; join again to elect a new one.
+	Failed
+	// Left: the follower's client went away.
+	Left
+	// TimedOut: the leader took longer than the follower may wait.
+	TimedOut
+)
 
 // Join returns the flight for r's key: leader true means r goes to the
 // next hop and must land the flight (Admit, Finish or Land); otherwise r
@@ -385,23 +406,33 @@ func (c *Cache) Join(r *Request, now time.Time) (f *Flight, leader bool) {
 	return f, true
 }
 
-// Wait blocks until the flight's response is known, or timeout: the
-// object to answer from (it may still be streaming), or nil when r must
-// go to the next hop itself.
-func (f *Flight) Wait(timeout time.Duration) *Object {
+// Wait blocks until the flight's response is known, the follower's
+// client leaves (gone is closed), or timeout; it returns the object to
+// answer from when the end is Shared.
+func (f *Flight) Wait(timeout time.Duration, gone <-chan struct{}) (*Object, FlightEnd) {
 	t := time.NewTimer(timeout)
 	defer t.Stop()
 	select {
 	case <-f.ready:
-		return f.obj
+		switch {
+		case f.obj != nil:
+			return f.obj, Shared
+		case f.failed:
+			return nil, Failed
+		}
+		return nil, Alone
+	case <-gone:
+		return nil, Left
 	case <-t.C:
-		return nil
+		return nil, TimedOut
 	}
 }
 
-// Land ends a flight with the object its followers are served from (nil:
-// they go on their own; pass marks the key not to collapse for a while).
-// Landing twice, or a nil flight, is harmless.
+// Land ends a flight with the object its followers are served from. With
+// nil and pass the response could not be shared: they go on their own and
+// the key is not collapsed for a while; with nil and no pass the leader
+// failed: they elect a new leader. Landing twice, or a nil flight, is
+// harmless.
 func (c *Cache) Land(f *Flight, o *Object, pass bool) {
 	if f == nil {
 		return
@@ -412,7 +443,7 @@ func (c *Cache) Land(f *Flight, o *Object, pass bool) {
 	if f.landed {
 		return
 	}
-	f.landed, f.obj = true, o
+	f.landed, f.obj, f.failed = true, o, o == nil && !pass
 	if sh.flights[f.key] == f {
 		delete(sh.flights, f.key)
 	}

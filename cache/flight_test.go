@@ -22,7 +22,7 @@ func TestFlights(t *testing.T) {
 		}
 		got := make(chan string)
 		go func() {
-			o := f.Wait(time.Minute)
+			o, _ := f.Wait(time.Minute, nil)
 			if o == nil {
 				got <- "<nil>"
 				return
@@ -62,7 +62,7 @@ func TestFlights(t *testing.T) {
 		r2 := request(t, "GET", url+"?private")
 		f2, _ := c.Join(r2, t0)
 		done := make(chan *Object)
-		go func() { done <- f2.Wait(time.Minute) }()
+		go func() { o, _ := f2.Wait(time.Minute, nil); done <- o }()
 		if c.Admit(r2, response(t, "200 OK", "Cache-Control: private"), 2, t0, t0, f2) != nil {
 			t.Fatal("private response admitted")
 		}
@@ -76,16 +76,32 @@ func TestFlights(t *testing.T) {
 			t.Fatal("the pass does not expire")
 		}
 
-		// A flight whose leader gives up: followers go on their own.
+		// A flight whose leader fails: followers are told to elect a new
+		// leader, and the next Join leads.
 		r3 := request(t, "GET", url+"?gone")
 		f3, _ := c.Join(r3, t0)
-		go func() { done <- f3.Wait(time.Minute) }()
+		ends := make(chan FlightEnd)
+		go func() { _, e := f3.Wait(time.Minute, nil); ends <- e }()
 		c.Land(f3, nil, false)
-		if o := <-done; o != nil {
-			t.Fatal("follower of an abandoned flight got an object")
+		if e := <-ends; e != Failed {
+			t.Fatalf("follower of a failed flight: end %v; want Failed", e)
 		}
 		if _, lead := c.Join(r3, t0); !lead {
 			t.Fatal("a flight abandoned without a pass blocks the next miss")
+		}
+
+		// A follower whose client leaves stops waiting at once; one that
+		// waits too long gives up.
+		r5 := request(t, "GET", url+"?left")
+		f5, _ := c.Join(r5, t0)
+		gone := make(chan struct{})
+		go func() { _, e := f5.Wait(time.Minute, gone); ends <- e }()
+		close(gone)
+		if e := <-ends; e != Left {
+			t.Fatalf("follower whose client left: end %v; want Left", e)
+		}
+		if _, e := f5.Wait(time.Second, nil); e != TimedOut {
+			t.Fatalf("follower past its wait: end %v; want TimedOut", e)
 		}
 
 		// Oversized: the body outgrows max_object; a streaming follower
@@ -93,7 +109,7 @@ func TestFlights(t *testing.T) {
 		r4 := request(t, "GET", url+"?big")
 		f4, _ := c.Join(r4, t0)
 		w4 := c.Admit(r4, response(t, "200 OK", "Cache-Control: max-age=60"), -1, t0, t0, f4)
-		go func() { done <- f4.Wait(time.Minute) }()
+		go func() { o, _ := f4.Wait(time.Minute, nil); done <- o }()
 		w4.Write(make([]byte, DefaultConfig().MaxObject+1))
 		if o := <-done; o != nil {
 			t.Fatal("follower of an oversized chunked response got an object")

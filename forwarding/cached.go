@@ -119,20 +119,43 @@ func (tx *txn) consult(ch *cache.Cache) (bool, outcome) {
 	default:
 		tx.fwd = fwdURIMiss
 	}
-	f, leader := ch.Join(cq, tx.start)
-	switch {
-	case f == nil:
-	case leader:
-		tx.flight = f
-	default:
-		if obj := f.Wait(tx.cfg.ReadTimeout); obj != nil && obj.Matches(cq) {
+	return tx.collapse(ch)
+}
+
+// collapse joins the flight for the request's key. The leader goes to the
+// next hop; a follower waits for the leader's response while watching its
+// own client: a client that leaves releases everything at once, and when
+// the leader fails the followers elect a new leader instead of all going
+// to the next hop. handled means the client was answered (or left).
+func (tx *txn) collapse(ch *cache.Cache) (bool, outcome) {
+	cq := &tx.cq
+	deadline := tx.start.Add(tx.cfg.ReadTimeout)
+	for {
+		f, leader := ch.Join(cq, time.Now())
+		if f == nil {
+			return false, 0
+		}
+		if leader {
+			tx.flight = f
+			return false, 0
+		}
+		w := tx.cc.watch(nil)
+		obj, end := f.Wait(time.Until(deadline), w.left)
+		if w.stop() || end == cache.Left {
+			tx.clientGone = true
+			return true, closeConn
+		}
+		switch {
+		case end == cache.Shared && obj.Matches(cq):
 			ch.Count(cache.OutcomeHit, true)
 			tx.collapsed = true
 			return true, tx.serveObject(obj, resultMemHit)
+		case end == cache.Failed && time.Now().Before(deadline):
+			continue // elect a new leader
 		}
 		// The response could not be shared: this request goes on its own.
+		return false, 0
 	}
-	return false, 0
 }
 
 // serveObject answers the client from a stored (or streaming) response:

@@ -261,19 +261,23 @@ func closeWrite(c net.Conn) {
 type watcher struct {
 	cc   *clientConn
 	done chan struct{}
-	gone atomic.Bool // the client closed or broke the connection
+	gone atomic.Bool   // the client closed or broke the connection
+	left chan struct{} // closed when gone is set
 }
 
-// watch starts watching the client; when it leaves, up is closed, which
-// ends any wait on it.
+// watch starts watching the client; when it leaves, up (if any) is
+// closed, which ends any wait on it, and left is closed.
 func (cc *clientConn) watch(up net.Conn) *watcher {
-	w := &watcher{cc: cc, done: make(chan struct{})}
+	w := &watcher{cc: cc, done: make(chan struct{}), left: make(chan struct{})}
 	cc.dl.setRead(time.Time{})
 	go func() {
 		defer close(w.done)
 		if err := cc.r.Fill(); err != nil && !isTimeout(err) {
 			w.gone.Store(true)
-			up.Close()
+			close(w.left)
+			if up != nil {
+				up.Close()
+			}
 		}
 	}()
 	return w
