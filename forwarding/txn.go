@@ -77,6 +77,7 @@ type txn struct {
 	a       attempt
 	origin  origin
 	oKey    []byte // the DIRECT pool key, scheme://host:port
+	target  []byte // the request target rewritten with the canonical host
 	lastErr *Error
 	denied  *Error // a destination the policy refused on the way: it outranks lastErr
 	logBuf  []byte
@@ -102,7 +103,7 @@ func (tx *txn) begin(c *runtimeConfig, start time.Time, head []byte) {
 		cc: tx.cc, cfg: c, start: start,
 		head: append(tx.head[:0], head...),
 		req:  tx.req, body: tx.body, buf: tx.buf[:0], out: tx.out[:0], resp: tx.resp,
-		upBody: tx.upBody, oKey: tx.oKey[:0], logBuf: tx.logBuf[:0], ctype: tx.ctype[:0], cq: tx.cq,
+		upBody: tx.upBody, oKey: tx.oKey[:0], target: tx.target[:0], logBuf: tx.logBuf[:0], ctype: tx.ctype[:0], cq: tx.cq,
 		maxFwd: -1, bodyDone: true,
 	}
 }
@@ -142,6 +143,10 @@ func (tx *txn) serve() outcome {
 		return tx.after()
 	}
 	if e := c.loopError(req.Fields); e != nil {
+		tx.fail(e)
+		return tx.after()
+	}
+	if e := tx.canonicalHost(); e != nil {
 		tx.fail(e)
 		return tx.after()
 	}
@@ -189,6 +194,47 @@ func (tx *txn) serve() outcome {
 		}
 	}
 	return tx.forward()
+}
+
+// canonicalHost gives the request its host's one spelling (see
+// access.CanonicalHost) before anything checks it: the target and Host
+// that every check, the cache key and every next hop see are rewritten
+// when the client wrote the host another way. A host that cannot be read
+// is refused with 400.
+func (tx *txn) canonicalHost() *Error {
+	req := &tx.req
+	if req.HostBracketed || (req.Form != h1.AbsoluteForm && req.Form != h1.AuthorityForm) {
+		return nil
+	}
+	b := tx.target[:0]
+	if req.Form == h1.AbsoluteForm {
+		b = append(append(b, req.Scheme...), "://"...)
+	}
+	hostAt := len(b)
+	b, changed, err := access.CanonicalHost(b, req.Host)
+	tx.target = b // keeps the buffer (an IPv4 literal is written out each time)
+	if err != nil {
+		return errorf(http.StatusBadRequest, CodeBadRequest, "", "host %q: %v", req.Host, err)
+	}
+	if !changed {
+		return nil
+	}
+	hostEnd := len(b)
+	if len(req.Port) > 0 {
+		b = append(append(b, ':'), req.Port...)
+	}
+	portAt := len(b) - len(req.Port)
+	b = append(b, req.PathQuery...)
+	tx.target = b
+	req.Target, req.Host = b, b[hostAt:hostEnd]
+	if len(req.Port) > 0 {
+		req.Port = b[portAt : portAt+len(req.Port)]
+	}
+	if req.Form == h1.AbsoluteForm {
+		req.Scheme = b[:hostAt-3]
+		req.PathQuery = b[len(b)-len(req.PathQuery):]
+	}
+	return nil
 }
 
 // https reports whether the request's URL is https.

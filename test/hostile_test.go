@@ -486,3 +486,40 @@ func mustURL(s string) *url.URL {
 	}
 	return u
 }
+
+// TestNonCanonicalHostsDenied: deny_to cannot be bypassed through a
+// parent by writing a denied host as a parent would read it differently
+// (inet_aton forms, trailing dots, empty labels); what is forwarded is
+// the canonical spelling.
+func TestNonCanonicalHostsDenied(t *testing.T) {
+	par := newRawParent(t, "a", func(r *http.Request) string { return okAnswer("", "via parent: "+r.URL.Host) })
+	p := startPeerd(t, baseConfig+"deny_to = [\"127.0.0.0/8\", \".blocked.example\"]\n"+peerBlock("", par))
+	for _, host := range []string{"2130706433", "127.1", "0x7f.0.0.1", "0177.0.0.1", "127.0.0.1.", "0x7f000001",
+		"www.blocked.example.", "www.blocked.example..", "WWW.Blocked.Example"} {
+		for _, req := range []string{
+			"GET http://" + host + "/ HTTP/1.1\r\nHost: " + host + "\r\n\r\n",
+			"CONNECT " + host + ":443 HTTP/1.1\r\nHost: " + host + ":443\r\n\r\n",
+		} {
+			resp := rawBody(t, p, req)
+			if resp.status != 403 || !strings.Contains(resp.body, "deny_to") {
+				t.Fatalf("%q: %d %q; want 403 deny_to", req, resp.status, resp.body)
+			}
+		}
+	}
+	for _, host := range []string{"a..b", "1.2.3.999", "foo.123"} {
+		resp := rawBody(t, p, "GET http://"+host+"/ HTTP/1.1\r\nHost: "+host+"\r\n\r\n")
+		if resp.status != 400 || resp.code != "bad-request" {
+			t.Fatalf("host %q: %d %q; want 400 bad-request", host, resp.status, resp.code)
+		}
+	}
+	if n := par.seen(""); n != 0 {
+		t.Fatalf("%d denied requests reached the parent", n)
+	}
+	// Allowed hosts go out in their canonical spelling.
+	for host, want := range map[string]string{"0x0a.1": "10.0.0.1", "allowed.example.": "allowed.example"} {
+		resp := rawBody(t, p, "GET http://"+host+"/ HTTP/1.1\r\nHost: "+host+"\r\n\r\n")
+		if resp.status != 200 || resp.body != "via parent: "+want {
+			t.Fatalf("%s: %d %q; want the parent to see %s", host, resp.status, resp.body, want)
+		}
+	}
+}

@@ -486,13 +486,14 @@ func (c *fileConfig) plannerOptions() selection.Options {
 	return selection.Options{Policy: c.Selection.Policy, Direct: c.Proxy.Direct, MaxTries: c.Proxy.ForwardMaxTries}
 }
 
-// policy compiles the destination policy. peerd's own listen and admin
-// addresses are refused as destinations (deny_to_local); a wildcard listen
-// address stands for every address of the host's interfaces.
+// policy compiles the destination policy. peerd's own listen, admin,
+// fleet and ICP addresses are refused as destinations (deny_to_local); a
+// wildcard listen address stands for every address of the host's
+// interfaces.
 func (c *fileConfig) policy() (*access.Policy, error) {
 	var own []netip.AddrPort
 	var local []netip.Addr
-	for _, l := range []string{c.Proxy.Listen, c.Admin.Listen} {
+	for _, l := range []string{c.Proxy.Listen, c.Admin.Listen, c.Fleet.Bind, c.ICP.Listen} {
 		ap, err := netip.ParseAddrPort(l)
 		if err != nil {
 			continue
