@@ -48,6 +48,8 @@ fuzz:
 	$(GO) test -run XXX -fuzz '^FuzzProxyStatus$$' -fuzztime $(FUZZTIME) ./forwarding/
 	$(GO) test -run XXX -fuzz '^FuzzImportSquid$$' -fuzztime $(FUZZTIME) ./cmd/peerd/
 	$(GO) test -run XXX -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./fleet/
+	$(GO) test -run XXX -fuzz '^FuzzForgedVerdicts$$' -fuzztime $(FUZZTIME) ./fleet/
+	$(GO) test -run XXX -fuzz '^FuzzCanonicalHost$$' -fuzztime $(FUZZTIME) ./access/
 	$(GO) test -run XXX -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./icp/
 
 # Micro-benchmarks, then the comparison against direct and Squid.

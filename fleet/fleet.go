@@ -21,6 +21,7 @@ package fleet
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"log"
@@ -62,12 +63,15 @@ type Fleet struct {
 	// lastAt keeps this member's verdict times increasing even if the
 	// wall clock steps back.
 	lastAt int64
+	// suspected is when a member's verdict last made a peer suspect, by
+	// node and peer name (see receive).
+	suspected map[string]time.Time
 }
 
 // New makes a Fleet over reg; it is off until Apply.
 func New(reg *peers.Registry, log logrus.FieldLogger) *Fleet {
 	return &Fleet{reg: reg, log: log.WithField("component", "fleet"),
-		views: map[string]map[string]Verdict{}, own: map[string]Verdict{}}
+		views: map[string]map[string]Verdict{}, own: map[string]Verdict{}, suspected: map[string]time.Time{}}
 }
 
 // member is one running memberlist instance: a reload that changes the
@@ -82,6 +86,14 @@ type member struct {
 	done  sync.WaitGroup
 	// lastJoinErr is the last join failure logged at error level.
 	lastJoinErr atomic.Pointer[string]
+	// priv signs this member's messages; its public half is the node's
+	// memberlist meta, so the others can tell who sent a verdict.
+	priv ed25519.PrivateKey
+	// keyOf returns another member's public key (nil: not a member);
+	// nil means look it up in memberlist.
+	keyOf func(node string) ed25519.PublicKey
+	// now is the clock verdict times are checked against (nil: time.Now).
+	now func() time.Time
 }
 
 // Apply puts cfg in force, with node as this member's name. It is called
@@ -164,7 +176,7 @@ func (f *Fleet) start(cfg Config, node string) (*member, error) {
 	} else {
 		mc = memberlist.DefaultLANConfig()
 	}
-	m := &member{f: f, cfg: cfg, node: node, stop: make(chan struct{})}
+	m := &member{f: f, cfg: cfg, node: node, stop: make(chan struct{}), priv: newKey()}
 	m.cfg.Join = append([]string(nil), cfg.Join...)
 	mc.Name = node
 	mc.BindAddr, mc.BindPort = ip.String(), port
@@ -418,10 +430,14 @@ const (
 	StateUnknown = "unknown"
 )
 
-// queueVerdict broadcasts one of this member's verdicts.
+// queueVerdict broadcasts one of this member's verdicts, signed.
 func (m *member) queueVerdict(v Verdict) {
 	v.Node = m.node
-	m.queueAs(v)
+	b, err := m.seal([]Verdict{v})
+	if err != nil {
+		return
+	}
+	m.queueRaw(v.Node+"/"+v.Peer, b)
 }
 
 // sendNow sends a death to every member at once, besides queueing it:
@@ -432,7 +448,7 @@ func (m *member) sendNow(v Verdict) {
 		return
 	}
 	v.Node = m.node
-	b, err := encode([]Verdict{v})
+	b, err := m.seal([]Verdict{v})
 	if err != nil {
 		return
 	}
@@ -446,71 +462,18 @@ func (m *member) sendNow(v Verdict) {
 	}
 }
 
-// queueAs broadcasts v as it is (a relayed verdict keeps its node).
-func (m *member) queueAs(v Verdict) {
-	b, err := encode([]Verdict{v})
-	if err != nil {
-		return
-	}
-	m.queue.QueueBroadcast(&broadcast{name: v.Node + "/" + v.Peer, msg: b})
-}
-
-// receive applies verdicts from another member. A verdict newer than the
-// last one from its node about its peer is recorded; a death makes the
-// local peer of that name (or address) suspect. relay re-broadcasts a
-// new verdict once, so that it spreads epidemically.
-func (f *Fleet) receive(m *member, vs []Verdict, relay bool) {
-	type suspicion struct {
-		p      *peers.Peer
-		detail string
-	}
-	var todo []suspicion
-	var relayed []Verdict
-	f.mu.Lock()
-	for _, v := range vs {
-		if v.Node == m.node {
-			continue // our own, relayed back
-		}
-		view := f.views[v.Node]
-		if view == nil {
-			view = map[string]Verdict{}
-			f.views[v.Node] = view
-		}
-		if prev, ok := view[v.Peer]; ok && prev.At >= v.At {
-			continue // old news
-		}
-		view[v.Peer] = v
-		if relay {
-			relayed = append(relayed, v)
-		}
-		if v.State != StateDead {
-			continue
-		}
-		if p := f.local(v); p != nil {
-			todo = append(todo, suspicion{p, fmt.Sprintf("fleet member %s reported %s (%s) dead", v.Node, v.Peer, v.Addr)})
-		}
-	}
-	f.mu.Unlock()
-	for _, v := range relayed {
-		m.queueAs(v)
-	}
-	for _, s := range todo {
-		f.reg.Suspect(s.p, peers.CauseFleet, s.detail)
+// queueRaw broadcasts a signed message as it is (a relayed one keeps its
+// sender's signature). The queue is bounded: past maxQueued the oldest
+// messages are dropped, so a flood cannot grow it.
+func (m *member) queueRaw(name string, b []byte) {
+	m.queue.QueueBroadcast(&broadcast{name: name, msg: b})
+	if m.queue.NumQueued() > maxQueued {
+		m.queue.Prune(maxQueued)
 	}
 }
 
-// local finds the peer a verdict is about: by name, else by address.
-func (f *Fleet) local(v Verdict) *peers.Peer {
-	if p := f.reg.Get(v.Peer); p != nil {
-		return p
-	}
-	for _, p := range f.reg.Peers() {
-		if p.Addr() == v.Addr {
-			return p
-		}
-	}
-	return nil
-}
+// maxQueued bounds the broadcast queue.
+const maxQueued = 1024
 
 // Status is GET /fleet.
 type Status struct {
@@ -594,23 +557,25 @@ func (b *broadcast) Finished()       {}
 // delegate is memberlist's view of a member.
 type delegate member
 
-func (d *delegate) NodeMeta(limit int) []byte { return nil }
-
-func (d *delegate) NotifyMsg(b []byte) {
+// NodeMeta is this member's public key: the others verify its messages
+// with it.
+func (d *delegate) NodeMeta(limit int) []byte {
 	m := (*member)(d)
-	vs, err := decode(b)
-	if err != nil {
-		m.f.log.WithError(err).Debug("fleet: malformed gossip dropped")
-		return
+	pub := m.priv.Public().(ed25519.PublicKey)
+	if len(pub) > limit {
+		return nil
 	}
-	m.f.receive(m, vs, true)
+	return pub
 }
+
+func (d *delegate) NotifyMsg(b []byte) { (*member)(d).accept(b, true) }
 
 func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte {
 	return d.queue.GetBroadcasts(overhead, limit)
 }
 
-// LocalState is this member's own verdicts, for a full state exchange.
+// LocalState is this member's own verdicts, signed, for a full state
+// exchange.
 func (d *delegate) LocalState(join bool) []byte {
 	m := (*member)(d)
 	m.f.mu.Lock()
@@ -620,19 +585,11 @@ func (d *delegate) LocalState(join bool) []byte {
 		vs = append(vs, v)
 	}
 	m.f.mu.Unlock()
-	b, _ := encode(vs)
+	b, _ := m.seal(vs)
 	return b
 }
 
-func (d *delegate) MergeRemoteState(buf []byte, join bool) {
-	m := (*member)(d)
-	vs, err := decode(buf)
-	if err != nil {
-		m.f.log.WithError(err).Debug("fleet: malformed state exchange dropped")
-		return
-	}
-	m.f.receive(m, vs, false)
-}
+func (d *delegate) MergeRemoteState(buf []byte, join bool) { (*member)(d).accept(buf, false) }
 
 // events logs membership changes and drops the views of members that
 // leave.
@@ -647,9 +604,7 @@ func (e *events) NotifyJoin(n *memberlist.Node) {
 
 func (e *events) NotifyLeave(n *memberlist.Node) {
 	m := (*member)(e)
-	m.f.mu.Lock()
-	delete(m.f.views, n.Name)
-	m.f.mu.Unlock()
+	m.f.forget(n.Name)
 	m.f.log.WithFields(logrus.Fields{"node": n.Name, "addr": n.Address()}).Warn("fleet: member left or failed")
 }
 
@@ -672,6 +627,13 @@ func (w logWriter) Write(b []byte) (int, error) {
 		if i := strings.IndexByte(s, ']'); i > 0 {
 			level, msg = s[1:i], strings.TrimSpace(s[i+1:])
 		}
+	}
+	if strings.Contains(msg, "Decrypt packet failed") || strings.Contains(msg, "decrypt") {
+		// A datagram under another key (or garbage): anyone can send
+		// those, so each is a debug line and the warning is a summary.
+		w.l.Debug(msg)
+		undecryptable.note(w.l)
+		return len(b), nil
 	}
 	switch level {
 	case "ERR", "ERROR":

@@ -1,7 +1,11 @@
 package fleet
 
 import (
+	"crypto/ed25519"
 	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"math"
 	"errors"
 	"strings"
 	"testing"
@@ -34,7 +38,8 @@ func alive(r *peers.Registry, p *peers.Peer) {
 // testMember is a member without a memberlist: what receive and publish
 // need (a name and a queue).
 func testMember(f *Fleet, node string) *member {
-	return &member{f: f, node: node, queue: &memberlist.TransmitLimitedQueue{NumNodes: func() int { return 3 }, RetransmitMult: 4}}
+	return &member{f: f, node: node, queue: &memberlist.TransmitLimitedQueue{NumNodes: func() int { return 3 }, RetransmitMult: 4},
+		priv: newKey(), keyOf: func(string) ed25519.PublicKey { return nil }, now: func() time.Time { return t0 }}
 }
 
 func TestGossipedDeathMakesSuspectNeverDeadOrAlive(t *testing.T) {
@@ -47,7 +52,7 @@ func TestGossipedDeathMakesSuspectNeverDeadOrAlive(t *testing.T) {
 	alive(r, p1)
 	alive(r, p3)
 
-	f.receive(m, []Verdict{{Node: "a", Peer: "p1", Addr: "127.0.0.9:3128", State: StateDead, At: 10}}, true)
+	f.receive(m, []Verdict{{Node: "a", Peer: "p1", Addr: "127.0.0.9:3128", State: StateDead, At: 10}}, []byte("relayed"))
 	if p1.State() != peers.Alive || !p1.Suspect() {
 		t.Fatalf("p1 after a gossiped death: %v suspect=%v; want alive and suspect", p1.State(), p1.Suspect())
 	}
@@ -62,7 +67,7 @@ func TestGossipedDeathMakesSuspectNeverDeadOrAlive(t *testing.T) {
 	// The member's own probe settles it; the same verdict again (relayed
 	// by a third member, or in a state exchange) is old news.
 	alive(r, p1)
-	f.receive(m, []Verdict{{Node: "a", Peer: "p1", Addr: "127.0.0.9:3128", State: StateDead, At: 10}}, true)
+	f.receive(m, []Verdict{{Node: "a", Peer: "p1", Addr: "127.0.0.9:3128", State: StateDead, At: 10}}, []byte("relayed"))
 	if p1.Suspect() {
 		t.Fatal("a repeated verdict made p1 suspect again")
 	}
@@ -70,27 +75,27 @@ func TestGossipedDeathMakesSuspectNeverDeadOrAlive(t *testing.T) {
 		t.Fatalf("%d broadcasts queued; old news is not relayed", m.queue.NumQueued())
 	}
 	// An older one neither.
-	f.receive(m, []Verdict{{Node: "a", Peer: "p1", State: StateDead, At: 5}}, false)
+	f.receive(m, []Verdict{{Node: "a", Peer: "p1", State: StateDead, At: 5}}, nil)
 	if p1.Suspect() {
 		t.Fatal("an older verdict made p1 suspect")
 	}
 
 	// p2 is unknown (no probe verdict yet): an "alive" verdict does not
 	// revive it, a "dead" one changes nothing.
-	f.receive(m, []Verdict{{Node: "a", Peer: "p2", State: StateAlive, At: 11}, {Node: "c", Peer: "p2", State: StateDead, At: 11}}, false)
+	f.receive(m, []Verdict{{Node: "a", Peer: "p2", State: StateAlive, At: 11}, {Node: "c", Peer: "p2", State: StateDead, At: 11}}, nil)
 	if p2.State() != peers.Unknown || p2.Suspect() {
 		t.Fatalf("p2 %v suspect=%v; gossip must not change an unknown peer", p2.State(), p2.Suspect())
 	}
 
 	// A peer named otherwise here is found by its address.
-	f.receive(m, []Verdict{{Node: "a", Peer: "p3-there", Addr: "127.0.0.3:3128", State: StateDead, At: 12}}, false)
+	f.receive(m, []Verdict{{Node: "a", Peer: "p3-there", Addr: "127.0.0.3:3128", State: StateDead, At: 12}}, nil)
 	if !p3.Suspect() {
 		t.Fatal("a verdict about the same address under another name was ignored")
 	}
 
 	// Our own verdicts relayed back are ignored.
 	alive(r, p3)
-	f.receive(m, []Verdict{{Node: "b", Peer: "other-name", State: StateDead, At: 99}}, false)
+	f.receive(m, []Verdict{{Node: "b", Peer: "other-name", State: StateDead, At: 99}}, nil)
 	if p3.Suspect() {
 		t.Fatal("this member's own verdict, relayed back, was applied")
 	}
@@ -99,7 +104,7 @@ func TestGossipedDeathMakesSuspectNeverDeadOrAlive(t *testing.T) {
 	for range p1.ConnectFailLimit() {
 		r.Observe(p1, peers.Observation{At: t0, Err: errRefused})
 	}
-	f.receive(m, []Verdict{{Node: "a", Peer: "p1", State: StateAlive, At: 20}, {Node: "c", Peer: "p1", State: StateAlive, At: 20}}, false)
+	f.receive(m, []Verdict{{Node: "a", Peer: "p1", State: StateAlive, At: 20}, {Node: "c", Peer: "p1", State: StateAlive, At: 20}}, nil)
 	if p1.State() != peers.Dead {
 		t.Fatalf("p1 %v after alive verdicts from two members; revival is by own probe only", p1.State())
 	}
@@ -126,10 +131,155 @@ func TestPublishOnChangeOnly(t *testing.T) {
 	if n := m.queue.NumQueued(); n != 1 {
 		t.Fatalf("%d broadcasts queued; a newer verdict about the same peer replaces the older", n)
 	}
-	vs, err := decode((*delegate)(m).LocalState(false))
+	b := testMember(f, "b")
+	b.keyOf = keysOf(m)
+	_, vs, err := b.open((*delegate)(m).LocalState(false))
 	if err != nil || len(vs) != 1 || vs[0].Node != "a" || vs[0].State != StateAlive {
 		t.Fatalf("state exchange %+v %v; want a's own alive verdict", vs, err)
 	}
+}
+
+// keysOf is a key lookup that knows these members.
+func keysOf(ms ...*member) func(string) ed25519.PublicKey {
+	return func(node string) ed25519.PublicKey {
+		for _, m := range ms {
+			if m.node == node {
+				return m.priv.Public().(ed25519.PublicKey)
+			}
+		}
+		return nil
+	}
+}
+
+// TestLyingMember: a member with the fleet key speaks only for itself.
+// It cannot send verdicts in another member's name, nor sign as a member
+// that does not exist; a verdict with a time in the future, or about a
+// peer this member does not have, is not kept; its deaths about one peer
+// make it suspect at most once per suspectEvery.
+func TestLyingMember(t *testing.T) {
+	r := newRegistry(t, peers.Spec{Name: "p1", Host: "127.0.0.1", Port: 3128})
+	log, _ := test.NewNullLogger()
+	f := New(r, log)
+	me := testMember(f, "me")
+	honest, liar := testMember(f, "honest"), testMember(f, "liar")
+	me.keyOf = keysOf(honest, liar)
+	p1 := r.Get("p1")
+	alive(r, p1)
+
+	// The liar signs a verdict in honest's name: refused.
+	forged, _ := json.Marshal(envelope{V: envelopeVersion, Node: "liar",
+		Body: mustEncode(t, Verdict{Node: "honest", Peer: "p1", State: StateDead, At: 1}), Sig: nil})
+	var e envelope
+	json.Unmarshal(forged, &e)
+	e.Sig = ed25519.Sign(liar.priv, signed("liar", e.Body))
+	forged, _ = json.Marshal(e)
+	if _, _, err := me.open(forged); err == nil || !strings.Contains(err.Error(), "in the name of honest") {
+		t.Fatalf("a verdict in another member's name: %v; want it refused", err)
+	}
+	// ... or claims to be honest with its own key: the signature fails.
+	e.Node = "honest"
+	claimed, _ := json.Marshal(e)
+	if _, _, err := me.open(claimed); !errors.Is(err, errForged) {
+		t.Fatalf("a message signed by another key: %v; want errForged", err)
+	}
+	// A node that is not a member.
+	ghost := testMember(f, "ghost")
+	b, _ := ghost.seal([]Verdict{{Node: "ghost", Peer: "p1", State: StateDead, At: 1}})
+	if _, _, err := me.open(b); err == nil || !strings.Contains(err.Error(), "not a member") {
+		t.Fatalf("a non-member's message: %v; want it refused", err)
+	}
+	me.accept(b, true)
+	if p1.Suspect() || len(f.views) != 0 {
+		t.Fatal("a non-member's verdict was applied")
+	}
+
+	// A time in the future is not kept (it would freeze the liar's later
+	// real reports), nor a verdict about a peer we do not have.
+	b, _ = liar.seal([]Verdict{{Node: "liar", Peer: "p1", State: StateAlive, At: math.MaxInt64}})
+	me.accept(b, true)
+	for i := 0; i < 200; i++ {
+		b, _ = liar.seal([]Verdict{{Node: "liar", Peer: fmt.Sprintf("fake%d", i), Addr: "192.0.2.1:1", State: StateDead, At: 5}})
+		me.accept(b, true)
+	}
+	if v, ok := f.views["liar"]; len(v) != 0 || ok && v["p1"].At == math.MaxInt64 {
+		t.Fatalf("views of the liar: %+v; want nothing kept", v)
+	}
+	if n := me.queue.NumQueued(); n != 0 {
+		t.Fatalf("%d refused messages relayed", n)
+	}
+
+	// Its real deaths count, but at most once per suspectEvery per peer.
+	b, _ = liar.seal([]Verdict{{Node: "liar", Peer: "p1", State: StateDead, At: 10}})
+	me.accept(b, true)
+	if !p1.Suspect() {
+		t.Fatal("a member's own death verdict was not applied")
+	}
+	alive(r, p1)
+	b, _ = liar.seal([]Verdict{{Node: "liar", Peer: "p1", State: StateDead, At: 11}})
+	me.accept(b, true)
+	if p1.Suspect() {
+		t.Fatal("a second death from the same member within suspectEvery made p1 suspect again")
+	}
+	me.now = func() time.Time { return t0.Add(suspectEvery) }
+	b, _ = liar.seal([]Verdict{{Node: "liar", Peer: "p1", State: StateDead, At: 12}})
+	me.accept(b, true)
+	if !p1.Suspect() {
+		t.Fatal("a death after suspectEvery was not applied")
+	}
+	// An honest member's death is not held back by the liar's spacing.
+	alive(r, p1)
+	b, _ = honest.seal([]Verdict{{Node: "honest", Peer: "p1", State: StateDead, At: 13}})
+	me.accept(b, true)
+	if !p1.Suspect() {
+		t.Fatal("honest's death verdict was rate-limited by the liar's")
+	}
+}
+
+func mustEncode(t *testing.T, vs ...Verdict) []byte {
+	b, err := encode(vs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// FuzzForgedVerdicts: whatever a member with the fleet key signs, a
+// verdict is applied only in its own name, never from the future, and
+// only about a peer the receiver has; nothing else is kept.
+func FuzzForgedVerdicts(f *testing.F) {
+	f.Add("liar", "p1", int64(5), "dead", "127.0.0.1:3128")
+	f.Add("honest", "p1", int64(5), "dead", "")
+	f.Add("liar", "p1", int64(math.MaxInt64), "alive", "")
+	f.Add("liar", "zz", int64(1), "dead", "127.0.0.1:3128")
+	f.Fuzz(func(t *testing.T, node, peer string, at int64, state, addr string) {
+		r := newRegistry(t, peers.Spec{Name: "p1", Host: "127.0.0.1", Port: 3128})
+		log, _ := test.NewNullLogger()
+		fl := New(r, log)
+		me, honest, liar := testMember(fl, "me"), testMember(fl, "honest"), testMember(fl, "liar")
+		me.keyOf = keysOf(honest, liar)
+		alive(r, r.Get("p1"))
+		b, err := liar.seal([]Verdict{{Node: node, Peer: peer, Addr: addr, State: state, At: at}})
+		if err != nil {
+			return
+		}
+		me.accept(b, true)
+		for n, view := range fl.views {
+			if n != "liar" || node != "liar" {
+				t.Fatalf("kept a view for %q from a message the liar signed as %q", n, node)
+			}
+			for _, v := range view {
+				if v.At > t0.Add(maxSkew).UnixNano() {
+					t.Fatalf("kept a verdict from the future: %+v", v)
+				}
+				if fl.local(v) == nil {
+					t.Fatalf("kept a verdict about a peer not ours: %+v", v)
+				}
+			}
+		}
+		if r.Get("p1").Suspect() && (node != "liar" || state != StateDead) {
+			t.Fatalf("p1 made suspect by %+v", Verdict{Node: node, Peer: peer, Addr: addr, State: state, At: at})
+		}
+	})
 }
 
 func TestDecodeRejects(t *testing.T) {
@@ -182,6 +332,48 @@ func FuzzDecode(f *testing.F) {
 	})
 }
 
+// TestUndecryptableSummed: datagrams under another key are debug lines,
+// summed up by one warning, however many arrive.
+func TestUndecryptableSummed(t *testing.T) {
+	undecryptable.mu.Lock()
+	undecryptable.last = time.Time{}
+	undecryptable.mu.Unlock()
+	log, hook := test.NewNullLogger()
+	log.SetLevel(logrus.DebugLevel)
+	w := logWriter{log}
+	for i := 0; i < 50; i++ {
+		w.Write([]byte("[ERR] memberlist: Decrypt packet failed: cipher: message authentication failed from=127.0.0.1:7946\n"))
+	}
+	warnings, debugs := 0, 0
+	for _, e := range hook.AllEntries() {
+		switch e.Level {
+		case logrus.WarnLevel:
+			warnings++
+		case logrus.DebugLevel:
+			debugs++
+		default:
+			t.Errorf("a %v line: %s", e.Level, e.Message)
+		}
+	}
+	if warnings != 0 || debugs != 50 {
+		t.Fatalf("%d warnings and %d debug lines for 50 undecryptable datagrams in a minute; want 0 and 50", warnings, debugs)
+	}
+	undecryptable.mu.Lock()
+	undecryptable.last = time.Now().Add(-time.Minute)
+	undecryptable.mu.Unlock()
+	w.Write([]byte("[ERR] memberlist: Decrypt packet failed: x\n"))
+	w.Write([]byte("[ERR] memberlist: Decrypt packet failed: x\n"))
+	var sums []*logrus.Entry
+	for _, e := range hook.AllEntries() {
+		if e.Level == logrus.WarnLevel {
+			sums = append(sums, e)
+		}
+	}
+	if len(sums) != 1 || sums[0].Data["count"] != int64(51) {
+		t.Fatalf("summaries %v; want one warning counting the 51 datagrams of the minute", sums)
+	}
+}
+
 func TestConfigValidate(t *testing.T) {
 	key := base64.StdEncoding.EncodeToString(make([]byte, 32))
 	for _, c := range []struct {
@@ -219,6 +411,9 @@ func TestLogWriterLevels(t *testing.T) {
 		w.Write([]byte(line + "\n"))
 	}
 	want := []logrus.Level{logrus.ErrorLevel, logrus.WarnLevel, logrus.InfoLevel, logrus.DebugLevel, logrus.DebugLevel}
+	if n := len(hook.AllEntries()); n != len(want) {
+		t.Fatalf("%d entries for %d lines", n, len(want))
+	}
 	for i, e := range hook.AllEntries() {
 		if e.Level != want[i] || strings.Contains(e.Message, "[") {
 			t.Errorf("line %d: %v %q; want level %v without the bracket", i, e.Level, e.Message, want[i])

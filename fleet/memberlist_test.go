@@ -3,10 +3,13 @@ package fleet
 import (
 	"context"
 	"encoding/base64"
+	"fmt"
+	"math"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/hashicorp/memberlist"
 	"github.com/peerd/peerd/peers"
 	"github.com/sirupsen/logrus"
 	"github.com/sirupsen/logrus/hooks/test"
@@ -168,5 +171,59 @@ func TestFleetKeyChangeOnReload(t *testing.T) {
 	// Peer state is untouched by it all.
 	if p := a.reg.Get("p1"); p.State() != peers.Alive {
 		t.Fatalf("a's p1 is %v after the reloads", p.State())
+	}
+}
+
+// TestFleetLyingMember: a real memberlist member with the key that lies
+// (a test helper: a Fleet whose member sends what it likes) cannot speak
+// for another member, freeze one with a future time, or bloat another's
+// memory with verdicts about peers nobody has.
+func TestFleetLyingMember(t *testing.T) {
+	key := base64.StdEncoding.EncodeToString([]byte("0123456789abcdef"))
+	a := startNode(t, "a", Config{Bind: "127.0.0.1:0", Key: key})
+	b := startNode(t, "b", Config{Bind: "127.0.0.1:0", Key: key, Join: []string{a.addr()}})
+	liar := startNode(t, "liar", Config{Bind: "127.0.0.1:0", Key: key, Join: []string{a.addr()}})
+	eventually(t, "three members", func() bool { return b.f.Members() == 3 && liar.f.Members() == 3 })
+	lm := liar.f.cur.Load()
+	var bNode *memberlist.Node
+	for _, n := range lm.ml.Members() {
+		if n.Name == "b" {
+			bNode = n
+		}
+	}
+	send := func(vs ...Verdict) {
+		t.Helper()
+		msg, err := lm.seal(vs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := lm.ml.SendReliable(bNode, msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// In a's name: refused.
+	send(Verdict{Node: "a", Peer: "p1", Addr: "127.0.0.1:1", State: StateDead, At: time.Now().UnixNano()})
+	// From the future, in its own name: not kept.
+	send(Verdict{Node: "liar", Peer: "p1", Addr: "127.0.0.1:1", State: StateAlive, At: math.MaxInt64})
+	// Floods of peers nobody has.
+	for i := 0; i < 25; i++ {
+		vs := make([]Verdict, 0, 1000)
+		for j := 0; j < 1000; j++ {
+			vs = append(vs, Verdict{Node: "liar", Peer: fmt.Sprintf("fake-%d-%d-%s", i, j, strings.Repeat("x", 200)), Addr: "192.0.2.1:1", State: StateDead, At: time.Now().UnixNano()})
+		}
+		send(vs...)
+	}
+	// A marker the liar may say: its own true verdict about p1.
+	send(Verdict{Node: "liar", Peer: "p1", Addr: "127.0.0.1:1", State: StateSuspect, At: time.Now().UnixNano()})
+	eventually(t, "b records the liar's own verdict", func() bool { return b.f.Status().Peers["p1"]["liar"] == StateSuspect })
+	if b.reg.Get("p1").Suspect() {
+		t.Fatal("b's p1 is suspect: a forged death in a's name was applied")
+	}
+	st := b.f.Status()
+	if len(st.Peers) != 1 || st.Peers["p1"]["a"] == StateDead {
+		t.Fatalf("b's fleet view %+v; want only p1, and no forged verdict of a", st.Peers)
+	}
+	if !logged(b.hook, "fleet: message dropped") {
+		t.Fatal("the forged message was not logged")
 	}
 }

@@ -1,0 +1,260 @@
+package fleet
+
+// This file holds what a member believes of the others: signed messages,
+// and the checks a verdict passes before it is recorded or acted on.
+//
+// The [fleet] key keeps outsiders out, but every member has it, so it
+// cannot tell members apart. So each member signs what it sends with a
+// key pair of its own (ed25519, made at start), whose public half is its
+// memberlist node meta; a receiver verifies a message against the meta
+// of the node the message names, and takes from it only verdicts of that
+// node. A member with the fleet key can then speak only for itself: it
+// cannot forge another member's verdicts, nor plant views under names
+// that are not members. A verdict is further recorded only about a peer
+// this member has, never with a time in the future (which would freeze
+// that member's real reports), and suspicions from one member about one
+// peer are spaced, so a lying member costs at most one probe per peer per
+// suspectEvery.
+
+import (
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/peerd/peerd/peers"
+	"github.com/sirupsen/logrus"
+)
+
+const (
+	// envelopeVersion is the wire version of signed messages.
+	envelopeVersion = 2
+	// maxSkew is how far in the future a verdict's time may be (clocks
+	// of members differ a little).
+	maxSkew = time.Minute
+	// suspectEvery spaces the suspicions one member's verdicts cause
+	// about one peer.
+	suspectEvery = 10 * time.Second
+)
+
+// envelope is a message on the wire: an encoded message (the body),
+// signed by the member named.
+type envelope struct {
+	V    int    `json:"v"`
+	Node string `json:"node"`
+	Body []byte `json:"body"`
+	Sig  []byte `json:"sig"`
+}
+
+func newKey() ed25519.PrivateKey {
+	_, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		panic(fmt.Sprintf("fleet: no randomness for a signing key: %v", err))
+	}
+	return priv
+}
+
+// signed is what a signature covers: the node name and the body.
+func signed(node string, body []byte) []byte {
+	return append(append([]byte(node), 0), body...)
+}
+
+// seal encodes verdicts as this member's signed message.
+func (m *member) seal(vs []Verdict) ([]byte, error) {
+	body, err := encode(vs)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(envelope{V: envelopeVersion, Node: m.node, Body: body, Sig: ed25519.Sign(m.priv, signed(m.node, body))})
+}
+
+// errForged: a message whose signature does not match the member it
+// names.
+var errForged = errors.New("signature does not match the member it names")
+
+// open checks a message and returns its sender and verdicts: it must be
+// signed by the member it names, a current member, and every verdict in
+// it must be that member's own.
+func (m *member) open(b []byte) (string, []Verdict, error) {
+	var e envelope
+	if err := json.Unmarshal(b, &e); err != nil {
+		return "", nil, fmt.Errorf("not a fleet message: %v", err)
+	}
+	if e.V != envelopeVersion {
+		return "", nil, fmt.Errorf("fleet message version %d; this member speaks %d", e.V, envelopeVersion)
+	}
+	if e.Node == "" || len(e.Node) > maxField {
+		return "", nil, errors.New("no sender")
+	}
+	pub := m.publicKey(e.Node)
+	if pub == nil {
+		return "", nil, fmt.Errorf("sender %q is not a member", e.Node)
+	}
+	if len(e.Sig) != ed25519.SignatureSize || !ed25519.Verify(pub, signed(e.Node, e.Body), e.Sig) {
+		return "", nil, errForged
+	}
+	vs, err := decode(e.Body)
+	if err != nil {
+		return "", nil, err
+	}
+	for _, v := range vs {
+		if v.Node != e.Node {
+			return "", nil, fmt.Errorf("member %s sent a verdict in the name of %s", e.Node, v.Node)
+		}
+	}
+	return e.Node, vs, nil
+}
+
+// publicKey is node's key from its memberlist meta; nil when node is not
+// a current member (or has no key).
+func (m *member) publicKey(node string) ed25519.PublicKey {
+	if m.keyOf != nil {
+		return m.keyOf(node)
+	}
+	if m.ml == nil || node == m.node {
+		return nil
+	}
+	for _, n := range m.ml.Members() {
+		if n.Name == node && len(n.Meta) == ed25519.PublicKeySize {
+			return ed25519.PublicKey(n.Meta)
+		}
+	}
+	return nil
+}
+
+func (m *member) clock() time.Time {
+	if m.now != nil {
+		return m.now()
+	}
+	return time.Now()
+}
+
+// accept takes a message from the network: checked, then applied; relay
+// re-broadcasts a new single verdict once, as it came (signature and all).
+func (m *member) accept(b []byte, relay bool) {
+	_, vs, err := m.open(b)
+	if err != nil {
+		m.f.log.WithError(err).Debug("fleet: message dropped")
+		return
+	}
+	var raw []byte
+	if relay && len(vs) == 1 {
+		raw = b
+	}
+	m.f.receive(m, vs, raw)
+}
+
+// receive applies verified verdicts from another member. A verdict newer
+// than the last one from its node about its peer, about a peer this
+// member has, and not from the future, is recorded; a death makes the
+// local peer of that name (or address) suspect, at most once per
+// suspectEvery for one member and peer. raw, when set, is the message to
+// relay once if it brought news, so that it spreads epidemically.
+func (f *Fleet) receive(m *member, vs []Verdict, raw []byte) {
+	type suspicion struct {
+		p      *peers.Peer
+		detail string
+	}
+	var todo []suspicion
+	news := false
+	now := m.clock()
+	f.mu.Lock()
+	for _, v := range vs {
+		if v.Node == m.node {
+			continue // our own, relayed back
+		}
+		if v.At > now.Add(maxSkew).UnixNano() {
+			continue // from the future: it would shadow the member's real reports
+		}
+		p := f.local(v)
+		if p == nil {
+			continue // not a peer of ours: nothing to keep
+		}
+		view := f.views[v.Node]
+		if view == nil {
+			view = map[string]Verdict{}
+			f.views[v.Node] = view
+		}
+		if prev, ok := view[v.Peer]; ok && prev.At >= v.At {
+			continue // old news
+		}
+		view[v.Peer] = v
+		news = true
+		if v.State != StateDead {
+			continue
+		}
+		key := v.Node + "\x00" + p.Name()
+		if last, ok := f.suspected[key]; ok && now.Sub(last) < suspectEvery {
+			continue
+		}
+		f.suspected[key] = now
+		todo = append(todo, suspicion{p, fmt.Sprintf("fleet member %s reported %s (%s) dead", v.Node, v.Peer, v.Addr)})
+	}
+	f.mu.Unlock()
+	if news && raw != nil {
+		m.queueRaw(vs[0].Node+"/"+vs[0].Peer, raw)
+	}
+	for _, s := range todo {
+		f.reg.Suspect(s.p, peers.CauseFleet, s.detail)
+	}
+}
+
+// local finds the peer a verdict is about: by name, else by address.
+func (f *Fleet) local(v Verdict) *peers.Peer {
+	if p := f.reg.Get(v.Peer); p != nil {
+		return p
+	}
+	if v.Addr == "" {
+		return nil
+	}
+	for _, p := range f.reg.Peers() {
+		if p.Addr() == v.Addr {
+			return p
+		}
+	}
+	return nil
+}
+
+// forget drops what was kept of a member that left.
+func (f *Fleet) forget(node string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.views, node)
+	for k := range f.suspected {
+		if len(k) > len(node) && k[:len(node)] == node && k[len(node)] == 0 {
+			delete(f.suspected, k)
+		}
+	}
+}
+
+// undecryptable counts gossip datagrams that could not be decrypted:
+// each is a debug line, and one warning a minute at most sums up those of
+// the minute before (a member with the wrong key says so itself, once,
+// when its join fails; anyone can send datagrams, so they never flood the
+// log).
+var undecryptable decryptFailures
+
+type decryptFailures struct {
+	mu   sync.Mutex
+	n    atomic.Int64
+	last time.Time
+}
+
+func (d *decryptFailures) note(l logrus.FieldLogger) {
+	d.n.Add(1)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	now := time.Now()
+	if d.last.IsZero() {
+		d.last = now // the first minute's count starts now
+		return
+	}
+	if now.Sub(d.last) >= time.Minute {
+		d.last = now
+		l.WithField("count", d.n.Swap(0)).Warn("fleet: gossip datagrams that could not be decrypted were dropped (another [fleet] key, or not gossip)")
+	}
+}
