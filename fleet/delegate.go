@@ -1,0 +1,122 @@
+package fleet
+
+// This file holds memberlist's view of a member: the broadcast queue's
+// messages, the delegate that sends and receives verdicts, membership
+// events, and memberlist's log lines turned into logrus entries.
+
+import (
+	"crypto/ed25519"
+	"strings"
+
+	"github.com/hashicorp/memberlist"
+	"github.com/sirupsen/logrus"
+)
+
+// broadcast is one queued message; a newer verdict from the same node
+// about the same peer replaces an older one still in the queue.
+type broadcast struct {
+	name string
+	msg  []byte
+}
+
+func (b *broadcast) Invalidates(o memberlist.Broadcast) bool {
+	ob, ok := o.(*broadcast)
+	return ok && ob.name == b.name
+}
+func (b *broadcast) Name() string    { return b.name }
+func (b *broadcast) Message() []byte { return b.msg }
+func (b *broadcast) Finished()       {}
+
+// delegate is memberlist's view of a member.
+type delegate member
+
+// NodeMeta is this member's public key: the others verify its messages
+// with it.
+func (d *delegate) NodeMeta(limit int) []byte {
+	m := (*member)(d)
+	pub := m.priv.Public().(ed25519.PublicKey)
+	if len(pub) > limit {
+		return nil
+	}
+	return pub
+}
+
+func (d *delegate) NotifyMsg(b []byte) { (*member)(d).accept(b, true) }
+
+func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte {
+	return d.queue.GetBroadcasts(overhead, limit)
+}
+
+// LocalState is this member's own verdicts, signed, for a full state
+// exchange.
+func (d *delegate) LocalState(join bool) []byte {
+	m := (*member)(d)
+	m.f.mu.Lock()
+	vs := make([]Verdict, 0, len(m.f.own))
+	for _, v := range m.f.own {
+		v.Node = m.node
+		vs = append(vs, v)
+	}
+	m.f.mu.Unlock()
+	b, _ := m.seal(vs)
+	return b
+}
+
+func (d *delegate) MergeRemoteState(buf []byte, join bool) { (*member)(d).accept(buf, false) }
+
+// events logs membership changes and drops the views of members that
+// leave.
+type events member
+
+func (e *events) NotifyJoin(n *memberlist.Node) {
+	m := (*member)(e)
+	if n.Name != m.node {
+		m.f.log.WithFields(logrus.Fields{"node": n.Name, "addr": n.Address()}).Info("fleet: member joined")
+	}
+}
+
+func (e *events) NotifyLeave(n *memberlist.Node) {
+	m := (*member)(e)
+	m.f.forget(n.Name)
+	m.f.log.WithFields(logrus.Fields{"node": n.Name, "addr": n.Address()}).Warn("fleet: member left or failed")
+}
+
+func (e *events) NotifyUpdate(n *memberlist.Node) {}
+
+func (e *events) NotifyConflict(existing, other *memberlist.Node) {
+	m := (*member)(e)
+	m.f.log.WithFields(logrus.Fields{"node": existing.Name, "addr": existing.Address(), "other": other.Address()}).
+		Error("fleet: two members share a node name; give each a distinct [fleet] node")
+}
+
+// logWriter sends memberlist's log lines ("[WARN] memberlist: ...") to
+// logrus at their level.
+type logWriter struct{ l logrus.FieldLogger }
+
+func (w logWriter) Write(b []byte) (int, error) {
+	s := strings.TrimSpace(string(b))
+	level, msg := "", s
+	if strings.HasPrefix(s, "[") {
+		if i := strings.IndexByte(s, ']'); i > 0 {
+			level, msg = s[1:i], strings.TrimSpace(s[i+1:])
+		}
+	}
+	if strings.Contains(msg, "Decrypt packet failed") || strings.Contains(msg, "decrypt") {
+		// A datagram under another key (or garbage): anyone can send
+		// those, so each is a debug line and the warning is a summary.
+		w.l.Debug(msg)
+		undecryptable.note(w.l)
+		return len(b), nil
+	}
+	switch level {
+	case "ERR", "ERROR":
+		w.l.Error(msg)
+	case "WARN":
+		w.l.Warn(msg)
+	case "INFO":
+		w.l.Info(msg)
+	default:
+		w.l.Debug(msg)
+	}
+	return len(b), nil
+}
