@@ -538,4 +538,3 @@ func nodeState(s memberlist.NodeStateType) string {
 	}
 	return strconv.Itoa(int(s))
 }
-
