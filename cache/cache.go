@@ -28,6 +28,12 @@ type Cache struct {
 	// concurrent hits do not all bounce one cache line.
 	hits                                [nShards]paddedCounter
 	misses, refreshes, stale, collapsed atomic.Int64
+
+	// inflight is the bytes reserved by responses on their way to the
+	// store; past settings.inflightMax a response is relayed, not stored.
+	inflight atomic.Int64
+	// overBudget counts responses not stored for that reason.
+	overBudget atomic.Int64
 }
 
 type paddedCounter struct {
@@ -54,6 +60,7 @@ type settings struct {
 	heuristicMax     time.Duration
 	collapse         bool
 	staleIfDead      time.Duration
+	inflightMax      int64
 }
 
 // passFor is how long a key whose answer could not be stored skips
@@ -80,11 +87,19 @@ func (c *Cache) Reconfigure(cfg Config) {
 	c.settings.Store(&settings{
 		maxObject: int64(cfg.MaxObject), heuristicPercent: cfg.HeuristicPercent,
 		heuristicMax: cfg.HeuristicMax, collapse: cfg.Collapse, staleIfDead: cfg.StaleIfDead,
+		inflightMax: inflightBudget(int64(cfg.Memory), int64(cfg.MaxObject)),
 	})
 	c.store.resize(int64(cfg.Memory))
 }
 
 func (c *Cache) cfg() *settings { return c.settings.Load() }
+
+// inflightBudget is how many bytes responses being stored may hold at
+// once: a quarter of the memory, and at least one largest object, so that
+// the cache's memory use is bounded by memory plus this while storing.
+func inflightBudget(memory, maxObject int64) int64 {
+	return max(memory/4, min(maxObject, memory))
+}
 
 // StaleIfDead is the configured stale_if_dead.
 func (c *Cache) StaleIfDead() time.Duration { return c.cfg().staleIfDead }
@@ -198,6 +213,8 @@ type Writer struct {
 	max    int64
 	n      int64
 	dead   bool
+	// reserved is what this writer holds of the in-flight budget.
+	reserved int64
 }
 
 // Admit decides whether the response to r (its head; length is its
@@ -212,49 +229,89 @@ func (c *Cache) Admit(r *Request, resp *h1.Response, length int64, reqTime, resp
 		return nil
 	}
 	o.Key = string(r.Key)
+	if length >= 0 && !c.store.fits(o.Key, int64(len(o.Key)+len(o.secondary)+len(o.fields))+length+objectOverhead) {
+		// It could never be kept (larger than its shard's share of the
+		// memory): it is relayed, and never said to be stored.
+		c.Land(f, nil, true)
+		return nil
+	}
 	w := &Writer{c: c, o: o, f: f, length: length, max: st.maxObject}
+	if length > 0 && !w.reserve(length) {
+		// Too many bytes on their way to the store already: this one is
+		// relayed without storing, so memory stays bounded.
+		c.Land(f, nil, true)
+		return nil
+	}
 	o.stream = &stream{}
 	o.stream.cond.L = &o.stream.mu
 	if length >= 0 {
 		// The length is known: followers stream from the object as its
 		// body arrives.
-		o.Body = make([]byte, length)
 		c.Land(f, o, false)
 		w.f = nil
 	}
 	return w
 }
 
-// Write copies relayed body bytes.
+// reserve takes n bytes of the in-flight budget.
+func (w *Writer) reserve(n int64) bool {
+	c := w.c
+	if c.inflight.Add(n) > c.cfg().inflightMax {
+		c.inflight.Add(-n)
+		c.overBudget.Add(1)
+		return false
+	}
+	w.reserved += n
+	return true
+}
+
+// unreserve gives back what the writer holds of the budget.
+func (w *Writer) unreserve() {
+	w.c.inflight.Add(-w.reserved)
+	w.reserved = 0
+}
+
+// growth is the least a body grows by at once.
+const growth = 32 << 10
+
+// Write copies relayed body bytes. The body grows as bytes arrive (never
+// the whole Content-Length at once), within the in-flight budget.
 func (w *Writer) Write(p []byte) {
 	if w == nil || w.dead || len(p) == 0 {
 		return
 	}
 	o := w.o
+	limit := w.max
 	if w.length >= 0 {
-		if w.n+int64(len(p)) > w.length {
-			w.fail()
-			return
-		}
-		copy(o.Body[w.n:], p)
-		w.n += int64(len(p))
-		s := o.stream
-		s.mu.Lock()
-		s.n = w.n
-		s.mu.Unlock()
-		s.cond.Broadcast()
-		return
+		limit = w.length
 	}
-	if w.n+int64(len(p)) > w.max {
+	if w.n+int64(len(p)) > limit {
 		w.fail()
 		return
 	}
-	o.Body = append(o.Body, p...)
+	body := o.Body
+	if need := len(body) + len(p); need > cap(body) {
+		c := min(max(2*int64(cap(body)), int64(need), growth), limit)
+		if w.length < 0 && c > w.reserved && !w.reserve(c-w.reserved) {
+			w.fail()
+			return
+		}
+		nb := make([]byte, len(body), c)
+		copy(nb, body)
+		body = nb
+	}
+	body = append(body, p...)
 	w.n += int64(len(p))
+	s := o.stream
+	s.mu.Lock()
+	o.Body, s.n = body, w.n
+	s.mu.Unlock()
+	s.cond.Broadcast()
 }
 
 func (w *Writer) fail() {
 	w.dead = true
+	w.unreserve()
 	s := w.o.stream
 	s.mu.Lock()
 	s.failed = true
@@ -274,6 +331,10 @@ func (w *Writer) Finish(complete bool) {
 		w.fail()
 		return
 	}
+	if cap(o.Body) > len(o.Body)+len(o.Body)/8 {
+		o.Body = append([]byte(nil), o.Body...) // a body of unknown length: keep no slack
+	}
+	w.unreserve()
 	o.Size = int64(len(o.Key)+len(o.secondary)+len(o.fields)+len(o.Body)) + objectOverhead
 	w.c.put(o)
 	s := o.stream

@@ -602,12 +602,12 @@ func (o *Object) Stream(off int64) (p []byte, done, failed bool) {
 	for s.n <= off && !s.done && !s.failed {
 		s.cond.Wait()
 	}
-	n, done, failed := s.n, s.done, s.failed
+	n, done, failed, body := s.n, s.done, s.failed, o.Body
 	s.mu.Unlock()
 	if off >= n {
 		return nil, done, failed
 	}
-	return o.Body[off:n], done, failed
+	return body[off:n], done, failed
 }
 
 // ContentType is the stored Content-Type (for the access log).

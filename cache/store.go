@@ -208,6 +208,15 @@ func (sh *shard) touchLocked(o *Object) {
 	}
 }
 
+// fits reports whether an object of size bytes under key could be
+// stored at all (it is not larger than its shard's share).
+func (s *store) fits(key string, size int64) bool {
+	sh := &s.shards[shardIndex([]byte(key))]
+	sh.mu.RLock()
+	defer sh.mu.RUnlock()
+	return size <= sh.capacity
+}
+
 // put stores o under its key, replacing a variant with the same secondary
 // key, and evicts until the shard fits. An object larger than the shard is
 // not stored.

@@ -523,3 +523,21 @@ func TestNonCanonicalHostsDenied(t *testing.T) {
 		}
 	}
 }
+
+// TestUnstorableNotReportedStored: a response larger than the store can
+// keep (its shard's share of [cache] memory) is relayed whole and not
+// said to be stored.
+func TestUnstorableNotReportedStored(t *testing.T) {
+	body := strings.Repeat("b", 2<<20)
+	par := newRawParent(t, "a", func(r *http.Request) string { return okAnswer("Cache-Control: max-age=600\r\n", body) })
+	p := startPeerd(t, baseConfig+"[cache]\nmemory = \"16MiB\"\nmax_object = \"4MiB\"\n"+peerBlock("", par))
+	for i := 0; i < 2; i++ {
+		resp, b := get(t, p.client(), "http://o.test/big")
+		if len(b) != len(body) {
+			t.Fatalf("got %d bytes of %d", len(b), len(body))
+		}
+		if cs := resp.Header.Get("Cache-Status"); strings.Contains(cs, "stored") || strings.Contains(cs, "hit") {
+			t.Fatalf("Cache-Status %q for a response the store cannot keep", cs)
+		}
+	}
+}

@@ -1,0 +1,77 @@
+package cache
+
+import (
+	"fmt"
+	"testing"
+)
+
+// TestInflightBudget: responses on their way to the store hold at most
+// the in-flight budget between them; past it a response is relayed
+// without being stored (Admit says no, so Cache-Status never says
+// stored), and a body grows as it arrives, never by its whole
+// Content-Length up front.
+func TestInflightBudget(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Memory = 4 << 20     // budget: 1 MiB
+	cfg.MaxObject = 96 << 10 // a shard holds 256 KiB
+	c := New(cfg)
+	resp := response(t, "200 OK", "Cache-Control: max-age=60")
+	var ws []*Writer
+	for i := 0; ; i++ {
+		w := c.Admit(request(t, "GET", fmt.Sprintf("%s/%d", url, i)), resp, 90<<10, t0, t0, nil)
+		if w == nil {
+			if i != (1<<20)/(90<<10) {
+				t.Fatalf("%d writers of 90 KiB admitted; the 1 MiB budget holds %d", i, (1<<20)/(90<<10))
+			}
+			break
+		}
+		ws = append(ws, w)
+	}
+	w := ws[0]
+	w.Write(make([]byte, 1000))
+	if got := cap(w.o.Body); got >= 90<<10 {
+		t.Fatalf("after 1000 bytes of a 90 KiB body, %d bytes are allocated; want the body to grow as it arrives", got)
+	}
+	// Finishing one frees its share.
+	w.Write(make([]byte, 90<<10-1000))
+	w.Finish(true)
+	if c.Admit(request(t, "GET", url+"/again"), resp, 90<<10, t0, t0, nil) == nil {
+		t.Fatal("a stored response did not give its share of the budget back")
+	}
+	for _, w := range ws[1:] {
+		w.Finish(false)
+	}
+	if n := c.inflight.Load(); n != 90<<10 {
+		t.Fatalf("%d bytes still reserved; want one writer's 90 KiB", n)
+	}
+
+	// A body of unknown length takes the budget as it grows and is
+	// dropped (never stored) when it cannot.
+	c2 := New(cfg)
+	big := c2.Admit(request(t, "GET", url+"/big"), resp, 1<<20-10<<10, t0, t0, nil)
+	if big != nil {
+		t.Fatal("a response larger than max_object admitted")
+	}
+	var chunked []*Writer
+	for i := 0; i < 12; i++ {
+		w := c2.Admit(request(t, "GET", fmt.Sprintf("%s/c%d", url, i)), resp, -1, t0, t0, nil)
+		w.Write(make([]byte, 95<<10))
+		chunked = append(chunked, w)
+	}
+	stored := 0
+	for _, w := range chunked {
+		if w.Stored() {
+			stored++
+		}
+	}
+	if stored == 12 || c2.inflight.Load() > 1<<20 {
+		t.Fatalf("%d of 12 growing bodies kept, %d bytes reserved; want the budget (1 MiB) to hold", stored, c2.inflight.Load())
+	}
+
+	// An object larger than its shard's share is never admitted.
+	cfg.MaxObject = 1 << 20
+	c3 := New(cfg)
+	if c3.Admit(request(t, "GET", url+"/huge"), resp, 512<<10, t0, t0, nil) != nil {
+		t.Fatal("a response larger than a shard's share was admitted (and would be reported stored)")
+	}
+}
