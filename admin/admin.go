@@ -137,8 +137,8 @@ func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) { a.router.Serve
 
 // write guards a write endpoint: 403 when no token is configured, 401
 // without the right bearer token (the scheme is case-insensitive, RFC 9110
-// 11.1), 429 for a source that failed too often. The compare is
-// constant-time.
+// 11.1), and a delayed 429 for failures past the guard's allowance (the
+// right token is never refused). The compare is constant-time.
 func (a *API) write(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		token := *a.token.Load()
@@ -147,20 +147,26 @@ func (a *API) write(h http.HandlerFunc) http.HandlerFunc {
 			return
 		}
 		src := sourceOf(r)
-		if !a.guard.allowed(src) {
-			w.Header().Set("Retry-After", "1")
-			writeError(w, http.StatusTooManyRequests, "too many failed token attempts from "+src+"; slow down")
-			return
-		}
 		scheme, got, ok := strings.Cut(strings.TrimSpace(r.Header.Get("Authorization")), " ")
-		if !ok || !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare([]byte(strings.TrimSpace(got)), []byte(token)) != 1 {
-			a.guard.failed(src)
-			a.log.WithField("remote", src).Warn("admin write refused: missing or wrong bearer token")
-			w.Header().Set("WWW-Authenticate", `Bearer realm="peerd"`)
-			writeError(w, http.StatusUnauthorized, "missing or wrong bearer token")
+		if ok && strings.EqualFold(scheme, "Bearer") && subtle.ConstantTimeCompare([]byte(strings.TrimSpace(got)), []byte(token)) == 1 {
+			h(w, r) // the right token is never slowed down, whoever else guesses
 			return
 		}
-		h(w, r)
+		if a.guard.failed(src) {
+			// Past the allowance: the answer waits, and says to slow down.
+			a.log.WithField("remote", src).Debug("admin write refused: missing or wrong bearer token (slowed down)")
+			select {
+			case <-time.After(failDelay):
+			case <-r.Context().Done():
+				return
+			}
+			w.Header().Set("Retry-After", "1")
+			writeError(w, http.StatusTooManyRequests, "too many failed token attempts; slow down")
+			return
+		}
+		a.log.WithField("remote", src).Warn("admin write refused: missing or wrong bearer token")
+		w.Header().Set("WWW-Authenticate", `Bearer realm="peerd"`)
+		writeError(w, http.StatusUnauthorized, "missing or wrong bearer token")
 	}
 }
 

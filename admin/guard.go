@@ -2,37 +2,42 @@ package admin
 
 import (
 	"sync"
+	"time"
 
 	"golang.org/x/time/rate"
 )
 
-// tokenGuard limits failed token attempts per source address, so the
-// write token cannot be guessed at line rate: each source may fail 5
-// times in a burst and then once a second; further attempts get 429 until
-// it slows down. A correct token never consumes the allowance.
+// tokenGuard slows down token guessing without ever refusing the right
+// token: a wrong token is answered at once while its source (and the
+// whole API) is within its allowance of failures (5 in a burst, then one
+// a second per source; 50, then 20 a second for all sources together, so
+// that rotating addresses does not help), and after failDelay with 429
+// beyond it. A correct token is checked first and never waits or counts,
+// so an operator sharing an address with a guesser is not locked out.
 type tokenGuard struct {
 	mu      sync.Mutex
 	sources map[string]*rate.Limiter
+	all     *rate.Limiter
 }
 
 const (
-	guardBurst   = 5
-	guardRate    = rate.Limit(1) // per second
-	guardSources = 4096          // beyond this many tracked sources, idle ones are dropped
+	guardBurst    = 5
+	guardRate     = rate.Limit(1) // per second
+	guardAllBurst = 50
+	guardAllRate  = rate.Limit(20)
+	guardSources  = 4096 // beyond this many tracked sources, idle ones are dropped
+	// failDelay is how long a failure past the allowance waits for its
+	// answer.
+	failDelay = 500 * time.Millisecond
 )
 
-func newTokenGuard() *tokenGuard { return &tokenGuard{sources: make(map[string]*rate.Limiter)} }
-
-// allowed reports whether src may try a token now.
-func (g *tokenGuard) allowed(src string) bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	l := g.sources[src]
-	return l == nil || l.Tokens() >= 1
+func newTokenGuard() *tokenGuard {
+	return &tokenGuard{sources: make(map[string]*rate.Limiter), all: rate.NewLimiter(guardAllRate, guardAllBurst)}
 }
 
-// failed spends one of src's attempts.
-func (g *tokenGuard) failed(src string) {
+// failed spends one of src's attempts and reports whether src (or the
+// API as a whole) is past its allowance: that failure is slowed down.
+func (g *tokenGuard) failed(src string) (slow bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	l := g.sources[src]
@@ -43,7 +48,9 @@ func (g *tokenGuard) failed(src string) {
 		l = rate.NewLimiter(guardRate, guardBurst)
 		g.sources[src] = l
 	}
-	l.Allow()
+	own := l.Allow()
+	all := g.all.Allow()
+	return !own || !all
 }
 
 // sweepLocked drops sources whose allowance is full again.

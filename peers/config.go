@@ -133,9 +133,12 @@ func (s Spec) Validate(index int) error {
 	bad := func(key, format string, args ...any) {
 		es.Add(&conf.Error{Section: "peer", Index: index, Name: s.Name, Key: key, Msg: fmt.Sprintf(format, args...)})
 	}
+	if s.Name != "" && !validName(s.Name) { // an empty name is a missing host, said below
+		bad("name", "%q: a peer name is 1-255 of A-Z a-z 0-9 . _ : - (and [ ] of an IPv6 address)", s.Name)
+	}
 	if strings.TrimSpace(s.Host) == "" {
 		bad("host", "is required")
-	} else if strings.ContainsAny(s.Host, " /") {
+	} else if strings.ContainsAny(s.Host, " /") || strings.IndexFunc(s.Host, isControl) >= 0 {
 		bad("host", "%q is not a host name or address", s.Host)
 	}
 	if s.Port < 1 || s.Port > 65535 {
@@ -161,6 +164,24 @@ func (s Spec) Validate(index int) error {
 	}
 	return es.Err()
 }
+
+// validName reports whether a peer name is safe to print, log, put in a
+// URL path (/peers/NAME) and a metric label: letters, digits and . _ : -,
+// plus the brackets of a default name made from an IPv6 address.
+func validName(n string) bool {
+	if n == "" || len(n) > 255 {
+		return false
+	}
+	for i := 0; i < len(n); i++ {
+		c := n[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("._:-[]", c) >= 0) {
+			return false
+		}
+	}
+	return true
+}
+
+func isControl(r rune) bool { return r < 0x20 || r == 0x7f }
 
 // ValidateSpecs checks every peer and the set as a whole (unique names).
 func ValidateSpecs(specs []Spec) error {

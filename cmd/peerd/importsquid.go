@@ -77,11 +77,14 @@ func importSquidCommand(args []string, stdout, stderr io.Writer) int {
 		return exitConfig
 	}
 	for _, n := range notes {
-		fmt.Fprintf(stderr, "peerd: import-squid: not carried over: %s\n", n)
+		fmt.Fprintf(stderr, "peerd: import-squid: not carried over: %s\n", commentText(n))
 	}
 	io.WriteString(stdout, out)
 	return exitOK
 }
+
+// maxSquidLine bounds one squid.conf line with its continuations.
+const maxSquidLine = 1 << 20
 
 // importSquid converts a squid.conf. A cache_peer peerd cannot use at all
 // (an originserver, a multicast group) is an error: a config without it
@@ -91,17 +94,28 @@ func importSquid(r io.Reader) (string, []string, error) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	n := 0
-	var pending string
+	// pending is a line continued by trailing backslashes, built once (a
+	// string grown line by line was quadratic: 8,000 lines took 5 s).
+	var pending strings.Builder
 	for sc.Scan() {
 		n++
 		raw := sc.Text()
 		// A trailing backslash continues the line (squid.conf allows it).
 		if strings.HasSuffix(raw, "\\") {
-			pending += strings.TrimSuffix(raw, "\\") + " "
+			if pending.Len()+len(raw) > maxSquidLine {
+				return "", nil, fmt.Errorf("line %d: a line continued past %d bytes", n, maxSquidLine)
+			}
+			pending.WriteString(strings.TrimSuffix(raw, "\\"))
+			pending.WriteByte(' ')
 			continue
 		}
-		line := strings.TrimSpace(pending + raw)
-		pending = ""
+		line := raw
+		if pending.Len() > 0 {
+			pending.WriteString(raw)
+			line = pending.String()
+			pending.Reset()
+		}
+		line = strings.TrimSpace(line)
 		if i := strings.IndexByte(line, '#'); i >= 0 {
 			line = strings.TrimSpace(line[:i])
 		}

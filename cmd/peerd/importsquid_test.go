@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -161,4 +162,42 @@ func FuzzImportSquid(f *testing.F) {
 			t.Fatalf("import of\n%s\nprints a config -check refuses: %v\n%s", conf, ps, out)
 		}
 	})
+}
+
+// TestImportSquidContinuations: a directive continued over thousands of
+// lines is read as one line (and BenchmarkImportSquidContinuations shows
+// the cost grows with the lines, not with their square).
+func TestImportSquidContinuations(t *testing.T) {
+	out, notes, err := importSquid(strings.NewReader(continued(8000)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, `host = "10.0.0.1"`) || !strings.Contains(out, "weight = 3") {
+		t.Fatalf("the continued cache_peer line was not read whole:\n%s\nnotes %v", out, notes)
+	}
+	if _, _, err := importSquid(strings.NewReader(strings.Repeat(strings.Repeat("x", 1000)+"\\\n", 1100))); err == nil || !strings.Contains(err.Error(), "continued past") {
+		t.Fatalf("a line continued past 1 MiB: %v; want an error naming it", err)
+	}
+}
+
+// continued is a cache_peer line continued over n lines.
+func continued(n int) string {
+	var b strings.Builder
+	b.WriteString("cache_peer 10.0.0.1 parent 3128 0 \\\n")
+	for i := 0; i < n; i++ {
+		b.WriteString("no-query \\\n")
+	}
+	b.WriteString("weight=3\n")
+	return b.String()
+}
+
+func BenchmarkImportSquidContinuations(b *testing.B) {
+	for _, n := range []int{1000, 8000} {
+		conf := continued(n)
+		b.Run(strconv.Itoa(n), func(b *testing.B) {
+			for b.Loop() {
+				importSquid(strings.NewReader(conf))
+			}
+		})
+	}
 }
