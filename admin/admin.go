@@ -178,6 +178,9 @@ func sourceOf(r *http.Request) string {
 	return r.RemoteAddr
 }
 
+// maxTTL bounds an admin state's ttl.
+const maxTTL = 366 * 24 * time.Hour
+
 // maxBody bounds an admin request body.
 const maxBody = 1 << 20
 
@@ -312,6 +315,12 @@ func (a *API) setState(w http.ResponseWriter, r *http.Request) {
 	if body.TTL != "" {
 		if ttl, err = time.ParseDuration(body.TTL); err != nil || ttl <= 0 {
 			writeError(w, http.StatusBadRequest, fmt.Sprintf(`"ttl": %q is not a positive duration (e.g. "30m")`, body.TTL))
+			return
+		}
+		if ttl > maxTTL {
+			// Far enough for any maintenance, and far from now + ttl
+			// overflowing into the past.
+			writeError(w, http.StatusBadRequest, fmt.Sprintf(`"ttl": %q is longer than %s; leave "ttl" out for a state without an end`, body.TTL, maxTTL))
 			return
 		}
 		if s == peers.Enabled {

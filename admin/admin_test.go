@@ -248,6 +248,7 @@ func TestIncidentEndpoints(t *testing.T) {
 			[]string{`"admin_state": "drain"`, `"admin_reason": "kernel upgrade"`, `"admin_until": "20`, `"failures_by_class"`, `"flapping": false`}},
 		{"PUT", "/peers/p1/state", "tok", `{"admin_state": "drain", "ttl": "soon"}`, 400, []string{`ttl`, `soon`}},
 		{"PUT", "/peers/p1/state", "tok", `{"admin_state": "enabled", "ttl": "5m"}`, 400, []string{`ttl`}},
+		{"PUT", "/peers/p1/state", "tok", `{"admin_state": "drain", "ttl": "2562047h"}`, 400, []string{`ttl`, `longer than`}},
 		{"GET", "/peers/p1/history", "", "", 200, []string{`"transitions"`, `"from": "enabled"`, `"to": "drain"`, `"cause": "admin"`}},
 		{"GET", "/peers/nope/history", "", "", 404, []string{"nope"}},
 		{"GET", "/plan?url=http://example.com/x", "", "", 200, []string{`"hops"`, `"skipped"`, `"peer": "p1"`}},

@@ -376,8 +376,11 @@ func (c *Cache) Refresh(old *Object, r *Request, resp *h1.Response, reqTime, res
 		}
 		return false
 	}
+	// A 304 without a Date was made now (RFC 9110 6.6.1): the refreshed
+	// object is dated now, or the old Date would leave it stale.
+	dated := resp.Get("Date") != nil
 	eachLine(old.fields, func(name, value []byte) {
-		if !replaced(name) {
+		if !replaced(name) && (dated || kind(name) != h1.Date) {
 			fields = appendLine(fields, name, value)
 		}
 	})
@@ -385,6 +388,11 @@ func (c *Cache) Refresh(old *Object, r *Request, resp *h1.Response, reqTime, res
 		if f.Kind != h1.ContentLength && storedField(f, resp, &cc) {
 			fields = appendLine(fields, f.Name, f.Value)
 		}
+	}
+	if !dated {
+		fields = append(fields, "Date: "...)
+		fields = appendHTTPDate(fields, respTime)
+		fields = append(fields, "\r\n"...)
 	}
 	o := &Object{
 		Key: old.Key, Status: old.Status, reason: old.reason, fields: fields, Body: old.Body,

@@ -610,3 +610,42 @@ func TestHTTPDates(t *testing.T) {
 		}
 	}
 }
+
+// A 304 without Date is dated when it arrived (RFC 9110 6.6.1): the
+// refreshed object is fresh for its new max-age, not judged by the old
+// Date.
+func TestRefreshWithoutDate(t *testing.T) {
+	c := testCache(t)
+	r := request(t, "GET", url)
+	keep(t, c, r, response(t, "200 OK", "Cache-Control: max-age=10", "Date: {0}", `ETag: "a"`, "Content-Length: 5"), "hello")
+	later := t0.Add(time.Hour)
+	old, v := c.Lookup(r, later)
+	if v != Stale {
+		t.Fatalf("verdict %v, want stale", v)
+	}
+	o := c.Refresh(old, r, response(t, "304 Not Modified", "Cache-Control: max-age=600", `ETag: "a"`), later, later)
+	if n := strings.Count(string(o.fields), "Date: "); n != 1 {
+		t.Fatalf("%d Date fields after the refresh:\n%s", n, o.fields)
+	}
+	if _, v := c.Lookup(r, later.Add(time.Minute)); v != Hit {
+		t.Fatalf("a minute after a 304 without Date: %v; want a hit (fresh for 600 s from when it came)", v)
+	}
+}
+
+// One URL keeps at most maxVariants Vary variants, the newest.
+func TestVariantsCapped(t *testing.T) {
+	c := testCache(t)
+	resp := func() *h1.Response { return response(t, "200 OK", "Cache-Control: max-age=600", "Vary: Foo") }
+	for i := 0; i < 3*maxVariants; i++ {
+		keep(t, c, request(t, "GET", url, fmt.Sprintf("Foo: %d", i)), resp(), "x")
+	}
+	if _, v := c.Lookup(request(t, "GET", url, fmt.Sprintf("Foo: %d", 3*maxVariants-1)), t0); v != Hit {
+		t.Fatalf("the newest variant: %v; want a hit", v)
+	}
+	if _, v := c.Lookup(request(t, "GET", url, "Foo: 0"), t0); v == Hit {
+		t.Fatal("the oldest of 192 variants is still stored")
+	}
+	if n := c.Stats().Objects; n != maxVariants {
+		t.Fatalf("%d objects stored for one URL; want %d", n, maxVariants)
+	}
+}

@@ -241,11 +241,23 @@ func (s *store) put(o *Object) bool {
 			return true
 		}
 	}
+	if len(vs.list) >= maxVariants {
+		// A URL whose Vary spreads it over many variants (a field the
+		// client chooses freely) keeps the newest maxVariants: the lookup
+		// is a scan of them, and thousands made every hit slow.
+		sh.dropLocked(vs.list[0])
+		if sh.byKey[o.Key] == nil {
+			sh.byKey[o.Key] = vs
+		}
+	}
 	vs.list = append(vs.list, o)
 	sh.linkLocked(o)
 	sh.evictLocked()
 	return true
 }
+
+// maxVariants bounds the Vary variants stored for one URL.
+const maxVariants = 64
 
 func (sh *shard) linkLocked(o *Object) {
 	o.protected, o.linked = false, true
