@@ -10,6 +10,13 @@ import "github.com/peerd/peerd/peers"
 type Explanation struct {
 	Hops    []ExplainedHop `json:"hops"`
 	Skipped []SkippedPeer  `json:"skipped"`
+	// Denied is set when the request would be refused before any plan
+	// is walked (client address, host, ports, deny_to): its error code
+	// and detail. Hops is then empty.
+	Denied string `json:"denied,omitempty"`
+	// ICP lists the peers an ICP query would ask first; their answers may
+	// put one of them ahead of the policy's order.
+	ICP []string `json:"icp,omitempty"`
 }
 
 // ExplainedHop is one hop of an explained plan.

@@ -541,3 +541,32 @@ func TestUnstorableNotReportedStored(t *testing.T) {
 		}
 	}
 }
+
+// TestPlanShowsDenials: GET /plan says when a request would be refused
+// before any plan is walked, instead of showing hops it would never use.
+func TestPlanShowsDenials(t *testing.T) {
+	par := newRawParent(t, "a", func(r *http.Request) string { return okAnswer("", "x") })
+	p := startPeerd(t, withProxy(baseConfig, `allow = ["127.0.0.0/8"]`)+"deny_to = [\"192.0.2.0/24\"]\n"+peerBlock("", par))
+	type plan struct {
+		Hops   []struct{ Peer string } `json:"hops"`
+		Denied string                  `json:"denied"`
+	}
+	for q, want := range map[string]string{
+		"/plan?url=" + url.QueryEscape("http://0xc0.0.2.7/"):                      "destination-denied",
+		"/plan?url=" + url.QueryEscape("http://ok.example:25/"):                   "safe_ports",
+		"/plan?url=" + url.QueryEscape("http://ok.example/") + "&client=10.1.1.1": "access-denied",
+		"/plan?url=" + url.QueryEscape("http://a..b/"):                            "bad-request",
+		"/plan?url=" + url.QueryEscape("http://ok.example/"):                      "",
+	} {
+		var got plan
+		if code := p.adminJSON("GET", q, "", &got); code != 200 {
+			t.Fatalf("%s: %d", q, code)
+		}
+		if !strings.Contains(got.Denied, want) || (want == "") != (got.Denied == "") {
+			t.Fatalf("%s: denied %q; want %q", q, got.Denied, want)
+		}
+		if (want == "") != (len(got.Hops) > 0) {
+			t.Fatalf("%s: hops %+v with denial %q", q, got.Hops, got.Denied)
+		}
+	}
+}

@@ -114,9 +114,26 @@ func newServer(path string, cfg *fileConfig, stderr io.Writer) (*server, error) 
 	promReg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "peerd_fleet_members", Help: "Live members of the fleet, this peerd included; 0 when [fleet] is off.",
 	}, func() float64 { return float64(s.fleet.Members()) }))
-	s.api = admin.New(admin.Options{Registry: reg, Prober: s.prober, Reload: s.reload, Explain: s.planner.Explain,
+	s.api = admin.New(admin.Options{Registry: reg, Prober: s.prober, Reload: s.reload, Explain: s.explain,
 		Gatherer: promReg, Log: lg, Cache: s.proxy.Cache, Fleet: s.fleet, Name: s.proxy.Name(), Version: version}, cfg.Admin.Token)
 	return s, nil
+}
+
+// explain is GET /plan: the proxy's refusal when it would refuse the
+// request before planning, else the plan with the peers ICP would ask.
+func (s *server) explain(r selection.Request) selection.Explanation {
+	if d := s.proxy.Refusal(r.Method, r.URL, r.ClientIP); d != "" {
+		return selection.Explanation{Hops: []selection.ExplainedHop{}, Skipped: []selection.SkippedPeer{}, Denied: d}
+	}
+	e := s.planner.Explain(r)
+	if s.icpQ != nil && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
+		for _, p := range s.reg.Peers() {
+			if p.ICPPort() != 0 && p.State() == peers.Alive && p.AdminState() == peers.Enabled {
+				e.ICP = append(e.ICP, p.Name())
+			}
+		}
+	}
+	return e
 }
 
 func configureLogger(lg *logrus.Logger, c logConfig) {

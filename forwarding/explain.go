@@ -1,0 +1,68 @@
+package forwarding
+
+// This file holds the proxy's own word on a request that GET /plan
+// explains: whether it would be refused before any plan is walked.
+
+import (
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"strconv"
+
+	"github.com/peerd/peerd/access"
+)
+
+// Refusal says why the proxy would refuse a request for rawURL (host:port
+// for CONNECT) from client before planning it, in the words the client's
+// answer would carry; "" when it would be planned. It applies the same
+// checks as a real request, in the same order: [proxy] allow, the
+// canonical host, the ports and deny_to of [access]. DIRECT's own check
+// of the resolved address happens at the connect and is not predicted.
+func (p *Proxy) Refusal(method, rawURL, client string) string {
+	c := p.config()
+	a, err := netip.ParseAddr(client)
+	if err != nil || !c.allowed(a.Unmap()) {
+		return CodeAccessDenied + ": client " + client + " is not in [proxy] allow"
+	}
+	var host, port string
+	connect := method == http.MethodConnect
+	if connect {
+		if host, port, err = net.SplitHostPort(rawURL); err != nil {
+			return CodeBadRequest + ": CONNECT needs host:port"
+		}
+	} else {
+		u, err := url.Parse(rawURL)
+		if err != nil || u.Host == "" {
+			return CodeBadRequest + ": not an absolute URL"
+		}
+		host, port = u.Hostname(), u.Port()
+		if port == "" {
+			port = "80"
+			if u.Scheme == "https" {
+				port = "443"
+			}
+		}
+	}
+	canon, changed, err := access.CanonicalHost(nil, []byte(host))
+	if err != nil {
+		return CodeBadRequest + ": host " + strconv.Quote(host) + ": " + err.Error()
+	}
+	if changed {
+		host = string(canon)
+	}
+	n, err := strconv.Atoi(port)
+	if err != nil || n < 1 || n > 65535 {
+		return CodeBadRequest + ": port " + strconv.Quote(port)
+	}
+	pol := p.policy.Load()
+	if err := pol.CheckPort(connect, n); err != nil {
+		return CodeDenied + ": " + err.Error()
+	}
+	if pol.HostChecks() {
+		if err := pol.CheckHost(host); err != nil {
+			return CodeDenied + ": " + err.Error()
+		}
+	}
+	return ""
+}
