@@ -68,6 +68,8 @@ type schedule struct {
 	lastProbe time.Time
 	// startedAt is the death count when the probe in flight started.
 	startedAt int64
+	// settling counts the probes in a row of a suspect (alive) peer.
+	settling int
 }
 
 // New returns a prober; call Run to start it.
@@ -198,12 +200,21 @@ func (pr *Prober) dueLocked(p *peers.Peer, s *schedule, h peers.Config, now time
 		s.death = 0
 		if p.Suspect() {
 			// Failed (or too slow) connects below the limit. Traffic now
-			// avoids the peer, so probes settle it at once, one after the
-			// other: a success clears it, and a peer that keeps refusing
-			// reaches connect_fail_limit in milliseconds instead of
-			// waiting for client requests to fail on it.
-			return now
+			// avoids the peer, so probes settle it: the first at once, the
+			// next probe_interval/10 later, doubling up to probe_interval.
+			// A success clears it; a peer that keeps refusing reaches
+			// connect_fail_limit in seconds without waiting for client
+			// requests to fail on it; and a parent that restarts (a few
+			// seconds of refused connects) is not declared dead by a
+			// burst of back-to-back probes — an operator reads
+			// connect_fail_limit as that many failures of traffic, not
+			// ten probes in ten milliseconds.
+			if s.settling == 0 || s.lastProbe.IsZero() {
+				return now
+			}
+			return s.lastProbe.Add(settleDelay(h.ProbeInterval, s.settling))
 		}
+		s.settling = 0
 		if h.IdleProbe <= 0 {
 			return time.Time{}
 		}
@@ -216,6 +227,16 @@ func (pr *Prober) dueLocked(p *peers.Peer, s *schedule, h peers.Config, now time
 		}
 		return last.Add(h.IdleProbe)
 	}
+}
+
+// settleDelay is the wait before the n-th settling probe after the first
+// (n >= 1): interval/10, doubling, at most interval.
+func settleDelay(interval time.Duration, n int) time.Duration {
+	d := interval / 10
+	for i := 1; i < n && d < interval; i++ {
+		d *= 2
+	}
+	return min(d, interval)
 }
 
 // startLocked starts a background probe of p.
@@ -254,8 +275,14 @@ func (pr *Prober) finished(p *peers.Peer, now time.Time) {
 	s.lastProbe = now
 	s.next = time.Time{}
 	if p.State() != peers.Dead {
+		if p.Suspect() {
+			s.settling++
+		} else {
+			s.settling = 0
+		}
 		return
 	}
+	s.settling = 0
 	if p.HeldProbes() > 0 {
 		// A flapping peer's good probe was held: the next one follows
 		// probe_interval later, not backed off (flap damping counts good

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"slices"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -414,14 +415,25 @@ func TestSuspectPeerSettledByProbes(t *testing.T) {
 			t.Fatalf("after one failed connect: %+v; want one probe that cleared it", st)
 		}
 
-		// A real outage: probes finish the count at once, without client
-		// traffic.
+		// A real outage: probes finish the count without client traffic,
+		// the first at once and the next probe_interval/10 later (so a
+		// restarting parent is not killed by back-to-back probes).
 		e.net.set(a1, "refuse")
 		d.DialPeer(context.Background(), p, dialer.Traffic)
 		synctest.Wait()
+		if st := p.Snapshot(); p.State() != peers.Alive || st.ProbeFailuresTotal != 1 {
+			t.Fatalf("at once: state %v, %d probe failures; want alive after one settling probe", p.State(), st.ProbeFailuresTotal)
+		}
+		time.Sleep(h.ProbeInterval/10 - time.Millisecond)
+		synctest.Wait()
+		if st := p.Snapshot(); st.ProbeFailuresTotal != 1 {
+			t.Fatalf("%d probe failures within probe_interval/10; want the second settling probe spaced", st.ProbeFailuresTotal)
+		}
+		time.Sleep(time.Millisecond)
+		synctest.Wait()
 		st := p.Snapshot()
 		if p.State() != peers.Dead || st.DeathsTotal != 1 || st.ProbeFailuresTotal != 2 {
-			t.Fatalf("state %v probe failures %d; want dead after 1 traffic and 2 probe failures", p.State(), st.ProbeFailuresTotal)
+			t.Fatalf("state %v probe failures %d; want dead after 1 traffic and 2 spaced probe failures", p.State(), st.ProbeFailuresTotal)
 		}
 		// Then the dead schedule: the next probe only after probe_interval.
 		n := st.ProbesTotal
@@ -483,4 +495,15 @@ func TestFlappingPeerNeedsGoodProbesInARow(t *testing.T) {
 			t.Error("still flapping once revived")
 		}
 	})
+}
+
+func TestSettleDelay(t *testing.T) {
+	var got []time.Duration
+	for n := 1; n <= 6; n++ {
+		got = append(got, settleDelay(time.Second, n))
+	}
+	want := []time.Duration{100 * time.Millisecond, 200 * time.Millisecond, 400 * time.Millisecond, 800 * time.Millisecond, time.Second, time.Second}
+	if !slices.Equal(got, want) {
+		t.Fatalf("settling delays %v; want %v", got, want)
+	}
 }
