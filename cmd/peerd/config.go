@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/netip"
 	"reflect"
@@ -484,6 +485,56 @@ func (c *fileConfig) peerOptions(log logrus.FieldLogger) peers.Options {
 // plannerOptions builds the selection options from the config.
 func (c *fileConfig) plannerOptions() selection.Options {
 	return selection.Options{Policy: c.Selection.Policy, Direct: c.Proxy.Direct, MaxTries: c.Proxy.ForwardMaxTries}
+}
+
+// warnings are what a valid config may still get wrong, printed by -check
+// and logged at start.
+func (c *fileConfig) warnings() []string {
+	var w []string
+	if t := c.Admin.Token; t != "" && tokenBits(t) < 128 {
+		w = append(w, fmt.Sprintf("admin.token: about %d bits; a token under 128 bits can be guessed, use e.g. `openssl rand -base64 24`", tokenBits(t)))
+	}
+	return w
+}
+
+// tokenBits estimates a token's strength from its length and alphabet,
+// as if each character were chosen at random from that alphabet.
+func tokenBits(t string) int {
+	var lower, upper, digit, other bool
+	for _, r := range t {
+		switch {
+		case 'a' <= r && r <= 'z':
+			lower = true
+		case 'A' <= r && r <= 'Z':
+			upper = true
+		case '0' <= r && r <= '9':
+			digit = true
+		default:
+			other = true
+		}
+	}
+	size := 0
+	for _, n := range []struct {
+		has bool
+		n   int
+	}{{lower, 26}, {upper, 26}, {digit, 10}, {other, 32}} {
+		if n.has {
+			size += n.n
+		}
+	}
+	if isHex(t) {
+		size = 16
+	}
+	return int(float64(len(t)) * math.Log2(float64(max(size, 2))))
+}
+
+func isHex(t string) bool {
+	for _, r := range t {
+		if !('0' <= r && r <= '9' || 'a' <= r && r <= 'f' || 'A' <= r && r <= 'F') {
+			return false
+		}
+	}
+	return true
 }
 
 // policy compiles the destination policy. peerd's own listen, admin,

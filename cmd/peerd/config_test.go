@@ -186,3 +186,22 @@ func FuzzParseConfig(f *testing.F) {
 		}
 	})
 }
+
+// TestCheckWarnsOnWeakToken: a valid config whose admin token is under
+// 128 bits passes -check with a warning naming the key.
+func TestCheckWarnsOnWeakToken(t *testing.T) {
+	for token, weak := range map[string]bool{
+		"secret": true, "0123456789abcdef0123456789abcde": true, // 124 bits of hex
+		"0123456789abcdef0123456789abcdef": false, "q8Zp1xV3nR7tY2wK9mB4cH6j": false,
+	} {
+		path := t.TempDir() + "/t.toml"
+		os.WriteFile(path, []byte("[admin]\ntoken = \""+token+"\"\n"), 0o644)
+		var out, errOut bytes.Buffer
+		if code := run(context.Background(), []string{"-check", "-config", path}, &out, &errOut); code != 0 {
+			t.Fatalf("token %q: exit %d; want 0 (a warning is not an error)", token, code)
+		}
+		if got := strings.Contains(errOut.String(), "warning: admin.token"); got != weak {
+			t.Errorf("token %q: warned %v; want %v (%s)", token, got, weak, errOut.String())
+		}
+	}
+}

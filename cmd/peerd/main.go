@@ -61,6 +61,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitConfig
 	}
 	if *check {
+		for _, w := range cfg.warnings() {
+			fmt.Fprintf(stderr, "peerd: %s: warning: %s\n", displayPath(*path), w)
+		}
 		fmt.Fprintf(stdout, "peerd: config %s is valid (%d peers)\n", displayPath(*path), len(cfg.Peers))
 		return exitOK
 	}

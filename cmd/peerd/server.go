@@ -70,6 +70,9 @@ func newServer(path string, cfg *fileConfig, stderr io.Writer) (*server, error) 
 	lg.SetOutput(stderr)
 	configureLogger(lg, cfg.Log)
 	s := &server{path: path, log: lg, cfg: cfg}
+	for _, w := range cfg.warnings() {
+		lg.Warn(w)
+	}
 
 	reg, err := peers.New(cfg.peerOptions(lg), cfg.Peers)
 	if err != nil {
