@@ -244,6 +244,7 @@ func (c *Cache) Admit(r *Request, resp *h1.Response, length int64, reqTime, resp
 	}
 	o.stream = &stream{}
 	o.stream.cond.L = &o.stream.mu
+	o.length = length
 	if length >= 0 {
 		// The length is known: followers stream from the object as its
 		// body arrives.
@@ -331,8 +332,14 @@ func (w *Writer) Finish(complete bool) {
 		w.fail()
 		return
 	}
-	if cap(o.Body) > len(o.Body)+len(o.Body)/8 {
-		o.Body = append([]byte(nil), o.Body...) // a body of unknown length: keep no slack
+	if w.length < 0 {
+		// A body of unknown length: no follower reads it before this
+		// (its flight lands below), so it is trimmed of slack and its
+		// length set without the stream's lock.
+		if cap(o.Body) > len(o.Body)+len(o.Body)/8 {
+			o.Body = append([]byte(nil), o.Body...)
+		}
+		o.length = int64(len(o.Body))
 	}
 	w.unreserve()
 	o.Size = int64(len(o.Key)+len(o.secondary)+len(o.fields)+len(o.Body)) + objectOverhead

@@ -59,6 +59,9 @@ type Object struct {
 	// stream is how the body arrives while the response is relayed; nil
 	// for an object built complete. A stored object is always complete.
 	stream *stream
+	// length is the body's whole length when stream is set: known from
+	// the start (Content-Length) or at the end (Finish), while Body grows.
+	length int64
 }
 
 // stream is the body of an object still arriving, shared with the
@@ -618,7 +621,12 @@ func (o *Object) ContentType() []byte { return o.contentType }
 func (o *Object) ForbidsStale() bool { return o.mustRevalidate() || o.flags&ccNoCache != 0 }
 
 // Length is the body's length.
-func (o *Object) Length() int64 { return int64(len(o.Body)) }
+func (o *Object) Length() int64 {
+	if o.stream != nil {
+		return o.length
+	}
+	return int64(len(o.Body))
+}
 
 func statusText(s int) string {
 	if t := http.StatusText(s); t != "" {

@@ -335,7 +335,9 @@ func TestFleetWrongKey(t *testing.T) {
 		t.Errorf("%d log lines about the failed join; want one", lines)
 	}
 	for _, l := range strings.Split(b.logs(), "\n") {
-		if (strings.Contains(l, "level=error") || strings.Contains(l, "level=warning")) && !strings.Contains(l, "fleet: cannot join") {
+		// (The suite's weak admin token gets its own start-up warning.)
+		if (strings.Contains(l, "level=error") || strings.Contains(l, "level=warning")) && !strings.Contains(l, "fleet: cannot join") &&
+			!strings.Contains(l, "admin.token") {
 			t.Errorf("the member that cannot join also logged (one line is the promise): %s", l)
 		}
 	}
