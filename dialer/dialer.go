@@ -63,6 +63,27 @@ type ConnectError struct {
 func (e *ConnectError) Error() string { return fmt.Sprintf("connect to %s: %v", e.Peer, e.Err) }
 func (e *ConnectError) Unwrap() error { return e.Err }
 
+// TimeoutError is a connect that did not complete within the peer's
+// connect (or probe) timeout: SYNs dropped, a vanished host.
+type TimeoutError struct {
+	After time.Duration
+	Err   error
+}
+
+func (e *TimeoutError) Error() string { return fmt.Sprintf("connect timeout after %s", e.After) }
+func (e *TimeoutError) Unwrap() error { return e.Err }
+
+// Timeout reports true: it is a net.Error timeout.
+func (e *TimeoutError) Timeout() bool { return true }
+
+// Temporary is part of net.Error.
+func (e *TimeoutError) Temporary() bool { return true }
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
 func (d *Dialer) now() time.Time {
 	if d.Now != nil {
 		return d.Now()
@@ -95,8 +116,11 @@ func (d *Dialer) DialPeer(ctx context.Context, p *peers.Peer, why Purpose) (net.
 	}
 	end := d.now()
 	if err != nil {
-		if errors.Is(err, context.DeadlineExceeded) {
-			err = fmt.Errorf("connect timeout after %s", timeout)
+		if errors.Is(err, context.DeadlineExceeded) || isTimeout(err) {
+			// Kept a timeout (not plain text), so that every reader —
+			// failures_by_class, Proxy-Status, the access log — calls a
+			// black-holed peer what it is.
+			err = &TimeoutError{After: timeout, Err: err}
 		}
 		d.Reporter.Observe(p, peers.Observation{At: end, Err: err, Probe: bool(why)})
 		return nil, &ConnectError{Peer: p.Name(), Err: err}

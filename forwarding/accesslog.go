@@ -11,8 +11,10 @@ import (
 
 // appendLog formats the transaction in Squid's native access.log format:
 //
-//	time elapsed client result/status bytes method URL user hierarchy/host type
+//	time elapsed client result/status bytes method URL user hierarchy/host type [error:TYPE]
 //
+// (the last field only on answers peerd made itself, with the RFC 9209
+// error type of their Proxy-Status)
 // byte by byte, with no fmt: it runs once per request.
 func (tx *txn) appendLog(b []byte, elapsed time.Duration, hier string) []byte {
 	ms := tx.start.Add(elapsed).UnixMilli()
@@ -57,6 +59,12 @@ func (tx *txn) appendLog(b []byte, elapsed time.Duration, hier string) []byte {
 				b = append(b, c)
 			}
 		}
+	}
+	if tx.errType != "" {
+		// An answer peerd made itself: its RFC 9209 error type, after
+		// Squid's ten fields, so that a connect timeout reads as one.
+		b = append(b, " error:"...)
+		b = append(b, tx.errType...)
 	}
 	return append(b, '\n')
 }

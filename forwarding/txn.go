@@ -47,6 +47,7 @@ type txn struct {
 	// What the client got.
 	status     int
 	code       string // X-Peerd-Error when peerd answered itself
+	errType    string // its RFC 9209 error type (Proxy-Status, the access log)
 	bytes      int64  // body bytes sent to the client
 	hop        selection.Hop
 	hopped     bool // hop answered
@@ -529,7 +530,7 @@ func (tx *txn) prepareBody() error {
 
 // fail answers the client with an error peerd made itself.
 func (tx *txn) fail(e *Error) {
-	tx.status, tx.code = e.Status, e.Code
+	tx.status, tx.code, tx.errType = e.Status, e.Code, errorType(e)
 	if e.hopSet && !tx.hopped {
 		tx.hop, tx.errHop = e.hop, true
 	}
