@@ -79,6 +79,16 @@ func (e *TimeoutError) Timeout() bool { return true }
 // Temporary is part of net.Error.
 func (e *TimeoutError) Temporary() bool { return true }
 
+// remoteIP is the address a connection reached (zero for a pipe).
+func remoteIP(c net.Conn) netip.Addr {
+	if ta, ok := c.RemoteAddr().(*net.TCPAddr); ok {
+		if a, ok := netip.AddrFromSlice(ta.IP); ok {
+			return a.Unmap()
+		}
+	}
+	return netip.Addr{}
+}
+
 func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
@@ -125,7 +135,7 @@ func (d *Dialer) DialPeer(ctx context.Context, p *peers.Peer, why Purpose) (net.
 		d.Reporter.Observe(p, peers.Observation{At: end, Err: err, Probe: bool(why)})
 		return nil, &ConnectError{Peer: p.Name(), Err: err}
 	}
-	d.Reporter.Observe(p, peers.Observation{At: end, RTT: end.Sub(start), Probe: bool(why)})
+	d.Reporter.Observe(p, peers.Observation{At: end, RTT: end.Sub(start), Probe: bool(why), Addr: remoteIP(conn)})
 	return conn, nil
 }
 

@@ -392,3 +392,29 @@ func TestQuerySourceMoves(t *testing.T) {
 		t.Fatal("a bad source address was accepted")
 	}
 }
+
+// TestQueryByReachedAddress: a peer named by a host name is asked at the
+// address its last connect reached (the registry's), never by a look-up
+// of the querier's own; one never reached is neither asked nor waited
+// for.
+func TestQueryByReachedAddress(t *testing.T) {
+	p1 := newFakeICPPeer(t, OpHit)
+	reg := newRegistry(t,
+		peers.Spec{Name: "named", Host: "parent.invalid", Port: 1, ICPPort: p1.port()},
+		peers.Spec{Name: "never", Host: "other.invalid", Port: 2, ICPPort: p1.port()})
+	reg.Observe(reg.Get("named"), peers.Observation{At: time.Now(), RTT: time.Millisecond, Probe: true, Addr: netip.MustParseAddr("127.0.0.1")})
+	alive(reg, "never") // alive, but no address known
+	log, _ := test.NewNullLogger()
+	q, err := NewQuerier(reg, log, Timeout(time.Second), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	first, code, asked := q.Query(context.Background(), []byte("http://a/1"))
+	if !asked || first == nil || first.Name() != "named" || code != "PARENT_HIT" {
+		t.Fatalf("%v %q %v; want named's HIT from its reached address", first, code, asked)
+	}
+	if n := reg.Get("never").ICP().Queries(); n != 0 {
+		t.Fatalf("a peer with no known address was queried %d times", n)
+	}
+}

@@ -35,7 +35,6 @@ type Querier struct {
 	mu      sync.Mutex
 	pending map[uint32]*query
 	track   map[*peers.Peer]*tracking
-	addrs   map[*peers.Peer]resolved
 
 	malformed, stray atomic.Int64
 }
@@ -49,12 +48,6 @@ type tracking struct {
 	silent        bool  // marked suspect for silence; not waited for until it answers
 	timedOutFresh bool  // never answered and timed out: not waited for
 	lastSent      int64 // the last query sent (Unix ns), for a late answer's round trip
-}
-
-type resolved struct {
-	host string
-	port int
-	ap   netip.AddrPort
 }
 
 type query struct {
@@ -79,7 +72,7 @@ type reply struct {
 // need different addresses.
 func NewQuerier(reg *peers.Registry, log logrus.FieldLogger, timeout Timeout, source string) (*Querier, error) {
 	q := &Querier{reg: reg, log: log.WithField("component", "icp"), now: time.Now,
-		pending: map[uint32]*query{}, track: map[*peers.Peer]*tracking{}, addrs: map[*peers.Peer]resolved{}}
+		pending: map[uint32]*query{}, track: map[*peers.Peer]*tracking{}}
 	q.SetTimeout(timeout)
 	if err := q.SetSource(source); err != nil {
 		return nil, err
@@ -164,7 +157,9 @@ func (q *Querier) Query(ctx context.Context, url []byte) (first *peers.Peer, cod
 	rttN := 0
 	q.mu.Lock()
 	for i, p := range targets {
-		qu.addrs[i] = q.addrLocked(p)
+		if qu.addrs[i] = q.addrLocked(p); !qu.addrs[i].IsValid() {
+			continue // no address known yet: not asked, not waited for
+		}
 		t := q.trackLocked(p)
 		if !t.silent && !t.timedOutFresh {
 			expected++
@@ -276,22 +271,19 @@ func (q *Querier) trackLocked(p *peers.Peer) *tracking {
 	return t
 }
 
-// addrLocked is p's ICP address, resolved once per host and port.
+// addrLocked is p's ICP address: its host when that is an address, else
+// the address the registry last reached it at (a live peer has one).
+// Nothing here resolves a name: a DNS look-up under the querier's lock on
+// every GET would stall every query behind a slow resolver.
 func (q *Querier) addrLocked(p *peers.Peer) netip.AddrPort {
-	host, port := p.Host(), p.ICPPort()
-	if r, ok := q.addrs[p]; ok && r.host == host && r.port == port {
-		return r.ap
+	port := uint16(p.ICPPort())
+	if ip, err := netip.ParseAddr(p.Host()); err == nil {
+		return netip.AddrPortFrom(ip.Unmap(), port)
 	}
-	var ap netip.AddrPort
-	if ip, err := netip.ParseAddr(host); err == nil {
-		ap = netip.AddrPortFrom(ip.Unmap(), uint16(port))
-	} else if ips, err := net.DefaultResolver.LookupNetIP(context.Background(), "ip", host); err == nil && len(ips) > 0 {
-		ap = netip.AddrPortFrom(ips[0].Unmap(), uint16(port))
-	} else {
-		q.log.WithFields(logrus.Fields{"peer": p.Name(), "err": "cannot resolve " + host}).Warn("icp: peer not queried")
+	if ip := p.Reached(); ip.IsValid() {
+		return netip.AddrPortFrom(ip, port)
 	}
-	q.addrs[p] = resolved{host: host, port: port, ap: ap}
-	return ap
+	return netip.AddrPort{}
 }
 
 // read delivers the answers arriving on conn to the queries waiting for
@@ -327,8 +319,8 @@ func (q *Querier) deliver(m *Message, from netip.AddrPort) {
 		q.stray.Add(1)
 		// A late answer still says the peer is there, and how slow it
 		// is (the automatic timeout grows to wait for it next time).
-		for p, r := range q.addrs {
-			if r.ap == from {
+		for p := range q.track {
+			if q.addrLocked(p) == from {
 				if t := q.trackLocked(p); t.lastSent != 0 {
 					p.ICP().Reply(m.Op == OpHit || m.Op == OpHitObj, m.Op == OpDenied, now.Sub(time.Unix(0, t.lastSent)))
 				}

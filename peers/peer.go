@@ -1,6 +1,7 @@
 package peers
 
 import (
+	"net/netip"
 	"fmt"
 	"math"
 	"sync"
@@ -188,6 +189,8 @@ type Peer struct {
 	nextProbe   atomic.Int64
 
 	lastError atomic.Pointer[string]
+	// reached is the address of the last successful connect.
+	reached atomic.Pointer[netip.Addr]
 
 	// Smoothed connect time and its mean deviation, float64 bits of
 	// milliseconds (RFC 6298 style). Updates may race; they are statistics.
@@ -226,6 +229,16 @@ func (p *Peer) Port() int { return p.settings().spec.Port }
 
 // Addr is host:port for dialling.
 func (p *Peer) Addr() string { return p.settings().spec.Addr() }
+
+// Reached is the IP address the last successful connect to the peer
+// reached (its host resolved); zero before any. ICP sends its queries
+// there instead of resolving the host itself.
+func (p *Peer) Reached() netip.Addr {
+	if a := p.reached.Load(); a != nil {
+		return *a
+	}
+	return netip.Addr{}
+}
 
 // Type is parent or sibling.
 func (p *Peer) Type() Type { return p.settings().typ }

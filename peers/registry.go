@@ -9,6 +9,7 @@
 package peers
 
 import (
+	"net/netip"
 	"cmp"
 	"context"
 	"errors"
@@ -32,6 +33,10 @@ type Observation struct {
 	Err   error         // nil: the TCP connect succeeded
 	RTT   time.Duration // connect time of a success
 	Probe bool          // made by the prober, not for a client
+	// Addr is the address a successful connect reached (zero: unknown);
+	// the peer keeps the last one, for those who must reach the peer
+	// without a connect of their own (ICP).
+	Addr netip.Addr
 }
 
 // Options configure a Registry.
@@ -228,6 +233,12 @@ func (r *Registry) Observe(p *Peer, o Observation) {
 }
 
 func (r *Registry) observeSuccess(p *Peer, o Observation, at int64) {
+	if o.Addr.IsValid() {
+		if cur := p.reached.Load(); cur == nil || *cur != o.Addr {
+			a := o.Addr // a new address: the only allocation, and a rare one
+			p.reached.Store(&a)
+		}
+	}
 	if at-p.lastSuccess.Load() > int64(time.Millisecond) {
 		storeLater(&p.lastSuccess, at)
 	}
