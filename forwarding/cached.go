@@ -542,7 +542,12 @@ func (c cacheCollector) Collect(ch chan<- prometheus.Metric) {
 // discarded.
 func (tx *txn) revalidateInBackground(ch *cache.Cache) {
 	key := string(tx.cq.Key)
+	p := tx.cc.p
+	if !p.background.add() {
+		return // shutting down: the stale answer stands, no refresh
+	}
 	if !ch.StartBackground(tx.cq.Key) {
+		p.background.done()
 		return
 	}
 	head := tx.head
@@ -550,8 +555,9 @@ func (tx *txn) revalidateInBackground(ch *cache.Cache) {
 		head = head[:n-2]
 	}
 	req := append(append([]byte{}, head...), "Cache-Control: no-cache\r\nConnection: close\r\n\r\n"...)
-	p, remote, remoteOK := tx.cc.p, tx.cc.remote, tx.cc.remoteOK
+	remote, remoteOK := tx.cc.remote, tx.cc.remoteOK
 	go func() {
+		defer p.background.done() // Shutdown waits for it
 		defer ch.EndBackground(key)
 		srv, cli := net.Pipe()
 		cc := newClientConn(p, srv)

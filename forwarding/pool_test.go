@@ -48,3 +48,34 @@ func TestPoolReapsConnectionsThePeerClosed(t *testing.T) {
 		t.Fatal("the healthy connection did not stay")
 	}
 }
+
+// TestTaskGroup: a closed group starts no more tasks, and its channel
+// closes when the last running one ends.
+func TestTaskGroup(t *testing.T) {
+	var g taskGroup
+	if !g.add() || !g.add() {
+		t.Fatal("an open group refused a task")
+	}
+	ch := g.close()
+	if g.add() {
+		t.Fatal("a closed group took a task")
+	}
+	g.done()
+	select {
+	case <-ch:
+		t.Fatal("closed with a task still running")
+	default:
+	}
+	g.done()
+	select {
+	case <-ch:
+	default:
+		t.Fatal("not closed once the last task ended")
+	}
+	var empty taskGroup
+	select {
+	case <-empty.close():
+	default:
+		t.Fatal("an idle group's channel is not closed at once")
+	}
+}

@@ -122,6 +122,9 @@ type Proxy struct {
 
 	janitorOnce sync.Once
 	stop        chan struct{} // closed by Shutdown
+	// background are the revalidations running behind stale answers;
+	// Shutdown waits for them as for requests in flight.
+	background taskGroup
 
 	// unsolicitedLog spaces the warnings about next hops that send bytes
 	// nobody asked for: a hostile parent must not flood the log.
@@ -203,6 +206,14 @@ func (p *Proxy) Update(c Config) error {
 	if err := c.Validate(); err != nil {
 		return err
 	}
+	p.Apply(c)
+	return nil
+}
+
+// Apply puts a [proxy] section in force that has passed Validate (a
+// reload validates the whole file once, then applies: nothing here can
+// fail, so no error is dropped).
+func (p *Proxy) Apply(c Config) {
 	rc := &runtimeConfig{Config: c, maxHeader: int(c.MaxHeaderSize)}
 	for _, a := range c.Allow {
 		rc.allow = append(rc.allow, netip.Prefix(a))
@@ -218,7 +229,6 @@ func (p *Proxy) Update(c Config) error {
 	rc.via = "1.1 " + rc.Name + " (peerd/" + p.viaVersion(rc.named) + ")"
 	p.cfg.Store(rc)
 	p.budget.setRatio(c.RetryBudget)
-	return nil
 }
 
 func (p *Proxy) config() *runtimeConfig { return p.cfg.Load() }
@@ -377,9 +387,17 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 	}
 	t := time.NewTicker(10 * time.Millisecond)
 	defer t.Stop()
+	bg := p.background.close()
 	for {
 		if p.conns.closeIdle() == 0 {
-			return nil
+			select {
+			case <-bg:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-t.C:
+				continue
+			}
 		}
 		select {
 		case <-ctx.Done():
@@ -388,6 +406,51 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 		case <-t.C:
 		}
 	}
+}
+
+// taskGroup counts background tasks; once closed it starts no more, and
+// the channel close returned is closed when the last one ends.
+type taskGroup struct {
+	mu     sync.Mutex
+	n      int
+	closed bool
+	zero   chan struct{}
+}
+
+// add counts a new task; false once the group is closed (shutting down).
+func (g *taskGroup) add() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		return false
+	}
+	g.n++
+	return true
+}
+
+func (g *taskGroup) done() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.n--; g.n == 0 && g.zero != nil {
+		close(g.zero)
+		g.zero = nil
+	}
+}
+
+// close refuses new tasks and returns a channel closed when none runs.
+func (g *taskGroup) close() <-chan struct{} {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.closed = true
+	ch := make(chan struct{})
+	if g.n == 0 {
+		close(ch)
+	} else if g.zero == nil {
+		g.zero = ch
+	} else {
+		ch = g.zero
+	}
+	return ch
 }
 
 // connSet tracks listeners and client connections for shutdown and for

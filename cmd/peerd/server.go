@@ -271,10 +271,20 @@ func (s *server) shutdown(sigs <-chan os.Signal) error {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	go func() {
-		for sig := range sigs {
-			if sig == syscall.SIGTERM || sig == syscall.SIGINT {
-				s.log.Warn("second signal: exiting now")
-				cancel()
+		// Ends with the shutdown (ctx), whether or not a second signal
+		// came; sigs may be nil (a shutdown not started by a signal).
+		for {
+			select {
+			case sig, ok := <-sigs:
+				if !ok {
+					return
+				}
+				if sig == syscall.SIGTERM || sig == syscall.SIGINT {
+					s.log.Warn("second signal: exiting now")
+					cancel()
+					return
+				}
+			case <-ctx.Done():
 				return
 			}
 		}
@@ -436,9 +446,6 @@ func (s *server) stage(cfg, old *fileConfig) (*staged, error) {
 	if st.policy, err = cfg.policy(); err != nil {
 		return fail(err)
 	}
-	if err = cfg.Proxy.Validate(); err != nil {
-		return fail(err)
-	}
 	return st, nil
 }
 
@@ -448,7 +455,7 @@ func (s *server) commit(st *staged, old *fileConfig) {
 	configureLogger(s.log, cfg.Log)
 	s.proxy.SetPolicy(st.policy)
 	s.planner.SetOptions(cfg.plannerOptions())
-	s.proxy.Update(cfg.Proxy) // validated in stage
+	s.proxy.Apply(cfg.Proxy) // validated once, with the whole file, by loadConfig
 	s.proxy.Prune(s.reg.Peers())
 	s.reconfigureCache(cfg.Cache)
 	s.api.SetToken(cfg.Admin.Token)
