@@ -1,9 +1,9 @@
 package peers
 
 import (
-	"net/netip"
 	"fmt"
 	"math"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"

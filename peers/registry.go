@@ -9,12 +9,12 @@
 package peers
 
 import (
-	"net/netip"
 	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"math"
+	"net/netip"
 	"slices"
 	"sync"
 	"sync/atomic"
