@@ -31,6 +31,7 @@ vet:
 lint: vet
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); exit 1)
 	$(GO) tool staticcheck ./...
+	@out="$$($(GO) tool deadcode -test ./...)"; test -z "$$out" || (echo "$$out"; echo "deadcode: unreachable functions"; exit 1)
 
 # Short fuzz runs; a release wants each target for 10 minutes or more
 # (FUZZTIME=10m make fuzz).

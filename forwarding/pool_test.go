@@ -53,8 +53,10 @@ func TestPoolReapsConnectionsThePeerClosed(t *testing.T) {
 // closes when the last running one ends.
 func TestTaskGroup(t *testing.T) {
 	var g taskGroup
-	if !g.add() || !g.add() {
-		t.Fatal("an open group refused a task")
+	for i := 0; i < 2; i++ {
+		if !g.add() {
+			t.Fatal("an open group refused a task")
+		}
 	}
 	ch := g.close()
 	if g.add() {

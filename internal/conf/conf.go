@@ -64,13 +64,6 @@ func (es *Errors) Addf(section, key, format string, args ...any) {
 // Err joins the problems.
 func (es Errors) Err() error { return errors.Join(es...) }
 
-// Flatten splits a (joined) error into its problems.
-func Flatten(err error) []error {
-	var es Errors
-	es.Add(err)
-	return es
-}
-
 // ByteSize is a size in bytes, written in TOML as "64KiB", "1MiB", "512".
 type ByteSize int64
 

@@ -565,12 +565,6 @@ func badTrailer(v []byte) bool {
 	return false
 }
 
-// IsHopByHop reports whether a field is hop-by-hop (RFC 9110 7.6.1) for a
-// message whose Connection options are tokens.
-func IsHopByHop(name []byte, tokens [][]byte) bool {
-	return Field{Name: name, Kind: kindOf(name)}.HopByHop(tokens)
-}
-
 // TrimOWS trims optional whitespace (spaces and tabs, RFC 9110 5.6.3)
 // from both ends of b.
 func TrimOWS(b []byte) []byte {
