@@ -1,6 +1,7 @@
 package forwarding
 
 import (
+	"github.com/peerd/peerd/peers"
 	"github.com/peerd/peerd/selection"
 )
 
@@ -59,9 +60,10 @@ const (
 	timedOut              // written; no response byte within read_timeout
 	statusRetry           // a final status listed in retry_on_status
 	committed             // a response byte reached the client: nothing can be redone
+	siblingMissed         // a sibling's error to only-if-cached: a miss, not a failure
 )
 
-var failureReasons = [...]string{"none", "connect_failed", "stale_connection", "before_write", "after_write", "timeout", "status", "committed"}
+var failureReasons = [...]string{"none", "connect_failed", "stale_connection", "before_write", "after_write", "timeout", "status", "committed", "sibling_miss"}
 
 func (f failure) String() string { return failureReasons[f] }
 
@@ -69,6 +71,10 @@ func (f failure) String() string { return failureReasons[f] }
 // reports whether its final status is in retry_on_status.
 func (a *attempt) class(retryStatus bool) failure {
 	switch {
+	case a.final && a.hop.Peer != nil && a.hop.Peer.Type() == peers.Sibling && siblingMiss(a.status):
+		// A sibling never fetches for us: its 504 (or any refusal) to
+		// only-if-cached means "not here".
+		return siblingMissed
 	case a.final:
 		if retryStatus && a.progress < sentToClient {
 			return statusRetry
@@ -105,6 +111,10 @@ type facts struct {
 	// retry504: 504 is in retry_on_status, so a per-try timeout is
 	// retriable exactly like a 504 (the linkerd lesson).
 	retry504 bool
+	// tunnel: a CONNECT. Nothing of the client's is sent before the
+	// parent answers 2xx, so a CONNECT that broke before its reply may go
+	// to the next parent; the parent's refusal goes to the client.
+	tunnel bool
 }
 
 // retriable reports whether the request may be sent again after it was
@@ -127,24 +137,30 @@ func (v verdict) String() string { return verdictNames[v] }
 // costsBudget reports whether retrying after class c spends the retry
 // budget: connect failures and nothing-written retries cost the peers
 // nothing and are exempt.
-func costsBudget(c failure) bool {
-	return c == afterWrite || c == timedOut || c == statusRetry
+func costsBudget(c failure, f facts) bool {
+	return !f.tunnel && (c == afterWrite || c == timedOut || c == statusRetry)
 }
 
-// decide is the one place that says whether an attempt is retried. It is
-// pure: budget says whether a budget-costing retry would be allowed now.
+// decide is the one place that says what follows an attempt, for every
+// request, plain or CONNECT: a connect that failed (from the connect loop
+// and the hedged race alike), a sibling's miss, a broken or late answer, a
+// status listed in retry_on_status, a parent's CONNECT reply. It is pure:
+// budget says whether a budget-costing retry would be allowed now.
 func decide(c failure, f facts, budget bool) verdict {
 	switch c {
-	case connectFailed, beforeWrite:
-		return nextHop
+	case connectFailed, beforeWrite, siblingMissed:
+		return nextHop // nothing reached the hop, or it said "not here"
 	case staleConn:
 		return sameFresh
-	case afterWrite, statusRetry:
-		if f.retriable() && budget {
+	case afterWrite, timedOut:
+		if f.tunnel {
+			return nextHop // no reply to CONNECT: no client byte was sent
+		}
+		if f.retriable() && budget && (c == afterWrite || f.retry504) {
 			return nextHop
 		}
-	case timedOut:
-		if f.retriable() && f.retry504 && budget {
+	case statusRetry:
+		if f.retriable() && budget {
 			return nextHop
 		}
 	}

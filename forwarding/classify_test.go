@@ -2,7 +2,6 @@ package forwarding
 
 import (
 	"errors"
-	"fmt"
 	"os"
 	"testing"
 )
@@ -44,52 +43,70 @@ func TestClassify(t *testing.T) {
 	}
 }
 
-// TestDecide covers every class × method × body × budget case of the one
-// retry decision.
+// TestDecide: the one decision that follows every attempt, written out
+// case by case (what an operator would say, not the code's own switch):
+// the four next-hop situations — a connect that failed, a sibling's miss,
+// a status retry, a CONNECT that broke or was refused — and the rest.
 func TestDecide(t *testing.T) {
-	methods := []struct {
-		name       string
-		idempotent bool
-	}{{"GET", true}, {"PUT", true}, {"POST", false}}
-	bodies := []struct {
-		name       string
-		replayable bool
-	}{{"buffered", true}, {"streamed", false}}
-	for c := notFailed; c <= committed; c++ {
-		for _, m := range methods {
-			for _, b := range bodies {
-				for _, retry504 := range []bool{false, true} {
-					for _, budget := range []bool{false, true} {
-						f := facts{idempotent: m.idempotent, replayable: b.replayable, retry504: retry504}
-						retriable := m.idempotent && b.replayable
-						var want verdict
-						switch c {
-						case connectFailed, beforeWrite:
-							want = nextHop // nothing reached the hop: always, for free
-						case staleConn:
-							want = sameFresh
-						case afterWrite, statusRetry:
-							if retriable && budget {
-								want = nextHop
-							}
-						case timedOut:
-							if retriable && retry504 && budget {
-								want = nextHop
-							}
-						}
-						name := fmt.Sprintf("%s/%s/%s/504=%v/budget=%v", c, m.name, b.name, retry504, budget)
-						if got := decide(c, f, budget); got != want {
-							t.Errorf("%s: %s; want %s", name, got, want)
-						}
-					}
-				}
-			}
+	get := facts{idempotent: true, replayable: true}
+	get504 := facts{idempotent: true, replayable: true, retry504: true}
+	streamedPut := facts{idempotent: true}
+	post := facts{replayable: true}
+	connect := facts{tunnel: true}
+	for _, tc := range []struct {
+		name   string
+		c      failure
+		f      facts
+		budget bool
+		want   verdict
+	}{
+		// A connect that failed: nothing was sent; always the next hop,
+		// whatever the method, and for free.
+		{"connect failed, GET", connectFailed, get, true, nextHop},
+		{"connect failed, POST, no budget", connectFailed, post, false, nextHop},
+		{"connect failed, CONNECT", connectFailed, connect, false, nextHop},
+		{"head not written, POST", beforeWrite, post, false, nextHop},
+		// A sibling's miss is no failure: the next hop, any budget.
+		{"sibling miss", siblingMissed, get, false, nextHop},
+		// A status in retry_on_status: idempotent and replayable, within
+		// the budget.
+		{"status retry, GET", statusRetry, get, true, nextHop},
+		{"status retry, GET, budget spent", statusRetry, get, false, answer},
+		{"status retry, POST", statusRetry, post, true, answer},
+		{"status retry, PUT with a streamed body", statusRetry, streamedPut, true, answer},
+		// A CONNECT: a reply that never came goes to the next parent (no
+		// client byte was sent); a reply (2xx or refusal) is the answer.
+		{"CONNECT reply broke", afterWrite, connect, false, nextHop},
+		{"CONNECT reply timed out", timedOut, connect, false, nextHop},
+		{"CONNECT refused (403)", notFailed, connect, true, answer},
+		{"CONNECT status in retry_on_status", statusRetry, connect, true, answer},
+		// Broken answers after the request was written.
+		{"broken answer, GET", afterWrite, get, true, nextHop},
+		{"broken answer, GET, budget spent", afterWrite, get, false, answer},
+		{"broken answer, POST", afterWrite, post, true, answer},
+		{"timeout, GET, 504 not retried", timedOut, get, true, answer},
+		{"timeout, GET, 504 retried", timedOut, get504, true, nextHop},
+		// A pooled connection the peer had closed: the same hop, fresh.
+		{"stale pooled connection", staleConn, post, false, sameFresh},
+		// Nothing to redo.
+		{"an answer", notFailed, get, true, answer},
+		{"a byte reached the client", committed, get, true, answer},
+	} {
+		if got := decide(tc.c, tc.f, tc.budget); got != tc.want {
+			t.Errorf("%s: %s; want %s", tc.name, got, tc.want)
 		}
 	}
-	for c := notFailed; c <= committed; c++ {
-		want := c == afterWrite || c == timedOut || c == statusRetry
-		if got := costsBudget(c); got != want {
-			t.Errorf("costsBudget(%s) = %v; want %v", c, got, want)
+	for _, tc := range []struct {
+		c    failure
+		f    facts
+		want bool
+	}{
+		{afterWrite, get, true}, {timedOut, get, true}, {statusRetry, get, true},
+		{connectFailed, get, false}, {beforeWrite, get, false}, {staleConn, get, false}, {siblingMissed, get, false},
+		{afterWrite, connect, false}, // a CONNECT retry costs the parents no replayed request
+	} {
+		if got := costsBudget(tc.c, tc.f); got != tc.want {
+			t.Errorf("costsBudget(%s, tunnel=%v) = %v; want %v", tc.c, tc.f.tunnel, got, tc.want)
 		}
 	}
 }

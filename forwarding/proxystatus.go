@@ -259,8 +259,8 @@ func skipBareItem(v []byte, i int) (int, bool) {
 // decision, adjusted.
 func (tx *txn) blame(a *attempt, retry bool) bool {
 	p := a.hop.Peer
-	if p == nil || a.status < http.StatusInternalServerError || !a.final {
-		return retry
+	if p == nil || a.status < http.StatusInternalServerError || !a.final || p.Type() == peers.Sibling {
+		return retry // (a sibling's error to only-if-cached is a miss)
 	}
 	t := upstreamError(tx.resp.Fields)
 	if t == "" {

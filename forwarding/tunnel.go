@@ -3,6 +3,7 @@ package forwarding
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -22,7 +23,7 @@ import (
 func (tx *txn) serveConnect() outcome {
 	p := tx.cc.p
 	req := &tx.req
-	tx.facts = facts{} // a tunnel is never replayed and never rides an idle connection
+	tx.facts = facts{tunnel: true} // never replayed once begun, never on an idle connection
 	plan := p.planner.Plan(selection.Request{Method: http.MethodConnect, URL: urlString(req.Target), ClientIP: tx.cc.remoteStr})
 	hop, ok := plan.Next()
 	for ok {
@@ -34,14 +35,21 @@ func (tx *txn) serveConnect() outcome {
 			tx.hop, tx.hopped = a.hop, true
 			return tx.tunnel(a, []byte("HTTP/1.1 200 Connection established\r\n\r\n"))
 		}
-		if done := tx.connectVia(a); done {
-			return closeConn
-		}
-		tx.release(a)
+		tx.connectVia(a)
 		if tx.clientGone {
+			tx.release(a)
 			return closeConn
 		}
-		hop, ok = plan.Next()
+		class := a.class(false)
+		tx.noteFailure(a, class)
+		if decide(class, tx.facts, false) == nextHop {
+			tx.release(a)
+			p.metrics.retry(class.String())
+			hop, ok = plan.Next()
+			continue
+		}
+		tx.connectAnswer(a)
+		return closeConn
 	}
 	e := tx.finalError()
 	if e == nil {
@@ -53,10 +61,10 @@ func (tx *txn) serveConnect() outcome {
 }
 
 // connectVia asks a parent to open the tunnel. It reports whether the
-// client got an answer (a tunnel, or the parent's refusal); otherwise the
-// next hop is tried. The client is watched while the parent thinks: a
+// parent's final reply head was read (a.final, a.status); a.err says how
+// it broke otherwise. The client is watched while the parent thinks: a
 // client that leaves releases everything at once.
-func (tx *txn) connectVia(a *attempt) bool {
+func (tx *txn) connectVia(a *attempt) {
 	c := a.conn
 	cfg := tx.cfg
 	req := &tx.req
@@ -74,25 +82,43 @@ func (tx *txn) connectVia(a *attempt) bool {
 	tx.out = b
 	c.dl.writeIn(time.Now(), cfg.ReadTimeout)
 	if _, err := c.nc.Write(b); err != nil {
-		tx.lastErr = errorf(http.StatusBadGateway, CodeBadGateway, a.hop.Peer.Name(), "sending CONNECT: %v", err)
-		return false
+		a.err = fmt.Errorf("sending CONNECT: %w", err)
+		return
 	}
+	a.progress = headWritten
 	w := tx.cc.watch(c.nc)
 	head, err := tx.connectReply(c)
 	w.stop()
-	if tx.clientGone {
-		return false
-	}
 	if err != nil {
-		tx.lastErr = errorf(http.StatusBadGateway, CodeBadGateway, a.hop.Peer.Name(), "reading the CONNECT reply: %v", err)
-		return false
+		a.err = fmt.Errorf("reading the CONNECT reply: %w", err)
+		a.timedOut = isTimeout(err)
+		return
 	}
+	a.final, a.status, a.head, a.progress = true, tx.resp.Status, head, responseHead
+}
+
+// connectAnswer answers the client from a parent's CONNECT reply: a
+// tunnel on 2xx, the parent's refusal as it is otherwise, or the error of
+// a reply that never came.
+func (tx *txn) connectAnswer(a *attempt) {
+	if !a.final {
+		tx.release(a)
+		e := tx.finalError()
+		if e == nil {
+			e = errorf(http.StatusBadGateway, CodeBadGateway, hopName(a.hop), "no reply to CONNECT")
+		}
+		e.Close = true
+		tx.fail(e)
+		return
+	}
+	c, cfg, head := a.conn, tx.cfg, a.head
+	a.head = nil
 	tx.hop, tx.hopped = a.hop, true
 	resp := &tx.resp
 	if resp.Status/100 == 2 {
 		c.r.Release(head)
 		tx.tunnel(a, []byte("HTTP/1.1 200 Connection established\r\n\r\n"))
-		return true
+		return
 	}
 	// The parent's refusal (403, 407, 503, ...) goes to the client as is.
 	kind := resp.BodyFor(false)
@@ -110,7 +136,6 @@ func (tx *txn) connectVia(a *attempt) bool {
 	tx.bytes = n
 	tx.cc.w.Flush()
 	tx.release(a)
-	return true
 }
 
 // connectReply reads a parent's final answer to CONNECT. Interim (1xx)

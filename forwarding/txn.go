@@ -13,7 +13,6 @@ import (
 	"github.com/peerd/peerd/access"
 	"github.com/peerd/peerd/cache"
 	"github.com/peerd/peerd/internal/h1"
-	"github.com/peerd/peerd/peers"
 	"github.com/peerd/peerd/selection"
 )
 
@@ -373,26 +372,29 @@ func (tx *txn) forward() outcome {
 			tx.release(a)
 			return closeConn
 		}
-		if a.progress == responseHead && a.hop.Peer != nil && a.hop.Peer.Type() == peers.Sibling && siblingMiss(a.status) {
-			// A sibling's 504 to only-if-cached is a miss; it never
-			// fetches for us. Not a failure, not a retry.
-			tx.release(a)
-			hop, ok = plan.Next()
-			continue
-		}
 		class := a.class(tx.blame(a, c.retryStatus[a.status]))
 		tx.noteFailure(a, class)
-		switch decide(class, tx.facts, costsBudget(class) && p.budget.available()) {
+		costs := costsBudget(class, tx.facts)
+		switch decide(class, tx.facts, costs && p.budget.available()) {
 		case nextHop:
 			next, more := plan.Next()
-			if more && costsBudget(class) && !p.budget.withdraw() {
+			if more && costs && !p.budget.withdraw() {
 				p.metrics.budgetExhausted()
 				more = false
 			}
 			if more {
-				p.metrics.retry(class.String())
+				if class != siblingMissed {
+					p.metrics.retry(class.String())
+				}
 				tx.release(a)
 				hop = next
+				continue
+			}
+			if class == siblingMissed {
+				// A miss is no answer: with nothing after it the client
+				// gets the error of no next hop, never the sibling's 504.
+				tx.release(a)
+				ok = false
 				continue
 			}
 		case sameFresh:

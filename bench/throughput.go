@@ -1,0 +1,420 @@
+package main
+
+// This file holds section 1, throughput: interleaved rounds against
+// peerd, ATS and Squid (and direct), the cache rows, the low-rate rows,
+// and the load generators (wrk, or Go clients at a fixed rate).
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/peerd/peerd/internal/testbed"
+)
+
+// The throughput targets, by name.
+const (
+	targetDirect = "client → parent (direct)"
+	targetPeerd  = "client → peerd → parent"
+	targetSquid  = "client → squid → parent"
+	targetATS    = "client → ats → parent"
+)
+
+func throughput(work, peerdBin, squidBin, atsBin string) []Throughput {
+	par := newParent("parent")
+	defer par.Close()
+	hops := []hop{hopOf(par)}
+	targets := []tgt{
+		{name: targetDirect},
+		{name: targetPeerd, start: func() *child { return startPeerd(work, peerdBin, hops, "") }},
+	}
+	if squidBin != "" {
+		targets = append(targets, tgt{name: targetSquid, start: func() *child { return startSquid(work, squidBin, hops) }})
+	}
+	if atsBin != "" {
+		targets = append(targets, tgt{name: targetATS, start: func() *child { return startATS(work, atsBin, hops) }})
+	}
+	return runRounds(targets, par.Addr, true)
+}
+
+type tgt struct {
+	name   string
+	start  func() *child // nil: direct to the parent
+	unique bool          // every request a new URL (cold cache misses)
+}
+
+// runRounds measures each target: rounds are interleaved (every target
+// once per round) so that the machine drifting in speed during the run
+// affects every target alike; each figure is the median over the rounds.
+// fixed adds the open-loop latency run.
+func runRounds(targets []tgt, directAddr string, fixed bool) []Throughput {
+	runs := make([][]Throughput, len(targets))
+	for round := 0; round < max(1, *rounds); round++ {
+		for i, t := range targets {
+			addr := directAddr
+			var c *child
+			if t.start != nil {
+				c = t.start()
+				addr = c.addr
+				time.Sleep(300 * time.Millisecond) // first probe verdicts
+			}
+			// Warm up, then measure, with the child's CPU over the window.
+			loadURLs(wrkBin, addr, time.Second, t.unique)
+			var before time.Duration
+			if c != nil {
+				before = testbed.CPU(c.pid)
+			}
+			r := loadURLs(wrkBin, addr, *duration, t.unique)
+			if c != nil {
+				used := testbed.CPU(c.pid) - before
+				r.CPUPct = 100 * used.Seconds() / duration.Seconds()
+				if n := r.RPS * duration.Seconds(); n > 0 {
+					r.CPUusPerReq = float64(used) / float64(time.Microsecond) / n
+				}
+			}
+			r.Target = t.name
+			if fixed {
+				// Latency below saturation: an open-loop run at a fixed rate.
+				r.FixedP50ms, r.FixedP99ms, _ = fixedRate(addr, target, *rate, 3*time.Second)
+			}
+			if c != nil {
+				c.stop()
+			}
+			fmt.Fprintf(os.Stderr, "  round %d %-28s %8.0f req/s  cpu %.0f%% %.1f µs/req  p50 %.2f ms  p99 %.2f ms  errors %d; at %d req/s p50 %.2f p99 %.2f ms\n",
+				round+1, t.name, r.RPS, r.CPUPct, r.CPUusPerReq, r.P50ms, r.P99ms, r.Errors, *rate, r.FixedP50ms, r.FixedP99ms)
+			runs[i] = append(runs[i], r)
+		}
+	}
+	var out []Throughput
+	for i := range targets {
+		out = append(out, medianOf(runs[i]))
+	}
+	return out
+}
+
+// cacheRun: hits and misses of the same objects, peerd's memory cache
+// beside Squid's cache_mem. Hits: the parent says max-age=3600, so after
+// the warm-up every request is answered from memory. Misses: the same
+// cacheable objects under URLs never asked before (a cold cache), so each
+// is fetched from the parent and stored. Pass: the parent says no-store,
+// so each request goes through the cache's checks to the parent and
+// nothing is stored.
+func cacheRun(work, peerdBin, squidBin string) []Throughput {
+	hitPar, missPar := newParent("fresh"), newParent("nostore")
+	defer hitPar.Close()
+	defer missPar.Close()
+	hitPar.SetHeader("Cache-Control", "max-age=3600")
+	missPar.SetHeader("Cache-Control", "no-store")
+	targets := []tgt{
+		{name: cachePeerdHit, start: func() *child { return startPeerd(work, peerdBin, []hop{hopOf(hitPar)}, "") }},
+		{name: cachePeerdMiss, start: func() *child { return startPeerd(work, peerdBin, []hop{hopOf(hitPar)}, "") }, unique: true},
+		{name: cachePeerdPass, start: func() *child { return startPeerd(work, peerdBin, []hop{hopOf(missPar)}, "") }},
+	}
+	if squidBin != "" {
+		targets = append(targets,
+			tgt{name: cacheSquidHit, start: func() *child { return startCachingSquid(work, squidBin, []hop{hopOf(hitPar)}) }},
+			tgt{name: cacheSquidMiss, start: func() *child { return startCachingSquid(work, squidBin, []hop{hopOf(hitPar)}) }, unique: true},
+			tgt{name: cacheSquidPass, start: func() *child { return startCachingSquid(work, squidBin, []hop{hopOf(missPar)}) }})
+	}
+	return runRounds(targets, "", false)
+}
+
+const (
+	cachePeerdHit  = "peerd hit (memory)"
+	cachePeerdMiss = "peerd miss via parent, stored"
+	cachePeerdPass = "peerd uncacheable via parent"
+	cacheSquidHit  = "squid hit (cache_mem)"
+	cacheSquidMiss = "squid miss via parent, stored"
+	cacheSquidPass = "squid uncacheable via parent"
+)
+
+// startCachingSquid is startSquid with its memory cache on, sized as
+// peerd's default.
+func startCachingSquid(work, bin string, parents []hop) *child {
+	dir, _ := os.MkdirTemp(work, "squid-")
+	var b strings.Builder
+	b.WriteString("cache_mem 256 MB\nmaximum_object_size_in_memory 4 MB\nconnect_timeout 1 seconds\npeer_connect_timeout 1 seconds\nnever_direct allow all\n")
+	for _, p := range parents {
+		fmt.Fprintf(&b, "cache_peer 127.0.0.1 parent %s 0 no-query no-digest round-robin name=%s\n", p.port, p.name)
+	}
+	sq, err := testbed.StartSquid(bin, dir, testbed.SquidOptions{Name: "squid-" + filepath.Base(dir), Extra: b.String(), NoAccessLog: true})
+	must(err)
+	return &child{kind: "squid", addr: sq.Addr, dir: dir, pid: sq.Pid(), stop: sq.Kill}
+}
+
+// medianOf takes each figure's median over rounds (errors add up).
+func medianOf(rs []Throughput) Throughput {
+	med := func(f func(Throughput) float64) float64 {
+		v := make([]float64, len(rs))
+		for i, r := range rs {
+			v[i] = f(r)
+		}
+		sort.Float64s(v)
+		n := len(v)
+		if n%2 == 1 {
+			return v[n/2]
+		}
+		return (v[n/2-1] + v[n/2]) / 2
+	}
+	out := Throughput{Target: rs[0].Target, Rounds: rs}
+	out.RPS = med(func(t Throughput) float64 { return t.RPS })
+	out.P50ms = med(func(t Throughput) float64 { return t.P50ms })
+	out.P99ms = med(func(t Throughput) float64 { return t.P99ms })
+	out.FixedP50ms = med(func(t Throughput) float64 { return t.FixedP50ms })
+	out.FixedP99ms = med(func(t Throughput) float64 { return t.FixedP99ms })
+	out.CPUPct = med(func(t Throughput) float64 { return t.CPUPct })
+	out.CPUusPerReq = med(func(t Throughput) float64 { return t.CPUusPerReq })
+	for _, r := range rs {
+		out.Errors += r.Errors
+	}
+	return out
+}
+
+// lowRateRun: latency below saturation through two real Squid parents
+// (which fetch from a local origin), with peerd, Squid and ATS as the
+// child in turn.
+func lowRateRun(work, peerdBin, squidBin, atsBin string) []Throughput {
+	origin := newParent("origin")
+	defer origin.Close()
+	sp1, sp2 := startSquid(work, squidBin, nil), startSquid(work, squidBin, nil)
+	defer sp1.stop()
+	defer sp2.stop()
+	hops := []hop{{name: "sq1", port: portOf(sp1.addr)}, {name: "sq2", port: portOf(sp2.addr)}}
+	// A name, not an address: ATS routes only names to parents here
+	// (dest_domain), and the Squid parents resolve localhost from
+	// /etc/hosts.
+	u := "http://localhost:" + origin.Port() + "/obj"
+	kinds := []struct {
+		name  string
+		start func() *child
+	}{
+		{"peerd", func() *child { return startPeerd(work, peerdBin, hops, "") }},
+		{"squid", func() *child { return startSquid(work, squidBin, hops) }},
+	}
+	if atsBin != "" {
+		kinds = append(kinds, struct {
+			name  string
+			start func() *child
+		}{"ats", func() *child { return startATS(work, atsBin, hops) }})
+	}
+	var out []Throughput
+	for _, k := range kinds {
+		c := k.start()
+		time.Sleep(300 * time.Millisecond)
+		fixedRate(c.addr, u, *lowRate, time.Second) // warm
+		r := Throughput{Target: k.name}
+		r.FixedP50ms, r.FixedP99ms, r.Errors = fixedRate(c.addr, u, *lowRate, 5*time.Second)
+		c.stop()
+		fmt.Fprintf(os.Stderr, "  %-6s p50 %.2f ms  p99 %.2f ms  errors %d\n", k.name, r.FixedP50ms, r.FixedP99ms, r.Errors)
+		out = append(out, r)
+	}
+	return out
+}
+
+// goals checks issue 11's figures, all from this one run.
+func (r *Results) goals() string {
+	p, s, a := r.tp(targetPeerd), r.tp(targetSquid), r.tp(targetATS)
+	if p == nil || s == nil || a == nil {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString("\n### Goals (same run)\n\n| goal | figure | met |\n|---|---|---|\n")
+	row := func(goal, fig string, ok bool) { fmt.Fprintf(&b, "| %s | %s | %v |\n", goal, fig, ok) }
+	if a.CPUusPerReq > 0 {
+		q := p.CPUusPerReq / a.CPUusPerReq
+		row("peerd CPU per request ≤ 0.5 × ATS", fmt.Sprintf("%.1f / %.1f µs = %.2f", p.CPUusPerReq, a.CPUusPerReq, q), q <= 0.5)
+	}
+	if a.RPS > 0 {
+		q := p.RPS / a.RPS
+		row("peerd req/s ≥ 1.3 × ATS", fmt.Sprintf("%.0f / %.0f = %.2f", p.RPS, a.RPS, q), q >= 1.3)
+	}
+	worst := min(s.FixedP99ms, a.FixedP99ms)
+	row(fmt.Sprintf("peerd p99 at %d req/s ≤ both anchors", *rate), fmt.Sprintf("%.2f ms (squid %.2f, ats %.2f)", p.FixedP99ms, s.FixedP99ms, a.FixedP99ms), p.FixedP99ms <= worst)
+	var lp, ls *Throughput
+	for i := range r.LowRate {
+		switch r.LowRate[i].Target {
+		case "peerd":
+			lp = &r.LowRate[i]
+		case "squid":
+			ls = &r.LowRate[i]
+		}
+	}
+	if lp != nil && ls != nil {
+		row(fmt.Sprintf("peerd p50 at %d req/s via Squid parents ≤ Squid's", *lowRate), fmt.Sprintf("%.2f ms (squid %.2f)", lp.FixedP50ms, ls.FixedP50ms), lp.FixedP50ms <= ls.FixedP50ms)
+	}
+	return b.String()
+}
+
+const target = "http://origin.bench/obj"
+
+// loadURLs drives addr for d; unique makes every request's URL one not asked
+// before (a cold cache: each is a miss, fetched and stored).
+func loadURLs(wrkBin, addr string, d time.Duration, unique bool) Throughput {
+	if wrkBin != "" {
+		return wrkLoad(wrkBin, addr, d, unique)
+	}
+	return goLoad(addr, d, unique)
+}
+
+// wrkLoad drives addr with wrk, sending absolute-URI requests so that the
+// proxy (or the parent, which accepts them too) is addressed as a proxy.
+func wrkLoad(bin, addr string, d time.Duration, unique bool) Throughput {
+	script := filepath.Join(os.TempDir(), "peerd-bench.lua")
+	lua := fmt.Sprintf("wrk.path = %q\nwrk.headers[\"Host\"] = \"origin.bench\"\n", target)
+	if unique {
+		// Each wrk thread has its own Lua state: a random prefix per
+		// thread keeps their URLs apart.
+		lua = fmt.Sprintf(`math.randomseed(os.time() + tonumber(tostring({}):sub(8), 16))
+local prefix, n = math.random(1, 2^30), 0
+request = function()
+  n = n + 1
+  return wrk.format("GET", %q .. "?" .. prefix .. "-" .. n, {["Host"] = "origin.bench"})
+end
+`, target)
+	}
+	os.WriteFile(script, []byte(lua), 0o644)
+	out, err := exec.Command(bin, "-t2", fmt.Sprintf("-c%d", *conns), fmt.Sprintf("-d%ds", int(d.Seconds())), "--latency", "-s", script, "http://"+addr+"/").CombinedOutput()
+	must(err)
+	s := string(out)
+	r := Throughput{}
+	if m := regexp.MustCompile(`Requests/sec:\s+([\d.]+)`).FindStringSubmatch(s); m != nil {
+		r.RPS, _ = strconv.ParseFloat(m[1], 64)
+	}
+	r.P50ms = wrkPct(s, "50%")
+	r.P99ms = wrkPct(s, "99%")
+	if m := regexp.MustCompile(`Non-2xx or 3xx responses: (\d+)`).FindStringSubmatch(s); m != nil {
+		r.Errors, _ = strconv.Atoi(m[1])
+	}
+	if m := regexp.MustCompile(`Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)`).FindStringSubmatch(s); m != nil {
+		for _, x := range m[1:] {
+			n, _ := strconv.Atoi(x)
+			r.Errors += n
+		}
+	}
+	return r
+}
+
+func wrkPct(s, pct string) float64 {
+	m := regexp.MustCompile(`\s` + regexp.QuoteMeta(pct) + `\s+([\d.]+)(us|ms|s)`).FindStringSubmatch(s)
+	if m == nil {
+		return 0
+	}
+	v, _ := strconv.ParseFloat(m[1], 64)
+	switch m[2] {
+	case "us":
+		return v / 1000
+	case "s":
+		return v * 1000
+	}
+	return v
+}
+
+func proxyClient(addr string, timeout time.Duration) *http.Client {
+	u, _ := url.Parse("http://" + addr)
+	return &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(u), MaxIdleConnsPerHost: 256, DisableCompression: true}, Timeout: timeout}
+}
+
+// goLoad is a closed-loop generator: *conns workers for d; unique as in
+// loadURLs.
+func goLoad(addr string, d time.Duration, unique bool) Throughput {
+	c := proxyClient(addr, 10*time.Second)
+	var mu sync.Mutex
+	var lat []time.Duration
+	errs := 0
+	end := time.Now().Add(d)
+	var wg sync.WaitGroup
+	var seq atomic.Int64
+	for w := 0; w < *conns; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(end) {
+				u := target
+				if unique {
+					u = fmt.Sprintf("%s?go-%d-%d", target, time.Now().UnixNano(), seq.Add(1))
+				}
+				t0 := time.Now()
+				ok := getOK(c, u)
+				mu.Lock()
+				if ok {
+					lat = append(lat, time.Since(t0))
+				} else {
+					errs++
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	return Throughput{RPS: float64(len(lat)) / d.Seconds(), P50ms: pctMs(lat, 0.5), P99ms: pctMs(lat, 0.99), Errors: errs}
+}
+
+// fixedRate sends rps requests per second for d (open loop: a slow answer
+// does not delay the next request) and returns p50 and p99 latency.
+func fixedRate(addr, target string, rps int, d time.Duration) (p50, p99 float64, errs int) {
+	c := proxyClient(addr, 10*time.Second)
+	defer c.CloseIdleConnections()
+	n := int(d.Seconds() * float64(rps))
+	lat := make([]time.Duration, n)
+	tick := time.NewTicker(time.Second / time.Duration(rps))
+	defer tick.Stop()
+	var wg sync.WaitGroup
+	for i := 0; i < n; i++ {
+		<-tick.C
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			t0 := time.Now()
+			resp, err := c.Get(target)
+			if err != nil {
+				lat[i] = time.Hour
+				return
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			lat[i] = time.Since(t0)
+			if resp.StatusCode != 200 {
+				lat[i] = time.Hour
+			}
+		}(i)
+	}
+	wg.Wait()
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	for _, l := range lat {
+		if l == time.Hour {
+			errs++
+		}
+	}
+	return pctMs(lat, 0.5), pctMs(lat, 0.99), errs
+}
+
+// getOK GETs u through c, reads the body to the end and reports a 200.
+func getOK(c *http.Client, u string) bool {
+	resp, err := c.Get(u)
+	if err != nil {
+		return false
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode == 200
+}
+
+func pctMs(sorted []time.Duration, q float64) float64 {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(q * float64(len(sorted)-1))
+	return float64(sorted[i]) / float64(time.Millisecond)
+}

@@ -1,0 +1,264 @@
+package forwarding
+
+// This file holds an attempt's exchange on its connection: the request
+// written (head and body), the response head read (interim answers
+// relayed), and the connection pooled, drained or closed at the end.
+
+import (
+	"errors"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/peerd/peerd/internal/h1"
+	"github.com/peerd/peerd/selection"
+)
+
+// release ends an attempt that is not relayed: its connection goes back to
+// the pool when its answer was short enough to read past, else it is
+// closed; the peer's in-flight slot is freed.
+func (tx *txn) release(a *attempt) {
+	if a.conn != nil {
+		if a.final && a.err == nil && !tx.facts.tunnel && tx.drain(a) {
+			tx.repool(a.conn, a.hop, time.Now())
+		} else {
+			a.conn.close()
+		}
+		a.conn = nil
+	}
+	if a.begun {
+		tx.cc.p.acct.EndRequest(a.hop.Peer)
+		a.begun = false
+	}
+}
+
+// repool returns c to its pool after an exchange, unless the next hop
+// sent bytes past the end of its answer: those would answer the next
+// request, for any URL, and could be stored under it. Such a connection
+// is closed and the hop's broken answer counted and logged.
+func (tx *txn) repool(c *upConn, hop selection.Hop, at time.Time) {
+	if c.r.Buffered() > 0 {
+		c.close()
+		tx.cc.p.unsolicited(hop, 1)
+		return
+	}
+	c.pool.put(c, at)
+}
+
+// drain reads past a short unused response so its connection can be
+// reused; it reports whether that worked.
+func (tx *txn) drain(a *attempt) bool {
+	resp := &tx.resp
+	kind := resp.BodyFor(tx.method == http.MethodHead)
+	if !resp.KeepAlive || kind == h1.CloseBody || kind == h1.ChunkedBody || resp.ContentLength > 64<<10 {
+		return false
+	}
+	c := a.conn
+	c.r.Release(a.head)
+	a.head = nil
+	tx.upBody.Reset(c.r, kind, resp.ContentLength, tx.cfg.maxHeader)
+	c.dl.readIn(time.Now(), time.Second)
+	_, err := io.Copy(io.Discard, &tx.upBody)
+	return err == nil
+}
+
+// exchange writes the request to the attempt's connection and reads the
+// response head, recording how far it got.
+func (tx *txn) exchange(a *attempt) {
+	c := a.conn
+	cfg := tx.cfg
+	out := tx.requestHead(a.hop)
+	headLen := len(out)
+	chunkedOut := tx.bodyState == buffered && len(tx.body.Trailer) > 0
+	if tx.bodyState == buffered && !chunkedOut {
+		out = append(out, tx.buf...)
+	}
+	tx.out = out
+	if c.rio.raw != nil && tx.bodyState != streaming && !chunkedOut && len(out) <= 16<<10 {
+		// The whole request in one write, then the answer's first bytes,
+		// in one poll cycle (see rawIO).
+		c.dl.readIn(time.Now(), min(cfg.ReadTimeout, watchAfter))
+		n, werr, _ := c.rio.sendAndWait(out)
+		if n >= headLen {
+			a.progress = headWritten
+		}
+		if werr != nil {
+			a.err = werr
+			return
+		}
+		if n < len(out) {
+			// The socket would not take it all at once: the rest the
+			// usual way.
+			c.dl.writeIn(time.Now(), cfg.ReadTimeout)
+			m, err := c.nc.Write(out[n:])
+			if n+m >= headLen {
+				a.progress = headWritten
+			}
+			if err != nil {
+				a.err = err
+				return
+			}
+		}
+		if tx.bodyState != noBody {
+			a.progress = bodyWritten
+		}
+		// What arrived is buffered; receive reads the rest (or finds the
+		// connection closed, or the deadline passed, again).
+		tx.receive(a)
+		return
+	}
+	if tx.bodyState != noBody || len(out) > 8<<10 {
+		// A short head into an idle connection cannot block; a body can.
+		c.dl.writeIn(time.Now(), cfg.ReadTimeout)
+	}
+	n, err := c.nc.Write(out)
+	if n >= headLen {
+		a.progress = headWritten
+	}
+	if err != nil {
+		a.err = err
+		return
+	}
+	switch {
+	case chunkedOut:
+		h1.WriteChunk(c.w, tx.buf)
+		h1.WriteLastChunk(c.w, tx.body.Trailer)
+		err = c.w.Flush()
+	case tx.bodyState == streaming:
+		err = tx.streamBody(c)
+	}
+	if err != nil {
+		if !errors.Is(err, errClientBody) {
+			a.err = err
+			return
+		}
+		a.err = err
+		a.clientBody = true
+		return
+	}
+	if tx.bodyState != noBody {
+		a.progress = bodyWritten
+	}
+	tx.receive(a)
+}
+
+// errClientBody: the client's request body broke while it was relayed.
+var errClientBody = errors.New("the client's request body broke off")
+
+// streamBody sends the buffered part of a long body and then the rest as
+// it arrives from the client, framed as the client framed it.
+func (tx *txn) streamBody(c *upConn) error {
+	chunked := tx.req.Chunked
+	bufp := copyBuffers.Get().(*[]byte)
+	defer copyBuffers.Put(bufp)
+	buf := *bufp
+	write := func(b []byte) error {
+		if chunked {
+			return h1.WriteChunk(c.w, b)
+		}
+		_, err := c.w.Write(b)
+		return err
+	}
+	if err := write(tx.buf); err != nil {
+		return err
+	}
+	for {
+		tx.cc.dl.readIn(time.Now(), tx.cfg.RequestTimeout)
+		n, rerr := tx.body.Read(buf)
+		if n > 0 {
+			if err := write(buf[:n]); err != nil {
+				return err
+			}
+		}
+		if rerr == io.EOF {
+			tx.bodyDone = true
+			break
+		}
+		if rerr != nil {
+			var he h1.Error
+			if !errors.As(rerr, &he) {
+				tx.clientGone = true
+			}
+			return errClientBody
+		}
+	}
+	if chunked {
+		h1.WriteLastChunk(c.w, tx.body.Trailer)
+	}
+	return c.w.Flush()
+}
+
+// watchAfter is how long peerd waits for a response head before it also
+// watches the client, so that a client that leaves frees its slot at once
+// even while a next hop thinks for minutes.
+const watchAfter = time.Second
+
+// receive reads the final response head, relaying interim (1xx) ones to
+// an HTTP/1.1 client, except 100 Continue: peerd answered that itself.
+func (tx *txn) receive(a *attempt) {
+	c := a.conn
+	cfg := tx.cfg
+	now := time.Now()
+	deadline := now.Add(cfg.ReadTimeout)
+	var w *watcher
+	defer func() {
+		if w != nil {
+			w.stop()
+		}
+	}()
+	for interim := 0; ; {
+		slice := deadline.Sub(now)
+		if w == nil && slice > watchAfter {
+			slice = watchAfter
+		}
+		c.dl.readIn(now, slice)
+		head, err := c.r.ReadHead(cfg.maxHeader)
+		if err != nil {
+			gone := w != nil && w.gone.Load()
+			if now = time.Now(); isTimeout(err) && now.Before(deadline) && !gone {
+				if w == nil && tx.bodyDone {
+					w = tx.cc.watch(c.nc)
+				}
+				continue
+			}
+			if gone {
+				a.err = errClientGone
+				return
+			}
+			a.err = err
+			a.gotBytes = c.r.Buffered() > 0 || err == h1.ErrHeadTooLarge
+			a.timedOut = isTimeout(err) && !a.gotBytes
+			return
+		}
+		a.gotBytes = true
+		if err := h1.ParseResponse(head, &tx.resp); err != nil {
+			a.err = err
+			return
+		}
+		st := tx.resp.Status
+		if st >= 200 || (st == http.StatusSwitchingProtocols && tx.upgrade != nil) {
+			a.final, a.status, a.head = true, st, head
+			if a.progress < responseHead {
+				a.progress = responseHead
+			}
+			return
+		}
+		if st == http.StatusSwitchingProtocols {
+			a.err = errUnexpected101
+			return
+		}
+		if interim++; interim > 8 {
+			a.err = errTooManyInterim
+			return
+		}
+		if st != http.StatusContinue && tx.req.Minor == 1 {
+			tx.out = tx.interimHead(tx.out[:0], &tx.resp)
+			tx.cc.w.Write(tx.out)
+			if tx.cc.w.Flush() != nil {
+				tx.clientGone = true
+			}
+			a.progress = sentToClient
+		}
+		c.r.Release(head)
+	}
+}

@@ -1,0 +1,210 @@
+package forwarding
+
+// This file holds the message heads peerd writes: the request head for a
+// hop (absolute URI or origin form, hop-by-hop fields removed, Via and
+// X-Forwarded-For, the peer's login) and the response heads to the client.
+
+import (
+	"net/http"
+	"strconv"
+
+	"github.com/peerd/peerd/internal/h1"
+	"github.com/peerd/peerd/peers"
+	"github.com/peerd/peerd/selection"
+)
+
+// requestHead builds the request head for hop into tx.out: absolute URI
+// to peers, origin-form to the origin; hop-by-hop fields removed; Host from
+// the URI; Via and X-Forwarded-For appended; the peer's login; framing by
+// the body as peerd sends it.
+func (tx *txn) requestHead(hop selection.Hop) []byte {
+	req := &tx.req
+	cfg := tx.cfg
+	b := tx.out[:0]
+	b = append(b, req.Method...)
+	b = append(b, ' ')
+	if hop.Peer != nil {
+		b = append(b, req.Target...)
+	} else {
+		if len(req.PathQuery) == 0 || req.PathQuery[0] != '/' {
+			b = append(b, '/')
+		}
+		b = append(b, req.PathQuery...)
+	}
+	b = append(b, " HTTP/1.1\r\nHost: "...)
+	if req.HostBracketed {
+		b = append(append(append(b, '['), req.Host...), ']')
+	} else {
+		b = append(b, req.Host...)
+	}
+	if len(req.Port) > 0 {
+		b = append(append(b, ':'), req.Port...)
+	}
+	b = append(b, "\r\n"...)
+	sibling := hop.Peer != nil && hop.Peer.Type() == peers.Sibling
+	var via, xff, cc bool
+	for _, f := range req.Fields {
+		switch {
+		case f.HopByHop(req.ConnTokens), f.Kind == h1.Host, f.Kind == h1.ProxyAuthorization, f.Kind == h1.Expect,
+			f.Kind == h1.ContentLength, f.Kind == h1.MaxForwards && tx.maxFwd >= 0:
+			continue
+		case f.Kind == h1.Via:
+			via = true
+			continue
+		case f.Kind == h1.XForwardedFor:
+			xff = true
+			continue
+		case sibling && f.Kind == h1.CacheControl:
+			cc = true
+			continue
+		case tx.stale != nil && (f.Kind == h1.IfNoneMatch || f.Kind == h1.IfModifiedSince):
+			// Revalidating: the cache's own validators go instead, and
+			// the client's preconditions are answered from the result.
+			continue
+		}
+		b = appendField(b, f.Name, f.Value)
+	}
+	if tx.stale != nil {
+		b = tx.stale.AppendConditionals(b)
+	}
+	b = appendJoined(b, "Via", req.Fields, h1.Via, via, cfg.via)
+	b = appendJoined(b, "X-Forwarded-For", req.Fields, h1.XForwardedFor, xff, tx.cc.remoteStr)
+	if sibling {
+		b = append(b, "Cache-Control: "...)
+		if cc {
+			b = appendValues(b, req.Fields, h1.CacheControl)
+			if !hasDirective(req.Fields, "Cache-Control", "only-if-cached") {
+				b = append(b, ", only-if-cached"...)
+			}
+		} else {
+			b = append(b, "only-if-cached"...)
+		}
+		b = append(b, "\r\n"...)
+	}
+	if tx.maxFwd >= 0 {
+		b = append(b, "Max-Forwards: "...)
+		b = strconv.AppendInt(b, int64(tx.maxFwd), 10)
+		b = append(b, "\r\n"...)
+	}
+	if hop.Peer != nil {
+		if login := hop.Peer.Login(); login != "" {
+			b = appendLogin(b, login)
+		}
+	}
+	if tx.upgrade != nil {
+		b = append(b, "Connection: Upgrade\r\nUpgrade: "...)
+		b = append(append(b, tx.upgrade...), "\r\n"...)
+	}
+	switch {
+	case tx.bodyState == streaming && req.Chunked, tx.bodyState == buffered && len(tx.body.Trailer) > 0:
+		b = append(b, "Transfer-Encoding: chunked\r\n"...)
+	case tx.bodyState == streaming:
+		b = append(b, "Content-Length: "...)
+		b = strconv.AppendInt(b, req.ContentLength, 10)
+		b = append(b, "\r\n"...)
+	case tx.bodyState == buffered:
+		b = append(b, "Content-Length: "...)
+		b = strconv.AppendInt(b, int64(len(tx.buf)), 10)
+		b = append(b, "\r\n"...)
+	}
+	return append(b, "\r\n"...)
+}
+
+// responseHead builds the head the client gets for resp.
+func (tx *txn) responseHead(b []byte, resp *h1.Response, kind h1.Body, chunked bool) []byte {
+	b = appendStatusLine(b, resp)
+	b = tx.appendResponseFields(b, resp)
+	switch {
+	case kind == h1.LengthBody:
+		b = append(b, "Content-Length: "...)
+		b = strconv.AppendInt(b, resp.ContentLength, 10)
+		b = append(b, "\r\n"...)
+	case chunked:
+		b = append(b, "Transfer-Encoding: chunked\r\n"...)
+	case kind == h1.NoBody && resp.ContentLength >= 0 && resp.Status != http.StatusNoContent && resp.Status >= 200:
+		// HEAD and 304 keep the length of the body they stand for.
+		b = append(b, "Content-Length: "...)
+		b = strconv.AppendInt(b, resp.ContentLength, 10)
+		b = append(b, "\r\n"...)
+	}
+	b = tx.appendForwardedCacheStatus(b, resp.Status)
+	b = tx.appendProxyStatus(b, resp.Status)
+	switch {
+	case !tx.keepAlive:
+		b = append(b, "Connection: close\r\n"...)
+	case tx.req.Minor == 0:
+		b = append(b, "Connection: keep-alive\r\n"...)
+	}
+	return append(b, "\r\n"...)
+}
+
+// interimHead builds a 1xx head for the client.
+func (tx *txn) interimHead(b []byte, resp *h1.Response) []byte {
+	b = appendStatusLine(b, resp)
+	b = tx.appendResponseFields(b, resp)
+	return append(b, "\r\n"...)
+}
+
+func appendStatusLine(b []byte, resp *h1.Response) []byte {
+	b = append(b, "HTTP/1.1 "...)
+	b = strconv.AppendInt(b, int64(resp.Status), 10)
+	b = append(b, ' ')
+	if len(resp.Reason) > 0 {
+		b = append(b, resp.Reason...)
+	} else {
+		b = append(b, http.StatusText(resp.Status)...)
+	}
+	return append(b, "\r\n"...)
+}
+
+// appendResponseFields copies the end-to-end fields of resp and appends
+// peerd's Via.
+func (tx *txn) appendResponseFields(b []byte, resp *h1.Response) []byte {
+	via := false
+	for _, f := range resp.Fields {
+		switch {
+		case f.HopByHop(resp.ConnTokens), f.Kind == h1.ContentLength, f.Kind == h1.ProxyAuthenticate:
+			continue
+		case f.Kind == h1.Via:
+			via = true
+			continue
+		}
+		b = appendField(b, f.Name, f.Value)
+	}
+	return appendJoined(b, "Via", resp.Fields, h1.Via, via, tx.cfg.via)
+}
+
+func appendField(b, name, value []byte) []byte {
+	b = append(b, name...)
+	b = append(b, ": "...)
+	b = append(b, value...)
+	return append(b, "\r\n"...)
+}
+
+// appendJoined appends one field named name: the values of the message's
+// fields of kind k (when it has any), then last, joined by ", " — how Via
+// and X-Forwarded-For grow by a hop.
+func appendJoined(b []byte, name string, fields []h1.Field, k h1.Kind, has bool, last string) []byte {
+	b = append(append(b, name...), ": "...)
+	if has {
+		b = append(appendValues(b, fields, k), ", "...)
+	}
+	b = append(b, last...)
+	return append(b, "\r\n"...)
+}
+
+// appendValues appends the values of every field of kind k, joined by
+// ", ".
+func appendValues(b []byte, fields []h1.Field, k h1.Kind) []byte {
+	first := true
+	for _, f := range fields {
+		if f.Kind == k {
+			if !first {
+				b = append(b, ", "...)
+			}
+			b = append(b, f.Value...)
+			first = false
+		}
+	}
+	return b
+}

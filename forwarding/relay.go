@@ -1,0 +1,125 @@
+package forwarding
+
+// This file holds the relay of a final response to the client: the
+// cache's part decided, the head and the body copied as they arrive, and
+// the upstream connection returned to its pool when it stays usable.
+
+import (
+	"errors"
+	"io"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/peerd/peerd/internal/h1"
+)
+
+// relay sends the final response to the client as it arrives, and
+// returns the upstream connection to its pool when it stays usable.
+func (tx *txn) relay(a *attempt) outcome {
+	c := a.conn
+	cc := tx.cc
+	resp := &tx.resp
+	if resp.Status == http.StatusSwitchingProtocols {
+		return tx.upgraded(a)
+	}
+	if done, out := tx.admit(a); done {
+		return out
+	}
+	kind := resp.BodyFor(tx.method == http.MethodHead)
+	chunked := false
+	switch kind {
+	case h1.ChunkedBody, h1.CloseBody:
+		if tx.req.Minor == 1 {
+			chunked = true
+		} else {
+			tx.keepAlive = false // HTTP/1.0: the end of the body is the close
+		}
+	}
+	if !tx.bodyDone {
+		tx.keepAlive = false
+	}
+	tx.hop, tx.hopped = a.hop, true
+	tx.out = tx.responseHead(tx.out[:0], resp, kind, chunked)
+	tx.ctype = append(tx.ctype[:0], resp.Get("Content-Type")...)
+	cc.w.Write(tx.out)
+	tx.headSent, tx.status = true, resp.Status
+	a.progress = sentToClient
+	c.r.Release(a.head)
+	a.head = nil
+	tx.upBody.Reset(c.r, kind, resp.ContentLength, tx.cfg.maxHeader)
+	err := tx.copyBody(c, chunked)
+	if tx.cw != nil {
+		tx.cw.Finish(err == nil && tx.upBody.Done())
+	}
+	if err == nil && chunked {
+		h1.WriteLastChunk(cc.w, tx.upBody.Trailer)
+	}
+	if err == nil {
+		if tx.after() == keepOpen && cc.r.Buffered() == 0 && cc.rio.raw != nil {
+			tx.flushLater = true // sent while waiting for the next request
+		} else if cc.w.Flush() != nil {
+			err = errClientGone
+		}
+	}
+	reusable := err == nil && resp.KeepAlive && kind != h1.CloseBody && tx.upBody.Done()
+	if reusable {
+		tx.repool(c, a.hop, tx.start)
+	} else {
+		c.close()
+	}
+	a.conn = nil
+	tx.release(a)
+	if err != nil {
+		// A body that broke halfway: the client must see a cut, never a
+		// spliced answer; the connection is closed.
+		if errors.Is(err, errClientGone) {
+			tx.clientGone = true
+		}
+		return closeConn
+	}
+	return tx.after()
+}
+
+var copyBuffers = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+// copyBody copies the response body to the client, flushing whenever the
+// next read would wait for the network, so that a streamed answer reaches
+// the client as it arrives while a short one costs one write.
+func (tx *txn) copyBody(c *upConn, chunked bool) error {
+	cc := tx.cc
+	if tx.upBody.Done() {
+		return nil
+	}
+	bufp := copyBuffers.Get().(*[]byte)
+	defer copyBuffers.Put(bufp)
+	for !tx.upBody.Done() {
+		if c.r.Buffered() == 0 {
+			if cc.w.Flush() != nil {
+				return errClientGone
+			}
+			c.dl.readIn(time.Now(), tx.cfg.ReadTimeout)
+		}
+		n, err := tx.upBody.Read(*bufp)
+		if n > 0 {
+			tx.cw.Write((*bufp)[:n])
+			var werr error
+			if chunked {
+				werr = h1.WriteChunk(cc.w, (*bufp)[:n])
+			} else {
+				_, werr = cc.w.Write((*bufp)[:n])
+			}
+			if werr != nil {
+				return errClientGone
+			}
+			tx.bytes += int64(n)
+		}
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,90 @@
+package peers
+
+// This file holds a reload of the peers: the registry reconciled with a
+// new list of specs, peers that keep their name and address keeping their
+// state, and the settings a spec resolves to.
+
+import (
+	"fmt"
+	"time"
+)
+
+// Reconcile replaces the peer set. Peers whose name and address are unchanged
+// keep their handle, state and counters (their other settings are updated);
+// new peers, and peers whose host or port changed, start Unknown with zero
+// counts; removed peers leave the registry (handles held elsewhere stay
+// readable but are no longer listed, selected or probed). specs must have
+// been validated.
+func (r *Registry) Reconcile(opts Options, specs []Spec) error {
+	r.reconcileMu.Lock()
+	defer r.reconcileMu.Unlock()
+
+	txn := r.db.Txn(true)
+	defer txn.Abort()
+
+	old := make(map[string]*Peer)
+	for _, p := range r.Peers() {
+		old[p.Name()] = p
+	}
+	// Rows are rebuilt from scratch: orders and names may have moved, and a
+	// reload is rare enough that one watch wake-up for all is fine.
+	if _, err := txn.DeleteAll(tablePeers, indexID); err != nil {
+		return err
+	}
+	next := make([]*Peer, 0, len(specs))
+	for i, spec := range specs {
+		spec = spec.WithDefaults()
+		typ := spec.Type
+		s := resolve(opts, spec, typ)
+		p, ok := old[spec.Name]
+		if ok && p.Addr() == spec.Addr() {
+			p.cfg.Store(s)
+		} else {
+			p = newPeer(s)
+			if r.started {
+				why := "added"
+				if ok {
+					why = "address changed to " + spec.Addr()
+				}
+				p.record(Transition{At: r.now(), From: "", To: Unknown.String(), Cause: CauseReload, Error: why})
+			}
+		}
+		l := p.live.Load()
+		if err := txn.Insert(tablePeers, &row{
+			Name: spec.Name, Order: i, Type: typ.String(), State: l.state.String(), Live: l, Peer: p,
+		}); err != nil {
+			return fmt.Errorf("peer %q: %w", spec.Name, err)
+		}
+		next = append(next, p)
+	}
+	o := opts
+	r.opts.Store(&o)
+	r.set.Store(&Set{List: next})
+	txn.Commit()
+	r.started = true
+	return nil
+}
+
+func resolve(opts Options, spec Spec, typ Type) *settings {
+	s := &settings{spec: spec, typ: typ}
+	s.failLimit = int64(opts.Health.ConnectFailLimit)
+	if spec.ConnectFailLimit > 0 {
+		s.failLimit = int64(spec.ConnectFailLimit)
+	}
+	if s.failLimit < 1 {
+		s.failLimit = 1
+	}
+	s.connectTimeout = opts.ConnectTimeout
+	if spec.ConnectTimeout > 0 {
+		s.connectTimeout = spec.ConnectTimeout
+	}
+	if s.connectTimeout <= 0 {
+		s.connectTimeout = 30 * time.Second
+	}
+	s.probeTimeout = opts.Health.ProbeTimeout
+	if s.probeTimeout <= 0 {
+		s.probeTimeout = s.connectTimeout
+	}
+	s.slowStart = opts.Health.SlowStart
+	return s
+}
