@@ -83,10 +83,16 @@
 //     synchronously and is sharded 16 ways.
 //
 //   - Collapsed requests stream from the leader's response only when its
-//     length is known (the store's buffer is allocated whole, so readers
-//     never race a reallocation); a chunked response is shared once whole,
-//     and one that outgrows max_object releases its waiters to go on their
-//     own rather than cutting them off.
+//     length is known; a chunked response is shared once whole, and one
+//     that outgrows max_object releases its waiters to go on their own
+//     rather than cutting them off. Bodies grow as they arrive (issue 20:
+//     a whole Content-Length allocated at the head let 40 slow downloads
+//     hold 4 MB each outside [cache] memory); followers read the body's
+//     slice header under the stream's lock, so a reallocation never tears
+//     what they read. Bytes on their way to the store share one budget.
+//     A follower watches its own client while it waits, and a leader that
+//     fails makes its followers elect a new one rather than all going to
+//     the next hop.
 //
 //   - stale-while-revalidate refreshes behind a stale answer by sending a
 //     copy of the request through the proxy itself over an in-memory
@@ -117,6 +123,11 @@
 //     join list changing joins from the running one. Peer state lives in
 //     the registry and is never touched by it.
 //
+//   - A member cannot tell members apart by the shared key, so each signs
+//     its messages with an ed25519 key of its own, published as its
+//     memberlist meta (memberlist hands NotifyMsg no sender); a receiver
+//     takes only the signer's own verdicts (issue 20).
+//
 // ICP (issue 17).
 //
 //   - icp/ owns the codec, the querier and the listener, and imports only
@@ -136,4 +147,20 @@
 //   - Queries go out from the [icp] listen address, as Squid sends from
 //     its ICP port: Squid drops ICP from its own address, so on one host
 //     the operator separates the two by address.
+//
+// The engine's shape (issue 21).
+//
+//   - forwarding keeps one transaction per request (txn) but its parts
+//     now live apart: reply.go is what the client got (one final head,
+//     refused twice in one place); upstream.go how an attempt gets its
+//     connection (pool, connect, hedged race); exchange.go the attempt's
+//     exchange on it; relay.go the relay of the answer; heads.go the
+//     heads; attempt.go the attempt's facts and decide, the one function
+//     that says what follows every attempt (connect failure, sibling
+//     miss, status retry, broken or late answer, CONNECT reply).
+//   - A connect that timed out stays a timeout error (dialer.TimeoutError)
+//     from the dialer to failures_by_class, Proxy-Status and the access
+//     log, which ends error lines with the RFC 9209 type.
+//   - icp asks a peer at the address the registry last reached it at
+//     (Observation.Addr), never resolving names under its lock.
 package peerd

@@ -246,7 +246,8 @@ func (tx *txn) serveObject(o *cache.Object, result string) outcome {
 	b = append(b, "\r\n"...)
 	tx.out = b
 	cc.w.Write(b)
-	tx.headSent, tx.status, tx.cacheResult = true, status, result
+	tx.sendHead(status)
+	tx.cacheResult = result
 	tx.ctype = append(tx.ctype[:0], o.ContentType()...)
 	if !noBody && tx.method != http.MethodHead && length > 0 {
 		var err error
@@ -379,12 +380,12 @@ func (tx *txn) admit(a *attempt) (bool, outcome) {
 			ch.Land(tx.flight, fresh, false)
 			tx.flight = nil
 			tx.release(a)
-			tx.hop, tx.hopped = a.hop, true
+			tx.answeredBy(a.hop)
 			ch.Count(cache.OutcomeRefresh, false)
 			return true, tx.serveObject(fresh, resultRefreshUnmod)
 		case st >= 500 && o.StaleIfError(cq, now):
 			tx.release(a)
-			tx.hop, tx.hopped = a.hop, true
+			tx.answeredBy(a.hop)
 			return true, tx.serveStale(o)
 		}
 	}

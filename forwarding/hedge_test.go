@@ -144,18 +144,18 @@ func newRig(t *testing.T, hedge HedgeDelay) *rig {
 	return &rig{reg: reg, net: pn, proxy: px}
 }
 
-// reply is what a client got.
-type reply struct {
+// clientReply is what a test client got.
+type clientReply struct {
 	Code   int
 	header http.Header
 	body   string
 }
 
-func (r reply) Header() http.Header { return r.header }
+func (r clientReply) Header() http.Header { return r.header }
 
 // get sends one request through the engine over a pipe, as a client on
 // 127.0.0.1 would, and reads the answer.
-func (r *rig) get(t *testing.T, method string) (reply, time.Duration) {
+func (r *rig) get(t *testing.T, method string) (clientReply, time.Duration) {
 	t.Helper()
 	client, server := net.Pipe()
 	defer client.Close()
@@ -174,7 +174,7 @@ func (r *rig) get(t *testing.T, method string) (reply, time.Duration) {
 		t.Fatalf("%s: %v", method, err)
 	}
 	b, _ := io.ReadAll(resp.Body)
-	return reply{Code: resp.StatusCode, header: resp.Header, body: string(b)}, time.Since(start)
+	return clientReply{Code: resp.StatusCode, header: resp.Header, body: string(b)}, time.Since(start)
 }
 
 // fromLoopback gives a pipe end a client address inside the default allow

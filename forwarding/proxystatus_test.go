@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net"
 	"os"
+	"strconv"
 	"syscall"
 	"testing"
 
@@ -63,9 +64,11 @@ func TestErrorTypes(t *testing.T) {
 // error type read from it is one structured-field item.
 func FuzzProxyStatus(f *testing.F) {
 	for _, s := range []string{`squid; error=destination_not_found`, `a, b; error="x, y"`, `x; details="\"`, `?1; a=-1.5`, `*; error=*a:b/c`} {
-		f.Add(s)
+		f.Add(s, "squid", "connection_refused", "refused")
 	}
-	f.Fuzz(func(t *testing.T, v string) {
+	f.Add("", "p 1", "weird type", "quote \" and \\ and \x01")
+	f.Fuzz(func(t *testing.T, v, name, errType, details string) {
+		// Anything: no panic, and what is accepted is an item.
 		got, ok := lastMemberError([]byte(v))
 		if !ok && got != "" {
 			t.Fatalf("%q: %q without ok", v, got)
@@ -73,6 +76,21 @@ func FuzzProxyStatus(f *testing.F) {
 		if ok {
 			if _, fine := skipBareItem([]byte(got), 0); !fine && got != "" {
 				t.Fatalf("%q: error type %q is not an item", v, got)
+			}
+		}
+		// parse(format(x)) == x: a member peerd would write, appended to
+		// any well-formed list, reads back as its own error type.
+		if errType == "" {
+			return
+		}
+		item := string(appendSFItem(nil, errType))
+		member := string(appendSFItem(nil, name)) + "; error=" + item + "; details=" + strconv.Quote(printable(details))
+		if name == "" {
+			member = "x" + member
+		}
+		for _, list := range []string{member, "upstream; error=dns_timeout, " + member} {
+			if got, ok := lastMemberError([]byte(list)); !ok || got != item {
+				t.Fatalf("%q: read back %q (ok %v); want %q", list, got, ok, item)
 			}
 		}
 	})

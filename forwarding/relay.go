@@ -39,11 +39,11 @@ func (tx *txn) relay(a *attempt) outcome {
 	if !tx.bodyDone {
 		tx.keepAlive = false
 	}
-	tx.hop, tx.hopped = a.hop, true
+	tx.answeredBy(a.hop)
 	tx.out = tx.responseHead(tx.out[:0], resp, kind, chunked)
 	tx.ctype = append(tx.ctype[:0], resp.Get("Content-Type")...)
 	cc.w.Write(tx.out)
-	tx.headSent, tx.status = true, resp.Status
+	tx.sendHead(resp.Status)
 	a.progress = sentToClient
 	c.r.Release(a.head)
 	a.head = nil

@@ -32,7 +32,7 @@ func (tx *txn) serveConnect() outcome {
 			break
 		}
 		if a.hop.Peer == nil {
-			tx.hop, tx.hopped = a.hop, true
+			tx.answeredBy(a.hop)
 			return tx.tunnel(a, []byte("HTTP/1.1 200 Connection established\r\n\r\n"))
 		}
 		tx.connectVia(a)
@@ -113,7 +113,7 @@ func (tx *txn) connectAnswer(a *attempt) {
 	}
 	c, cfg, head := a.conn, tx.cfg, a.head
 	a.head = nil
-	tx.hop, tx.hopped = a.hop, true
+	tx.answeredBy(a.hop)
 	resp := &tx.resp
 	if resp.Status/100 == 2 {
 		c.r.Release(head)
@@ -129,7 +129,7 @@ func (tx *txn) connectAnswer(a *attempt) {
 	out = append(append(out, a.hop.Peer.Name()...), "\r\nConnection: close\r\n\r\n"...)
 	tx.out = out
 	tx.cc.w.Write(out)
-	tx.status, tx.headSent = resp.Status, true
+	tx.sendHead(resp.Status)
 	c.r.Release(head)
 	tx.upBody.Reset(c.r, kind, resp.ContentLength, cfg.maxHeader)
 	n, _ := io.Copy(tx.cc.w, io.LimitReader(&tx.upBody, 1<<20))
@@ -167,7 +167,7 @@ func (tx *txn) upgraded(a *attempt) outcome {
 	out = append(out, "Connection: Upgrade\r\nUpgrade: "...)
 	out = append(append(out, tx.resp.Upgrade...), "\r\n\r\n"...)
 	tx.out = out
-	tx.hop, tx.hopped = a.hop, true
+	tx.answeredBy(a.hop)
 	a.conn.r.Release(a.head)
 	a.head = nil
 	return tx.tunnel(a, out)
@@ -181,11 +181,12 @@ func (tx *txn) tunnel(a *attempt, hello []byte) outcome {
 	up := a.conn
 	a.conn = nil
 	defer tx.release(a)
-	tx.status = http.StatusOK
+	status := http.StatusOK
 	if tx.resp.Status == http.StatusSwitchingProtocols {
-		tx.status = http.StatusSwitchingProtocols
+		status = http.StatusSwitchingProtocols
 	}
-	tx.tunnelled, tx.headSent = true, true
+	tx.sendHead(status)
+	tx.tunnelled = true
 	cc.w.Write(hello)
 	if cc.w.Flush() != nil {
 		up.close()

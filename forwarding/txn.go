@@ -43,15 +43,8 @@ type txn struct {
 	// common ones, so no allocation).
 	method string
 
-	// What the client got.
-	status     int
-	code       string // X-Peerd-Error when peerd answered itself
-	errType    string // its RFC 9209 error type (Proxy-Status, the access log)
-	bytes      int64  // body bytes sent to the client
-	hop        selection.Hop
-	hopped     bool // hop answered
-	errHop     bool // hop is the one peerd's error answer is about
-	headSent   bool // a final response head went to the client
+	// What the client got (see reply.go).
+	reply
 	keepAlive  bool // the client connection may carry another request
 	clientGone bool
 	tunnelled  bool
@@ -287,8 +280,7 @@ func (tx *txn) maxForwards() bool {
 		return false
 	}
 	w := tx.cc.w
-	tx.status = http.StatusOK
-	tx.headSent = true
+	tx.sendHead(http.StatusOK)
 	if tx.method == http.MethodOptions {
 		w.WriteString("HTTP/1.1 200 OK\r\nAllow: GET, HEAD, POST, PUT, DELETE, OPTIONS, TRACE, CONNECT, PATCH\r\nContent-Length: 0\r\n\r\n")
 		w.Flush()
@@ -532,17 +524,17 @@ func (tx *txn) prepareBody() error {
 
 // fail answers the client with an error peerd made itself.
 func (tx *txn) fail(e *Error) {
-	tx.status, tx.code, tx.errType = e.Status, e.Code, errorType(e)
-	if e.hopSet && !tx.hopped {
-		tx.hop, tx.errHop = e.hop, true
+	tx.code, tx.errType = e.Code, errorType(e)
+	if e.hopSet {
+		tx.about(e.hop)
 	}
 	if e.Close {
 		tx.keepAlive = false
 	}
-	if tx.headSent {
+	if !tx.sendHead(e.Status) {
+		tx.cutShort(e.Status)
 		return
 	}
-	tx.headSent = true
 	if !tx.bodyDone {
 		// The body was not read: the connection's framing is lost after
 		// this answer.
