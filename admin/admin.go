@@ -245,7 +245,7 @@ func (a *API) listPeers(w http.ResponseWriter, r *http.Request) {
 	snaps := a.reg.List(f)
 	out := make([]peerView, len(snaps))
 	for i, s := range snaps {
-		out[i] = viewOf(s)
+		out[i] = a.viewOf(s)
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"peers": out})
 }
@@ -261,7 +261,7 @@ func (a *API) peer(w http.ResponseWriter, r *http.Request) *peers.Peer {
 
 func (a *API) getPeer(w http.ResponseWriter, r *http.Request) {
 	if p := a.peer(w, r); p != nil {
-		writeJSON(w, http.StatusOK, viewOf(p.Snapshot()))
+		writeJSON(w, http.StatusOK, a.viewOf(p.Snapshot()))
 	}
 }
 
@@ -286,7 +286,7 @@ func (a *API) probePeer(w http.ResponseWriter, r *http.Request) {
 	case err != nil:
 		writeError(w, http.StatusServiceUnavailable, "probe: "+err.Error())
 	default:
-		writeJSON(w, http.StatusOK, viewOf(p.Snapshot()))
+		writeJSON(w, http.StatusOK, a.viewOf(p.Snapshot()))
 	}
 }
 
@@ -339,7 +339,7 @@ func (a *API) setState(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	a.record(r, name, from.String(), s.String(), body.Reason)
-	writeJSON(w, http.StatusOK, viewOf(p.Snapshot()))
+	writeJSON(w, http.StatusOK, a.viewOf(p.Snapshot()))
 }
 
 func (a *API) doReload(w http.ResponseWriter, r *http.Request) {

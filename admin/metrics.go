@@ -32,12 +32,15 @@ var (
 	descProbeRTT  = prometheus.NewDesc("peerd_peer_last_probe_rtt_seconds", "Connect time of the last successful probe.", labels, nil)
 	descICP       = prometheus.NewDesc("peerd_peer_icp_total", "ICP queries sent to the peer and its answers, by kind (query, hit, miss, denied, timeout).", append(labels, "kind"), nil)
 	descICPRTT    = prometheus.NewDesc("peerd_peer_icp_rtt_seconds", "Mean ICP reply time of the peer.", labels, nil)
+	descAnswers   = prometheus.NewDesc("peerd_peer_answer_failures_total", "Answer failures of the parent, by class (late, closed, reset, timeout, own_5xx).", append(labels, "class"), nil)
+	descHedged    = prometheus.NewDesc("peerd_peer_hedged_requests_total", "Requests of the parent also sent to the next hop because its response head was late.", labels, nil)
+	descFirstByte = prometheus.NewDesc("peerd_peer_first_byte_seconds", "Smoothed response-head time of the parent.", labels, nil)
 	descAdminDesc = prometheus.NewDesc("peerd_peer_admin_state", "1 for the peer's current admin state.", append(labels, "state"), nil)
 )
 
 // Describe sends the descriptors.
 func (c *PeerCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descUp, descFailures, descConnects, descRequests, descChanges, descProbes, descInFlight, descConsec, descSuspect, descConnTime, descConnVar, descProbeRTT, descAdminDesc, descICP, descICPRTT} {
+	for _, d := range []*prometheus.Desc{descUp, descFailures, descConnects, descRequests, descChanges, descProbes, descInFlight, descConsec, descSuspect, descConnTime, descConnVar, descProbeRTT, descAdminDesc, descICP, descICPRTT, descAnswers, descHedged, descFirstByte} {
 		ch <- d
 	}
 }
@@ -75,6 +78,13 @@ func (c *PeerCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(descConnTime, s.ConnectTime.Seconds())
 		gauge(descConnVar, s.ConnectTimeVar.Seconds())
 		gauge(descProbeRTT, s.LastProbeRTT.Seconds())
+		if p.Type() == peers.Parent {
+			for class, n := range p.AnswerFailuresByClass() {
+				counter(descAnswers, n, class)
+			}
+			counter(descHedged, p.Hedged())
+			gauge(descFirstByte, p.FirstByteMs()/1000)
+		}
 		if p.ICPPort() != 0 {
 			counter(descICP, s.ICP.Queries, "query")
 			counter(descICP, s.ICP.Hits, "hit")

@@ -67,8 +67,11 @@ func (a *API) statusPage(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case s.State == peers.Alive && s.Suspect:
 			row.State, row.StateClass = "suspect", "suspect"
-		case s.State == peers.Dead && s.Flapping:
-			row.State += " (flapping)"
+		case s.State == peers.Dead:
+			row.State += " (" + p.DeadCause() + ")"
+			if s.Flapping {
+				row.State += " (flapping)"
+			}
 		}
 		switch s.State {
 		case peers.Alive:

@@ -45,6 +45,15 @@ type peerView struct {
 	AdminUntil      *time.Time       `json:"admin_until"`
 	Flapping        bool             `json:"flapping"`
 
+	// Gray failures (contract section 16).
+	AnswerFailures        int64            `json:"answer_failures"`
+	AnswerFailuresByClass map[string]int64 `json:"answer_failures_by_class"`
+	FirstByteMs           float64          `json:"first_byte_ms"`
+	FirstByteTimeoutMs    float64          `json:"first_byte_timeout_ms"`
+	HedgedTotal           int64            `json:"hedged_total"`
+	Probe                 string           `json:"probe"`
+	DeadCause             *string          `json:"dead_cause"`
+
 	// ICP (0 / absent counters for a peer without icp_port).
 	ICPPort     int     `json:"icp_port"`
 	ICPQueries  int64   `json:"icp_queries"`
@@ -55,7 +64,7 @@ type peerView struct {
 	ICPRTTMs    float64 `json:"icp_rtt_ms"`
 }
 
-func viewOf(s peers.Snapshot) peerView {
+func (a *API) viewOf(s peers.Snapshot) peerView {
 	p := s.Peer
 	v := peerView{
 		Name: p.Name(), Host: p.Host(), Port: p.Port(), Type: p.Type().String(),
@@ -89,6 +98,18 @@ func viewOf(s peers.Snapshot) peerView {
 	v.ICPPort = p.ICPPort()
 	v.ICPQueries, v.ICPHits, v.ICPMisses, v.ICPDenied, v.ICPTimeouts = s.ICP.Queries, s.ICP.Hits, s.ICP.Misses, s.ICP.Denied, s.ICP.Timeouts
 	v.ICPRTTMs = ms(s.ICP.MeanRTT)
+	v.AnswerFailures = p.AnswerFailures()
+	v.AnswerFailuresByClass = p.AnswerFailuresByClass()
+	v.FirstByteMs = math.Round(p.FirstByteMs()*1e3) / 1e3
+	if a != nil && a.reg != nil {
+		fbt, _ := a.reg.FirstByte(p)
+		v.FirstByteTimeoutMs = ms(fbt)
+	}
+	v.HedgedTotal = p.Hedged()
+	v.Probe = p.ProbeKind()
+	if c := p.DeadCause(); c != "" {
+		v.DeadCause = &c
+	}
 	v.AdminUntil = timePtr(s.AdminUntil)
 	if s.AdminReason != "" {
 		r := s.AdminReason

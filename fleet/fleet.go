@@ -393,9 +393,9 @@ func (f *Fleet) publish(now time.Time) {
 	defer f.mu.Unlock()
 	seen := make(map[string]bool, len(f.own))
 	for _, p := range f.reg.Peers() {
-		name, st := p.Name(), stateOf(p)
+		name, st, cause := p.Name(), stateOf(p), p.DeadCause()
 		seen[name] = true
-		if prev, ok := f.own[name]; ok && prev.State == st && prev.Addr == p.Addr() {
+		if prev, ok := f.own[name]; ok && prev.State == st && prev.Addr == p.Addr() && prev.Cause == cause {
 			continue
 		}
 		at := now.UnixNano()
@@ -403,7 +403,7 @@ func (f *Fleet) publish(now time.Time) {
 			at = f.lastAt + 1
 		}
 		f.lastAt = at
-		v := Verdict{Node: "", Peer: name, Addr: p.Addr(), State: st, At: at}
+		v := Verdict{Node: "", Peer: name, Addr: p.Addr(), State: st, At: at, Cause: cause}
 		f.own[name] = v
 		out = append(out, v)
 	}

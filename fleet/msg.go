@@ -14,6 +14,9 @@ type Verdict struct {
 	Addr  string `json:"addr"`  // the peer's host:port as that member dials it
 	State string `json:"state"` // alive, dead, suspect or unknown
 	At    int64  `json:"at"`    // when the state changed, Unix ns on that member's clock (increasing per member)
+	// Cause of a death: "connect" or "answer" (the parent accepts
+	// connections but its answers failed; probed over HTTP).
+	Cause string `json:"cause,omitempty"`
 }
 
 // message is the wire form of a gossip message or a state exchange.
@@ -71,6 +74,11 @@ func (v Verdict) check() error {
 	}
 	if v.At <= 0 {
 		return errors.New("no time")
+	}
+	switch v.Cause {
+	case "", "connect", "answer":
+	default:
+		return fmt.Errorf("unknown cause %q", v.Cause)
 	}
 	return nil
 }

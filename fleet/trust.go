@@ -158,6 +158,7 @@ func (f *Fleet) receive(m *member, vs []Verdict, raw []byte) {
 	type suspicion struct {
 		p      *peers.Peer
 		detail string
+		answer bool // an answer death: settled by an HTTP probe
 	}
 	var todo []suspicion
 	news := false
@@ -192,14 +193,22 @@ func (f *Fleet) receive(m *member, vs []Verdict, raw []byte) {
 			continue
 		}
 		f.suspected[key] = now
-		todo = append(todo, suspicion{p, fmt.Sprintf("fleet member %s reported %s (%s) dead", v.Node, v.Peer, v.Addr)})
+		detail := fmt.Sprintf("fleet member %s reported %s (%s) dead", v.Node, v.Peer, v.Addr)
+		if v.Cause == "answer" {
+			detail += " by its answers"
+		}
+		todo = append(todo, suspicion{p, detail, v.Cause == "answer"})
 	}
 	f.mu.Unlock()
 	if news && raw != nil {
 		m.queueRaw(vs[0].Node+"/"+vs[0].Peer, raw)
 	}
 	for _, s := range todo {
-		f.reg.Suspect(s.p, peers.CauseFleet, s.detail)
+		if s.answer {
+			f.reg.SuspectAnswers(s.p, peers.CauseFleet, s.detail)
+		} else {
+			f.reg.Suspect(s.p, peers.CauseFleet, s.detail)
+		}
 	}
 }
 

@@ -1,6 +1,8 @@
 package forwarding
 
 import (
+	"time"
+
 	"github.com/peerd/peerd/peers"
 	"github.com/peerd/peerd/selection"
 )
@@ -43,6 +45,13 @@ type attempt struct {
 	head   []byte
 	// clientBody: the client's own body broke while it was sent on.
 	clientBody bool
+	// own: a final 5xx the parent blames on itself (Proxy-Status
+	// proxy_internal_error and kin, or Squid's ERR_SHUTTING_DOWN).
+	own bool
+	// writtenAt is when the request went out; firstByte how long its
+	// final head took after that.
+	writtenAt time.Time
+	firstByte time.Duration
 
 	conn  *upConn
 	begun bool // the peer's in-flight slot is held
@@ -61,9 +70,10 @@ const (
 	statusRetry           // a final status listed in retry_on_status
 	committed             // a response byte reached the client: nothing can be redone
 	siblingMissed         // a sibling's error to only-if-cached: a miss, not a failure
+	ownFailure            // a 5xx the parent blames on itself
 )
 
-var failureReasons = [...]string{"none", "connect_failed", "stale_connection", "before_write", "after_write", "timeout", "status", "committed", "sibling_miss"}
+var failureReasons = [...]string{"none", "connect_failed", "stale_connection", "before_write", "after_write", "timeout", "status", "committed", "sibling_miss", "own_5xx"}
 
 func (f failure) String() string { return failureReasons[f] }
 
@@ -76,7 +86,12 @@ func (a *attempt) class(retryStatus bool) failure {
 		// only-if-cached means "not here".
 		return siblingMissed
 	case a.final:
-		if retryStatus && a.progress < sentToClient {
+		switch {
+		case a.progress == sentToClient:
+			return notFailed
+		case a.own:
+			return ownFailure
+		case retryStatus:
 			return statusRetry
 		}
 		return notFailed
@@ -138,7 +153,7 @@ func (v verdict) String() string { return verdictNames[v] }
 // budget: connect failures and nothing-written retries cost the peers
 // nothing and are exempt.
 func costsBudget(c failure, f facts) bool {
-	return !f.tunnel && (c == afterWrite || c == timedOut || c == statusRetry)
+	return !f.tunnel && (c == afterWrite || c == timedOut || c == statusRetry || c == ownFailure)
 }
 
 // decide is the one place that says what follows an attempt, for every
@@ -159,7 +174,9 @@ func decide(c failure, f facts, budget bool) verdict {
 		if f.retriable() && budget && (c == afterWrite || f.retry504) {
 			return nextHop
 		}
-	case statusRetry:
+	case statusRetry, ownFailure:
+		// A parent's own 5xx is retried whatever retry_on_status says:
+		// nothing of it reached the client, and another parent may be well.
 		if f.retriable() && budget {
 			return nextHop
 		}

@@ -77,7 +77,11 @@ func (tx *txn) exchange(a *attempt) {
 	if c.rio.raw != nil && tx.bodyState != streaming && !chunkedOut && len(out) <= 16<<10 {
 		// The whole request in one write, then the answer's first bytes,
 		// in one poll cycle (see rawIO).
-		c.dl.readIn(time.Now(), min(cfg.ReadTimeout, watchAfter))
+		now := time.Now()
+		c.dl.readIn(now, min(cfg.ReadTimeout, watchAfter))
+		if a.hop.Peer != nil {
+			a.writtenAt = now // (its head times judge the parent)
+		}
 		n, werr, _ := c.rio.sendAndWait(out)
 		if n >= headLen {
 			a.progress = headWritten
@@ -138,6 +142,9 @@ func (tx *txn) exchange(a *attempt) {
 	}
 	if tx.bodyState != noBody {
 		a.progress = bodyWritten
+	}
+	if a.hop.Peer != nil {
+		a.writtenAt = time.Now()
 	}
 	tx.receive(a)
 }
@@ -200,6 +207,8 @@ func (tx *txn) receive(a *attempt) {
 	cfg := tx.cfg
 	now := time.Now()
 	deadline := now.Add(cfg.ReadTimeout)
+	// late: when the head is late and the request may be hedged.
+	late, hedgeable := tx.lateAt(a)
 	var w *watcher
 	defer func() {
 		if w != nil {
@@ -211,11 +220,27 @@ func (tx *txn) receive(a *attempt) {
 		if w == nil && slice > watchAfter {
 			slice = watchAfter
 		}
+		if hedgeable && now.Before(late) {
+			slice = min(slice, late.Sub(now))
+		}
 		c.dl.readIn(now, slice)
 		head, err := c.r.ReadHead(cfg.maxHeader)
 		if err != nil {
 			gone := w != nil && w.gone.Load()
 			if now = time.Now(); isTimeout(err) && now.Before(deadline) && !gone {
+				if hedgeable && !now.Before(late) && a.progress < sentToClient && c.r.Buffered() == 0 {
+					hedgeable = false
+					if w != nil {
+						w.stop()
+						w = nil
+					}
+					if tx.hedge(a, deadline) {
+						if errors.Is(a.err, errClientGone) {
+							tx.clientGone = true
+						}
+						return
+					}
+				}
 				if w == nil && tx.bodyDone {
 					w = tx.cc.watch(c.nc)
 				}
@@ -238,6 +263,9 @@ func (tx *txn) receive(a *attempt) {
 		st := tx.resp.Status
 		if st >= 200 || (st == http.StatusSwitchingProtocols && tx.upgrade != nil) {
 			a.final, a.status, a.head = true, st, head
+			if !a.writtenAt.IsZero() {
+				a.firstByte = time.Since(a.writtenAt)
+			}
 			if a.progress < responseHead {
 				a.progress = responseHead
 			}

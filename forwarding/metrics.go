@@ -16,7 +16,10 @@ type Metrics struct {
 	retries   *prometheus.CounterVec
 	exhausted prometheus.Counter
 	hedges    prometheus.Counter
-	refused   prometheus.Counter
+	// hedgedRequests counts requests also sent to the next hop because
+	// their parent's head was late.
+	hedgedRequests prometheus.Counter
+	refused        prometheus.Counter
 	// unsolicited counts connections closed because a next hop sent bytes
 	// past its answer, by hop (peer name or DIRECT).
 	unsolicited *prometheus.CounterVec
@@ -44,6 +47,9 @@ func NewMetrics() *Metrics {
 		hedges: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "peerd_connect_hedges_total", Help: "Parallel connects started because a connect was slower than its hedge delay.",
 		}),
+		hedgedRequests: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "peerd_hedged_requests_total", Help: "Requests also sent to the next hop because their parent's response head was late.",
+		}),
 		refused: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "peerd_client_connections_refused_total", Help: "Client connections closed at once because max_connections were open.",
 		}),
@@ -57,7 +63,7 @@ func NewMetrics() *Metrics {
 
 // Register adds the collectors to r.
 func (m *Metrics) Register(r prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.requests, m.duration, m.retries, m.exhausted, m.hedges, m.refused, m.unsolicited} {
+	for _, c := range []prometheus.Collector{m.requests, m.duration, m.retries, m.exhausted, m.hedges, m.hedgedRequests, m.refused, m.unsolicited} {
 		if err := r.Register(c); err != nil {
 			return err
 		}
@@ -105,3 +111,5 @@ func (m *Metrics) retry(reason string) { m.retries.WithLabelValues(reason).Inc()
 func (m *Metrics) budgetExhausted() { m.exhausted.Inc() }
 
 func (m *Metrics) hedge() { m.hedges.Inc() }
+
+func (m *Metrics) hedgeRequest() { m.hedgedRequests.Inc() }

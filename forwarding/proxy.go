@@ -57,6 +57,12 @@ type Accounting interface {
 	BeginRequest(p *peers.Peer) bool
 	EndRequest(p *peers.Peer)
 	MarkSlow(p *peers.Peer)
+	// ObserveAnswer reports how a parent answered a request written to
+	// it whole (contract section 16).
+	ObserveAnswer(p *peers.Peer, class peers.AnswerClass, firstByte time.Duration, at time.Time)
+	// FirstByte is p's first_byte_timeout in force (0: off) and whether a
+	// late request to it is hedged.
+	FirstByte(p *peers.Peer) (timeout time.Duration, hedge bool)
 }
 
 // PeerDialer connects to peers and reports outcomes; *dialer.Dialer is one.

@@ -64,7 +64,8 @@ type txn struct {
 	upgrade   []byte // the Upgrade offered on, when the policy allows it
 
 	// Upstream.
-	out     []byte // head being built
+	plan    selection.Plan // the plan being walked (a hedge takes from it)
+	out     []byte         // head being built
 	resp    h1.Response
 	upBody  h1.BodyReader
 	a       attempt
@@ -350,11 +351,12 @@ func (tx *txn) forward() outcome {
 		// parent to answer MISS.
 		sr.First, sr.FirstCode, sr.SkipICPSiblings = p.icp.Query(context.Background(), tx.req.Target)
 	}
-	plan := p.planner.Plan(sr)
+	tx.plan = p.planner.Plan(sr)
+	plan := &tx.plan // kept in the txn: a hedge takes its next hop from it
 	hop, ok := plan.Next()
 	pooled := true // the next attempt may ride an idle connection
 	for ok {
-		a := tx.connect(hop, &plan, pooled)
+		a := tx.connect(hop, plan, pooled)
 		pooled = true
 		if a == nil {
 			break // every hop left failed to connect
@@ -364,7 +366,9 @@ func (tx *txn) forward() outcome {
 			tx.release(a)
 			return closeConn
 		}
+		a.own = a.final && ownError(a, &tx.resp)
 		class := a.class(tx.blame(a, c.retryStatus[a.status]))
+		tx.judge(a, class)
 		tx.noteFailure(a, class)
 		costs := costsBudget(class, tx.facts)
 		switch decide(class, tx.facts, costs && p.budget.available()) {

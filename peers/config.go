@@ -1,6 +1,8 @@
 package peers
 
 import (
+	"net/url"
+	"strconv"
 	"fmt"
 	"net"
 	"strings"
@@ -36,6 +38,107 @@ type Config struct {
 	// weighted policies from 10% to 100% over this time (HAProxy
 	// slowstart).
 	SlowStart time.Duration `toml:"slow_start"`
+
+	// Gray failures (contract section 16).
+
+	// AnswerFailLimit is the number of consecutive answer failures that
+	// make a parent dead; 0 turns answer failures off. Default 5.
+	AnswerFailLimit int `toml:"answer_fail_limit"`
+	// FirstByteTimeout: a response head not begun within this is late.
+	// "auto" (default) derives it from the parent's own recent head
+	// times; "0s" turns it off.
+	FirstByteTimeout FirstByteTimeout `toml:"first_byte_timeout"`
+	// HedgeRequests: a late idempotent request is also sent to the next
+	// hop of its plan; the first response head wins. Default true.
+	HedgeRequests bool `toml:"hedge_requests"`
+	// MaxAnswerDead caps the share of parents answer failures may leave
+	// dead at once (Envoy max_ejection_percent). Default 50%.
+	MaxAnswerDead Percent `toml:"max_answer_dead"`
+	// HTTPProbe is how a parent dead by answer failures is probed:
+	// "options" (default), "trace", or "get URL".
+	HTTPProbe HTTPProbe `toml:"http_probe"`
+}
+
+// FirstByteTimeout is "auto" or a duration ("0s": off).
+type FirstByteTimeout struct {
+	Auto bool
+	D    time.Duration
+}
+
+// UnmarshalText parses "auto" or a duration.
+func (f *FirstByteTimeout) UnmarshalText(text []byte) error {
+	if string(text) == "auto" {
+		*f = FirstByteTimeout{Auto: true}
+		return nil
+	}
+	d, err := time.ParseDuration(string(text))
+	if err != nil || d < 0 {
+		return fmt.Errorf(`invalid first_byte_timeout %q (want "auto", "0s" for off, or a duration such as "2s")`, text)
+	}
+	*f = FirstByteTimeout{D: d}
+	return nil
+}
+
+// MarshalText prints "auto" or the duration.
+func (f FirstByteTimeout) MarshalText() ([]byte, error) {
+	if f.Auto {
+		return []byte("auto"), nil
+	}
+	return []byte(f.D.String()), nil
+}
+
+// Percent is a share written "50%".
+type Percent float64
+
+// UnmarshalText parses "N%" with 0 <= N <= 100.
+func (p *Percent) UnmarshalText(text []byte) error {
+	s := strings.TrimSpace(string(text))
+	v, err := strconv.ParseFloat(strings.TrimSuffix(s, "%"), 64)
+	if err != nil || !strings.HasSuffix(s, "%") || v < 0 || v > 100 {
+		return fmt.Errorf(`invalid share %q (want a percentage such as "50%%")`, text)
+	}
+	*p = Percent(v / 100)
+	return nil
+}
+
+// MarshalText prints the share as "N%".
+func (p Percent) MarshalText() ([]byte, error) {
+	return []byte(strconv.FormatFloat(float64(p)*100, 'f', -1, 64) + "%"), nil
+}
+
+// HTTPProbe is the kind of HTTP probe: OPTIONS or TRACE to the parent
+// itself with Max-Forwards: 0, or a GET of a URL through it.
+type HTTPProbe struct {
+	Method string // OPTIONS, TRACE or GET
+	URL    string // for GET
+}
+
+// UnmarshalText parses "options", "trace" or "get URL".
+func (h *HTTPProbe) UnmarshalText(text []byte) error {
+	s := strings.TrimSpace(string(text))
+	switch {
+	case strings.EqualFold(s, "options"):
+		*h = HTTPProbe{Method: "OPTIONS"}
+	case strings.EqualFold(s, "trace"):
+		*h = HTTPProbe{Method: "TRACE"}
+	case len(s) > 4 && strings.EqualFold(s[:4], "get "):
+		u, err := url.Parse(strings.TrimSpace(s[4:]))
+		if err != nil || u.Host == "" || (u.Scheme != "http") || strings.ContainsAny(s[4:], "\r\n") {
+			return fmt.Errorf(`invalid http_probe %q: "get" needs an absolute http URL`, text)
+		}
+		*h = HTTPProbe{Method: "GET", URL: u.String()}
+	default:
+		return fmt.Errorf(`invalid http_probe %q (want "options", "trace" or "get URL")`, text)
+	}
+	return nil
+}
+
+// MarshalText prints the config word.
+func (h HTTPProbe) MarshalText() ([]byte, error) {
+	if h.Method == "GET" {
+		return []byte("get " + h.URL), nil
+	}
+	return []byte(strings.ToLower(h.Method)), nil
 }
 
 // DefaultConfig returns the built-in [health] defaults.
@@ -46,6 +149,11 @@ func DefaultConfig() Config {
 		ProbeMaxInterval: 5 * time.Second,
 		FlapWindow:       10 * time.Minute,
 		FlapLimit:        3,
+		AnswerFailLimit:  5,
+		FirstByteTimeout: FirstByteTimeout{Auto: true},
+		HedgeRequests:    true,
+		MaxAnswerDead:    0.5,
+		HTTPProbe:        HTTPProbe{Method: "OPTIONS"},
 	}
 }
 
@@ -76,6 +184,15 @@ func (c Config) Validate() error {
 	}
 	if c.IdleProbe < 0 {
 		bad("idle_probe", "must not be negative, got %s", c.IdleProbe)
+	}
+	if c.AnswerFailLimit < 0 {
+		bad("answer_fail_limit", "must not be negative (0 turns answer failures off), got %d", c.AnswerFailLimit)
+	}
+	if c.MaxAnswerDead < 0 || c.MaxAnswerDead > 1 {
+		bad("max_answer_dead", "must be between 0%% and 100%%")
+	}
+	if c.HTTPProbe.Method == "" {
+		bad("http_probe", `must be "options", "trace" or "get URL"`)
 	}
 	return es.Err()
 }

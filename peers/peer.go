@@ -163,6 +163,13 @@ type liveness struct {
 	// far).
 	flapping bool
 	good     int
+	// answerDead: dead by answer failures (revived only by an HTTP
+	// probe), with deadFBT the first_byte_timeout in force then (ns).
+	answerDead bool
+	deadFBT    int64
+	// httpSettle: a suspicion (from the fleet's word of an answer death)
+	// that only an HTTP probe settles.
+	httpSettle bool
 }
 
 // Peer is the live handle of one configured peer. It is shared by every
@@ -199,6 +206,12 @@ type Peer struct {
 	lastProbe atomic.Uint64 // RTT of the last successful probe, ms
 
 	failures  [failClasses]atomic.Int64 // connect failures by class
+	// Answers (answers.go): consecutive failures, by class, hedges, and
+	// the response-head times.
+	answerConsec  atomic.Int64
+	answerByClass [answerClasses]atomic.Int64
+	hedged        atomic.Int64
+	answers       answerStats
 	icp       ICPCounters
 	rampUntil atomic.Int64 // slow start ends (Unix ns); 0: not ramping
 

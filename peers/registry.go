@@ -45,6 +45,9 @@ type Options struct {
 	// ConnectTimeout is the default for peers without their own ([proxy]
 	// connect_timeout).
 	ConnectTimeout time.Duration
+	// ReadTimeout is [proxy] read_timeout: the automatic first-byte
+	// timeout never exceeds it.
+	ReadTimeout time.Duration
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	// Log receives state changes; nil means the standard logrus logger.
@@ -272,7 +275,7 @@ func (r *Registry) observeSuccess(p *Peer, o Observation, at int64) {
 		if p.consecutive.Load() != 0 {
 			p.consecutive.Store(0)
 		}
-		if l.suspect {
+		if l.suspect && !l.httpSettle { // (a connect never settles an answer suspicion)
 			r.setSuspect(p, false) // suspect -> healthy
 			if l.suspectBy != "" && o.Probe {
 				// The suspicion came from outside (the fleet); the
@@ -283,10 +286,11 @@ func (r *Registry) observeSuccess(p *Peer, o Observation, at int64) {
 		}
 		return
 	}
-	if !o.Probe {
+	if !o.Probe || l.answerDead {
 		// A traffic connect that succeeds on a dead peer was started
 		// before it died; it does not revive it (revival is by probe
-		// only).
+		// only). A parent dead by answers accepts connects: only an HTTP
+		// probe revives it (ObserveHTTPProbe).
 		return
 	}
 	if l.flapping {
@@ -331,14 +335,16 @@ func (r *Registry) transition(p *Peer, from, to State, cause error, at time.Time
 	case Dead:
 		nl.deaths++
 		nl.since = at.UnixNano()
-		nl.suspect, nl.suspectBy = false, ""
+		nl.suspect, nl.suspectBy, nl.httpSettle = false, "", false
 		nl.good = 0
+		nl.answerDead, nl.deadFBT = false, 0 // a connect death
 		if from == Alive && p.noteDeath(at.UnixNano(), h.FlapWindow, h.FlapLimit) {
 			nl.flapping = true
 		}
 	case Alive:
 		p.consecutive.Store(0)
-		nl.suspect, nl.suspectBy = false, ""
+		nl.suspect, nl.suspectBy, nl.httpSettle = false, "", false
+		nl.answerDead, nl.deadFBT = false, 0
 		nl.since = 0
 		nl.flapping, nl.good = false, 0
 		if from == Dead {
@@ -393,6 +399,9 @@ func (r *Registry) setSuspectBy(p *Peer, suspect bool, by string) bool {
 	}
 	nl := *cur
 	nl.suspect, nl.suspectBy = suspect, by
+	if !suspect {
+		nl.httpSettle = false
+	}
 	return r.commitTxn(txn, p, &nl)
 }
 

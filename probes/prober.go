@@ -245,7 +245,7 @@ func (pr *Prober) startLocked(ctx context.Context, p *peers.Peer, s *schedule) {
 	pr.wg.Add(1)
 	go func() {
 		defer pr.wg.Done()
-		pr.probe(ctx, p)
+		pr.probeByKind(ctx, p)
 		select {
 		case pr.done <- p:
 		case <-ctx.Done():
@@ -305,6 +305,15 @@ func (pr *Prober) finished(p *peers.Peer, now time.Time) {
 	}
 }
 
+// probeByKind runs the probe p needs: an HTTP probe for a parent dead by
+// answers (or suspected of answering badly), a TCP probe otherwise.
+func (pr *Prober) probeByKind(ctx context.Context, p *peers.Peer) error {
+	if p.ProbeKind() == "http" {
+		return pr.httpProbe(ctx, p)
+	}
+	return pr.probe(ctx, p)
+}
+
 // probe runs one TCP probe: connect, write nothing, close.
 func (pr *Prober) probe(ctx context.Context, p *peers.Peer) error {
 	conn, err := pr.dialer.DialPeer(ctx, p, dialer.Probe)
@@ -338,7 +347,7 @@ func (pr *Prober) ProbeNow(ctx context.Context, name string) (*peers.Peer, error
 			return nil, ctx.Err()
 		}
 	}
-	err := pr.probe(ctx, p)
+	err := pr.probeByKind(ctx, p)
 	pr.mu.Lock()
 	pr.endLocked(pr.scheduleLocked(p))
 	pr.mu.Unlock()

@@ -81,10 +81,14 @@ func skippedWhy(pe *peers.Peer, p *Plan, r Request) string {
 	case pe.AdminState() != peers.Enabled:
 		return pe.AdminState().String()
 	case pe.State() == peers.Dead:
-		if pe.Flapping() {
-			return "dead (flapping: revival held)"
+		why := "dead"
+		if pe.DeadCause() == peers.DeadByAnswer {
+			why = "dead (answers: accepts connections but its answers failed; revived by an HTTP probe only)"
 		}
-		return "dead"
+		if pe.Flapping() {
+			why += " (flapping: revival held)"
+		}
+		return why
 	case pe.State() == peers.Unknown:
 		return "unknown: no probe verdict yet"
 	case pe.Full():

@@ -479,7 +479,7 @@ func (c *fileConfig) validate() []error {
 
 // peerOptions builds the registry options from the config.
 func (c *fileConfig) peerOptions(log logrus.FieldLogger) peers.Options {
-	return peers.Options{Health: c.Health, ConnectTimeout: c.Proxy.ConnectTimeout, Log: log}
+	return peers.Options{Health: c.Health, ConnectTimeout: c.Proxy.ConnectTimeout, ReadTimeout: c.Proxy.ReadTimeout, Log: log}
 }
 
 // plannerOptions builds the selection options from the config.

@@ -37,6 +37,7 @@ type statusPeer struct {
 	DeadSince           *time.Time       `json:"dead_since"`
 	LastError           *string          `json:"last_error"`
 	FailuresByClass     map[string]int64 `json:"failures_by_class"`
+	DeadCause           *string          `json:"dead_cause"`
 }
 
 func statusCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -107,8 +108,13 @@ func printStatus(w io.Writer, ps []statusPeer, colour bool, now time.Time) {
 		switch {
 		case p.State == "alive" && p.Suspect:
 			state = "suspect"
-		case p.State == "dead" && p.Flapping:
-			state = "dead (flapping)"
+		case p.State == "dead":
+			if p.DeadCause != nil {
+				state += " (" + commentText(*p.DeadCause) + ")"
+			}
+			if p.Flapping {
+				state += " (flapping)"
+			}
 		}
 		c := green
 		switch {
@@ -136,8 +142,10 @@ func printStatus(w io.Writer, ps []statusPeer, colour bool, now time.Time) {
 		if p.ConnectTimeMs > 0 {
 			connect = fmt.Sprintf("%.1fms", p.ConnectTimeMs)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s:%d\t%s\t%s\t%d\t%s\t%d\t%d\t%d\t%s\n", p.Name, p.Type, p.Host, p.Port, state, adminState,
-			p.ConsecutiveFailures, connect, p.RequestsTotal, p.InFlight, p.DeathsTotal, strings.Join(note, "; "))
+		// What another peerd sends is printed without its control
+		// characters: a terminal must not take a name for an escape.
+		fmt.Fprintf(tw, "%s\t%s\t%s:%d\t%s\t%s\t%d\t%s\t%d\t%d\t%d\t%s\n", commentText(p.Name), commentText(p.Type), commentText(p.Host), p.Port,
+			commentText(state), commentText(adminState), p.ConsecutiveFailures, connect, p.RequestsTotal, p.InFlight, p.DeathsTotal, commentText(strings.Join(note, "; ")))
 	}
 	tw.Flush()
 	if !colour {

@@ -1,0 +1,356 @@
+package peers
+
+// This file holds how a parent is judged by its answers (contract section
+// 16): answer failures by class, the response-head times behind
+// first_byte_timeout = "auto", a death by answers (capped by
+// max_answer_dead), and its revival by an HTTP probe only.
+
+import (
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/sirupsen/logrus"
+)
+
+// AnswerClass is the class of an answer failure; AnswerOK is a complete
+// answer that is none.
+type AnswerClass uint8
+
+const (
+	AnswerOK AnswerClass = iota
+	AnswerLate
+	AnswerClosed
+	AnswerReset
+	AnswerTimeout
+	AnswerOwn5xx
+	answerClasses
+)
+
+// AnswerClassNames are the keys of PEER's answer_failures_by_class.
+var AnswerClassNames = [answerClasses]string{"ok", "late", "closed", "reset", "timeout", "own_5xx"}
+
+func (c AnswerClass) String() string { return AnswerClassNames[c] }
+
+// CauseAnswerFailures is the history cause of a death by answers.
+const CauseAnswerFailures = "answer_failures"
+
+// Dead causes (PEER dead_cause).
+const (
+	DeadByConnect = "connect"
+	DeadByAnswer  = "answer"
+)
+
+// answerStats are a parent's answers: head times and failures.
+type answerStats struct {
+	mu sync.Mutex
+	// heads is a ring of the last response-head times (ns).
+	heads [64]int64
+	n     int
+	next  int
+	// timeout is the first_byte_timeout in force, recomputed every few
+	// heads (ns); 0 before any.
+	timeout int64
+	smooth  float64 // smoothed head time, ms
+	// capLogged: the max_answer_dead cap held this peer alive, logged.
+	capLogged bool
+}
+
+// minFirstByte and unknownFirstByte bound the automatic first-byte
+// timeout: never under 200 ms, and 1 s until a few heads were seen.
+const (
+	minFirstByte     = 200 * time.Millisecond
+	unknownFirstByte = time.Second
+	autoMargin       = 2 // times the 95th percentile
+	autoSamples      = 8
+)
+
+// FirstByteTimeout is the first_byte_timeout in force for p: the
+// configured one, or from its own recent head times (the 95th
+// percentile, doubled, at least 200 ms, at most readTimeout); 0 when off.
+func (p *Peer) FirstByteTimeout(h Config, readTimeout time.Duration) time.Duration {
+	if !h.FirstByteTimeout.Auto {
+		return h.FirstByteTimeout.D
+	}
+	p.answers.mu.Lock()
+	t := time.Duration(p.answers.timeout)
+	p.answers.mu.Unlock()
+	if t == 0 {
+		t = unknownFirstByte
+	}
+	if readTimeout > 0 {
+		t = min(t, readTimeout)
+	}
+	return t
+}
+
+// recordHead adds a response-head time and, every autoSamples heads,
+// recomputes the automatic timeout.
+func (a *answerStats) recordHead(d time.Duration) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.heads[a.next] = int64(d)
+	a.next = (a.next + 1) % len(a.heads)
+	a.n++
+	ms := float64(d) / float64(time.Millisecond)
+	if a.smooth == 0 {
+		a.smooth = ms
+	} else {
+		a.smooth = 0.875*a.smooth + 0.125*ms
+	}
+	if a.n >= autoSamples && a.n%autoSamples == 0 {
+		k := min(a.n, len(a.heads))
+		s := make([]int64, k)
+		copy(s, a.heads[:k])
+		slices.Sort(s)
+		p95 := s[(k*95)/100]
+		if (k*95)%100 == 0 && (k*95)/100 > 0 {
+			p95 = s[(k*95)/100-1]
+		}
+		a.timeout = max(int64(minFirstByte), p95*autoMargin)
+	}
+}
+
+// ObserveAnswer records how a parent answered a request written to it
+// whole: a complete answer (AnswerOK, with its head time) resets the
+// consecutive count; a failure counts towards answer_fail_limit, at which
+// the parent dies by answers unless that would leave more than
+// max_answer_dead of the parents dead by answers.
+func (r *Registry) ObserveAnswer(p *Peer, class AnswerClass, firstByte time.Duration, at time.Time) {
+	if p.Type() != Parent {
+		return
+	}
+	if class == AnswerOK {
+		if firstByte > 0 {
+			p.answers.recordHead(firstByte)
+		}
+		if p.answerConsec.Load() != 0 {
+			p.answerConsec.Store(0)
+		}
+		return
+	}
+	p.answerByClass[class].Add(1)
+	n := p.answerConsec.Add(1)
+	h := r.opts.Load().Health
+	if h.AnswerFailLimit <= 0 || p.State() != Alive {
+		return
+	}
+	if n < int64(h.AnswerFailLimit) {
+		// Suspect: behind the healthy parents, and settled by HTTP
+		// probes (each failed one is one more answer failure), so the
+		// count is finished without client traffic.
+		r.suspectByAnswers(p, "", "")
+		return
+	}
+	if !r.mayDieByAnswers(p, h) {
+		r.suspectByAnswers(p, "", "")
+		p.answers.mu.Lock()
+		logged := p.answers.capLogged
+		p.answers.capLogged = true
+		p.answers.mu.Unlock()
+		if !logged {
+			r.log.WithFields(logrus.Fields{"peer": p.Name(), "answer_failures": n}).
+				Warnf("%s %s stays alive (suspect): max_answer_dead (%g%%) of the parents are dead by answers", p.Type().Label(), p.Name(), float64(h.MaxAnswerDead)*100)
+		}
+		return
+	}
+	fbt := p.FirstByteTimeout(h, r.opts.Load().ReadTimeout)
+	r.dieByAnswers(p, class, n, fbt, at)
+}
+
+// mayDieByAnswers reports whether one more parent dead by answers stays
+// within max_answer_dead.
+func (r *Registry) mayDieByAnswers(p *Peer, h Config) bool {
+	parents, dead := 0, 1
+	for _, q := range r.Peers() {
+		if q.Type() != Parent {
+			continue
+		}
+		parents++
+		if q != p && q.State() == Dead && q.live.Load().answerDead {
+			dead++
+		}
+	}
+	return parents > 0 && float64(dead) <= float64(h.MaxAnswerDead)*float64(parents)+1e-9
+}
+
+// dieByAnswers makes an alive parent dead by answer failures.
+func (r *Registry) dieByAnswers(p *Peer, class AnswerClass, n int64, fbt time.Duration, at time.Time) {
+	txn := r.db.Txn(true)
+	defer txn.Abort()
+	cur := p.live.Load()
+	if cur.state != Alive {
+		return
+	}
+	h := r.opts.Load().Health
+	nl := *cur
+	nl.state, nl.answerDead, nl.deadFBT = Dead, true, int64(fbt)
+	nl.deaths++
+	nl.since = at.UnixNano()
+	nl.suspect, nl.suspectBy, nl.httpSettle = false, "", false
+	nl.good = 0
+	if p.noteDeath(at.UnixNano(), h.FlapWindow, h.FlapLimit) {
+		nl.flapping = true
+	}
+	if !r.commitTxn(txn, p, &nl) {
+		return
+	}
+	p.rampUntil.Store(0)
+	p.answers.mu.Lock()
+	p.answers.capLogged = false
+	p.answers.mu.Unlock()
+	why := fmt.Sprintf("%d consecutive answer failures (last: %s)", n, class)
+	p.record(Transition{At: at, From: Alive.String(), To: Dead.String(), Cause: CauseAnswerFailures, Error: why})
+	entry := r.log.WithFields(logrus.Fields{"peer": p.Name(), "from": "alive", "to": "dead", "err": why, "answer_failures": n})
+	if nl.flapping && !cur.flapping {
+		entry = entry.WithField("flapping", true)
+	}
+	entry.Warnf("Detected DEAD %s: %s (answers)", p.Type().Label(), p.Name())
+}
+
+// ObserveHTTPProbe records an HTTP probe of p: ok is a complete head,
+// not 502/503/504, within the probe's deadline. Only it revives a parent
+// dead by answers (flap damping applies); it also settles a suspicion the
+// fleet raised about an answer death. A failed one counts as a failed
+// probe (and, on a suspect parent, as an answer failure).
+func (r *Registry) ObserveHTTPProbe(p *Peer, ok bool, err error, class AnswerClass, at time.Time) {
+	l := p.live.Load()
+	if !ok {
+		p.probeFailures.Add(1)
+		if err != nil {
+			msg := "http probe: " + err.Error()
+			p.lastError.Store(&msg)
+		}
+		switch {
+		case l.state == Dead && l.good > 0:
+			r.holdProbe(p, 0)
+		case l.state == Alive && l.httpSettle:
+			r.ObserveAnswer(p, class, 0, at)
+		}
+		return
+	}
+	switch {
+	case l.state == Alive && l.httpSettle:
+		r.setSuspect(p, false)
+		p.answerConsec.Store(0)
+		if l.suspectBy != "" {
+			p.record(Transition{At: at, From: "suspect", To: Alive.String(), Cause: CauseProbe,
+				Error: "own HTTP probe answered (suspected by " + l.suspectBy + ")"})
+		}
+	case l.state == Dead && l.answerDead:
+		if l.flapping {
+			if need := r.opts.Load().Health.FlapLimit; l.good+1 < need {
+				r.holdProbe(p, l.good+1)
+				p.record(Transition{At: at, From: l.state.String(), To: l.state.String(), Cause: CauseFlapHold,
+					Error: fmt.Sprintf("flapping: good HTTP probe %d of %d held", l.good+1, need)})
+				return
+			}
+		}
+		p.answerConsec.Store(0)
+		r.transition(p, Dead, Alive, nil, at, CauseProbe)
+	}
+}
+
+// SuspectAnswers marks an alive peer suspect on another member's word
+// that it died by answers: the prober settles it with an HTTP probe, not
+// a TCP connect (which a parent that accepts but does not answer passes).
+func (r *Registry) SuspectAnswers(p *Peer, cause, detail string) bool {
+	if !r.suspectByAnswers(p, cause, detail) {
+		return false
+	}
+	p.record(Transition{At: r.now(), From: Alive.String(), To: "suspect", Cause: cause, Error: detail})
+	r.log.WithFields(logrus.Fields{"peer": p.Name(), "cause": cause, "detail": detail}).
+		Warnf("%s %s is suspect: %s; probing it over HTTP", p.Type().Label(), p.Name(), detail)
+	return true
+}
+
+// suspectByAnswers makes an alive peer suspect until an HTTP probe
+// settles it; false when it already was.
+func (r *Registry) suspectByAnswers(p *Peer, cause, detail string) bool {
+	txn := r.db.Txn(true)
+	defer txn.Abort()
+	cur := p.live.Load()
+	if cur.state != Alive || (cur.suspect && cur.httpSettle) {
+		return false
+	}
+	nl := *cur
+	nl.suspect, nl.httpSettle = true, true
+	if cause != "" {
+		nl.suspectBy = cause
+	}
+	return r.commitTxn(txn, p, &nl)
+}
+
+// DeadCause is "connect" or "answer" for a dead peer, "" otherwise.
+func (p *Peer) DeadCause() string {
+	l := p.live.Load()
+	switch {
+	case l.state != Dead:
+		return ""
+	case l.answerDead:
+		return DeadByAnswer
+	}
+	return DeadByConnect
+}
+
+// ProbeKind is the kind of p's next probe: "http" for a parent dead by
+// answers (or suspected of it by the fleet), "tcp" otherwise.
+func (p *Peer) ProbeKind() string {
+	if l := p.live.Load(); l.state == Dead && l.answerDead || l.state == Alive && l.httpSettle {
+		return "http"
+	}
+	return "tcp"
+}
+
+// HTTPProbeTimeout is how long an HTTP probe of p may wait for its head
+// to count: the first_byte_timeout in force before its death (a parent
+// that still answers late is not revived), the one in force now for a
+// suspect parent, or probe_timeout when first_byte_timeout is off.
+func (r *Registry) HTTPProbeTimeout(p *Peer) time.Duration {
+	if d := p.live.Load().deadFBT; d > 0 {
+		return time.Duration(d)
+	}
+	o := r.opts.Load()
+	if t := p.FirstByteTimeout(o.Health, o.ReadTimeout); t > 0 {
+		return t
+	}
+	return p.ProbeTimeout()
+}
+
+// AnswerFailures is the consecutive answer failures.
+func (p *Peer) AnswerFailures() int64 { return p.answerConsec.Load() }
+
+// AnswerFailuresByClass returns the answer failures by class.
+func (p *Peer) AnswerFailuresByClass() map[string]int64 {
+	out := make(map[string]int64, answerClasses-1)
+	for c := AnswerLate; c < answerClasses; c++ {
+		out[c.String()] = p.answerByClass[c].Load()
+	}
+	return out
+}
+
+// FirstByteMs is the smoothed response-head time, ms (0 before any).
+func (p *Peer) FirstByteMs() float64 {
+	p.answers.mu.Lock()
+	defer p.answers.mu.Unlock()
+	return p.answers.smooth
+}
+
+// Hedged counts the requests hedged away from p.
+func (p *Peer) Hedged() int64 { return p.hedged.Load() }
+
+// NoteHedged counts one request of p's that was also sent to another hop.
+func (p *Peer) NoteHedged() { p.hedged.Add(1) }
+
+// FirstByte is what the forwarder needs to judge p's answers: the
+// first_byte_timeout in force (0: off) and whether a late request is
+// hedged to the next hop.
+func (r *Registry) FirstByte(p *Peer) (timeout time.Duration, hedge bool) {
+	if p.Type() != Parent {
+		return 0, false
+	}
+	o := r.opts.Load()
+	t := p.FirstByteTimeout(o.Health, o.ReadTimeout)
+	return t, t > 0 && o.Health.HedgeRequests
+}
