@@ -220,10 +220,11 @@ func (tx *txn) receive(a *attempt) {
 		if w == nil && slice > watchAfter {
 			slice = watchAfter
 		}
-		if hedgeable && now.Before(late) {
-			slice = min(slice, late.Sub(now))
+		if hedgeable && now.Before(late) && late.Sub(now) <= slice {
+			c.dl.setRead(late) // exact: the hedge starts at the first-byte timeout
+		} else {
+			c.dl.readIn(now, slice)
 		}
-		c.dl.readIn(now, slice)
 		head, err := c.r.ReadHead(cfg.maxHeader)
 		if err != nil {
 			gone := w != nil && w.gone.Load()

@@ -26,6 +26,12 @@ type pipeNet struct {
 	mu       sync.Mutex
 	delay    map[string]time.Duration
 	refuse   map[string]bool
+	// answerDelay holds a hop's answers back; status and fields change
+	// what it answers (gray failures).
+	answerDelay map[string]time.Duration
+	status      map[string]int
+	fields      map[string]string
+	stop        chan struct{} // closed by closeAll: held answers give up
 	requests map[string]int
 	bytes    map[string]int
 	dials    map[string]int
@@ -33,7 +39,8 @@ type pipeNet struct {
 }
 
 func newPipeNet() *pipeNet {
-	return &pipeNet{delay: map[string]time.Duration{}, refuse: map[string]bool{}, requests: map[string]int{}, bytes: map[string]int{}, dials: map[string]int{}}
+	return &pipeNet{delay: map[string]time.Duration{}, refuse: map[string]bool{}, requests: map[string]int{}, bytes: map[string]int{}, dials: map[string]int{},
+		answerDelay: map[string]time.Duration{}, status: map[string]int{}, fields: map[string]string{}, stop: make(chan struct{})}
 }
 
 func (n *pipeNet) Dial(ctx context.Context, _, addr string) (net.Conn, error) {
@@ -82,15 +89,31 @@ func (n *pipeNet) serve(addr string, s net.Conn) {
 		io.Copy(io.Discard, req.Body)
 		n.mu.Lock()
 		n.requests[addr]++
+		wait, status, fields := n.answerDelay[addr], n.status[addr], n.fields[addr]
 		n.mu.Unlock()
+		if status == 0 {
+			status = 200
+		}
+		if wait > 0 {
+			select {
+			case <-time.After(wait):
+			case <-n.stop:
+				return
+			}
+		}
 		body := "from " + addr
-		fmt.Fprintf(s, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+		fmt.Fprintf(s, "HTTP/1.1 %d X\r\n%sContent-Length: %d\r\n\r\n%s", status, fields, len(body), body)
 	}
 }
 
 func (n *pipeNet) closeAll() {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	select {
+	case <-n.stop:
+	default:
+		close(n.stop)
+	}
 	for _, c := range n.conns {
 		c.Close()
 	}
@@ -113,10 +136,16 @@ const (
 	addrB = "127.0.0.1:2"
 )
 
-func newRig(t *testing.T, hedge HedgeDelay) *rig {
+func newRig(t *testing.T, hedge HedgeDelay) *rig { return newRigWith(t, hedge, nil) }
+
+// newRigWith is newRig with the [health] section changed by set.
+func newRigWith(t *testing.T, hedge HedgeDelay, set func(*peers.Config)) *rig {
 	t.Helper()
 	log, _ := test.NewNullLogger()
 	h := peers.DefaultConfig()
+	if set != nil {
+		set(&h)
+	}
 	h.ConnectFailLimit = 3
 	h.ProbeInterval = time.Hour // no prober runs here
 	h.ProbeMaxInterval = time.Hour

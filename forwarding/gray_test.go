@@ -1,0 +1,128 @@
+package forwarding
+
+import (
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/peerd/peerd/peers"
+)
+
+// Gray failures in the engine, under synctest with scripted parents: a
+// parent whose head is late is hedged to the next hop and judged late only
+// when the hedge was fast; its own 5xx is retried; a POST is never
+// hedged; the judged classes reach the registry.
+
+func grayRig(t *testing.T) *rig {
+	return newRigWith(t, HedgeDelay{}, func(h *peers.Config) {
+		h.AnswerFailLimit = 3
+		h.FirstByteTimeout = peers.FirstByteTimeout{D: 300 * time.Millisecond}
+		h.HedgeRequests = true
+		h.MaxAnswerDead = 1
+	})
+}
+
+func TestLateHeadIsHedgedAndJudged(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := grayRig(t)
+		r.net.answerDelay[addrA] = time.Hour // accepts, never answers
+		rec, took := r.get(t, "GET")
+		if rec.Code != 200 || rec.body != "from "+addrB || took != 300*time.Millisecond {
+			t.Fatalf("%d %q after %v; want b's answer after the 300ms first-byte timeout", rec.Code, rec.body, took)
+		}
+		a := r.reg.Get("a")
+		if got := a.AnswerFailuresByClass()["late"]; got != 1 || !a.Suspect() || a.Hedged() != 1 {
+			t.Fatalf("a: late %d, suspect %v, hedged %d; want one late answer, suspect, one hedge", got, a.Suspect(), a.Hedged())
+		}
+		// Suspect: the next request goes to b first, at once.
+		if rec, took := r.get(t, "GET"); rec.body != "from "+addrB || took != 0 {
+			t.Fatalf("%q after %v; want b at once", rec.body, took)
+		}
+	})
+}
+
+func TestLateWithoutFasterHedgeIsNoFailure(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := grayRig(t)
+		// The origin is slow behind both parents alike.
+		r.net.answerDelay[addrA] = time.Second
+		r.net.answerDelay[addrB] = time.Second
+		rec, took := r.get(t, "GET")
+		if rec.body != "from "+addrA || took != time.Second {
+			t.Fatalf("%q after %v; want a's own answer at 1s (it began first)", rec.body, took)
+		}
+		for _, n := range []string{"a", "b"} {
+			p := r.reg.Get(n)
+			if late := p.AnswerFailuresByClass()["late"]; late != 0 || p.Suspect() {
+				t.Fatalf("%s: late %d, suspect %v; a slow origin is no parent's fault", n, late, p.Suspect())
+			}
+		}
+		// The hedge's connection was closed, never reused: b got one
+		// request and its answer was not read.
+		if got := r.net.get(r.net.requests, addrB); got != 1 {
+			t.Fatalf("b got %d requests; want the one hedge", got)
+		}
+	})
+}
+
+func TestPostIsNeverHedged(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := grayRig(t)
+		r.net.answerDelay[addrA] = time.Second
+		rec, took := r.get(t, "POST")
+		if rec.body != "from "+addrA || took != time.Second {
+			t.Fatalf("%q after %v; want a's answer after 1s", rec.body, took)
+		}
+		if n := r.net.get(r.net.dials, addrB); n != 0 {
+			t.Fatalf("b dialled %d times for a POST", n)
+		}
+		if late := r.reg.Get("a").AnswerFailuresByClass()["late"]; late != 0 {
+			t.Fatal("a POST's late answer was judged without a hedge")
+		}
+	})
+}
+
+func TestOwn5xxRetriedAndJudged(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := grayRig(t)
+		r.net.status[addrA] = 503
+		r.net.fields[addrA] = "Proxy-Status: a; error=proxy_internal_error\r\n"
+		rec, _ := r.get(t, "GET")
+		if rec.Code != 200 || rec.body != "from "+addrB {
+			t.Fatalf("%d %q; want b's 200 (a's own 503 retried)", rec.Code, rec.body)
+		}
+		if n := r.reg.Get("a").AnswerFailuresByClass()["own_5xx"]; n != 1 {
+			t.Fatalf("own_5xx = %d; want 1", n)
+		}
+		// A 502 a parent reports about its origin is not its failure.
+		r2 := grayRig(t)
+		r2.net.status[addrA] = 502
+		r2.net.fields[addrA] = "Proxy-Status: a; error=destination_not_found\r\n"
+		rec, _ = r2.get(t, "GET")
+		if rec.Code != 502 {
+			t.Fatalf("%d; want the parent's 502 relayed", rec.Code)
+		}
+		if n := r2.reg.Get("a").AnswerFailures(); n != 0 {
+			t.Fatalf("answer failures %d for an origin's fault", n)
+		}
+	})
+}
+
+func TestDeathByAnswers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := grayRig(t)
+		a := r.reg.Get("a")
+		r.net.answerDelay[addrA] = time.Hour
+		for i := 0; i < 3; i++ {
+			// Each request is made to a alone first (first-up puts a
+			// suspect a behind b, so make b unusable for the plan's head).
+			r.reg.ObserveAnswer(a, peers.AnswerLate, 0, time.Now())
+		}
+		if a.State() != peers.Dead || a.DeadCause() != peers.DeadByAnswer || a.ProbeKind() != "http" {
+			t.Fatalf("a: %v cause %q probe %q; want dead by answers, probed over HTTP", a.State(), a.DeadCause(), a.ProbeKind())
+		}
+		if rec, _ := r.get(t, "GET"); rec.body != "from "+addrB {
+			t.Fatalf("%q; a dead parent got traffic", rec.body)
+		}
+	})
+}

@@ -1,0 +1,138 @@
+package peers
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/sirupsen/logrus/hooks/test"
+)
+
+func answersRegistry(t *testing.T, n int, set func(*Config)) *Registry {
+	t.Helper()
+	h := DefaultConfig()
+	h.AnswerFailLimit = 3
+	if set != nil {
+		set(&h)
+	}
+	var specs []Spec
+	for i := 0; i < n; i++ {
+		specs = append(specs, Spec{Name: string(rune('a' + i)), Host: "127.0.0.1", Port: 1000 + i})
+	}
+	log, _ := test.NewNullLogger()
+	r, err := New(Options{Health: h, ConnectTimeout: time.Second, ReadTimeout: time.Minute, Log: log}, specs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range r.Peers() {
+		r.Observe(p, Observation{At: t0, RTT: time.Millisecond, Probe: true})
+	}
+	return r
+}
+
+// TestDeathByAnswersAndHTTPRevival: answer_fail_limit consecutive answer
+// failures kill a parent (cause answers); a complete answer resets the
+// count; a TCP connect — even a probe's — never revives it; an HTTP
+// probe does.
+func TestDeathByAnswersAndHTTPRevival(t *testing.T) {
+	r := answersRegistry(t, 4, nil)
+	a := r.Get("a")
+	r.ObserveAnswer(a, AnswerTimeout, 0, t0)
+	r.ObserveAnswer(a, AnswerOK, 5*time.Millisecond, t0)
+	if a.AnswerFailures() != 0 {
+		t.Fatal("a complete answer did not reset the count")
+	}
+	for i := 0; i < 3; i++ {
+		r.ObserveAnswer(a, AnswerLate, 0, t0)
+	}
+	if a.State() != Dead || a.DeadCause() != DeadByAnswer || a.ProbeKind() != "http" {
+		t.Fatalf("a %v cause %q probe %q; want dead by answers", a.State(), a.DeadCause(), a.ProbeKind())
+	}
+	h := a.History()
+	if last := h[len(h)-1]; last.Cause != CauseAnswerFailures {
+		t.Fatalf("history %+v; want cause answer_failures", last)
+	}
+	r.Observe(a, Observation{At: t0, RTT: time.Millisecond, Probe: true})
+	if a.State() != Dead {
+		t.Fatal("a TCP probe that connected revived a parent dead by answers")
+	}
+	r.ObserveHTTPProbe(a, false, errors.New("no head"), AnswerTimeout, t0)
+	if a.State() != Dead {
+		t.Fatal("a failed HTTP probe revived it")
+	}
+	r.ObserveHTTPProbe(a, true, nil, AnswerOK, t0)
+	if a.State() != Alive || a.DeadCause() != "" || a.ProbeKind() != "tcp" {
+		t.Fatalf("after a good HTTP probe: %v %q %q; want alive", a.State(), a.DeadCause(), a.ProbeKind())
+	}
+	// A connect death is still revived by a TCP probe.
+	b := r.Get("b")
+	for range b.ConnectFailLimit() {
+		r.Observe(b, Observation{At: t0, Err: errors.New("refused")})
+	}
+	if b.DeadCause() != DeadByConnect || b.ProbeKind() != "tcp" {
+		t.Fatalf("b %q %q; want a connect death probed by TCP", b.DeadCause(), b.ProbeKind())
+	}
+	r.Observe(b, Observation{At: t0, RTT: time.Millisecond, Probe: true})
+	if b.State() != Alive {
+		t.Fatal("a TCP probe did not revive a connect death")
+	}
+}
+
+// TestMaxAnswerDead: answer failures never leave more than the share of
+// parents dead; the one that would cross it stays alive and suspect.
+// Connect deaths are not capped.
+func TestMaxAnswerDead(t *testing.T) {
+	r := answersRegistry(t, 4, nil) // 50% of 4: two
+	kill := func(name string) {
+		for i := 0; i < 3; i++ {
+			r.ObserveAnswer(r.Get(name), AnswerOwn5xx, 0, t0)
+		}
+	}
+	kill("a")
+	kill("b")
+	kill("c")
+	if r.Get("a").State() != Dead || r.Get("b").State() != Dead {
+		t.Fatal("a and b should die by answers")
+	}
+	c := r.Get("c")
+	if c.State() != Alive || !c.Suspect() {
+		t.Fatalf("c %v suspect %v; want alive and suspect past max_answer_dead", c.State(), c.Suspect())
+	}
+	d := r.Get("d")
+	for range d.ConnectFailLimit() {
+		r.Observe(d, Observation{At: t0, Err: errors.New("refused")})
+	}
+	if d.State() != Dead {
+		t.Fatal("a connect death was capped")
+	}
+}
+
+// TestAutoFirstByteTimeout: 1 s until enough heads are known, then the
+// 95th percentile doubled, never under 200 ms, never over read_timeout.
+func TestAutoFirstByteTimeout(t *testing.T) {
+	r := answersRegistry(t, 1, nil)
+	a := r.Get("a")
+	if got, _ := r.FirstByte(a); got != time.Second {
+		t.Fatalf("with no heads: %v; want 1s", got)
+	}
+	for i := 0; i < 64; i++ {
+		r.ObserveAnswer(a, AnswerOK, time.Millisecond, t0)
+	}
+	if got, _ := r.FirstByte(a); got != 200*time.Millisecond {
+		t.Fatalf("fast heads: %v; want the 200ms floor", got)
+	}
+	for i := 0; i < 64; i++ {
+		d := 100 * time.Millisecond
+		if i%10 == 0 {
+			d = 900 * time.Millisecond // 10% slow
+		}
+		r.ObserveAnswer(a, AnswerOK, d, t0)
+	}
+	if got, _ := r.FirstByte(a); got != 1800*time.Millisecond {
+		t.Fatalf("heads with a slow tenth: %v; want 2 x the 95th percentile (1.8s)", got)
+	}
+	r2 := answersRegistry(t, 1, func(h *Config) { h.FirstByteTimeout = FirstByteTimeout{} })
+	if got, hedge := r2.FirstByte(r2.Get("a")); got != 0 || hedge {
+		t.Fatalf("first_byte_timeout = 0s: %v %v; want off", got, hedge)
+	}
+}
