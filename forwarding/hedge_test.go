@@ -23,19 +23,19 @@ import (
 // it then succeeds; accepted connections are served by a tiny HTTP proxy
 // on the far end of a net.Pipe that records every request and byte.
 type pipeNet struct {
-	mu       sync.Mutex
-	delay    map[string]time.Duration
-	refuse   map[string]bool
+	mu     sync.Mutex
+	delay  map[string]time.Duration
+	refuse map[string]bool
 	// answerDelay holds a hop's answers back; status and fields change
 	// what it answers (gray failures).
 	answerDelay map[string]time.Duration
 	status      map[string]int
 	fields      map[string]string
 	stop        chan struct{} // closed by closeAll: held answers give up
-	requests map[string]int
-	bytes    map[string]int
-	dials    map[string]int
-	conns    []net.Conn
+	requests    map[string]int
+	bytes       map[string]int
+	dials       map[string]int
+	conns       []net.Conn
 }
 
 func newPipeNet() *pipeNet {

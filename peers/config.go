@@ -1,10 +1,10 @@
 package peers
 
 import (
-	"net/url"
-	"strconv"
 	"fmt"
 	"net"
+	"net/url"
+	"strconv"
 	"strings"
 	"time"
 

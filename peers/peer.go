@@ -205,15 +205,15 @@ type Peer struct {
 	rttvar    atomic.Uint64
 	lastProbe atomic.Uint64 // RTT of the last successful probe, ms
 
-	failures  [failClasses]atomic.Int64 // connect failures by class
+	failures [failClasses]atomic.Int64 // connect failures by class
 	// Answers (answers.go): consecutive failures, by class, hedges, and
 	// the response-head times.
 	answerConsec  atomic.Int64
 	answerByClass [answerClasses]atomic.Int64
 	hedged        atomic.Int64
 	answers       answerStats
-	icp       ICPCounters
-	rampUntil atomic.Int64 // slow start ends (Unix ns); 0: not ramping
+	icp           ICPCounters
+	rampUntil     atomic.Int64 // slow start ends (Unix ns); 0: not ramping
 
 	// opsMu guards what operators read: history, upstream errors, deaths.
 	opsMu      sync.Mutex

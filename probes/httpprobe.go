@@ -103,4 +103,3 @@ func probeClass(err error) peers.AnswerClass {
 	}
 	return peers.AnswerClosed
 }
-
