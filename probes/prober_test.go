@@ -1,9 +1,12 @@
 package probes
 
 import (
+	"bufio"
 	"context"
 	"errors"
+	"io"
 	"net"
+	"net/http"
 	"slices"
 	"sync"
 	"testing"
@@ -22,6 +25,7 @@ type fakeNet struct {
 	mode   map[string]string // "refuse" (default), "accept", "block"
 	dials  map[string][]time.Time
 	active map[string]int // dials in flight now
+	probes []string       // HTTP probes seen: method and Max-Forwards
 	maxAct map[string]int
 }
 
@@ -76,6 +80,30 @@ func (f *fakeNet) Dial(ctx context.Context, _, addr string) (net.Conn, error) {
 	case "block":
 		<-ctx.Done()
 		return nil, ctx.Err()
+	case "http-ok", "http-hang", "http-503":
+		// A parent's proxy port: it reads the probe's request and answers
+		// 501 (as Squid does to OPTIONS with Max-Forwards: 0), 503, or
+		// nothing at all.
+		c1, c2 := net.Pipe()
+		go func() {
+			defer c2.Close()
+			req, err := http.ReadRequest(bufio.NewReader(c2))
+			if err != nil {
+				return
+			}
+			f.mu.Lock()
+			f.probes = append(f.probes, req.Method+" "+req.Header.Get("Max-Forwards"))
+			f.mu.Unlock()
+			switch mode {
+			case "http-ok":
+				io.WriteString(c2, "HTTP/1.1 501 Not Implemented\r\nContent-Length: 0\r\n\r\n")
+			case "http-503":
+				io.WriteString(c2, "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n")
+			default:
+				io.Copy(io.Discard, c2) // until the prober gives up
+			}
+		}()
+		return c1, nil
 	}
 	return nil, errors.New("connect: connection refused")
 }
@@ -506,4 +534,52 @@ func TestSettleDelay(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Fatalf("settling delays %v; want %v", got, want)
 	}
+}
+
+// TestAnswerDeadRevivedByHTTPProbeOnly: a parent dead by answers is
+// probed with OPTIONS and Max-Forwards: 0; a connect alone, or an answer
+// of 503 or none in time, does not revive it; a complete head does.
+func TestAnswerDeadRevivedByHTTPProbeOnly(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := health(3)
+		h.AnswerFailLimit = 2
+		h.FirstByteTimeout = peers.FirstByteTimeout{D: 300 * time.Millisecond}
+		e := setup(t, h, peers.Spec{Name: "p1", Host: "127.0.0.1", Port: 1}, peers.Spec{Name: "p2", Host: "127.0.0.1", Port: 2})
+		e.net.set(a1, "accept")
+		e.net.set("127.0.0.1:2", "accept")
+		stop := e.run(t)
+		defer stop()
+		synctest.Wait()
+		p := e.reg.Get("p1")
+		e.reg.ObserveAnswer(p, peers.AnswerLate, 0, time.Now())
+		e.reg.ObserveAnswer(p, peers.AnswerLate, 0, time.Now())
+		if p.DeadCause() != peers.DeadByAnswer {
+			t.Fatalf("p1 %v %q; want dead by answers", p.State(), p.DeadCause())
+		}
+		// Accepts connections but never answers: probes go on, no revival.
+		e.net.set(a1, "http-hang")
+		time.Sleep(10 * time.Second)
+		synctest.Wait()
+		if p.State() != peers.Dead {
+			t.Fatal("a parent that accepts but does not answer was revived")
+		}
+		e.net.set(a1, "http-503")
+		time.Sleep(10 * time.Second)
+		synctest.Wait()
+		if p.State() != peers.Dead {
+			t.Fatal("a parent answering 503 was revived")
+		}
+		e.net.set(a1, "http-ok")
+		time.Sleep(h.ProbeMaxInterval + time.Second)
+		synctest.Wait()
+		if p.State() != peers.Alive {
+			t.Fatalf("p1 %v after a good HTTP probe; want alive", p.State())
+		}
+		e.net.mu.Lock()
+		probes := append([]string(nil), e.net.probes...)
+		e.net.mu.Unlock()
+		if len(probes) < 3 || probes[0] != "OPTIONS 0" {
+			t.Fatalf("probes seen %q; want OPTIONS with Max-Forwards: 0", probes)
+		}
+	})
 }
