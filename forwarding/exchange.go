@@ -78,9 +78,14 @@ func (tx *txn) exchange(a *attempt) {
 		// The whole request in one write, then the answer's first bytes,
 		// in one poll cycle (see rawIO).
 		now := time.Now()
-		c.dl.readIn(now, min(cfg.ReadTimeout, watchAfter))
+		wait := min(cfg.ReadTimeout, watchAfter)
 		if a.hop.Peer != nil {
 			a.writtenAt = now // (its head times judge the parent)
+		}
+		if late, hedgeable := tx.lateAt(a); hedgeable && late.Sub(now) < wait {
+			c.dl.setRead(late) // the wait ends when the head is late: the hedge starts then
+		} else {
+			c.dl.readIn(now, wait)
 		}
 		n, werr, _ := c.rio.sendAndWait(out)
 		if n >= headLen {
@@ -216,6 +221,21 @@ func (tx *txn) receive(a *attempt) {
 		}
 	}()
 	for interim := 0; ; {
+		if hedgeable && !now.Before(late) && a.progress < sentToClient && c.r.Buffered() == 0 {
+			// The head is late and nothing of it came: the request goes
+			// to the next hop too, and the first final head wins.
+			hedgeable = false
+			if w != nil {
+				w.stop()
+				w = nil
+			}
+			if tx.hedge(a, deadline) {
+				if errors.Is(a.err, errClientGone) {
+					tx.clientGone = true
+				}
+				return
+			}
+		}
 		slice := deadline.Sub(now)
 		if w == nil && slice > watchAfter {
 			slice = watchAfter
@@ -229,18 +249,8 @@ func (tx *txn) receive(a *attempt) {
 		if err != nil {
 			gone := w != nil && w.gone.Load()
 			if now = time.Now(); isTimeout(err) && now.Before(deadline) && !gone {
-				if hedgeable && !now.Before(late) && a.progress < sentToClient && c.r.Buffered() == 0 {
-					hedgeable = false
-					if w != nil {
-						w.stop()
-						w = nil
-					}
-					if tx.hedge(a, deadline) {
-						if errors.Is(a.err, errClientGone) {
-							tx.clientGone = true
-						}
-						return
-					}
+				if hedgeable && !now.Before(late) {
+					continue // hedged at the top of the loop
 				}
 				if w == nil && tx.bodyDone {
 					w = tx.cc.watch(c.nc)

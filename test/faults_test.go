@@ -77,9 +77,13 @@ func TestFaultClasses(t *testing.T) {
 			bad := newFakeParent(t, "bad")
 			good := newFakeParent(t, "good")
 			badBlock := peerBlock(`connect_timeout = "300ms"`, bad)
+			// Answer failures off: a broken answer would make bad suspect
+			// and send the POST to good; this test is about the retry
+			// classes on bad itself (gray_test.go covers the judging).
 			cfg := withProxy(baseConfig, tc.extra) + `
 [health]
 connect_fail_limit = 100
+answer_fail_limit = 0
 probe_interval = "1m"
 probe_max_interval = "1m"
 ` + badBlock + peerBlock("", good)

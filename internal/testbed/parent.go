@@ -92,10 +92,14 @@ func (p *Parent) SetStatus(s int) {
 	p.mu.Unlock()
 }
 
-// SetHeader adds a field to every answer.
+// SetHeader adds a field to every answer ("" removes it).
 func (p *Parent) SetHeader(k, v string) {
 	p.mu.Lock()
-	p.header.Set(k, v)
+	if v == "" {
+		p.header.Del(k)
+	} else {
+		p.header.Set(k, v)
+	}
 	p.mu.Unlock()
 }
 
@@ -245,6 +249,9 @@ func (p *Parent) serveConn(c net.Conn, rec *ConnRecord) {
 		body, _ := io.ReadAll(req.Body)
 		p.requests.Add(1)
 		p.mu.Lock()
+		if m := p.mode; m == "silent" || m == "hang" || strings.HasPrefix(m, "delay:") || m == "" {
+			mode = m // these faults reach connections already open, as a hung process does
+		}
 		rec.Requests++
 		rec.Methods = append(rec.Methods, req.Method)
 		if p.arrivals != nil && len(p.arrivals) < 100000 {
@@ -277,6 +284,13 @@ func (p *Parent) serveConn(c net.Conn, rec *ConnRecord) {
 		case "silent":
 			time.Sleep(time.Hour)
 			return
+		}
+		if d, ok := strings.CutPrefix(mode, "delay:"); ok {
+			// Accepts and reads, answers late (a parent that is slow, not
+			// dead).
+			if wait, err := time.ParseDuration(d); err == nil {
+				time.Sleep(wait)
+			}
 		}
 		if req.Method == http.MethodConnect {
 			if mode == "deny-connect" {
