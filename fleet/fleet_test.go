@@ -420,3 +420,39 @@ func TestLogWriterLevels(t *testing.T) {
 		}
 	}
 }
+
+// TestAnswerDeathGossiped: a death by answers travels with its cause; the
+// other member's peer turns suspect and is settled by an HTTP probe (a
+// TCP connect would pass a parent that accepts but does not answer).
+func TestAnswerDeathGossiped(t *testing.T) {
+	// Two parents: max_answer_dead (50%) lets one of them die by answers.
+	r := newRegistry(t, peers.Spec{Name: "p1", Host: "127.0.0.1", Port: 3128}, peers.Spec{Name: "p2", Host: "127.0.0.2", Port: 3128})
+	log, _ := test.NewNullLogger()
+	f := New(r, log)
+	m := testMember(f, "b")
+	p1 := r.Get("p1")
+	alive(r, p1)
+	f.receive(m, []Verdict{{Node: "a", Peer: "p1", State: StateDead, At: 10, Cause: "answer"}}, nil)
+	if !p1.Suspect() || p1.ProbeKind() != "http" {
+		t.Fatalf("p1 suspect %v probe %q; want suspect, probed over HTTP", p1.Suspect(), p1.ProbeKind())
+	}
+	alive(r, p1) // a TCP probe connects: not enough
+	if !p1.Suspect() {
+		t.Fatal("a connect settled a suspicion of bad answers")
+	}
+	r.ObserveHTTPProbe(p1, true, nil, peers.AnswerOK, t0)
+	if p1.Suspect() {
+		t.Fatal("a good HTTP probe did not settle it")
+	}
+	// This member publishes its own answer death with the cause.
+	f2 := New(r, log)
+	m2 := testMember(f2, "me")
+	f2.cur.Store(m2)
+	for i := 0; i < 5; i++ {
+		r.ObserveAnswer(p1, peers.AnswerLate, 0, t0)
+	}
+	f2.publish(t0)
+	if v := f2.own["p1"]; v.State != StateDead || v.Cause != "answer" {
+		t.Fatalf("own verdict %+v; want dead with cause answer", v)
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -181,4 +182,76 @@ func TestGrayFailurePhases(t *testing.T) {
 	if !strings.Contains(p.logs(), "Detected DEAD Parent: a (answers)") {
 		t.Error("no 'Detected DEAD Parent: a (answers)' in the log")
 	}
+}
+
+// TestSquidStoppedIsDeadByAnswers: a real Squid parent stopped with
+// SIGSTOP accepts connections (the kernel's backlog) and never answers. It
+// is declared dead by answers, gets no client request after the first
+// second, is probed with OPTIONS (which Squid answers itself, HIER_NONE)
+// and revived after SIGCONT.
+func TestSquidStoppedIsDeadByAnswers(t *testing.T) {
+	origin := newOrigin(t, originHandler)
+	s1 := startSquid(t, "squid1", "")
+	s2 := startSquid(t, "squid2", "")
+	p := startPeerd(t, baseConfig+grayConfig+policy("round-robin")+peerBlock("", s1, s2))
+	cl := p.client()
+	for i := 0; i < 60; i++ {
+		if r := do(cl, "GET", fmt.Sprintf("http://%s/warm/%d", origin, i), ""); r.status != 200 {
+			t.Fatalf("warm-up: %s", r)
+		}
+	}
+	if err := syscall.Kill(s1.Pid(), syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	stopped := time.Now()
+	cont := func() { syscall.Kill(s1.Pid(), syscall.SIGCONT) }
+	defer cont()
+	var wg sync.WaitGroup
+	var errs atomic.Int64
+	for i := 0; i < 100 && time.Since(stopped) < 5*time.Second; i++ {
+		wg.Add(1)
+		go func(ms int64) {
+			defer wg.Done()
+			if r := do(cl, "GET", fmt.Sprintf("http://%s/stopped/%d", origin, ms), ""); r.status != 200 {
+				errs.Add(1)
+			}
+		}(time.Since(stopped).Milliseconds())
+		time.Sleep(50 * time.Millisecond)
+	}
+	wg.Wait()
+	waitFor(t, "squid1 dead by answers", 10*time.Second, func() bool {
+		st := p.gray("squid1")
+		return st.State == "dead" && st.DeadCause != nil && *st.DeadCause == "answer"
+	})
+	if n := errs.Load(); n != 0 {
+		t.Errorf("%d client errors while a parent was stopped", n)
+	}
+	cont()
+	waitFor(t, "squid1 revived by an HTTP probe", 15*time.Second, func() bool { return p.peer("squid1").State == "alive" })
+	// Squid's own log: the OPTIONS probes it answered itself, and no
+	// client request sent to it after the first second of the stop.
+	var options, late []string
+	waitFor(t, "squid1 to log an OPTIONS probe", 10*time.Second, func() bool {
+		options, late = nil, nil
+		for _, l := range s1.accessLog() {
+			if strings.Contains(l, " OPTIONS ") {
+				options = append(options, l)
+			}
+			if i := strings.Index(l, "/stopped/"); i >= 0 {
+				var ms int64
+				fmt.Sscan(strings.Fields(l[i+len("/stopped/"):])[0], &ms)
+				if ms > 1000 {
+					late = append(late, l)
+				}
+			}
+		}
+		return len(options) > 0
+	})
+	if !strings.Contains(options[0], "HIER_NONE") || !strings.Contains(options[0], "NONE_NONE/501") && !strings.Contains(options[0], "/501") {
+		t.Errorf("squid's log of the probe: %q; want it answered by Squid itself (NONE_NONE/501, HIER_NONE)", options[0])
+	}
+	if len(late) > 0 {
+		t.Errorf("%d client requests sent to the stopped squid after its first second: %q", len(late), late)
+	}
+	t.Logf("squid1 answered %d OPTIONS probes itself, e.g. %s", len(options), options[0])
 }
