@@ -23,6 +23,7 @@ type Results struct {
 	Cache      []Throughput `json:"cache"`
 	Fleet      []FleetRow   `json:"fleet"`
 	ICP        []ICPRow     `json:"icp"`
+	Gray       []GrayRow    `json:"gray"`
 }
 
 // wrkBin is wrk's path ("": load by a Go client).
@@ -146,6 +147,7 @@ func (r *Results) markdown() string {
 	}
 	b.WriteString(r.fleetSection())
 	b.WriteString(r.icpSection())
+	b.WriteString(r.graySection())
 	return b.String()
 }
 
