@@ -126,3 +126,32 @@ func TestDeathByAnswers(t *testing.T) {
 		}
 	})
 }
+
+func TestClosedAnswerJudged(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := grayRig(t)
+		r.net.status[addrA] = -1 // reads the request, closes without a word
+		rec, _ := r.get(t, "GET")
+		if rec.Code != 200 || rec.body != "from "+addrB {
+			t.Fatalf("%d %q; want b's answer (a GET retried)", rec.Code, rec.body)
+		}
+		if n := r.reg.Get("a").AnswerFailuresByClass()["closed"]; n != 1 {
+			t.Fatalf("closed = %d; want 1", n)
+		}
+	})
+}
+
+func TestNoHedgeOnceAByteReachedTheClient(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := grayRig(t)
+		r.net.status[addrA] = -103 // 103 Early Hints at once, the rest late
+		r.net.answerDelay[addrA] = time.Second
+		rec, took := r.get(t, "GET")
+		if rec.body != "from "+addrA || took != time.Second {
+			t.Fatalf("%q after %v; want a's answer after 1s: a 1xx went out, nothing may be redone", rec.body, took)
+		}
+		if n := r.net.get(r.net.dials, addrB); n != 0 {
+			t.Fatalf("b dialled %d times after a byte reached the client", n)
+		}
+	})
+}

@@ -94,6 +94,13 @@ func (n *pipeNet) serve(addr string, s net.Conn) {
 		if status == 0 {
 			status = 200
 		}
+		switch {
+		case status == -1: // closes without answering
+			return
+		case status < -1: // interim answer -status, then the held answer
+			fmt.Fprintf(s, "HTTP/1.1 %d Early\r\n\r\n", -status)
+			status = 200
+		}
 		if wait > 0 {
 			select {
 			case <-time.After(wait):
@@ -198,7 +205,11 @@ func (r *rig) get(t *testing.T, method string) (clientReply, time.Duration) {
 		req += "\r\n"
 	}
 	go io.WriteString(client, req)
-	resp, err := http.ReadResponse(bufio.NewReader(client), nil)
+	br := bufio.NewReader(client)
+	resp, err := http.ReadResponse(br, nil)
+	for err == nil && resp.StatusCode/100 == 1 { // interim answers relayed
+		resp, err = http.ReadResponse(br, nil)
+	}
 	if err != nil {
 		t.Fatalf("%s: %v", method, err)
 	}
