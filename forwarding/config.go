@@ -64,6 +64,10 @@ type Config struct {
 	// arrive within this (Squid request_start_timeout); far shorter than
 	// client_idle_timeout, so idle sockets opened to hold slots go soon.
 	RequestStartTimeout time.Duration `toml:"request_start_timeout"`
+	// PIDFile, when set, names the process that serves (Squid
+	// pid_filename); after a binary upgrade (SIGUSR2) it names the new
+	// one, so systemd's PIDFile follows it.
+	PIDFile string `toml:"pid_file"`
 }
 
 // DefaultConfig returns the built-in [proxy] defaults.

@@ -49,9 +49,15 @@ func Listen(addr string, o ServerOptions) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	return Serve(conn, o), nil
+}
+
+// Serve answers on conn (a socket handed over by the process before this
+// one, in a binary upgrade) until Close.
+func Serve(conn *net.UDPConn, o ServerOptions) *Server {
 	s := &Server{o: o, conn: conn, done: make(chan struct{})}
 	go s.serve()
-	return s, nil
+	return s
 }
 
 // Addr is the address answered on.

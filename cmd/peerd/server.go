@@ -63,6 +63,7 @@ type server struct {
 	access    *forwarding.AccessLog
 	reloading sync.Mutex
 	wg        sync.WaitGroup // serving goroutines
+	upg       *upgrader      // socket hand-over to the next binary (upgrade.go)
 }
 
 func newServer(path string, cfg *fileConfig, stderr io.Writer) (*server, error) {
@@ -186,11 +187,16 @@ func (s *server) serve(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGHUP, syscall.SIGUSR1, syscall.SIGTERM, syscall.SIGINT)
+	signal.Notify(sigs, syscall.SIGHUP, syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGTERM, syscall.SIGINT)
 	defer signal.Stop(sigs)
 
 	cfg := s.cfg
-	adminLn, err := net.Listen("tcp", cfg.Admin.Listen)
+	s.upg = newUpgrader(cfg.Proxy.PIDFile, s.log)
+	defer s.upg.stop()
+	if s.upg.inherited() {
+		s.log.Info("binary upgrade: started by the running peerd; taking its sockets over")
+	}
+	adminLn, err := s.upg.listen("admin", cfg.Admin.Listen)
 	if err != nil {
 		return fmt.Errorf("admin listen: %w", err)
 	}
@@ -204,8 +210,13 @@ func (s *server) serve(ctx context.Context) error {
 	defer func() { stopProbes(); <-probesDone }()
 
 	if err := s.fleet.Apply(cfg.Fleet, s.fleetNode(cfg)); err != nil {
-		s.adminSrv.Close()
-		return err
+		if !s.upg.inherited() {
+			s.adminSrv.Close()
+			return err
+		}
+		// The old process still holds the gossip port until it has
+		// handed over: join once it lets go.
+		go s.retryFleet(probeCtx, cfg)
 	}
 	if cfg.ICP.Listen != "" {
 		srv, err := s.listenICP(cfg.ICP.Listen)
@@ -223,14 +234,18 @@ func (s *server) serve(ctx context.Context) error {
 
 	// Open the proxy port once every peer has a first verdict (or the
 	// longest probe timeout passed), so a restart is not a burst of 503s.
-	if wait := verdictWait(s.reg); wait > 0 {
+	wait := verdictWait(s.reg)
+	if s.upg.inherited() {
+		wait = min(wait, upgradeTimeout/2) // the old process serves meanwhile, and waits at most 30 s
+	}
+	if wait > 0 {
 		wctx, wcancel := context.WithTimeout(ctx, wait)
 		if err := s.reg.WaitVerdicts(wctx); err != nil {
 			s.log.WithField("waited", wait.String()).Warn("some peers have no probe verdict yet; opening the proxy port anyway")
 		}
 		wcancel()
 	}
-	proxyLn, err := net.Listen("tcp", cfg.Proxy.Listen)
+	proxyLn, err := s.upg.listen("proxy", cfg.Proxy.Listen)
 	if err != nil {
 		s.adminSrv.Close()
 		return fmt.Errorf("proxy listen: %w", err)
@@ -239,19 +254,25 @@ func (s *server) serve(ctx context.Context) error {
 	s.proxyLn = proxyLn
 	s.serveProxy(proxyLn)
 	s.mu.Unlock()
-	s.log.WithFields(logrus.Fields{"proxy": proxyLn.Addr().String(), "admin": adminLn.Addr().String(), "peers": len(s.reg.Peers()), "version": version}).
+	s.log.WithFields(logrus.Fields{"proxy": proxyLn.Addr().String(), "admin": adminLn.Addr().String(), "peers": len(s.reg.Peers()), "version": version, "pid": os.Getpid()}).
 		Info("peerd serving")
+	s.upg.ready()
 
 	for {
 		select {
 		case <-ctx.Done():
 			return s.shutdown(nil)
+		case <-s.upg.exit():
+			s.log.WithField("pid", os.Getpid()).Warn("handed over to the new process: no new connections here, finishing in-flight requests")
+			return s.shutdown(sigs)
 		case sig := <-sigs:
 			switch sig {
 			case syscall.SIGHUP:
 				s.reload()
 			case syscall.SIGUSR1:
 				s.reopenAccessLog()
+			case syscall.SIGUSR2:
+				go s.upg.upgrade()
 			default:
 				s.log.WithField("signal", sig.String()).Info("shutting down: no new connections, finishing in-flight requests")
 				return s.shutdown(sigs)
@@ -424,12 +445,12 @@ func (s *server) stage(cfg, old *fileConfig) (*staged, error) {
 	}
 	var err error
 	if cfg.Proxy.Listen != old.Proxy.Listen {
-		if st.proxyLn, err = net.Listen("tcp", cfg.Proxy.Listen); err != nil {
+		if st.proxyLn, err = s.upg.listen("proxy", cfg.Proxy.Listen); err != nil {
 			return fail(fmt.Errorf("proxy.listen: %w", err))
 		}
 	}
 	if cfg.Admin.Listen != old.Admin.Listen {
-		if st.adminLn, err = net.Listen("tcp", cfg.Admin.Listen); err != nil {
+		if st.adminLn, err = s.upg.listen("admin", cfg.Admin.Listen); err != nil {
 			return fail(fmt.Errorf("admin.listen: %w", err))
 		}
 	}
@@ -520,14 +541,34 @@ func icpSource(c icp.Config) string {
 
 // listenICP opens an ICP listener answering from the proxy's cache.
 func (s *server) listenICP(addr string) (*icp.Server, error) {
-	srv, err := icp.Listen(addr, icp.ServerOptions{
-		Store: s.proxy, Registry: s.reg, Allowed: s.proxy.Allowed, DirectAllowed: s.planner.DirectAllowed, Log: s.log,
-	})
+	conn, err := s.upg.listenUDP("icp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("icp.listen: %w", err)
 	}
+	srv := icp.Serve(conn, icp.ServerOptions{
+		Store: s.proxy, Registry: s.reg, Allowed: s.proxy.Allowed, DirectAllowed: s.planner.DirectAllowed, Log: s.log,
+	})
 	s.log.WithField("icp", srv.Addr().String()).Info("answering ICP queries")
 	return srv, nil
+}
+
+// retryFleet joins the fleet once the old process (in a binary upgrade)
+// lets go of the gossip port, for up to a minute.
+func (s *server) retryFleet(ctx context.Context, cfg *fileConfig) {
+	t := time.NewTicker(500 * time.Millisecond)
+	defer t.Stop()
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if err := s.fleet.Apply(cfg.Fleet, s.fleetNode(cfg)); err == nil {
+			return
+		}
+	}
+	s.log.Error("fleet: the gossip port stayed busy after the upgrade; reload to retry")
 }
 
 // fleetNode is the fleet member name cfg gives: [fleet] node, else the
