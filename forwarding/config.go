@@ -68,6 +68,10 @@ type Config struct {
 	// pid_filename); after a binary upgrade (SIGUSR2) it names the new
 	// one, so systemd's PIDFile follows it.
 	PIDFile string `toml:"pid_file"`
+	// StateFile, when set, keeps operator state across restarts: admin
+	// overrides (reason, ttl), each peer's history and flap state, and
+	// learned connect and response-head times.
+	StateFile string `toml:"state_file"`
 }
 
 // DefaultConfig returns the built-in [proxy] defaults.

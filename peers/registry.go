@@ -460,6 +460,17 @@ func (r *Registry) SetAdminState(name string, s AdminState) (*Peer, error) {
 // the peer to enabled by itself when it ends (logged, and in its
 // history). It returns the peer and the admin state it had.
 func (r *Registry) SetAdmin(name string, s AdminState, reason string, ttl time.Duration) (*Peer, AdminState, error) {
+	var until int64
+	if ttl > 0 && s != Enabled {
+		until = r.now().Add(ttl).UnixNano()
+	}
+	return r.setAdmin(name, s, reason, until, true)
+}
+
+// setAdmin sets an admin state ending at until (Unix ns; 0: never);
+// record adds the change to the peer's history (a restore from the
+// state file does not: its history comes with it).
+func (r *Registry) setAdmin(name string, s AdminState, reason string, until int64, record bool) (*Peer, AdminState, error) {
 	txn := r.db.Txn(true)
 	defer txn.Abort()
 	raw, err := txn.First(tablePeers, indexID, name)
@@ -475,8 +486,8 @@ func (r *Registry) SetAdmin(name string, s AdminState, reason string, ttl time.D
 	now := r.now()
 	nl := *cur
 	nl.admin, nl.reason, nl.until = s, reason, 0
-	if ttl > 0 && s != Enabled {
-		nl.until = now.Add(ttl).UnixNano()
+	if s != Enabled {
+		nl.until = until
 	}
 	if *cur == nl {
 		return p, old, nil
@@ -486,11 +497,11 @@ func (r *Registry) SetAdmin(name string, s AdminState, reason string, ttl time.D
 	}
 	if nl.until != 0 {
 		until := nl.until
-		r.overrides.set(name, time.AfterFunc(ttl, func() { r.expireAdmin(p, until) }))
+		r.overrides.set(name, time.AfterFunc(time.Duration(until-now.UnixNano()), func() { r.expireAdmin(p, until) }))
 	} else {
 		r.overrides.set(name, nil)
 	}
-	if old != s {
+	if old != s && record {
 		p.record(Transition{At: now, From: old.String(), To: s.String(), Cause: CauseAdmin, Error: reason})
 	}
 	fields := logrus.Fields{"peer": name, "from": old.String(), "to": s.String()}

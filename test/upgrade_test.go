@@ -350,3 +350,89 @@ func TestBinaryUpgradeFailsOldKeepsServing(t *testing.T) {
 		t.Fatalf("pid file names %d; want the old process %d", pid, u.cmd.Process.Pid)
 	}
 }
+
+// TestSystemdUnitVerifies: etc/peerd.service passes systemd-analyze
+// verify (with the binary at the test's path).
+func TestSystemdUnitVerifies(t *testing.T) {
+	sa, err := exec.LookPath("systemd-analyze")
+	if err != nil {
+		t.Skip("systemd-analyze is not installed")
+	}
+	b, err := os.ReadFile("../etc/peerd.service")
+	if err != nil {
+		t.Fatal(err)
+	}
+	unit := filepath.Join(t.TempDir(), "peerd.service")
+	os.WriteFile(unit, []byte(strings.ReplaceAll(string(b), "/usr/local/bin/peerd", peerdBin)), 0o644)
+	out, err := exec.Command(sa, "verify", unit).CombinedOutput()
+	if err != nil || strings.Contains(string(out), "peerd.service") {
+		t.Fatalf("systemd-analyze verify: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(b), "Type=notify") || !strings.Contains(string(b), "NotifyAccess=all") {
+		t.Fatal("the unit must let systemd follow the new main process after SIGUSR2 (Type=notify, NotifyAccess=all)")
+	}
+}
+
+// TestStateFileAcrossRestart: a drain with a ttl and a reason survives a
+// restart with its end unchanged; the history shows what came before; the
+// peers are probed again before traffic. A corrupt file never stops peerd.
+func TestStateFileAcrossRestart(t *testing.T) {
+	a := newFakeParent(t, "a")
+	b := newFakeParent(t, "b")
+	statePath := filepath.Join(t.TempDir(), "state.json")
+	cfg := withProxy(baseConfig, fmt.Sprintf("state_file = %q", statePath)) + peerBlock("", a, b)
+	p := startPeerd(t, cfg)
+	type adminView struct {
+		AdminState  string     `json:"admin_state"`
+		AdminReason *string    `json:"admin_reason"`
+		AdminUntil  *time.Time `json:"admin_until"`
+		State       string     `json:"state"`
+	}
+	req, _ := http.NewRequest("PUT", "http://"+p.admin+"/peers/a/state", strings.NewReader(`{"admin_state":"drain","reason":"kernel upgrade","ttl":"10m"}`))
+	req.Header.Set("Authorization", "Bearer secret")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("drain: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	var before adminView
+	p.adminJSON("GET", "/peers/a", "", &before)
+	waitFor(t, "the state file written", 10*time.Second, func() bool {
+		b, _ := os.ReadFile(statePath)
+		return strings.Contains(string(b), "kernel upgrade")
+	})
+	p.stop()
+
+	p2 := startPeerd(t, cfg)
+	var after adminView
+	p2.adminJSON("GET", "/peers/a", "", &after)
+	if after.AdminState != "drain" || after.AdminReason == nil || *after.AdminReason != "kernel upgrade" ||
+		after.AdminUntil == nil || before.AdminUntil == nil || !after.AdminUntil.Equal(*before.AdminUntil) {
+		t.Fatalf("after the restart: %+v; want the drain, its reason and the same admin_until %v", after, before.AdminUntil)
+	}
+	var h struct {
+		Transitions []struct{ Cause, Error string } `json:"transitions"`
+	}
+	p2.adminJSON("GET", "/peers/a/history", "", &h)
+	found := false
+	for _, e := range h.Transitions {
+		found = found || e.Cause == "admin" && e.Error == "kernel upgrade"
+	}
+	if !found {
+		t.Fatalf("history after the restart %+v; want the drain from before", h.Transitions)
+	}
+	if st := p2.peer("b"); st.ProbesTotal == 0 {
+		t.Fatal("b was not probed after the restart (nothing is assumed alive from the file)")
+	}
+	p2.stop()
+
+	// A corrupt file is logged and ignored.
+	os.WriteFile(statePath, []byte(`{"version": 1, "peers": {"a": {"addr": `), 0o644)
+	p3 := startPeerd(t, cfg)
+	if !strings.Contains(p3.logs(), "state file ignored") {
+		t.Fatal("a corrupt state file was not reported")
+	}
+	if st := p3.peer("a"); st.AdminState != "enabled" {
+		t.Fatalf("a = %+v after a corrupt state file; want a fresh start", st)
+	}
+}

@@ -15,7 +15,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/peerd/peerd/access"
 	"github.com/peerd/peerd/admin"
 	"github.com/peerd/peerd/cache"
 	"github.com/peerd/peerd/dialer"
@@ -80,6 +79,7 @@ func newServer(path string, cfg *fileConfig, stderr io.Writer) (*server, error) 
 		return nil, err
 	}
 	s.reg = reg
+	loadState(reg, cfg.Proxy.StateFile, lg)
 	d := &dialer.Dialer{Reporter: reg, Log: lg}
 	s.prober = probes.New(probes.Options{Registry: reg, Dialer: d, Log: lg})
 	s.planner = selection.New(reg, cfg.plannerOptions())
@@ -204,6 +204,23 @@ func (s *server) serve(ctx context.Context) error {
 	s.startServing(s.adminSrv, adminLn, "admin")
 	s.log.WithField("admin", adminLn.Addr().String()).Info("admin API listening")
 
+	sw := &stateWriter{reg: s.reg, log: s.log, path: func() string {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.cfg.Proxy.StateFile
+	}}
+	stateCtx, stopState := context.WithCancel(context.Background())
+	stateDone := make(chan struct{})
+	go func() { sw.run(stateCtx); close(stateDone) }()
+	handedOver := false
+	defer func() {
+		stopState()
+		<-stateDone
+		if !handedOver {
+			sw.write() // at stop; after a hand-over the new process owns the file
+		}
+	}()
+
 	probeCtx, stopProbes := context.WithCancel(context.Background())
 	probesDone := make(chan struct{})
 	go func() { s.prober.Run(probeCtx); close(probesDone) }()
@@ -264,6 +281,8 @@ func (s *server) serve(ctx context.Context) error {
 			return s.shutdown(nil)
 		case <-s.upg.exit():
 			s.log.WithField("pid", os.Getpid()).Warn("handed over to the new process: no new connections here, finishing in-flight requests")
+			handedOver = true
+			stopState()
 			return s.shutdown(sigs)
 		case sig := <-sigs:
 			switch sig {
@@ -356,178 +375,6 @@ func (s *server) reopenAccessLog() {
 		return
 	}
 	s.log.WithField("path", s.access.Path()).Info("access log reopened")
-}
-
-// reload re-reads the config file, as a transaction. Everything the new
-// config needs that can fail (listeners on moved addresses, a new access
-// log, the destination policy) is built first; only when all of it exists
-// is it swapped in, and the old is retired, tracked. On any error what was
-// opened is closed again and the running config is untouched. Peers
-// keeping their name and address keep their state; in-flight requests on a
-// moved listener finish.
-func (s *server) reload() (admin.ReloadDiff, error) {
-	s.reloading.Lock()
-	defer s.reloading.Unlock()
-	cfg, ps := loadConfig(s.path)
-	if len(ps) > 0 {
-		s.log.WithField("err", ps.Error()).Error("config reload refused; keeping the running config")
-		return admin.ReloadDiff{}, ps
-	}
-	s.mu.Lock()
-	old := s.cfg
-	s.mu.Unlock()
-	st, err := s.stage(cfg, old)
-	if err != nil {
-		s.log.WithError(err).Error("config reload refused; keeping the running config")
-		return admin.ReloadDiff{}, err
-	}
-	if err := s.fleet.Apply(cfg.Fleet, s.fleetNode(cfg)); err != nil {
-		// The fleet opens its new address before it leaves the old one:
-		// on an error the running membership is unchanged.
-		st.abort()
-		s.log.WithError(err).Error("config reload refused; keeping the running config")
-		return admin.ReloadDiff{}, err
-	}
-	if err := s.reg.Reconcile(cfg.peerOptions(s.log), cfg.Peers); err != nil {
-		st.abort()
-		if ferr := s.fleet.Apply(old.Fleet, s.fleetNode(old)); ferr != nil {
-			s.log.WithError(ferr).Error("fleet: could not return to the running [fleet]")
-		}
-		s.log.WithError(err).Error("config reload refused; keeping the running config")
-		return admin.ReloadDiff{}, err
-	}
-	s.commit(st, old)
-	d := reloadDiff(old, cfg)
-	changed := make([]string, 0, len(d.Changed))
-	for _, c := range d.Changed {
-		changed = append(changed, c.Peer+"("+strings.Join(c.Fields, ",")+")")
-	}
-	s.log.WithFields(logrus.Fields{
-		"peers": len(cfg.Peers), "path": displayPath(s.path),
-		"kept": strings.Join(d.Kept, ","), "added": strings.Join(d.Added, ","), "removed": strings.Join(d.Removed, ","),
-		"changed": strings.Join(changed, " "), "settings": strings.Join(d.Settings, ","),
-	}).Info("config reloaded")
-	return d, nil
-}
-
-// staged is what a reload built before anything was swapped.
-type staged struct {
-	cfg              *fileConfig
-	proxyLn, adminLn net.Listener
-	access           *forwarding.AccessLog
-	policy           *access.Policy
-	icp              *icp.Server // a new ICP listener (moved or turned on)
-}
-
-// abort closes what staging opened.
-func (st *staged) abort() {
-	if st.proxyLn != nil {
-		st.proxyLn.Close()
-	}
-	if st.adminLn != nil {
-		st.adminLn.Close()
-	}
-	if st.access != nil {
-		st.access.Close()
-	}
-	if st.icp != nil {
-		st.icp.Close()
-	}
-}
-
-// stage builds the resources cfg needs beyond old's; on an error it
-// closes what it opened.
-func (s *server) stage(cfg, old *fileConfig) (*staged, error) {
-	st := &staged{cfg: cfg}
-	fail := func(err error) (*staged, error) {
-		st.abort()
-		return nil, err
-	}
-	var err error
-	if cfg.Proxy.Listen != old.Proxy.Listen {
-		if st.proxyLn, err = s.upg.listen("proxy", cfg.Proxy.Listen); err != nil {
-			return fail(fmt.Errorf("proxy.listen: %w", err))
-		}
-	}
-	if cfg.Admin.Listen != old.Admin.Listen {
-		if st.adminLn, err = s.upg.listen("admin", cfg.Admin.Listen); err != nil {
-			return fail(fmt.Errorf("admin.listen: %w", err))
-		}
-	}
-	if cfg.Log.AccessLog != "" && cfg.Log.AccessLog != old.Log.AccessLog {
-		if st.access, err = forwarding.OpenAccessLog(cfg.Log.AccessLog); err != nil {
-			return fail(fmt.Errorf("log.access_log: %w", err))
-		}
-	}
-	if cfg.ICP.Listen != "" && cfg.ICP.Listen != old.ICP.Listen {
-		if st.icp, err = s.listenICP(cfg.ICP.Listen); err != nil {
-			return fail(err)
-		}
-	}
-	if st.policy, err = cfg.policy(); err != nil {
-		return fail(err)
-	}
-	return st, nil
-}
-
-// commit swaps the staged config in. Nothing here can fail.
-func (s *server) commit(st *staged, old *fileConfig) {
-	cfg := st.cfg
-	configureLogger(s.log, cfg.Log)
-	s.proxy.SetPolicy(st.policy)
-	s.planner.SetOptions(cfg.plannerOptions())
-	s.proxy.Apply(cfg.Proxy) // validated once, with the whole file, by loadConfig
-	s.proxy.Prune(s.reg.Peers())
-	s.reconfigureCache(cfg.Cache)
-	s.api.SetToken(cfg.Admin.Token)
-	if s.icpQ != nil {
-		s.icpQ.SetTimeout(cfg.ICP.QueryTimeout)
-		if err := s.icpQ.SetSource(icpSource(cfg.ICP)); err != nil {
-			s.log.WithError(err).Error("icp: queries keep going out from the old address")
-		}
-	}
-
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.cfg = cfg
-	if cfg.ICP.Listen != old.ICP.Listen {
-		if s.icpSrv != nil {
-			s.icpSrv.Close()
-		}
-		s.icpSrv = st.icp // nil when turned off
-		if st.icp != nil {
-			s.log.WithField("icp", st.icp.Addr().String()).Info("ICP listener moved")
-		}
-	}
-	if cfg.Log.AccessLog != old.Log.AccessLog {
-		// Switch writers first, then close the old file.
-		prev := s.access
-		s.access = st.access
-		s.proxy.SetAccessLog(st.access)
-		if prev != nil {
-			prev.Close()
-		}
-	}
-	if st.proxyLn != nil && s.proxyLn != nil {
-		// The old listener stops accepting; its connections finish their
-		// requests as usual.
-		prev := s.proxyLn
-		s.proxyLn = st.proxyLn
-		s.serveProxy(st.proxyLn)
-		prev.Close()
-		s.log.WithField("proxy", st.proxyLn.Addr().String()).Info("proxy listener moved")
-	}
-	if st.adminLn != nil {
-		prev := s.adminSrv
-		s.adminSrv = s.newAdminServer()
-		s.startServing(s.adminSrv, st.adminLn, "admin")
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			s.retire(prev, cfg.Proxy.ShutdownTimeout)
-		}()
-		s.log.WithField("admin", st.adminLn.Addr().String()).Info("admin listener moved")
-	}
 }
 
 // icpSource is the address ICP queries go out from: the [icp] listen

@@ -106,11 +106,34 @@ func (u *upgrader) listenUDP(role, addr string) (*net.UDPConn, error) {
 // ready says this process serves: the process that started it (if any)
 // stops accepting, and the PID file names this one.
 func (u *upgrader) ready() {
+	// systemd (Type=notify, NotifyAccess=all) learns that this process
+	// is ready and is now the service's main process.
+	sdNotify(fmt.Sprintf("READY=1\nMAINPID=%d", os.Getpid()), u.log)
 	if u.upg == nil {
 		return
 	}
 	if err := u.upg.Ready(); err != nil {
 		u.log.WithError(err).Error("binary upgrade: could not tell the old process this one is ready")
+	}
+}
+
+// sdNotify sends state to systemd's notification socket, when there is
+// one (sd_notify(3)).
+func sdNotify(state string, log logrus.FieldLogger) {
+	addr := os.Getenv("NOTIFY_SOCKET")
+	if addr == "" {
+		return
+	}
+	if addr[0] == '@' {
+		addr = "\x00" + addr[1:] // an abstract socket
+	}
+	c, err := net.DialUnix("unixgram", nil, &net.UnixAddr{Name: addr, Net: "unixgram"})
+	if err == nil {
+		_, err = c.Write([]byte(state))
+		c.Close()
+	}
+	if err != nil {
+		log.WithError(err).Warn("could not notify systemd")
 	}
 }
 

@@ -1,0 +1,141 @@
+package main
+
+// This file holds the state file (contract section 19): read at start,
+// written atomically (temp file, fsync, rename) when it changes and at
+// stop. A missing, corrupt or newer file is logged and ignored: it never
+// stops peerd from starting.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/peerd/peerd/peers"
+	"github.com/sirupsen/logrus"
+)
+
+// stateEvery is how often learned times are written when nothing else
+// changed; state changes are written within stateDebounce.
+const (
+	stateEvery    = 30 * time.Second
+	stateDebounce = 500 * time.Millisecond
+)
+
+// loadState restores what path kept, at start, before any probe.
+func loadState(reg *peers.Registry, path string, log logrus.FieldLogger) {
+	if path == "" {
+		return
+	}
+	b, err := os.ReadFile(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		log.WithField("state_file", path).Info("no state file yet; starting afresh")
+		return
+	case err != nil:
+		log.WithFields(logrus.Fields{"state_file": path, "err": err.Error()}).Warn("state file unreadable; ignored")
+		return
+	}
+	st, err := peers.ParseSavedState(b)
+	if err != nil {
+		log.WithFields(logrus.Fields{"state_file": path, "err": err.Error()}).Warn("state file ignored")
+		return
+	}
+	restored, skipped := reg.ImportState(st, time.Now())
+	for name, why := range skipped {
+		log.WithFields(logrus.Fields{"state_file": path, "peer": name, "why": why}).Info("state of a peer not restored")
+	}
+	log.WithFields(logrus.Fields{"state_file": path, "written": st.Written.Format(time.RFC3339), "peers": strings.Join(restored, ",")}).
+		Info("state restored (peers are still probed before they get traffic)")
+}
+
+// stateWriter writes the state whenever it changes, until ctx ends, then
+// once more.
+type stateWriter struct {
+	reg  *peers.Registry
+	path func() string // the state_file in force (a reload may move it)
+	log  logrus.FieldLogger
+	last []byte
+	lastPath string
+}
+
+func (w *stateWriter) run(ctx context.Context) {
+	t := time.NewTicker(stateEvery)
+	defer t.Stop()
+	for {
+		ch := w.reg.Watch()
+		w.write()
+		select {
+		case <-ctx.Done():
+			return
+		case <-ch:
+			// Let a burst of changes settle into one write.
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(stateDebounce):
+			}
+		case <-t.C:
+		}
+	}
+}
+
+// write writes the state if it changed since the last write.
+func (w *stateWriter) write() {
+	path := w.path()
+	if path == "" {
+		return
+	}
+	st := w.reg.ExportState(time.Now())
+	cmp := st
+	cmp.Written = time.Time{}
+	key, _ := json.Marshal(cmp)
+	if path == w.lastPath && bytes.Equal(key, w.last) {
+		return
+	}
+	b, err := json.MarshalIndent(st, "", " ")
+	if err == nil {
+		err = writeAtomic(path, b)
+	}
+	if err != nil {
+		w.log.WithFields(logrus.Fields{"state_file": path, "err": err.Error()}).Warn("state file not written")
+		return
+	}
+	w.last, w.lastPath = key, path
+}
+
+// writeAtomic replaces path with b: a crash leaves the old file or the
+// new one, never a mix.
+func writeAtomic(path string, b []byte) error {
+	dir := filepath.Dir(path)
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	_, err = f.Write(b)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	if d, err := os.Open(dir); err == nil {
+		d.Sync()
+		d.Close()
+	}
+	return nil
+}
