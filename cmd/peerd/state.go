@@ -58,10 +58,10 @@ func loadState(reg *peers.Registry, path string, log logrus.FieldLogger) {
 // stateWriter writes the state whenever it changes, until ctx ends, then
 // once more.
 type stateWriter struct {
-	reg  *peers.Registry
-	path func() string // the state_file in force (a reload may move it)
-	log  logrus.FieldLogger
-	last []byte
+	reg      *peers.Registry
+	path     func() string // the state_file in force (a reload may move it)
+	log      logrus.FieldLogger
+	last     []byte
 	lastPath string
 }
 
