@@ -551,13 +551,15 @@ func TestAnswerDeadRevivedByHTTPProbeOnly(t *testing.T) {
 		defer stop()
 		synctest.Wait()
 		p := e.reg.Get("p1")
+		// From now on p1 accepts connections but never answers (its HTTP
+		// probes start as soon as it is suspect).
+		e.net.set(a1, "http-hang")
 		e.reg.ObserveAnswer(p, peers.AnswerLate, 0, time.Now())
 		e.reg.ObserveAnswer(p, peers.AnswerLate, 0, time.Now())
 		if p.DeadCause() != peers.DeadByAnswer {
 			t.Fatalf("p1 %v %q; want dead by answers", p.State(), p.DeadCause())
 		}
-		// Accepts connections but never answers: probes go on, no revival.
-		e.net.set(a1, "http-hang")
+		// Probes go on, no revival.
 		time.Sleep(10 * time.Second)
 		synctest.Wait()
 		if p.State() != peers.Dead {
