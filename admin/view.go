@@ -44,6 +44,7 @@ type peerView struct {
 	AdminReason     *string          `json:"admin_reason"`
 	AdminUntil      *time.Time       `json:"admin_until"`
 	Flapping        bool             `json:"flapping"`
+	TLS             bool             `json:"tls"`
 
 	// Gray failures (contract section 16).
 	AnswerFailures        int64            `json:"answer_failures"`
@@ -95,6 +96,7 @@ func (a *API) viewOf(s peers.Snapshot) peerView {
 	v.FailuresByClass = p.FailuresByClass()
 	v.UpstreamErrors = p.UpstreamErrors()
 	v.Flapping = s.Flapping
+	v.TLS = p.TLS()
 	v.ICPPort = p.ICPPort()
 	v.ICPQueries, v.ICPHits, v.ICPMisses, v.ICPDenied, v.ICPTimeouts = s.ICP.Queries, s.ICP.Hits, s.ICP.Misses, s.ICP.Denied, s.ICP.Timeouts
 	v.ICPRTTMs = ms(s.ICP.MeanRTT)

@@ -7,6 +7,7 @@ package dialer
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -40,6 +41,11 @@ type Dialer struct {
 	Now func() time.Time
 	// Log gets DNS fallback warnings; nil means the standard logger.
 	Log logrus.FieldLogger
+	// TLS returns the TLS client config of a peer that speaks TLS, nil
+	// for one that does not (or nil: no TLS at all). The handshake is
+	// part of the connect: within the connect timeout, and a failed one
+	// is a connect failure (class tls).
+	TLS func(p *peers.Peer) *tls.Config
 
 	mu    sync.Mutex
 	known map[string][]netip.Addr // last good resolution per host
@@ -119,6 +125,9 @@ func (d *Dialer) DialPeer(ctx context.Context, p *peers.Peer, why Purpose) (net.
 	start := d.now()
 	dctx, cancel := context.WithTimeout(ctx, timeout)
 	conn, err := d.dial(dctx, p)
+	if err == nil {
+		conn, err = d.handshake(dctx, p, conn)
+	}
 	cancel()
 	if err != nil && ctx.Err() != nil {
 		// The caller gave up; the peer did nothing wrong.
@@ -138,6 +147,38 @@ func (d *Dialer) DialPeer(ctx context.Context, p *peers.Peer, why Purpose) (net.
 	d.Reporter.Observe(p, peers.Observation{At: end, RTT: end.Sub(start), Probe: bool(why), Addr: remoteIP(conn)})
 	return conn, nil
 }
+
+// handshake speaks TLS on conn when p wants it; conn is closed when the
+// handshake fails.
+func (d *Dialer) handshake(ctx context.Context, p *peers.Peer, conn net.Conn) (net.Conn, error) {
+	if d.TLS == nil || !p.TLS() {
+		return conn, nil
+	}
+	cfg := d.TLS(p)
+	if cfg == nil {
+		conn.Close()
+		return nil, fmt.Errorf("tls: no TLS configuration for peer %s", p.Name())
+	}
+	tc := tls.Client(conn, cfg)
+	if err := tc.HandshakeContext(ctx); err != nil {
+		conn.Close()
+		if ctx.Err() != nil {
+			return nil, err // the connect timeout ran out: a timeout
+		}
+		return nil, &TLSError{Err: err}
+	}
+	return tc, nil
+}
+
+// TLSError is a TLS handshake with a peer that failed (verification, a
+// protocol error, an alert): a connect failure of class tls.
+type TLSError struct{ Err error }
+
+func (e *TLSError) Error() string { return "tls handshake: " + e.Err.Error() }
+func (e *TLSError) Unwrap() error { return e.Err }
+
+// TLSFailure marks the error for peers.Classify.
+func (e *TLSError) TLSFailure() bool { return true }
 
 func (d *Dialer) dial(ctx context.Context, p *peers.Peer) (net.Conn, error) {
 	addrs, err := d.resolve(ctx, p)

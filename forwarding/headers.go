@@ -81,7 +81,15 @@ func hasDirective(fields []h1.Field, name, directive string) bool {
 
 // appendLogin appends a Proxy-Authorization field for a peer's
 // "user:pass".
-func appendLogin(b []byte, login string) []byte {
+func appendLogin(b []byte, login string, req *h1.Request) []byte {
+	if login == "PASS" {
+		// Squid login=PASS: the client's own credentials go to this
+		// peer (and only when the operator said so).
+		if v := req.Get("Proxy-Authorization"); v != nil {
+			b = appendField(b, []byte("Proxy-Authorization"), v)
+		}
+		return b
+	}
 	b = append(b, "Proxy-Authorization: Basic "...)
 	b = base64.StdEncoding.AppendEncode(b, []byte(login))
 	return append(b, "\r\n"...)

@@ -88,7 +88,7 @@ func (tx *txn) requestHead(hop selection.Hop) []byte {
 	}
 	if hop.Peer != nil {
 		if login := hop.Peer.Login(); login != "" {
-			b = appendLogin(b, login)
+			b = appendLogin(b, login, req)
 		}
 	}
 	if tx.upgrade != nil {

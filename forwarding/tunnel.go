@@ -75,7 +75,7 @@ func (tx *txn) connectVia(a *attempt) {
 		b = appendField(b, []byte("User-Agent"), ua)
 	}
 	if login := a.hop.Peer.Login(); login != "" {
-		b = appendLogin(b, login)
+		b = appendLogin(b, login, req)
 	}
 	b = appendJoined(b, "Via", req.Fields, h1.Via, req.Get("Via") != nil, cfg.via)
 	b = append(b, "\r\n"...)

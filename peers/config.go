@@ -225,6 +225,16 @@ type Spec struct {
 	// ICPPort is the peer's ICP port (Squid cache_peer icp-port); 0: the
 	// peer is not queried by ICP.
 	ICPPort int `toml:"icp_port"`
+	// TLS to this peer for everything: requests, CONNECT and probes
+	// (Squid cache_peer ... tls); a failed handshake is a connect failure
+	// of class tls. TLSCA is a PEM bundle ("" = the system roots),
+	// TLSName the name verified and sent as SNI ("" = host), TLSCert and
+	// TLSKey a client certificate.
+	TLS     bool   `toml:"tls"`
+	TLSCA   string `toml:"tls_ca"`
+	TLSName string `toml:"tls_name"`
+	TLSCert string `toml:"tls_cert"`
+	TLSKey  string `toml:"tls_key"`
 }
 
 // WithDefaults fills the fields whose zero value means "the default".
@@ -276,8 +286,18 @@ func (s Spec) Validate(index int) error {
 	if s.ICPPort < 0 || s.ICPPort > 65535 {
 		bad("icp_port", "must be 0 (no ICP) or 1-65535, got %d", s.ICPPort)
 	}
-	if s.Login != "" && !strings.Contains(s.Login, ":") {
-		bad("login", `must be "user:pass"`)
+	if s.Login != "" && s.Login != "PASS" && !strings.Contains(s.Login, ":") {
+		bad("login", `must be "user:pass" or "PASS"`)
+	}
+	if !s.TLS {
+		for key, v := range map[string]string{"tls_ca": s.TLSCA, "tls_name": s.TLSName, "tls_cert": s.TLSCert, "tls_key": s.TLSKey} {
+			if v != "" {
+				bad(key, "needs tls = true")
+			}
+		}
+	}
+	if (s.TLSCert == "") != (s.TLSKey == "") {
+		bad("tls_cert", "tls_cert and tls_key go together")
 	}
 	return es.Err()
 }

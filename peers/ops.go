@@ -42,7 +42,10 @@ func Classify(err error) FailureClass {
 	var unknownAuth x509.UnknownAuthorityError
 	var hostErr x509.HostnameError
 	var recErr tls.RecordHeaderError
+	var tlsFail interface{ TLSFailure() bool }
 	switch {
+	case errors.As(err, &tlsFail) && tlsFail.TLSFailure():
+		return FailTLS
 	case errors.As(err, &dnsErr):
 		return FailDNS
 	case errors.As(err, &certErr), errors.As(err, &unknownAuth), errors.As(err, &hostErr), errors.As(err, &recErr):

@@ -268,6 +268,9 @@ func (p *Peer) ICPPort() int { return p.settings().spec.ICPPort }
 // Login is the "user:pass" for Proxy-Authorization, or "".
 func (p *Peer) Login() string { return p.settings().spec.Login }
 
+// TLS reports whether peerd speaks TLS to the peer.
+func (p *Peer) TLS() bool { return p.settings().spec.TLS }
+
 // MaxConn is the in-flight cap, 0 for none.
 func (p *Peer) MaxConn() int { return p.settings().spec.MaxConn }
 

@@ -471,6 +471,9 @@ func (c *fileConfig) validate() []error {
 	es.Add(c.ICP.Validate())
 	es.Add(c.Log.Validate())
 	es.Add(peers.ValidateSpecs(c.Peers))
+	if _, err := buildPeerTLS(c.Peers); err != nil {
+		es.Add(err)
+	}
 	if c.Proxy.Listen == c.Admin.Listen && !strings.HasSuffix(c.Proxy.Listen, ":0") {
 		es.Addf("admin", "listen", "%q is also proxy.listen", c.Admin.Listen)
 	}
@@ -491,6 +494,11 @@ func (c *fileConfig) plannerOptions() selection.Options {
 // and logged at start.
 func (c *fileConfig) warnings() []string {
 	var w []string
+	for _, p := range c.Peers {
+		if p.Login != "" && !p.TLS {
+			w = append(w, fmt.Sprintf("peer %q: login is sent in clear text (no tls = true): anyone on the path to the peer can read it", p.Name))
+		}
+	}
 	if t := c.Admin.Token; t != "" && tokenBits(t) < 128 {
 		w = append(w, fmt.Sprintf("admin.token: about %d bits; a token under 128 bits can be guessed, use e.g. `openssl rand -base64 24`", tokenBits(t)))
 	}

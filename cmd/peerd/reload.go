@@ -48,7 +48,11 @@ func (s *server) reload() (admin.ReloadDiff, error) {
 		s.log.WithError(err).Error("config reload refused; keeping the running config")
 		return admin.ReloadDiff{}, err
 	}
+	// The peers' TLS configs go in with the peers (a new TLS peer must
+	// never dial without one); a failed reconcile puts the old ones back.
+	oldTLS := s.peerTLS.Swap(&st.peerTLS)
 	if err := s.reg.Reconcile(cfg.peerOptions(s.log), cfg.Peers); err != nil {
+		s.peerTLS.Store(oldTLS)
 		st.abort()
 		if ferr := s.fleet.Apply(old.Fleet, s.fleetNode(old)); ferr != nil {
 			s.log.WithError(ferr).Error("fleet: could not return to the running [fleet]")
@@ -77,6 +81,7 @@ type staged struct {
 	access           *forwarding.AccessLog
 	policy           *access.Policy
 	icp              *icp.Server // a new ICP listener (moved or turned on)
+	peerTLS          peerTLS
 }
 
 // abort closes what staging opened.
@@ -126,6 +131,9 @@ func (s *server) stage(cfg, old *fileConfig) (*staged, error) {
 	}
 	if st.policy, err = cfg.policy(); err != nil {
 		return fail(err)
+	}
+	if st.peerTLS, err = buildPeerTLS(cfg.Peers); err != nil {
+		return fail(err) // the running certificates stay
 	}
 	return st, nil
 }

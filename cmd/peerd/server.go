@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +13,7 @@ import (
 	"os/signal"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -63,7 +65,11 @@ type server struct {
 	reloading sync.Mutex
 	wg        sync.WaitGroup // serving goroutines
 	upg       *upgrader      // socket hand-over to the next binary (upgrade.go)
+	peerTLS   atomic.Pointer[peerTLS]
 }
+
+// tlsFor is the TLS client config of a peer (dialer.Dialer.TLS).
+func (s *server) tlsFor(p *peers.Peer) *tls.Config { return (*s.peerTLS.Load())[p.Name()] }
 
 func newServer(path string, cfg *fileConfig, stderr io.Writer) (*server, error) {
 	lg := logrus.New()
@@ -80,7 +86,12 @@ func newServer(path string, cfg *fileConfig, stderr io.Writer) (*server, error) 
 	}
 	s.reg = reg
 	loadState(reg, cfg.Proxy.StateFile, lg)
-	d := &dialer.Dialer{Reporter: reg, Log: lg}
+	tlsConfs, err := buildPeerTLS(cfg.Peers)
+	if err != nil {
+		return nil, err
+	}
+	s.peerTLS.Store(&tlsConfs)
+	d := &dialer.Dialer{Reporter: reg, Log: lg, TLS: s.tlsFor}
 	s.prober = probes.New(probes.Options{Registry: reg, Dialer: d, Log: lg})
 	s.planner = selection.New(reg, cfg.plannerOptions())
 

@@ -34,6 +34,9 @@ type SquidOptions struct {
 	// NoAccessLog turns the access log off (for the benchmark: logging is
 	// part of Squid's cost, but not of the one measured).
 	NoAccessLog bool
+	// TLSCert and TLSKey, when set, make Squid listen only on an
+	// https_port (a TLS proxy port) with this certificate.
+	TLSCert, TLSKey string
 }
 
 // StartSquid starts bin in dir (created if missing; Squid runs as the
@@ -58,7 +61,11 @@ func StartSquid(bin, dir string, o SquidOptions) (*Squid, error) {
 	if o.NoAccessLog {
 		access = "access_log none"
 	}
-	conf := fmt.Sprintf(`http_port %s
+	port := "http_port " + addr
+	if o.TLSCert != "" {
+		port = fmt.Sprintf("https_port %s tls-cert=%s tls-key=%s", addr, o.TLSCert, o.TLSKey)
+	}
+	conf := fmt.Sprintf(`%s
 pid_filename %s/squid.pid
 cache_log %s/cache.log
 %s
@@ -72,7 +79,7 @@ max_filedescriptors 16384
 %s%s
 http_access allow localhost
 http_access deny all
-`, addr, dir, dir, access, dir, o.Name, user, o.Extra)
+`, port, dir, dir, access, dir, o.Name, user, o.Extra)
 	if err := os.WriteFile(s.Conf, []byte(conf), 0o644); err != nil {
 		return nil, err
 	}

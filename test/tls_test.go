@@ -1,0 +1,146 @@
+package e2e
+
+// TLS to parents (issue 25), through the binary, against a real Squid
+// that listens only on https_port, with a CA and certificates the test
+// makes.
+
+import (
+	"bufio"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/peerd/peerd/internal/testbed"
+)
+
+// testCA makes a CA and a server certificate for names (and 127.0.0.1),
+// written as PEM files in dir; it returns the paths.
+func testCA(t *testing.T, dir string, names ...string) (caPath, certPath, keyPath string) {
+	t.Helper()
+	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "peerd test CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, _ := x509.ParseCertificate(caDER)
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: names[0]},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour), DNSNames: names,
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, KeyUsage: x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, _ := x509.MarshalECPrivateKey(key)
+	write := func(name, typ string, b []byte) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: b}), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	return write("ca.pem", "CERTIFICATE", caDER), write("cert.pem", "CERTIFICATE", der), write("key.pem", "EC PRIVATE KEY", keyDER)
+}
+
+// startTLSSquid starts a Squid that listens only on an https_port.
+func startTLSSquid(t *testing.T, name, certPath, keyPath string) *squid {
+	t.Helper()
+	bin := requireSquid(t)
+	dir, err := os.MkdirTemp("", "peerd-squid-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	// Squid runs as the proxy user: it must read the key.
+	os.Chmod(certPath, 0o644)
+	os.Chmod(keyPath, 0o644)
+	os.Chmod(filepath.Dir(certPath), 0o755)
+	sq, err := testbed.StartSquid(bin, dir, testbed.SquidOptions{Name: name, TLSCert: certPath, TLSKey: keyPath})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sq.Kill)
+	return &squid{Squid: sq, t: t, name: name, addr: sq.Addr}
+}
+
+func TestTLSParentSquid(t *testing.T) {
+	origin := newOrigin(t, originHandler)
+	echo := echoServer(t)
+	pki, err := os.MkdirTemp("", "peerd-pki-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(pki) })
+	caPath, certPath, keyPath := testCA(t, pki, "squid.test")
+	sq := startTLSSquid(t, "tlssquid", certPath, keyPath)
+	peer := func(name string) string {
+		return fmt.Sprintf("[[peer]]\nname = %q\nhost = \"127.0.0.1\"\nport = %s\ntls = true\ntls_ca = %q\ntls_name = %q\n", "s", sq.port(), caPath, name)
+	}
+	cfg := strings.Replace(baseConfig, `connect_timeout = "2s"`, `connect_timeout = "2s"`, 1) + `
+[health]
+connect_fail_limit = 2
+probe_interval = "500ms"
+probe_max_interval = "1s"
+`
+	p := startPeerd(t, cfg+peer("squid.test"))
+	cl := p.client()
+	for i := 0; i < 5; i++ {
+		resp, b := get(t, cl, fmt.Sprintf("http://%s/tls/%d", origin, i))
+		if resp.StatusCode != 200 || !strings.Contains(b, "origin /tls/") {
+			t.Fatalf("GET through the TLS parent: %d %q", resp.StatusCode, b)
+		}
+	}
+	// CONNECT through the TLS parent to a line echo.
+	c, br := dialProxy(t, p)
+	fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", echo, echo)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("CONNECT through the TLS parent: %v %v", resp, err)
+	}
+	fmt.Fprintf(c, "hello through tls\n")
+	if l, err := bufio.NewReader(br).ReadString('\n'); err != nil || l != "hello through tls\n" {
+		t.Fatalf("tunnel: %q %v", l, err)
+	}
+	var st struct {
+		TLS   bool   `json:"tls"`
+		State string `json:"state"`
+	}
+	p.adminJSON("GET", "/peers/s", "", &st)
+	if !st.TLS || st.State != "alive" {
+		t.Fatalf("PEER %+v; want tls and alive", st)
+	}
+	if n := len(sq.accessLog()); n < 5 {
+		t.Fatalf("squid logged %d requests; want the GETs over TLS", n)
+	}
+
+	// A wrong tls_name: connect failures of class tls; no request is
+	// ever served through it.
+	p2 := startPeerd(t, cfg+peer("wrong.test"))
+	waitFor(t, "the mis-named TLS parent dead", 10*time.Second, func() bool { return p2.peer("s").State == "dead" })
+	var fc struct {
+		FailuresByClass map[string]int `json:"failures_by_class"`
+	}
+	p2.adminJSON("GET", "/peers/s", "", &fc)
+	if fc.FailuresByClass["tls"] == 0 {
+		t.Fatalf("failures_by_class %v; want tls", fc.FailuresByClass)
+	}
+	if r := do(p2.client(), "GET", "http://"+origin+"/never", ""); r.status != 503 {
+		t.Fatalf("through a parent whose certificate does not verify: %s; want 503", r)
+	}
+}
