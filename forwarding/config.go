@@ -72,6 +72,12 @@ type Config struct {
 	// overrides (reason, ttl), each peer's history and flap state, and
 	// learned connect and response-head times.
 	StateFile string `toml:"state_file"`
+	// TLSListen, when set, is a TLS listener for clients (Squid
+	// https_port, a "secure web proxy") with TLSCert and TLSKey (PEM),
+	// re-read on reload.
+	TLSListen string `toml:"tls_listen"`
+	TLSCert   string `toml:"tls_cert"`
+	TLSKey    string `toml:"tls_key"`
 }
 
 // DefaultConfig returns the built-in [proxy] defaults.
@@ -129,6 +135,14 @@ func (c Config) Validate() error {
 	}
 	if c.MaxConnections < 1 {
 		bad("max_connections", "must be at least 1, got %d", c.MaxConnections)
+	}
+	if c.TLSListen != "" {
+		if _, err := netip.ParseAddrPort(c.TLSListen); err != nil {
+			bad("tls_listen", "%q is not an ip:port address: %v", c.TLSListen, err)
+		}
+		if c.TLSCert == "" || c.TLSKey == "" {
+			bad("tls_cert", "tls_listen needs tls_cert and tls_key")
+		}
 	}
 	if c.MaxConnectionsPerSource < 1 {
 		bad("max_connections_per_source", "must be at least 1, got %d", c.MaxConnectionsPerSource)

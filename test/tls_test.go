@@ -17,8 +17,11 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -143,4 +146,63 @@ probe_max_interval = "1s"
 	if r := do(p2.client(), "GET", "http://"+origin+"/never", ""); r.status != 503 {
 		t.Fatalf("through a parent whose certificate does not verify: %s; want 503", r)
 	}
+}
+
+var tlsAddrRe = regexp.MustCompile(`tls="?([0-9.:]+)"?`)
+
+// TestTLSListenerWithCurl: curl uses peerd as a secure web proxy
+// (--proxy https://) with the test's CA; a reload puts a new
+// certificate in force for new connections.
+func TestTLSListenerWithCurl(t *testing.T) {
+	curl, err := exec.LookPath("curl")
+	if err != nil {
+		t.Skip("curl is not installed")
+	}
+	origin := newOrigin(t, originHandler)
+	pki := t.TempDir()
+	caPath, certPath, keyPath := testCA(t, pki, "proxy.test")
+	// DIRECT to the loopback origin ([access] is baseConfig's last table).
+	cfg := withProxy(baseConfig, `tls_listen = "127.0.0.1:0"`, fmt.Sprintf("tls_cert = %q", certPath), fmt.Sprintf("tls_key = %q", keyPath)) +
+		"deny_to_local = false\n"
+	cfg = strings.Replace(cfg, `direct = "never"`, `direct = "allow"`, 1)
+	p := startPeerd(t, cfg)
+	m := tlsAddrRe.FindStringSubmatch(p.logs())
+	if m == nil {
+		t.Fatalf("no TLS listener in the serving line:\n%s", p.logs())
+	}
+	tlsAddr := m[1]
+	_, port, _ := net.SplitHostPort(tlsAddr)
+	run := func() (string, error) {
+		out, err := exec.Command(curl, "-sS", "--max-time", "10", "--proxy", "https://proxy.test:"+port,
+			"--resolve", "proxy.test:"+port+":127.0.0.1", "--proxy-cacert", caPath, "http://"+origin+"/over-tls").CombinedOutput()
+		return string(out), err
+	}
+	if out, err := run(); err != nil || !strings.Contains(out, "origin /over-tls") {
+		t.Fatalf("curl through the TLS listener: %v\n%s", err, out)
+	}
+	// Without the CA, curl refuses the proxy's certificate: it is TLS.
+	out, err := exec.Command(curl, "-sS", "--max-time", "10", "--proxy", "https://proxy.test:"+port,
+		"--resolve", "proxy.test:"+port+":127.0.0.1", "http://"+origin+"/x").CombinedOutput()
+	if err == nil {
+		t.Fatalf("curl accepted an unknown CA: %s", out)
+	}
+	// A new certificate (another CA) on reload: new connections get it.
+	ca2, cert2, key2 := testCA(t, t.TempDir(), "proxy.test")
+	os.WriteFile(certPath, mustRead2(t, cert2), 0o644)
+	os.WriteFile(keyPath, mustRead2(t, key2), 0o644)
+	p.signal(syscall.SIGHUP)
+	waitFor(t, "the new certificate in force", 10*time.Second, func() bool {
+		out, err := exec.Command(curl, "-sS", "--max-time", "5", "--proxy", "https://proxy.test:"+port,
+			"--resolve", "proxy.test:"+port+":127.0.0.1", "--proxy-cacert", ca2, "http://"+origin+"/after-reload").CombinedOutput()
+		return err == nil && strings.Contains(string(out), "origin /after-reload")
+	})
+}
+
+func mustRead2(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }

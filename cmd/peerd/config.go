@@ -474,6 +474,7 @@ func (c *fileConfig) validate() []error {
 	if _, err := buildPeerTLS(c.Peers); err != nil {
 		es.Add(err)
 	}
+	es.Add(checkClientTLS(c.Proxy.TLSCert, c.Proxy.TLSKey))
 	if c.Proxy.Listen == c.Admin.Listen && !strings.HasSuffix(c.Proxy.Listen, ":0") {
 		es.Addf("admin", "listen", "%q is also proxy.listen", c.Admin.Listen)
 	}
@@ -552,7 +553,7 @@ func isHex(t string) bool {
 func (c *fileConfig) policy() (*access.Policy, error) {
 	var own []netip.AddrPort
 	var local []netip.Addr
-	for _, l := range []string{c.Proxy.Listen, c.Admin.Listen, c.Fleet.Bind, c.ICP.Listen} {
+	for _, l := range []string{c.Proxy.Listen, c.Admin.Listen, c.Fleet.Bind, c.ICP.Listen, c.Proxy.TLSListen} {
 		ap, err := netip.ParseAddrPort(l)
 		if err != nil {
 			continue

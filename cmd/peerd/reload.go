@@ -7,6 +7,7 @@ package main
 // any failure leaves the running config in force.
 
 import (
+	"crypto/tls"
 	"fmt"
 	"net"
 	"strings"
@@ -82,6 +83,8 @@ type staged struct {
 	policy           *access.Policy
 	icp              *icp.Server // a new ICP listener (moved or turned on)
 	peerTLS          peerTLS
+	clientCert       *clientTLS   // the TLS listener's certificate, re-read
+	tlsLn            net.Listener // a TLS listener moved or turned on
 }
 
 // abort closes what staging opened.
@@ -91,6 +94,9 @@ func (st *staged) abort() {
 	}
 	if st.adminLn != nil {
 		st.adminLn.Close()
+	}
+	if st.tlsLn != nil {
+		st.tlsLn.Close()
 	}
 	if st.access != nil {
 		st.access.Close()
@@ -134,6 +140,19 @@ func (s *server) stage(cfg, old *fileConfig) (*staged, error) {
 	}
 	if st.peerTLS, err = buildPeerTLS(cfg.Peers); err != nil {
 		return fail(err) // the running certificates stay
+	}
+	if cfg.Proxy.TLSListen != "" {
+		st.clientCert = &clientTLS{}
+		if err := st.clientCert.load(cfg.Proxy.TLSCert, cfg.Proxy.TLSKey); err != nil {
+			return fail(err) // the running certificate stays
+		}
+		if cfg.Proxy.TLSListen != old.Proxy.TLSListen {
+			ln, err := s.upg.listen("tls", cfg.Proxy.TLSListen)
+			if err != nil {
+				return fail(fmt.Errorf("proxy.tls_listen: %w", err))
+			}
+			st.tlsLn = tls.NewListener(ln, s.clientTLS.config())
+		}
 	}
 	return st, nil
 }
@@ -184,6 +203,19 @@ func (s *server) commit(st *staged, old *fileConfig) {
 		s.serveProxy(st.proxyLn)
 		prev.Close()
 		s.log.WithField("proxy", st.proxyLn.Addr().String()).Info("proxy listener moved")
+	}
+	if st.clientCert != nil {
+		s.clientTLS.cert.Store(st.clientCert.cert.Load()) // new handshakes get it; open connections keep theirs
+	}
+	if st.tlsLn != nil || (cfg.Proxy.TLSListen == "" && s.tlsLn != nil) {
+		prev := s.tlsLn
+		s.tlsLn = st.tlsLn
+		if st.tlsLn != nil {
+			s.serveProxy(st.tlsLn)
+		}
+		if prev != nil {
+			prev.Close()
+		}
 	}
 	if st.adminLn != nil {
 		prev := s.adminSrv

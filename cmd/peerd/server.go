@@ -66,6 +66,8 @@ type server struct {
 	wg        sync.WaitGroup // serving goroutines
 	upg       *upgrader      // socket hand-over to the next binary (upgrade.go)
 	peerTLS   atomic.Pointer[peerTLS]
+	clientTLS clientTLS    // the TLS listener's certificate
+	tlsLn     net.Listener // guarded by mu; nil without tls_listen
 }
 
 // tlsFor is the TLS client config of a peer (dialer.Dialer.TLS).
@@ -89,6 +91,11 @@ func newServer(path string, cfg *fileConfig, stderr io.Writer) (*server, error) 
 	tlsConfs, err := buildPeerTLS(cfg.Peers)
 	if err != nil {
 		return nil, err
+	}
+	if cfg.Proxy.TLSListen != "" {
+		if err := s.clientTLS.load(cfg.Proxy.TLSCert, cfg.Proxy.TLSKey); err != nil {
+			return nil, err
+		}
 	}
 	s.peerTLS.Store(&tlsConfs)
 	d := &dialer.Dialer{Reporter: reg, Log: lg, TLS: s.tlsFor}
@@ -282,8 +289,20 @@ func (s *server) serve(ctx context.Context) error {
 	s.proxyLn = proxyLn
 	s.serveProxy(proxyLn)
 	s.mu.Unlock()
-	s.log.WithFields(logrus.Fields{"proxy": proxyLn.Addr().String(), "admin": adminLn.Addr().String(), "peers": len(s.reg.Peers()), "version": version, "pid": os.Getpid()}).
-		Info("peerd serving")
+	fields := logrus.Fields{"proxy": proxyLn.Addr().String(), "admin": adminLn.Addr().String(), "peers": len(s.reg.Peers()), "version": version, "pid": os.Getpid()}
+	if cfg.Proxy.TLSListen != "" {
+		ln, err := s.upg.listen("tls", cfg.Proxy.TLSListen)
+		if err != nil {
+			s.adminSrv.Close()
+			return fmt.Errorf("proxy tls_listen: %w", err)
+		}
+		s.mu.Lock()
+		s.tlsLn = tls.NewListener(ln, s.clientTLS.config())
+		s.serveProxy(s.tlsLn)
+		s.mu.Unlock()
+		fields["tls"] = ln.Addr().String()
+	}
+	s.log.WithFields(fields).Info("peerd serving")
 	s.upg.ready()
 
 	for {

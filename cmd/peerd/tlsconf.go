@@ -12,6 +12,7 @@ import (
 	"crypto/x509"
 	"fmt"
 	"os"
+	"sync/atomic"
 
 	"github.com/peerd/peerd/internal/conf"
 	"github.com/peerd/peerd/peers"
@@ -64,4 +65,43 @@ func buildPeerTLS(specs []peers.Spec) (peerTLS, error) {
 		out[s.Name] = cfg
 	}
 	return out, es.Err()
+}
+
+// clientTLS is the proxy's own certificate for its TLS listener, swapped
+// whole on reload (connections already open keep theirs).
+type clientTLS struct {
+	cert atomic.Pointer[tls.Certificate]
+}
+
+// load reads the certificate and key; the running one stays on an error.
+func (c *clientTLS) load(certPath, keyPath string) error {
+	cert, err := tls.LoadX509KeyPair(certPath, keyPath)
+	if err != nil {
+		return fmt.Errorf("proxy.tls_cert: %w", err)
+	}
+	c.cert.Store(&cert)
+	return nil
+}
+
+// config is the listener's TLS config: the current certificate on every
+// handshake, ALPN http/1.1.
+func (c *clientTLS) config() *tls.Config {
+	return &tls.Config{
+		MinVersion: tls.VersionTLS12,
+		NextProtos: []string{"http/1.1"},
+		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+			return c.cert.Load(), nil
+		},
+	}
+}
+
+// checkClientTLS is the -check of [proxy] tls_cert and tls_key.
+func checkClientTLS(certPath, keyPath string) error {
+	if certPath == "" || keyPath == "" {
+		return nil
+	}
+	if _, err := tls.LoadX509KeyPair(certPath, keyPath); err != nil {
+		return &conf.Error{Section: "proxy", Key: "tls_cert", Msg: err.Error()}
+	}
+	return nil
 }
