@@ -52,6 +52,8 @@ fuzz:
 	$(GO) test -run XXX -fuzz '^FuzzForgedVerdicts$$' -fuzztime $(FUZZTIME) ./fleet/
 	$(GO) test -run XXX -fuzz '^FuzzCanonicalHost$$' -fuzztime $(FUZZTIME) ./access/
 	$(GO) test -run XXX -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./icp/
+	$(GO) test -run XXX -fuzz '^FuzzParseBasic$$' -fuzztime $(FUZZTIME) ./auth/
+	$(GO) test -run XXX -fuzz '^FuzzHtpasswd$$' -fuzztime $(FUZZTIME) ./auth/
 
 # Micro-benchmarks, then the comparison against direct and Squid.
 bench:

@@ -12,10 +12,13 @@ require (
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/common v0.73.1
 	github.com/sirupsen/logrus v1.10.2
+	github.com/tg123/go-htpasswd v1.2.5
+	golang.org/x/crypto v0.58.0
 	golang.org/x/time v0.16.0
 )
 
 require (
+	github.com/GehirnInc/crypt v0.0.0-20230320061759-8cc1b52080c5 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/google/btree v1.1.3 // indirect

@@ -39,7 +39,13 @@ func (tx *txn) appendLog(b []byte, elapsed time.Duration, hier string) []byte {
 		b = append(b, ' ')
 		b = appendEscaped(b, tx.req.Target)
 	}
-	b = append(b, " - "...)
+	b = append(b, ' ')
+	if tx.user == "" {
+		b = append(b, '-')
+	} else {
+		b = appendEscaped(b, []byte(tx.user)) // Squid %un
+	}
+	b = append(b, ' ')
 	b = append(b, hier...)
 	b = append(b, '/')
 	switch {

@@ -19,6 +19,8 @@ type Error struct {
 	// Close ends the client connection after the answer (the request's
 	// framing cannot be trusted to find the next one).
 	Close bool
+	// Fields are extra header lines of the answer ("Name: value\r\n").
+	Fields string
 	// hop is the next hop the error is about (hopSet), so that the access
 	// log names it as Proxy-Status does.
 	hop    selection.Hop
@@ -38,6 +40,8 @@ func (e *Error) Unwrap() error { return e.Err }
 // too slow to send its request.
 const (
 	CodeAccessDenied   = "access-denied"
+	CodeAuthRequired   = "auth-required"
+	CodeAuthSlowed     = "auth-rate-limited"
 	CodeBadRequest     = "bad-request"
 	CodeConnectFailed  = "connect-failed"
 	CodeBadGateway     = "bad-gateway"
@@ -50,6 +54,8 @@ const (
 
 var explanations = map[string]string{
 	CodeAccessDenied:   "your address is not allowed to use this proxy",
+	CodeAuthRequired:   "this proxy needs a user name and password (Proxy-Authorization: Basic)",
+	CodeAuthSlowed:     "too many wrong passwords; wait a little and try again",
 	CodeBadRequest:     "the request is malformed",
 	CodeConnectFailed:  "every next hop failed to connect",
 	CodeBadGateway:     "the next hop broke the response and the request could not be retried",
@@ -83,6 +89,7 @@ func writeError(w *bufio.Writer, e *Error, head, keepAlive bool, extra string) i
 		w.WriteString(e.Peer)
 	}
 	w.WriteString("\r\n")
+	w.WriteString(e.Fields)
 	w.WriteString(extra)
 	w.WriteString("Cache-Control: no-store\r\nContent-Length: ")
 	w.WriteString(strconv.Itoa(len(body)))

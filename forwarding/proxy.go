@@ -38,6 +38,7 @@ import (
 	"time"
 
 	"github.com/peerd/peerd/access"
+	"github.com/peerd/peerd/auth"
 	"github.com/peerd/peerd/cache"
 	"github.com/peerd/peerd/dialer"
 	"github.com/peerd/peerd/peers"
@@ -49,6 +50,22 @@ import (
 // Planner builds next-hop plans; *selection.Planner is one.
 type Planner interface {
 	Plan(r selection.Request) selection.Plan
+}
+
+// Authenticator checks a request's Proxy-Authorization ([auth]);
+// *auth.Basic is one.
+type Authenticator interface {
+	Check(header []byte, source string, now time.Time) (user string, v auth.Verdict)
+	Realm() string
+}
+
+// SetAuth switches proxy authentication (nil: off), on start and reload.
+func (p *Proxy) SetAuth(a Authenticator) {
+	if a == nil {
+		p.auth.Store(nil)
+		return
+	}
+	p.auth.Store(&a)
 }
 
 // Accounting tracks in-flight requests per peer and hears of slow
@@ -112,6 +129,7 @@ type Proxy struct {
 	access     atomic.Pointer[AccessLog]
 	cache      atomic.Pointer[cache.Cache]
 	policy     atomic.Pointer[access.Policy]
+	auth       atomic.Pointer[Authenticator]
 	resolver   Resolver
 	icp        ICP
 	metrics    *Metrics

@@ -11,6 +11,7 @@ import (
 	"unsafe"
 
 	"github.com/peerd/peerd/access"
+	"github.com/peerd/peerd/auth"
 	"github.com/peerd/peerd/cache"
 	"github.com/peerd/peerd/internal/h1"
 	"github.com/peerd/peerd/selection"
@@ -72,6 +73,7 @@ type txn struct {
 	origin  origin
 	oKey    []byte // the DIRECT pool key, scheme://host:port
 	target  []byte // the request target rewritten with the canonical host
+	user    string // the authenticated user ([auth]); "" without
 	lastErr *Error
 	denied  *Error // a destination the policy refused on the way: it outranks lastErr
 	logBuf  []byte
@@ -136,6 +138,12 @@ func (tx *txn) serve() outcome {
 		tx.fail(errorf(http.StatusForbidden, CodeAccessDenied, "", "client %s is not in [proxy] allow", cc.remoteStr))
 		return tx.after()
 	}
+	if a := cc.p.auth.Load(); a != nil {
+		if e := tx.authenticate(*a); e != nil {
+			tx.fail(e)
+			return tx.after()
+		}
+	}
 	if e := c.loopError(req.Fields); e != nil {
 		tx.fail(e)
 		return tx.after()
@@ -188,6 +196,26 @@ func (tx *txn) serve() outcome {
 		}
 	}
 	return tx.forward()
+}
+
+// authenticate checks the request's Basic credentials ([auth]): the user
+// for the access log, or the answer — 407 with a challenge for a missing
+// or wrong credential, 429 for a source that keeps failing (a right
+// credential is never refused).
+func (tx *txn) authenticate(a Authenticator) *Error {
+	user, v := a.Check(tx.req.Get("Proxy-Authorization"), tx.cc.remoteStr, tx.start)
+	switch v {
+	case auth.Allowed:
+		tx.user = user
+		return nil
+	case auth.Slowed:
+		e := errorf(http.StatusTooManyRequests, CodeAuthSlowed, "", "too many wrong credentials from %s", tx.cc.remoteStr)
+		e.Fields = "Retry-After: 1\r\n"
+		return e
+	}
+	e := errorf(http.StatusProxyAuthRequired, CodeAuthRequired, "", "proxy authentication required")
+	e.Fields = "Proxy-Authenticate: Basic realm=\"" + a.Realm() + "\"\r\n"
+	return e
 }
 
 // canonicalHost gives the request its host's one spelling (see

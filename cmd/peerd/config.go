@@ -13,6 +13,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/peerd/peerd/auth"
+
 	"github.com/BurntSushi/toml"
 	"github.com/peerd/peerd/access"
 	"github.com/peerd/peerd/admin"
@@ -36,6 +38,7 @@ type fileConfig struct {
 	Cache     cache.Config      `toml:"cache"`
 	Fleet     fleet.Config      `toml:"fleet"`
 	ICP       icp.Config        `toml:"icp"`
+	Auth      auth.Config       `toml:"auth"`
 	Log       logConfig         `toml:"log"`
 	Peers     []peers.Spec      `toml:"peer"`
 }
@@ -88,6 +91,7 @@ func defaultConfig() fileConfig {
 		Cache:     cache.DefaultConfig(),
 		Fleet:     fleet.DefaultConfig(),
 		ICP:       icp.DefaultConfig(),
+		Auth:      auth.DefaultConfig(),
 		Log:       logConfig{Level: logLevel(logrus.InfoLevel), Format: "text"},
 	}
 }
@@ -469,6 +473,10 @@ func (c *fileConfig) validate() []error {
 	es.Add(c.Cache.Validate())
 	es.Add(c.Fleet.Validate())
 	es.Add(c.ICP.Validate())
+	es.Add(c.Auth.Validate())
+	if _, err := auth.Load(c.Auth); err != nil {
+		es.Add(&conf.Error{Section: "auth", Key: "basic_users", Msg: strings.TrimPrefix(err.Error(), "auth.basic_users: ")})
+	}
 	es.Add(c.Log.Validate())
 	es.Add(peers.ValidateSpecs(c.Peers))
 	if _, err := buildPeerTLS(c.Peers); err != nil {

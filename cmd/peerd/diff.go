@@ -54,7 +54,7 @@ func reloadDiff(old, cfg *fileConfig) admin.ReloadDiff {
 func sectionsOf(c *fileConfig) map[string]any {
 	return map[string]any{
 		"proxy": &c.Proxy, "access": &c.Access, "health": &c.Health, "selection": &c.Selection,
-		"admin": &c.Admin, "cache": &c.Cache, "fleet": &c.Fleet, "icp": &c.ICP, "log": &c.Log,
+		"admin": &c.Admin, "cache": &c.Cache, "fleet": &c.Fleet, "icp": &c.ICP, "auth": &c.Auth, "log": &c.Log,
 	}
 }
 

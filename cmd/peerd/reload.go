@@ -12,6 +12,8 @@ import (
 	"net"
 	"strings"
 
+	"github.com/peerd/peerd/auth"
+
 	"github.com/peerd/peerd/access"
 	"github.com/peerd/peerd/admin"
 	"github.com/peerd/peerd/forwarding"
@@ -83,6 +85,7 @@ type staged struct {
 	policy           *access.Policy
 	icp              *icp.Server // a new ICP listener (moved or turned on)
 	peerTLS          peerTLS
+	basic            *auth.Basic  // [auth] re-read (nil: off)
 	clientCert       *clientTLS   // the TLS listener's certificate, re-read
 	tlsLn            net.Listener // a TLS listener moved or turned on
 }
@@ -141,6 +144,9 @@ func (s *server) stage(cfg, old *fileConfig) (*staged, error) {
 	if st.peerTLS, err = buildPeerTLS(cfg.Peers); err != nil {
 		return fail(err) // the running certificates stay
 	}
+	if st.basic, err = auth.Load(cfg.Auth); err != nil {
+		return fail(err) // the running users stay
+	}
 	if cfg.Proxy.TLSListen != "" {
 		st.clientCert = &clientTLS{}
 		if err := st.clientCert.load(cfg.Proxy.TLSCert, cfg.Proxy.TLSKey); err != nil {
@@ -161,6 +167,7 @@ func (s *server) stage(cfg, old *fileConfig) (*staged, error) {
 func (s *server) commit(st *staged, old *fileConfig) {
 	cfg := st.cfg
 	configureLogger(s.log, cfg.Log)
+	s.setAuth(st.basic)
 	s.proxy.SetPolicy(st.policy)
 	s.planner.SetOptions(cfg.plannerOptions())
 	s.proxy.Apply(cfg.Proxy) // validated once, with the whole file, by loadConfig

@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/peerd/peerd/auth"
+
 	"github.com/peerd/peerd/admin"
 	"github.com/peerd/peerd/cache"
 	"github.com/peerd/peerd/dialer"
@@ -68,6 +70,15 @@ type server struct {
 	peerTLS   atomic.Pointer[peerTLS]
 	clientTLS clientTLS    // the TLS listener's certificate
 	tlsLn     net.Listener // guarded by mu; nil without tls_listen
+}
+
+// setAuth puts [auth] in force (a nil Basic: off).
+func (s *server) setAuth(b *auth.Basic) {
+	if b == nil {
+		s.proxy.SetAuth(nil)
+		return
+	}
+	s.proxy.SetAuth(b)
 }
 
 // tlsFor is the TLS client config of a peer (dialer.Dialer.TLS).
@@ -131,6 +142,11 @@ func newServer(path string, cfg *fileConfig, stderr io.Writer) (*server, error) 
 		return nil, err
 	}
 	s.proxy.SetCache(cache.New(cfg.Cache))
+	basic, err := auth.Load(cfg.Auth)
+	if err != nil {
+		return nil, err
+	}
+	s.setAuth(basic)
 	promReg.MustRegister(s.proxy.CacheCollector())
 	s.fleet = fleet.New(reg, lg)
 	promReg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{

@@ -1,0 +1,123 @@
+package auth
+
+import (
+	"encoding/base64"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/crypto/bcrypt"
+)
+
+// Lines made with openssl passwd (-6, -5, -apr1) and x/crypto/bcrypt.
+const (
+	sha512Line = `carol:$6$saltsalt$Vd2b/4Dxg.2QfZEXUzBTWCPk7eyodBwe9Y1uDVney3aHpmOzQhTuZJtKMY1uJH3BDnIJkk.d5TRGUEcZTtKNW.`
+	sha256Line = `dave:$5$salt5$MbuG.3mBwuxA57eb7NJhBukerQOBR.d19oIxnvaYtt8`
+	apr1Line   = `erin:$apr1$aprsalt$7qTYE0FQzI2BE0eyEavkD0`
+)
+
+func basicHeader(user, pass string) []byte {
+	return []byte("Basic " + base64.StdEncoding.EncodeToString([]byte(user+":"+pass)))
+}
+
+func usersFile(t *testing.T, lines ...string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "users")
+	os.WriteFile(p, []byte(strings.Join(lines, "\n")+"\n"), 0o600)
+	return p
+}
+
+func TestHtpasswdFormats(t *testing.T) {
+	h, _ := bcrypt.GenerateFromPassword([]byte("s3cret-bcrypt"), bcrypt.MinCost)
+	b, err := Load(Config{BasicUsers: usersFile(t, "bob:"+string(h), sha512Line, sha256Line, apr1Line), Realm: "r"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	for user, pass := range map[string]string{"bob": "s3cret-bcrypt", "carol": "s3cret-512", "dave": "s3cret-256", "erin": "s3cret-apr1"} {
+		if got, v := b.Check(basicHeader(user, pass), "10.0.0.1", now); v != Allowed || got != user {
+			t.Errorf("%s with the right password: %q %v; want allowed", user, got, v)
+		}
+		if _, v := b.Check(basicHeader(user, pass+"x"), "10.0.0.2", now); v != Wrong {
+			t.Errorf("%s with a wrong password: %v; want wrong", user, v)
+		}
+	}
+	if _, v := b.Check(nil, "10.0.0.1", now); v != Missing {
+		t.Errorf("no header: %v; want missing", v)
+	}
+	// A plain-text or unknown hash line is an error naming no secret.
+	for _, bad := range []string{"mallory:plaintext-password", "x:{SHA}W6ph5Mm5Pz8GgiULbPgzG37mj9g="} {
+		_, err := Load(Config{BasicUsers: usersFile(t, bad)})
+		if err == nil || strings.Contains(err.Error(), "plaintext-password") || strings.Contains(err.Error(), "W6ph5") {
+			t.Errorf("line %q: %v; want an error without the secret", bad, err)
+		}
+	}
+}
+
+// TestWrongPasswordsSlowedRightOneNever: a source that keeps failing is
+// slowed (429) but its right credential still works at once; the cache
+// spares bcrypt on repeats.
+func TestWrongPasswordsSlowedRightOneNever(t *testing.T) {
+	h, _ := bcrypt.GenerateFromPassword([]byte("right"), bcrypt.MinCost)
+	b, _ := Load(Config{BasicUsers: usersFile(t, "bob:"+string(h)), Realm: "r"})
+	now := time.Now()
+	var verdicts []Verdict
+	for i := 0; i < 8; i++ {
+		_, v := b.Check(basicHeader("bob", "guess"), "10.0.0.9", now)
+		verdicts = append(verdicts, v)
+	}
+	if verdicts[0] != Wrong || verdicts[7] != Slowed {
+		t.Fatalf("verdicts %v; want wrong at first, slowed after the burst", verdicts)
+	}
+	if user, v := b.Check(basicHeader("bob", "right"), "10.0.0.9", now); v != Allowed || user != "bob" {
+		t.Fatalf("the right password from the guessing source: %v; want allowed", v)
+	}
+	if len(b.verified) != 1 {
+		t.Fatal("a verified credential is not cached")
+	}
+}
+
+func FuzzParseBasic(f *testing.F) {
+	for _, s := range []string{"Basic Ym9iOnB3", "basic  Ym9iOnB3", "Basic", "Basic =", "Bearer x", "Basic Ym9i", "Basic OnB3", "BASIC Ym9iOnB3\t"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, v string) {
+		user, pass, ok := ParseBasic([]byte(v))
+		if !ok {
+			return
+		}
+		if user == "" || strings.Contains(user, ":") {
+			t.Fatalf("%q: user %q", v, user)
+		}
+		// What is accepted encodes back to the same credential.
+		u2, p2, ok2 := ParseBasic(basicHeader(user, pass))
+		if !ok2 || u2 != user || p2 != pass {
+			t.Fatalf("%q: round trip %q %q", v, u2, p2)
+		}
+	})
+}
+
+// FuzzHtpasswd: any file either loads or is refused with an error that
+// quotes none of it; a loaded file never lets in an unknown user.
+func FuzzHtpasswd(f *testing.F) {
+	for _, s := range []string{sha512Line, apr1Line + "\n" + sha256Line, "a:$2y$05$abc", "x", ":", "u:$6$", "#comment\n\n" + apr1Line} {
+		f.Add(s)
+	}
+	dir := f.TempDir()
+	f.Fuzz(func(t *testing.T, content string) {
+		p := filepath.Join(dir, "users")
+		os.WriteFile(p, []byte(content), 0o600)
+		b, err := Load(Config{BasicUsers: p, Realm: "r"})
+		if err != nil {
+			if len(content) > 8 && strings.Contains(err.Error(), content) {
+				t.Fatalf("the error quotes the file: %v", err)
+			}
+			return
+		}
+		if _, v := b.Check(basicHeader("no-such-user-\x01", "x"), "s", time.Now()); v == Allowed {
+			t.Fatal("an unknown user was allowed")
+		}
+	})
+}
