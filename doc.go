@@ -163,4 +163,20 @@
 //     log, which ends error lines with the RFC 9209 type.
 //   - icp asks a peer at the address the registry last reached it at
 //     (Observation.Addr), never resolving names under its lock.
+//
+// Upgrades and restarts (issue 26).
+//
+//   - The socket hand-over on SIGUSR2 is our own (cmd/peerd/upgrade.go),
+//     not cloudflare/tableflip, which was tried first: tableflip keeps a
+//     duplicate of every socket it has seen for the life of the process
+//     and has no way to drop one, so a reload that moved the proxy port,
+//     or a refused reload that had opened a new one, left that port
+//     accepting connections nobody served (TestReloadFailsHalfWay caught
+//     it). Ours duplicates the sockets only for the upgrade, passes them
+//     as extra files with their roles in the environment, waits for the
+//     new process's "ready" on a pipe (30 s), and puts its own sockets
+//     back in non-blocking mode (os/exec's File.Fd made the shared file
+//     description blocking, which left an Accept stuck in the kernel).
+//   - Operator state (state_file) is JSON, versioned, written atomically;
+//     liveness is never restored: every peer is probed again.
 package peerd

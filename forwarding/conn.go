@@ -155,8 +155,12 @@ func (cc *clientConn) serve() {
 		c := p.config()
 		cc.dw.timeout = c.WriteTimeout
 		if cc.r.Buffered() == 0 {
-			cc.idle.Store(true)
-			if p.conns.closing() {
+			// A new connection is served its first request even while
+			// shutting down (it was accepted, and its client is sending):
+			// closing it unanswered would fail a request that was never
+			// late. It waits request_start_timeout at most.
+			cc.idle.Store(!first)
+			if p.conns.closing() && !first {
 				return
 			}
 			wait := c.ClientIdleTimeout

@@ -60,6 +60,9 @@ func Serve(conn *net.UDPConn, o ServerOptions) *Server {
 	return s
 }
 
+// Conn is the socket answered on (handed over in a binary upgrade).
+func (s *Server) Conn() *net.UDPConn { return s.conn }
+
 // Addr is the address answered on.
 func (s *Server) Addr() net.Addr { return s.conn.LocalAddr() }
 

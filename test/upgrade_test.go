@@ -99,6 +99,14 @@ func startUpgradable(t *testing.T, config string) *upgradable {
 		}
 		deadline := time.Now().Add(15 * time.Second)
 		for time.Now().Before(deadline) && syscall.Kill(u.servingPID(), 0) == nil {
+			if pid := u.servingPID(); pid == u.cmd.Process.Pid {
+				select {
+				case <-u.exited: // reaped: gone
+					deadline = time.Now()
+					continue
+				default:
+				}
+			}
 			time.Sleep(50 * time.Millisecond)
 		}
 		r.Close()

@@ -81,6 +81,7 @@ func (s *server) reload() (admin.ReloadDiff, error) {
 type staged struct {
 	cfg              *fileConfig
 	proxyLn, adminLn net.Listener
+	tlsRaw           net.Listener // under tlsLn
 	access           *forwarding.AccessLog
 	policy           *access.Policy
 	icp              *icp.Server // a new ICP listener (moved or turned on)
@@ -157,6 +158,7 @@ func (s *server) stage(cfg, old *fileConfig) (*staged, error) {
 			if err != nil {
 				return fail(fmt.Errorf("proxy.tls_listen: %w", err))
 			}
+			st.tlsRaw = ln
 			st.tlsLn = tls.NewListener(ln, s.clientTLS.config())
 		}
 	}
@@ -216,7 +218,7 @@ func (s *server) commit(st *staged, old *fileConfig) {
 	}
 	if st.tlsLn != nil || (cfg.Proxy.TLSListen == "" && s.tlsLn != nil) {
 		prev := s.tlsLn
-		s.tlsLn = st.tlsLn
+		s.tlsLn, s.tlsRaw = st.tlsLn, st.tlsRaw
 		if st.tlsLn != nil {
 			s.serveProxy(st.tlsLn)
 		}
@@ -228,6 +230,7 @@ func (s *server) commit(st *staged, old *fileConfig) {
 		prev := s.adminSrv
 		s.adminSrv = s.newAdminServer()
 		s.startServing(s.adminSrv, st.adminLn, "admin")
+		s.adminLn = st.adminLn
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()

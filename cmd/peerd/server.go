@@ -70,6 +70,27 @@ type server struct {
 	peerTLS   atomic.Pointer[peerTLS]
 	clientTLS clientTLS    // the TLS listener's certificate
 	tlsLn     net.Listener // guarded by mu; nil without tls_listen
+	tlsRaw    net.Listener // the TCP listener under tlsLn (handed over on upgrade)
+	adminLn   net.Listener // guarded by mu
+}
+
+// sockets are the listening sockets a binary upgrade hands over, by role.
+func (s *server) sockets() map[string]fileConn {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := map[string]fileConn{}
+	add := func(role string, v any) {
+		if fc, ok := v.(fileConn); ok && v != nil {
+			out[role] = fc
+		}
+	}
+	add("proxy", s.proxyLn)
+	add("admin", s.adminLn)
+	add("tls", s.tlsRaw)
+	if s.icpSrv != nil {
+		add("icp", s.icpSrv.Conn())
+	}
+	return out
 }
 
 // setAuth puts [auth] in force (a nil Basic: off).
@@ -226,7 +247,7 @@ func (s *server) serve(ctx context.Context) error {
 
 	cfg := s.cfg
 	s.upg = newUpgrader(cfg.Proxy.PIDFile, s.log)
-	defer s.upg.stop()
+	s.upg.current = s.sockets
 	if s.upg.inherited() {
 		s.log.Info("binary upgrade: started by the running peerd; taking its sockets over")
 	}
@@ -236,6 +257,9 @@ func (s *server) serve(ctx context.Context) error {
 	}
 	s.adminSrv = s.newAdminServer()
 	s.startServing(s.adminSrv, adminLn, "admin")
+	s.mu.Lock()
+	s.adminLn = adminLn
+	s.mu.Unlock()
 	s.log.WithField("admin", adminLn.Addr().String()).Info("admin API listening")
 
 	sw := &stateWriter{reg: s.reg, log: s.log, path: func() string {
@@ -313,6 +337,7 @@ func (s *server) serve(ctx context.Context) error {
 			return fmt.Errorf("proxy tls_listen: %w", err)
 		}
 		s.mu.Lock()
+		s.tlsRaw = ln
 		s.tlsLn = tls.NewListener(ln, s.clientTLS.config())
 		s.serveProxy(s.tlsLn)
 		s.mu.Unlock()

@@ -2,118 +2,268 @@ package main
 
 // This file holds binary upgrades (contract section 19): on SIGUSR2 the
 // running peerd starts the binary at its own path and hands it every
-// listening socket (proxy, admin, ICP) through cloudflare/tableflip; the
-// new process loads its config and state, opens for business on the
-// inherited sockets and says it is ready; only then does the old one stop
-// accepting and finish what is in flight. A new process that fails, or is
-// not ready within 30 s, is killed, and the old one keeps serving.
+// listening socket (proxy, TLS, admin, ICP); the new process loads its
+// config and state, opens for business on the inherited sockets and says
+// it is ready; only then does the old one stop accepting and finish what
+// is in flight. A new process that fails, or is not ready within 30 s, is
+// killed, and the old one keeps serving.
+//
+// The hand-over is our own (exec with the sockets as extra files, a pipe
+// for "ready"), not cloudflare/tableflip: tableflip keeps a duplicate of
+// every socket it has seen for the life of the process, with no way to
+// drop one, so a reload that moves or refuses a listener would leave the
+// old port accepting connections that nobody serves (TestReloadFailsHalfWay
+// found it). Here the sockets are duplicated only for the upgrade, and
+// the duplicates are closed right after.
 
 import (
 	"errors"
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
-	"github.com/cloudflare/tableflip"
 	"github.com/sirupsen/logrus"
 )
 
 // upgradeTimeout bounds how long a new process may take to be ready.
 const upgradeTimeout = 30 * time.Second
 
-// upgrader hands sockets to the next process. Without one (tableflip
-// could not start: a second server in one test process), sockets are
-// opened the usual way and SIGUSR2 says upgrades are off.
+// Environment of a process started by an upgrade: its inherited sockets
+// (role=fd,...) and the fd it writes "ready" to.
+const (
+	envSockets = "PEERD_UPGRADE_SOCKETS"
+	envReady   = "PEERD_UPGRADE_READY"
+)
+
+// upgrader hands sockets to the next process.
 type upgrader struct {
-	upg *tableflip.Upgrader
-	log logrus.FieldLogger
-	mu  sync.Mutex // one upgrade at a time
+	log     logrus.FieldLogger
+	pidFile string
+	// sockets are what this process inherited, by role; taken once.
+	mu      sync.Mutex
+	sockets map[string]*os.File
+	readyFd *os.File
+	// current returns the listening sockets to hand over now, by role.
+	current func() map[string]fileConn
+	exitC   chan struct{}
+	busy    sync.Mutex
 }
 
-// tableflipOnce guards tableflip.New, which a process may call once.
-var tableflipOnce sync.Once
+// fileConn is a socket that can give a duplicate of its descriptor.
+type fileConn interface{ File() (*os.File, error) }
 
 func newUpgrader(pidFile string, log logrus.FieldLogger) *upgrader {
-	u := &upgrader{log: log}
-	var err error
-	created := false
-	tableflipOnce.Do(func() {
-		created = true
-		// The next binary is the file at this one's path: after a package
-		// upgrade, the new one (os.Executable drops " (deleted)").
-		if exe, e := os.Executable(); e == nil {
-			os.Args[0] = exe
+	u := &upgrader{log: log, pidFile: pidFile, sockets: map[string]*os.File{}, exitC: make(chan struct{})}
+	if spec := os.Getenv(envSockets); spec != "" {
+		for _, kv := range strings.Split(spec, ",") {
+			role, fd, ok := strings.Cut(kv, "=")
+			n, err := strconv.Atoi(fd)
+			if ok && err == nil && n > 2 {
+				u.sockets[role] = os.NewFile(uintptr(n), "peerd-"+role)
+			}
 		}
-		u.upg, err = tableflip.New(tableflip.Options{UpgradeTimeout: upgradeTimeout, PIDFile: pidFile})
-	})
-	switch {
-	case !created:
-		log.Debug("binary upgrades are off in this process (a second server)")
-	case err != nil:
-		log.WithError(err).Warn("binary upgrades are off: sockets cannot be handed over")
-		u.upg = nil
+		os.Unsetenv(envSockets)
+	}
+	if fd, err := strconv.Atoi(os.Getenv(envReady)); err == nil && fd > 2 {
+		u.readyFd = os.NewFile(uintptr(fd), "peerd-ready")
+		os.Unsetenv(envReady)
 	}
 	return u
 }
 
 // inherited reports whether this process was started by an upgrade.
-func (u *upgrader) inherited() bool { return u.upg != nil && u.upg.HasParent() }
+func (u *upgrader) inherited() bool { return u.readyFd != nil }
 
-// listen opens (or inherits) the TCP listener of role ("proxy",
-// "admin"). Sockets are handed over by role and address, so that two
-// roles on port 0 (tests) are never taken for each other.
+// take returns the inherited socket of role, once.
+func (u *upgrader) take(role string) *os.File {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	f := u.sockets[role]
+	delete(u.sockets, role)
+	return f
+}
+
+// listen returns the inherited listener of role when it listens where
+// addr says (port 0 matches any), else a new one.
 func (u *upgrader) listen(role, addr string) (net.Listener, error) {
-	if u.upg == nil {
-		return net.Listen("tcp", addr)
-	}
-	return u.upg.ListenWithCallback("tcp", role+"="+addr, func(network, key string) (net.Listener, error) {
-		return net.Listen(network, addrOfKey(key))
-	})
-}
-
-// addrOfKey is the address part of a role=address key.
-func addrOfKey(key string) string {
-	_, a, _ := strings.Cut(key, "=")
-	return a
-}
-
-// listenUDP opens (or inherits) a UDP socket of role.
-func (u *upgrader) listenUDP(role, addr string) (*net.UDPConn, error) {
-	if u.upg == nil {
-		ua, err := net.ResolveUDPAddr("udp", addr)
-		if err != nil {
-			return nil, err
+	if f := u.take(role); f != nil {
+		ln, err := net.FileListener(f)
+		f.Close()
+		if err == nil && sameAddr(ln.Addr().String(), addr) {
+			return ln, nil
 		}
-		return net.ListenUDP("udp", ua)
+		if ln != nil {
+			ln.Close()
+		}
 	}
-	pc, err := u.upg.ListenPacketWithCallback("udp", role+"="+addr, func(network, key string) (net.PacketConn, error) {
-		return net.ListenPacket(network, addrOfKey(key))
-	})
+	return net.Listen("tcp", addr)
+}
+
+// listenUDP is listen for a UDP socket.
+func (u *upgrader) listenUDP(role, addr string) (*net.UDPConn, error) {
+	if f := u.take(role); f != nil {
+		pc, err := net.FilePacketConn(f)
+		f.Close()
+		if c, ok := pc.(*net.UDPConn); err == nil && ok && sameAddr(c.LocalAddr().String(), addr) {
+			return c, nil
+		}
+		if pc != nil {
+			pc.Close()
+		}
+	}
+	ua, err := net.ResolveUDPAddr("udp", addr)
 	if err != nil {
 		return nil, err
 	}
-	c, ok := pc.(*net.UDPConn)
-	if !ok {
-		pc.Close()
-		return nil, fmt.Errorf("udp %s: not a UDP socket", addr)
-	}
-	return c, nil
+	return net.ListenUDP("udp", ua)
 }
 
-// ready says this process serves: the process that started it (if any)
-// stops accepting, and the PID file names this one.
+// sameAddr reports whether a socket bound to have serves the configured
+// want (a port 0 in want matches any port).
+func sameAddr(have, want string) bool {
+	hh, hp, err1 := net.SplitHostPort(have)
+	wh, wp, err2 := net.SplitHostPort(want)
+	if err1 != nil || err2 != nil {
+		return false
+	}
+	hip, wip := net.ParseIP(hh), net.ParseIP(wh)
+	hostOK := hh == wh || (hip != nil && wip != nil && hip.Equal(wip)) || (wh == "" && hip != nil && hip.IsUnspecified())
+	return hostOK && (wp == "0" || hp == wp)
+}
+
+// ready says this process serves: the process that started it stops
+// accepting; the PID file and systemd name this one.
 func (u *upgrader) ready() {
+	// Sockets inherited but not wanted (the config moved them) go.
+	u.mu.Lock()
+	for role, f := range u.sockets {
+		f.Close()
+		delete(u.sockets, role)
+	}
+	u.mu.Unlock()
+	if u.pidFile != "" {
+		if err := writeAtomic(u.pidFile, []byte(strconv.Itoa(os.Getpid())+"\n")); err != nil {
+			u.log.WithError(err).Error("pid_file not written")
+		}
+	}
 	// systemd (Type=notify, NotifyAccess=all) learns that this process
 	// is ready and is now the service's main process.
 	sdNotify(fmt.Sprintf("READY=1\nMAINPID=%d", os.Getpid()), u.log)
-	if u.upg == nil {
+	if u.readyFd != nil {
+		u.readyFd.Write([]byte("ready\n"))
+		u.readyFd.Close()
+		u.readyFd = nil
+	}
+}
+
+// exit is closed when a new process is ready: this one must stop
+// accepting and drain.
+func (u *upgrader) exit() <-chan struct{} { return u.exitC }
+
+// upgrade starts the binary at this one's path with the listening
+// sockets and waits until it is ready (or fails); errors are logged, and
+// this process keeps serving.
+func (u *upgrader) upgrade() {
+	if !u.busy.TryLock() {
+		u.log.Warn("binary upgrade asked (SIGUSR2) while one is under way; ignored")
 		return
 	}
-	if err := u.upg.Ready(); err != nil {
-		u.log.WithError(err).Error("binary upgrade: could not tell the old process this one is ready")
+	defer u.busy.Unlock()
+	select {
+	case <-u.exitC:
+		return // already handed over
+	default:
+	}
+	bin, err := os.Executable() // the file at this one's path (" (deleted)" dropped)
+	if err != nil {
+		bin = os.Args[0]
+	}
+	u.log.WithField("binary", bin).Warn("binary upgrade: starting the new process; this one serves until it is ready")
+	if err := u.start(bin); err != nil {
+		u.log.WithField("err", err.Error()).Error("binary upgrade failed; this process keeps serving")
+		return
+	}
+	u.log.Warn("binary upgrade: the new process is ready; this one stops accepting and finishes in-flight requests")
+	close(u.exitC)
+}
+
+// start runs bin with the sockets and waits for its "ready".
+func (u *upgrader) start(bin string) error {
+	var files []*os.File
+	defer func() {
+		for _, f := range files {
+			f.Close() // the duplicates: the child has its own
+		}
+	}()
+	var spec []string
+	for role, c := range u.current() {
+		f, err := c.File()
+		if err != nil {
+			return fmt.Errorf("socket %s: %w", role, err)
+		}
+		files = append(files, f)
+		spec = append(spec, fmt.Sprintf("%s=%d", role, 3+len(files)-1))
+	}
+	readyR, readyW, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	defer readyR.Close()
+	files = append(files, readyW)
+	cmd := exec.Command(bin, os.Args[1:]...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	cmd.ExtraFiles = files
+	cmd.Env = append(os.Environ(), envSockets+"="+strings.Join(spec, ","), fmt.Sprintf("%s=%d", envReady, 3+len(files)-1))
+	err = cmd.Start()
+	// os/exec put the sockets in blocking mode (File.Fd does), and a
+	// duplicate shares that flag with this process's own sockets: an
+	// Accept stuck in a blocking syscall would neither see the listener
+	// close nor let this process drain. They go back to non-blocking.
+	for _, f := range files[:len(files)-1] {
+		if rc, rerr := f.SyscallConn(); rerr == nil {
+			rc.Control(func(fd uintptr) { syscall.SetNonblock(int(fd), true) })
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("cannot start %s: %w", bin, err)
+	}
+	readyW.Close()
+	files = files[:len(files)-1]
+	result := make(chan error, 2)
+	go func() {
+		buf := make([]byte, 16)
+		n, _ := readyR.Read(buf)
+		if strings.HasPrefix(string(buf[:n]), "ready") {
+			result <- nil
+			return
+		}
+		result <- errors.New("the new process ended before it was ready")
+	}()
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	select {
+	case err := <-result:
+		if err == nil {
+			return nil
+		}
+		select {
+		case werr := <-exited:
+			return fmt.Errorf("the new process exited before it was ready: %v", werr)
+		case <-time.After(time.Second):
+			cmd.Process.Kill()
+			return err
+		}
+	case werr := <-exited:
+		return fmt.Errorf("the new process exited before it was ready: %v", werr)
+	case <-time.After(upgradeTimeout):
+		cmd.Process.Signal(syscall.SIGKILL)
+		return fmt.Errorf("the new process was not ready within %s; killed", upgradeTimeout)
 	}
 }
 
@@ -134,45 +284,5 @@ func sdNotify(state string, log logrus.FieldLogger) {
 	}
 	if err != nil {
 		log.WithError(err).Warn("could not notify systemd")
-	}
-}
-
-// exit is closed when a new process is ready: this one must stop
-// accepting and drain. Never closed without an upgrader.
-func (u *upgrader) exit() <-chan struct{} {
-	if u.upg == nil {
-		return nil
-	}
-	return u.upg.Exit()
-}
-
-// upgrade starts the binary at this one's path and waits until it is
-// ready (or fails); errors are logged, and this process keeps serving.
-func (u *upgrader) upgrade() {
-	if u.upg == nil {
-		u.log.Warn("binary upgrade asked (SIGUSR2), but upgrades are off in this process")
-		return
-	}
-	if !u.mu.TryLock() {
-		u.log.Warn("binary upgrade asked (SIGUSR2) while one is under way; ignored")
-		return
-	}
-	defer u.mu.Unlock()
-	u.log.WithField("binary", os.Args[0]).Warn("binary upgrade: starting the new process; this one serves until it is ready")
-	if err := u.upg.Upgrade(); err != nil {
-		why := err.Error()
-		if errors.Is(err, os.ErrDeadlineExceeded) {
-			why = "not ready within " + upgradeTimeout.String()
-		}
-		u.log.WithField("err", why).Error("binary upgrade failed; this process keeps serving")
-		return
-	}
-	u.log.Warn("binary upgrade: the new process is ready; this one stops accepting and finishes in-flight requests")
-}
-
-// stop releases the upgrader's resources at the end of the process.
-func (u *upgrader) stop() {
-	if u.upg != nil {
-		u.upg.Stop()
 	}
 }
