@@ -1,0 +1,111 @@
+package e2e
+
+// Basic authentication through the binary (issue 25): 407 without or with
+// wrong credentials, SHA-512-crypt and apr1 users, wrong passwords slowed
+// while the right one works, the user in the access log, no secret in
+// any log, login = PASS.
+
+import (
+	"encoding/base64"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+const (
+	usersSHA512 = `carol:$6$saltsalt$Vd2b/4Dxg.2QfZEXUzBTWCPk7eyodBwe9Y1uDVney3aHpmOzQhTuZJtKMY1uJH3BDnIJkk.d5TRGUEcZTtKNW.` // s3cret-512
+	usersAPR1   = `erin:$apr1$aprsalt$7qTYE0FQzI2BE0eyEavkD0`                                                                 // s3cret-apr1
+)
+
+func basicAuth(user, pass string) string {
+	return "Basic " + base64.StdEncoding.EncodeToString([]byte(user+":"+pass))
+}
+
+func TestBasicAuthThroughTheBinary(t *testing.T) {
+	a := newFakeParent(t, "a")
+	users := filepath.Join(t.TempDir(), "users")
+	os.WriteFile(users, []byte(usersSHA512+"\n"+usersAPR1+"\n"), 0o600)
+	cfg := baseConfig + fmt.Sprintf("\n[auth]\nbasic_users = %q\nrealm = \"test realm\"\n", users) + peerBlock("", a)
+	p := startPeerd(t, cfg)
+	send := func(auth string) *http.Response {
+		t.Helper()
+		req, _ := http.NewRequest("GET", "http://o.test/x", nil)
+		if auth != "" {
+			req.Header.Set("Proxy-Authorization", auth)
+		}
+		u, _ := url.Parse("http://" + p.proxy)
+		resp, err := (&http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(u)}, Timeout: 10 * time.Second}).Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp
+	}
+	r := send("")
+	if r.StatusCode != 407 || r.Header.Get("Proxy-Authenticate") != `Basic realm="test realm"` || r.Header.Get("X-Peerd-Error") != "auth-required" {
+		t.Fatalf("no credentials: %d %q %q; want 407 with a Basic challenge", r.StatusCode, r.Header.Get("Proxy-Authenticate"), r.Header.Get("X-Peerd-Error"))
+	}
+	if r := send(basicAuth("carol", "wrong-password")); r.StatusCode != 407 {
+		t.Fatalf("a wrong password: %d; want 407", r.StatusCode)
+	}
+	for user, pass := range map[string]string{"carol": "s3cret-512", "erin": "s3cret-apr1"} {
+		if r := send(basicAuth(user, pass)); r.StatusCode != 200 {
+			t.Fatalf("%s with the right password: %d; want 200", user, r.StatusCode)
+		}
+	}
+	// Many wrong passwords: slowed (429); the right one still works.
+	codes := map[int]int{}
+	for i := 0; i < 12; i++ {
+		codes[send(basicAuth("carol", fmt.Sprintf("guess-%d", i))).StatusCode]++
+	}
+	if codes[429] == 0 {
+		t.Fatalf("12 wrong passwords answered %v; want some 429", codes)
+	}
+	if r := send(basicAuth("carol", "s3cret-512")); r.StatusCode != 200 {
+		t.Fatalf("the right password after many wrong ones: %d; want 200", r.StatusCode)
+	}
+	// The parent never sees the client's credentials.
+	if strings.Contains(fmt.Sprint(a.records()), "s3cret") {
+		t.Fatal("a credential reached the parent")
+	}
+	p.stop()
+	logs := p.logs()
+	access, _ := os.ReadFile(p.accessLog)
+	for _, secret := range []string{"s3cret-512", "s3cret-apr1", "guess-1", base64.StdEncoding.EncodeToString([]byte("carol:s3cret-512")), "Vd2b/4Dxg"} {
+		if strings.Contains(logs, secret) || strings.Contains(string(access), secret) {
+			t.Fatalf("the secret %q is in a log", secret)
+		}
+	}
+	if !strings.Contains(string(access), " carol ") {
+		t.Fatalf("the access log does not name the user:\n%s", access)
+	}
+}
+
+// TestLoginPass: login = "PASS" sends the client's own credentials to
+// that peer, and only to it.
+func TestLoginPass(t *testing.T) {
+	a := newFakeParent(t, "a")
+	p := startPeerd(t, baseConfig+peerBlock(`login = "PASS"`+"\ntls = false", a))
+	req, _ := http.NewRequest("GET", "http://o.test/pass", nil)
+	req.Header.Set("Proxy-Authorization", basicAuth("alice", "her-own"))
+	u, _ := url.Parse("http://" + p.proxy)
+	resp, err := (&http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(u)}, Timeout: 10 * time.Second}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(b), "auth="+basicAuth("alice", "her-own")) {
+		t.Fatalf("the PASS parent saw %q; want the client's own credentials", b)
+	}
+	if !strings.Contains(p.logs(), "login is sent in clear text") {
+		t.Fatal("no warning for a login without tls")
+	}
+}
