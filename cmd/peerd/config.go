@@ -155,7 +155,12 @@ type decoder struct {
 }
 
 // parseConfig decodes and validates src, returning every problem found.
-func parseConfig(src []byte) (*fileConfig, problems) {
+func parseConfig(src []byte) (*fileConfig, problems) { return parseConfigFiles(src, true) }
+
+// parseConfigFiles is parseConfig; files says whether the files the config
+// names (certificates, the htpasswd file) are read and checked too
+// (import-squid checks a config meant for another machine: words only).
+func parseConfigFiles(src []byte, files bool) (*fileConfig, problems) {
 	cfg := defaultConfig()
 	d := &decoder{src: src, at: map[string]int{}}
 	var top map[string]toml.Primitive
@@ -192,6 +197,11 @@ func parseConfig(src []byte) (*fileConfig, problems) {
 	}
 	for _, err := range cfg.validate() {
 		d.report(err)
+	}
+	if files {
+		for _, err := range cfg.checkFiles() {
+			d.report(err)
+		}
 	}
 	d.ps.sort()
 	if len(d.ps) > 0 {
@@ -474,17 +484,25 @@ func (c *fileConfig) validate() []error {
 	es.Add(c.Fleet.Validate())
 	es.Add(c.ICP.Validate())
 	es.Add(c.Auth.Validate())
-	if _, err := auth.Load(c.Auth); err != nil {
-		es.Add(&conf.Error{Section: "auth", Key: "basic_users", Msg: strings.TrimPrefix(err.Error(), "auth.basic_users: ")})
-	}
 	es.Add(c.Log.Validate())
 	es.Add(peers.ValidateSpecs(c.Peers))
+
+	if c.Proxy.Listen == c.Admin.Listen && !strings.HasSuffix(c.Proxy.Listen, ":0") {
+		es.Addf("admin", "listen", "%q is also proxy.listen", c.Admin.Listen)
+	}
+	return es
+}
+
+// checkFiles reads the files the config names: the peers' certificates,
+// the TLS listener's, the htpasswd file.
+func (c *fileConfig) checkFiles() []error {
+	var es conf.Errors
 	if _, err := buildPeerTLS(c.Peers); err != nil {
 		es.Add(err)
 	}
 	es.Add(checkClientTLS(c.Proxy.TLSCert, c.Proxy.TLSKey))
-	if c.Proxy.Listen == c.Admin.Listen && !strings.HasSuffix(c.Proxy.Listen, ":0") {
-		es.Addf("admin", "listen", "%q is also proxy.listen", c.Admin.Listen)
+	if _, err := auth.Load(c.Auth); err != nil {
+		es.Add(&conf.Error{Section: "auth", Key: "basic_users", Msg: strings.TrimPrefix(err.Error(), "auth.basic_users: ")})
 	}
 	return es
 }

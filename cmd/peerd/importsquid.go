@@ -33,6 +33,9 @@ type squidPeer struct {
 	isDefault           bool
 	rr, wrr, carp, hash bool
 	noQuery             bool
+	tls                 bool
+	tlsCA, tlsName      string
+	tlsCert, tlsKey     string
 }
 
 // squidImport is what was read.
@@ -49,6 +52,9 @@ type squidImport struct {
 	maxObject      string
 	pconnTimeout   time.Duration
 	notes          []string
+	// https_port and auth_param basic.
+	tlsListen, tlsCert, tlsKey string
+	basicUsers, realm          string
 }
 
 func (s *squidImport) note(line int, format string, args ...any) {
@@ -81,6 +87,69 @@ func importSquidCommand(args []string, stdout, stderr io.Writer) int {
 	}
 	io.WriteString(stdout, out)
 	return exitOK
+}
+
+// httpsPort reads "https_port [addr:]port tls-cert=F tls-key=F ...".
+func (s *squidImport) httpsPort(n int, w []string) error {
+	if len(w) == 0 {
+		return fmt.Errorf("https_port needs a port")
+	}
+	addr := w[0]
+	if _, err := strconv.Atoi(addr); err == nil {
+		addr = "0.0.0.0:" + addr
+	}
+	if ap, err := netip.ParseAddrPort(addr); err != nil || ap.Port() == 0 {
+		return fmt.Errorf("https_port %q: peerd listens on an IP address and a port", w[0])
+	}
+	var cert, key string
+	for _, o := range w[1:] {
+		k, v, _ := strings.Cut(o, "=")
+		switch k {
+		case "tls-cert", "cert":
+			cert = v
+		case "tls-key", "key":
+			key = v
+		default:
+			s.note(n, "https_port option %s", o)
+		}
+	}
+	if key == "" {
+		key = cert // Squid reads the key from the certificate file when no key is named
+	}
+	if cert == "" || s.tlsListen != "" {
+		s.note(n, "https_port %s: peerd has one TLS listener, with tls-cert= (and tls-key=)", w[0])
+		return nil
+	}
+	s.tlsListen, s.tlsCert, s.tlsKey = addr, cert, key
+	return nil
+}
+
+// authParam reads "auth_param basic program .../basic_ncsa_auth FILE" and
+// "auth_param basic realm TEXT"; every other scheme or helper is listed.
+func (s *squidImport) authParam(n int, w []string) error {
+	if len(w) < 2 || w[0] != "basic" {
+		s.note(n, "auth_param %s: peerd has Basic authentication from an htpasswd file only", strings.Join(w, " "))
+		return nil
+	}
+	switch w[1] {
+	case "program":
+		if len(w) == 4 && strings.HasSuffix(w[2], "basic_ncsa_auth") {
+			s.basicUsers = w[3]
+			return nil
+		}
+		s.note(n, "auth_param basic program %s: peerd reads an htpasswd file itself (basic_ncsa_auth FILE)", strings.Join(w[2:], " "))
+	case "realm":
+		s.realm = strings.Trim(strings.Join(w[2:], " "), `"`)
+		if strings.ContainsAny(s.realm, "\"\\") {
+			s.realm = ""
+		}
+	case "children", "credentialsttl", "casesensitive", "utf8", "keep_alive":
+		// Helper tuning: peerd checks passwords in process (and caches
+		// verified ones for a minute).
+	default:
+		s.note(n, "auth_param basic %s", strings.Join(w[1:], " "))
+	}
+	return nil
 }
 
 // maxSquidLine bounds one squid.conf line with its continuations.
@@ -135,7 +204,7 @@ func importSquid(r io.Reader) (string, []string, error) {
 	out := s.render()
 	// What is printed must pass -check; a squid.conf whose values peerd
 	// refuses is reported here with peerd's own words.
-	if _, ps := parseConfig([]byte(out)); len(ps) > 0 {
+	if _, ps := parseConfigFiles([]byte(out), false); len(ps) > 0 {
 		return "", nil, fmt.Errorf("the converted config would not pass -check: %v", ps)
 	}
 	return out, s.notes, nil
@@ -191,6 +260,10 @@ func (s *squidImport) directive(n int, w []string) error {
 			return nil
 		}
 		s.listen = addr
+	case "https_port":
+		return s.httpsPort(n, w[1:])
+	case "auth_param":
+		return s.authParam(n, w[1:])
 	case "visible_hostname":
 		s.name = arg(1)
 	case "icp_port", "udp_port":
@@ -300,11 +373,25 @@ func (s *squidImport) cachePeer(n int, w []string) error {
 			}
 			p.connectTimeout = d
 		case key == "login" && hasVal:
+			if val == "PASS" {
+				p.login = "PASS" // the client's own credentials, to this peer
+				continue
+			}
 			if !strings.Contains(val, ":") || strings.EqualFold(val, "PASSTHRU") || strings.HasPrefix(val, "*") {
-				s.note(n, "cache_peer %s login=%s: peerd sends a fixed user:pass only", p.host, val)
+				s.note(n, "cache_peer %s login=%s: peerd sends a fixed user:pass or PASS only", p.host, val)
 				continue
 			}
 			p.login = val
+		case (key == "tls" || key == "ssl") && !hasVal:
+			p.tls = true
+		case (key == "tls-cafile" || key == "sslcafile") && hasVal:
+			p.tlsCA = val
+		case (key == "tls-domain" || key == "ssldomain") && hasVal:
+			p.tlsName = val
+		case (key == "tls-cert" || key == "sslcert") && hasVal:
+			p.tlsCert = val
+		case (key == "tls-key" || key == "sslkey") && hasVal:
+			p.tlsKey = val
 		case key == "default" && !hasVal:
 			p.isDefault = true
 		case key == "round-robin":
@@ -433,6 +520,9 @@ func (s *squidImport) render() string {
 	if s.pconnTimeout > 0 {
 		fmt.Fprintf(&b, "pconn_timeout = %s\n", tomlString(s.pconnTimeout.String()))
 	}
+	if s.tlsListen != "" {
+		fmt.Fprintf(&b, "tls_listen = %s\ntls_cert = %s\ntls_key = %s\n", tomlString(s.tlsListen), tomlString(s.tlsCert), tomlString(s.tlsKey))
+	}
 	direct := s.direct
 	if direct == "" {
 		direct = "allow"
@@ -455,6 +545,12 @@ func (s *squidImport) render() string {
 		}
 		if s.maxObject != "" {
 			fmt.Fprintf(&b, "max_object = %s\n", tomlString(s.maxObject))
+		}
+	}
+	if s.basicUsers != "" {
+		fmt.Fprintf(&b, "\n[auth]\nbasic_users = %s\n", tomlString(s.basicUsers))
+		if s.realm != "" {
+			fmt.Fprintf(&b, "realm = %s\n", tomlString(s.realm))
 		}
 	}
 	for _, p := range s.peers {
@@ -483,6 +579,14 @@ func (s *squidImport) render() string {
 		}
 		if p.icpPort != 0 {
 			fmt.Fprintf(&b, "icp_port = %d\n", p.icpPort)
+		}
+		if p.tls {
+			b.WriteString("tls = true\n")
+			for _, kv := range [][2]string{{"tls_ca", p.tlsCA}, {"tls_name", p.tlsName}, {"tls_cert", p.tlsCert}, {"tls_key", p.tlsKey}} {
+				if kv[1] != "" {
+					fmt.Fprintf(&b, "%s = %s\n", kv[0], tomlString(kv[1]))
+				}
+			}
 		}
 	}
 	return b.String()

@@ -82,7 +82,7 @@ func TestImportSquidCorpus(t *testing.T) {
 			peers: []peer{{"primary.example.net", "primary.example.net", 3128, peers.Parent, 1}, {"backup.example.net", "backup.example.net", 3128, peers.Parent, 1}}},
 		{file: "unsupported.conf", policy: selection.FirstUp, direct: selection.DirectAllow,
 			peers: []peer{{"only", "10.3.0.1", 3128, peers.Parent, 1}},
-			notes: []string{"acl localnet", "http_access allow localnet", "cache_dir", "refresh_pattern", "login=PASSTHRU", "option ssl", "always_direct with ACLs"}},
+			notes: []string{"acl localnet", "http_access allow localnet", "cache_dir", "refresh_pattern", "login=PASSTHRU", "always_direct with ACLs"}},
 		{file: "originserver.conf", refused: "originserver"},
 	}
 	for _, tc := range cases {
@@ -158,7 +158,7 @@ func FuzzImportSquid(f *testing.F) {
 		}
 		path := filepath.Join(dir, "out.toml")
 		os.WriteFile(path, []byte(out), 0o644)
-		if _, ps := loadConfig(path); len(ps) > 0 {
+		if _, ps := parseConfigFiles([]byte(out), false); len(ps) > 0 { // (the files it names are another machine's)
 			t.Fatalf("import of\n%s\nprints a config -check refuses: %v\n%s", conf, ps, out)
 		}
 	})
@@ -199,5 +199,44 @@ func BenchmarkImportSquidContinuations(b *testing.B) {
 				importSquid(strings.NewReader(conf))
 			}
 		})
+	}
+}
+
+// TestImportSquidTLSAndAuth: https_port, auth_param basic with
+// basic_ncsa_auth, and the cache_peer TLS options and login=PASS carry
+// over; another auth scheme is listed.
+func TestImportSquidTLSAndAuth(t *testing.T) {
+	conf := `http_port 3128
+https_port 10.0.0.5:3129 tls-cert=/etc/squid/proxy.pem tls-key=/etc/squid/proxy.key
+auth_param basic program /usr/lib/squid/basic_ncsa_auth /etc/squid/passwords
+auth_param basic realm "Corporate proxy"
+auth_param basic children 5
+auth_param digest program /usr/lib/squid/digest_file_auth /etc/squid/digest
+cache_peer up.example.net parent 3129 0 no-query tls tls-cafile=/etc/squid/ca.pem tls-domain=up.example.net login=PASS
+cache_peer old.example.net parent 3130 0 no-query ssl sslcafile=/etc/ssl/ca.pem ssldomain=old.example.net
+`
+	out, notes, err := importSquid(strings.NewReader(conf))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, ps := parseConfigFiles([]byte(out), false)
+	if len(ps) > 0 {
+		t.Fatalf("the output does not pass -check: %v\n%s", ps, out)
+	}
+	if cfg.Proxy.TLSListen != "10.0.0.5:3129" || cfg.Proxy.TLSCert != "/etc/squid/proxy.pem" || cfg.Proxy.TLSKey != "/etc/squid/proxy.key" {
+		t.Errorf("tls listener %q %q %q", cfg.Proxy.TLSListen, cfg.Proxy.TLSCert, cfg.Proxy.TLSKey)
+	}
+	if cfg.Auth.BasicUsers != "/etc/squid/passwords" || cfg.Auth.Realm != "Corporate proxy" {
+		t.Errorf("auth %+v", cfg.Auth)
+	}
+	up, old := cfg.Peers[0], cfg.Peers[1]
+	if !up.TLS || up.TLSCA != "/etc/squid/ca.pem" || up.TLSName != "up.example.net" || up.Login != "PASS" {
+		t.Errorf("up = %+v", up)
+	}
+	if !old.TLS || old.TLSCA != "/etc/ssl/ca.pem" || old.TLSName != "old.example.net" {
+		t.Errorf("old = %+v", old)
+	}
+	if !strings.Contains(strings.Join(notes, "\n"), "auth_param digest") {
+		t.Errorf("notes %q; want the digest scheme listed", notes)
 	}
 }
