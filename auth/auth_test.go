@@ -121,3 +121,26 @@ func FuzzHtpasswd(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkCheck: a right bcrypt credential checked every time (the cache
+// emptied) against one verified a moment ago (the cache).
+func BenchmarkCheck(b *testing.B) {
+	h, _ := bcrypt.GenerateFromPassword([]byte("right"), bcrypt.DefaultCost)
+	p := filepath.Join(b.TempDir(), "users")
+	os.WriteFile(p, []byte("bob:"+string(h)+"\n"), 0o600)
+	ba, _ := Load(Config{BasicUsers: p, Realm: "r"})
+	hdr := basicHeader("bob", "right")
+	now := time.Now()
+	b.Run("bcrypt-every-time", func(b *testing.B) {
+		for b.Loop() {
+			clear(ba.verified)
+			ba.Check(hdr, "s", now)
+		}
+	})
+	b.Run("cached", func(b *testing.B) {
+		ba.Check(hdr, "s", now)
+		for b.Loop() {
+			ba.Check(hdr, "s", now)
+		}
+	})
+}
