@@ -230,6 +230,10 @@ type Spec struct {
 	// of class tls. TLSCA is a PEM bundle ("" = the system roots),
 	// TLSName the name verified and sent as SNI ("" = host), TLSCert and
 	// TLSKey a client certificate.
+	// Tier orders parents: lower tiers first; a parent of a higher tier
+	// is used only when no parent of a lower tier is usable for the
+	// request (HAProxy backup, DNS MX priority). Default parents stay last.
+	Tier    int    `toml:"tier"`
 	TLS     bool   `toml:"tls"`
 	TLSCA   string `toml:"tls_ca"`
 	TLSName string `toml:"tls_name"`
@@ -295,6 +299,9 @@ func (s Spec) Validate(index int) error {
 				bad(key, "needs tls = true")
 			}
 		}
+	}
+	if s.Tier < 0 {
+		bad("tier", "must not be negative, got %d", s.Tier)
 	}
 	if (s.TLSCert == "") != (s.TLSKey == "") {
 		bad("tls_cert", "tls_cert and tls_key go together")

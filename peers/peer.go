@@ -268,6 +268,9 @@ func (p *Peer) ICPPort() int { return p.settings().spec.ICPPort }
 // Login is the "user:pass" for Proxy-Authorization, or "".
 func (p *Peer) Login() string { return p.settings().spec.Login }
 
+// Tier is the peer's tier (lower first).
+func (p *Peer) Tier() int { return p.settings().spec.Tier }
+
 // TLS reports whether peerd speaks TLS to the peer.
 func (p *Peer) TLS() bool { return p.settings().spec.TLS }
 

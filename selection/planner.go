@@ -9,7 +9,7 @@ package selection
 import (
 	"hash/fnv"
 	"math"
-	"sync"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -28,6 +28,8 @@ type Options struct {
 	Direct Direct
 	// MaxTries caps the hops a plan returns (forward_max_tries); 0 = 25.
 	MaxTries int
+	// Routes are the compiled [[route]] tables, in order.
+	Routes []Route
 }
 
 // Request holds the facts about a request that selection uses.
@@ -47,6 +49,11 @@ type Request struct {
 	// SkipICPSiblings: the siblings with an ICP port were asked by ICP
 	// and did not answer HIT, so they are not asked again over HTTP.
 	SkipICPSiblings bool
+	// Host, Port and User are what [[route]] matches besides the method
+	// and the client (Host canonical; User "" when not authenticated).
+	Host string
+	Port int
+	User string
 }
 
 // Hop is one next hop. Peer nil means DIRECT to the origin.
@@ -76,8 +83,12 @@ type view struct {
 	peers   []*peers.Peer
 	hashes  []uint64 // per-peer hash seeds for carp and sourcehash
 	weights []float64
-	// Peer indices of each stage, in config order.
+	// Peer indices of each stage, in config order; primary by tier too
+	// (tiers[0] the lowest).
 	siblings, primary, defaults []int
+	tiers                       [][]int
+	tierOf                      []int
+	byName                      map[string]int
 	// cw are the smooth-WRR current weights of this set (under wrr.mu).
 	cw []int
 }
@@ -108,8 +119,10 @@ func (pl *Planner) currentView() *view {
 		return v
 	}
 	ps := set.List
-	nv := &view{set: set, peers: ps, hashes: make([]uint64, len(ps)), weights: make([]float64, len(ps)), cw: make([]int, len(ps))}
+	nv := &view{set: set, peers: ps, hashes: make([]uint64, len(ps)), weights: make([]float64, len(ps)), cw: make([]int, len(ps)),
+		byName: make(map[string]int, len(ps)), tierOf: make([]int, len(ps))}
 	for i, p := range ps {
+		nv.byName[p.Name()] = i
 		h := fnv.New64a()
 		h.Write([]byte(p.Name()))
 		nv.hashes[i] = h.Sum64()
@@ -123,191 +136,29 @@ func (pl *Planner) currentView() *view {
 			nv.primary = append(nv.primary, i)
 		}
 	}
+	// Tiers: the primary parents grouped by tier, lowest first, each in
+	// config order.
+	byTier := map[int][]int{}
+	var order []int
+	for _, i := range nv.primary {
+		t := ps[i].Tier()
+		if _, ok := byTier[t]; !ok {
+			order = append(order, t)
+		}
+		byTier[t] = append(byTier[t], i)
+	}
+	slices.Sort(order)
+	for k, t := range order {
+		nv.tiers = append(nv.tiers, byTier[t])
+		for _, i := range byTier[t] {
+			nv.tierOf[i] = k
+		}
+	}
+	if len(nv.tiers) == 0 {
+		nv.tiers = [][]int{nil}
+	}
 	pl.view.CompareAndSwap(v, nv)
 	return nv
-}
-
-// Each policy is a type with the same methods: begin runs once per plan
-// (first-up needs none), next returns the walk's next peer index among those usable in the
-// current pass (or -1 when it has no more), code is the access log's
-// hierarchy code. Per-plan state lives in the plan's walk, so a plan
-// allocates nothing. The plan picks the policy with a switch (Plan.next,
-// Planner.Plan) rather than an interface: a pointer into the plan passed
-// through an interface call makes the plan escape to the heap, three
-// allocations per request.
-
-// walk is a policy's per-plan, per-pass state.
-type walk struct {
-	cursor int     // position in the stage's order
-	start  int     // round-robin rotation start
-	first  int     // weighted-round-robin pick, -1 for none
-	picked bool    // weighted-round-robin: the pick was offered
-	key    uint64  // carp/sourcehash key hash
-	lastIx int     // hash order: the last index returned in this pass
-	lastSc float64 // hash order: its score
-}
-
-// reset starts a pass over (cursor and hash position; the per-plan picks
-// stay).
-func (w *walk) reset() { w.cursor, w.lastIx, w.lastSc = 0, -1, math.Inf(1) }
-
-func healthy(p *peers.Peer) bool { return p.Eligible() && !p.Suspect() }
-
-// firstUp walks in config order; it also orders siblings and default
-// parents.
-type firstUp struct{}
-
-func (firstUp) code() string { return policyCodes[FirstUp] }
-
-func (firstUp) next(p *Plan, w *walk) int {
-	m := p.members()
-	for w.cursor < len(m) {
-		i := m[w.cursor]
-		w.cursor++
-		if p.usable(i) {
-			return i
-		}
-	}
-	return -1
-}
-
-// roundRobin starts each plan at the next healthy parent in turn, so live
-// parents share evenly; a revived parent joins the rotation with no owed
-// turns. Suspect parents, in the second pass, come in config order.
-type roundRobin struct{ n atomic.Uint64 }
-
-func (rr *roundRobin) code() string { return policyCodes[RoundRobin] }
-
-func (rr *roundRobin) begin(v *view, _ *Request, w *walk, dry bool) {
-	n := 0
-	for _, i := range v.primary {
-		if healthy(v.peers[i]) {
-			n++
-		}
-	}
-	if n == 0 {
-		return
-	}
-	turn := rr.n.Load()
-	if !dry {
-		turn = rr.n.Add(1) - 1
-	}
-	k := int(turn % uint64(n))
-	for pos, i := range v.primary {
-		if healthy(v.peers[i]) {
-			if k == 0 {
-				w.start = pos
-				return
-			}
-			k--
-		}
-	}
-}
-
-func (rr *roundRobin) next(p *Plan, w *walk) int {
-	m := p.members()
-	for w.cursor < len(m) {
-		c := w.cursor
-		w.cursor++
-		if p.pass == 0 {
-			c = (w.start + c) % len(m)
-		}
-		if i := m[c]; p.usable(i) {
-			return i
-		}
-	}
-	return -1
-}
-
-// weightedRoundRobin is nginx's smooth weighted round-robin over healthy
-// parents: weights 5/1/1 give a a b a c a a. Its pick comes first, the
-// other parents follow in config order. An ineligible peer's current
-// weight is frozen, so a revived peer gets no burst of owed turns.
-type weightedRoundRobin struct{ mu sync.Mutex }
-
-func (wr *weightedRoundRobin) code() string { return policyCodes[WeightedRoundRobin] }
-
-func (wr *weightedRoundRobin) begin(v *view, _ *Request, w *walk, dry bool) {
-	wr.mu.Lock()
-	defer wr.mu.Unlock()
-	cw := v.cw
-	if dry {
-		cw = append([]int(nil), v.cw...) // explain: the next pick, the state untouched
-	}
-	best, total := -1, 0
-	for _, i := range v.primary {
-		p := v.peers[i]
-		if !healthy(p) {
-			continue
-		}
-		// Weights in hundredths, so that slow start can ramp a revived
-		// parent's share smoothly from 10%.
-		wt := p.Weight() * 100
-		if p.Ramping() {
-			wt = max(1, int(float64(wt)*p.Ramp(time.Now())))
-		}
-		cw[i] += wt
-		total += wt
-		if best < 0 || cw[i] > cw[best] {
-			best = i
-		}
-	}
-	if best >= 0 {
-		cw[best] -= total
-	}
-	w.first = best
-}
-
-func (wr *weightedRoundRobin) next(p *Plan, w *walk) int {
-	if p.pass == 0 && !w.picked {
-		w.picked = true
-		if w.first >= 0 && p.usable(w.first) {
-			return w.first
-		}
-	}
-	return firstUp{}.next(p, w)
-}
-
-// rendezvous walks parents in descending weighted rendezvous score for the
-// request's key (the URL for carp, the client address for sourcehash):
-// score = weight / -ln(u), u uniform from hash(key, peer). When a peer
-// dies only the keys it ranked first move, and shares follow weights.
-type rendezvous struct{ byClient bool }
-
-func (h rendezvous) code() string {
-	if h.byClient {
-		return policyCodes[SourceHash]
-	}
-	return policyCodes[CARP]
-}
-
-func (h rendezvous) begin(_ *view, r *Request, w *walk) {
-	if h.byClient {
-		w.key = hashString(r.ClientIP)
-	} else {
-		w.key = hashString(r.URL)
-	}
-}
-
-func (h rendezvous) next(p *Plan, w *walk) int {
-	best, bestSc := -1, math.Inf(-1)
-	for _, i := range p.members() {
-		if !p.usable(i) {
-			continue
-		}
-		sc := p.score(i, w.key)
-		// Strictly after the last returned, in (score desc, index asc).
-		if sc > w.lastSc || (sc == w.lastSc && i <= w.lastIx) {
-			continue
-		}
-		if sc > bestSc {
-			best, bestSc = i, sc
-		}
-	}
-	if best >= 0 {
-		w.lastIx, w.lastSc = best, bestSc
-	}
-	return best
 }
 
 // stages of a plan, in order.
@@ -330,8 +181,16 @@ type Plan struct {
 	pl    *Planner
 	stage int
 	pass  int // 0: healthy peers, 1: suspect peers
+	tier  int // the tier of the parents stage being walked
 	tries int
 	w     walk
+	// The route that chose the candidates (-1: none, every peer), its
+	// peers (allow), and the policy and direct in force for the request.
+	route     int
+	allow     [4]uint64
+	allowMore []uint64
+	policy    Policy
+	direct    Direct
 
 	siblings bool
 	skipICP  bool
@@ -348,15 +207,29 @@ func (pl *Planner) Plan(r Request) Plan { return pl.plan(r, false) }
 // plan starts a plan; dry leaves the policies' state as it is (explain).
 func (pl *Planner) plan(r Request, dry bool) Plan {
 	o := pl.opts.Load()
-	p := Plan{v: pl.currentView(), opts: o, pl: pl, w: walk{first: -1}}
+	p := Plan{v: pl.currentView(), opts: o, pl: pl, w: walk{first: -1}, route: -1, policy: o.Policy, direct: o.Direct}
 	p.w.reset()
-	p.siblings = (r.Method == "GET" || r.Method == "HEAD") && o.Direct != DirectAlways
+	if p.route = routeFor(o.Routes, &r); p.route >= 0 {
+		rt := &o.Routes[p.route]
+		if rt.hasPolicy {
+			p.policy = rt.policy
+		}
+		if rt.hasDirect {
+			p.direct = rt.direct
+		}
+		for _, n := range rt.peers {
+			if i, ok := p.v.byName[n]; ok {
+				p.setAllowed(i)
+			}
+		}
+	}
+	p.siblings = (r.Method == "GET" || r.Method == "HEAD") && p.direct != DirectAlways
 	p.skipICP, p.first, p.code = r.SkipICPSiblings, r.First, r.FirstCode
-	if o.Direct == DirectAlways {
+	if p.direct == DirectAlways {
 		p.stage = stageDirect
 		return p
 	}
-	switch o.Policy {
+	switch p.policy {
 	case RoundRobin:
 		pl.rr.begin(p.v, &r, &p.w, dry)
 	case WeightedRoundRobin:
@@ -381,20 +254,20 @@ func (p *Plan) Next() (Hop, bool) {
 		switch p.stage {
 		case stageFirst:
 			p.stage++
-			if i := p.indexOf(p.first); i >= 0 && p.v.peers[i].Eligible() {
+			if i := p.indexOf(p.first); i >= 0 && p.v.peers[i].Eligible() && p.allowed(i) {
 				p.markSeen(i)
 				return p.hop(p.v.peers[i], p.code)
 			}
 			continue
 		case stagePreferDirect:
 			p.stage++
-			if p.opts.Direct == DirectPrefer {
+			if p.direct == DirectPrefer {
 				return p.hop(nil, "DIRECT")
 			}
 			continue
 		case stageDirect:
 			p.stage = stageDone
-			if p.opts.Direct == DirectAllow || p.opts.Direct == DirectAlways {
+			if p.direct == DirectAllow || p.direct == DirectAlways {
 				return p.hop(nil, "DIRECT")
 			}
 			continue
@@ -406,8 +279,12 @@ func (p *Plan) Next() (Hop, bool) {
 			}
 			p.w.reset()
 		}
-		p.stage++
 		p.pass = 0
+		if p.stage == stageParents && p.tier+1 < len(p.v.tiers) {
+			p.tier++ // a higher tier: none of the lower is usable
+			continue
+		}
+		p.stage++
 	}
 	return Hop{}, false
 }
@@ -421,7 +298,7 @@ func (p *Plan) next() (int, string) {
 	case stageDefaults:
 		return firstUp{}.next(p, &p.w), "DEFAULT_PARENT"
 	}
-	switch p.opts.Policy {
+	switch p.policy {
 	case RoundRobin:
 		return p.pl.rr.next(p, &p.w), p.pl.rr.code()
 	case WeightedRoundRobin:
@@ -447,7 +324,7 @@ func (p *Plan) members() []int {
 			return p.v.siblings
 		}
 	case stageParents:
-		return p.v.primary
+		return p.v.tiers[p.tier]
 	case stageDefaults:
 		return p.v.defaults
 	}
@@ -462,8 +339,35 @@ func (p *Plan) usable(i int) bool {
 	if p.skipICP && p.stage == stageSiblings && peer.ICPPort() != 0 {
 		return false
 	}
-	return !p.wasSeen(i) && peer.Eligible() && peer.Suspect() == (p.pass == 1)
+	return !p.wasSeen(i) && peer.Eligible() && peer.Suspect() == (p.pass == 1) && p.allowed(i)
 }
+
+// allowed reports whether the route that chose the plan (if any) lets
+// peer i carry the request.
+func (p *Plan) allowed(i int) bool {
+	if p.route < 0 {
+		return true
+	}
+	if i < 256 {
+		return p.allow[i/64]&(1<<(i%64)) != 0
+	}
+	return p.allowMore != nil && p.allowMore[(i-256)/64]&(1<<((i-256)%64)) != 0
+}
+
+func (p *Plan) setAllowed(i int) {
+	if i < 256 {
+		p.allow[i/64] |= 1 << (i % 64)
+		return
+	}
+	if p.allowMore == nil {
+		p.allowMore = make([]uint64, (len(p.v.peers)-256+63)/64)
+	}
+	p.allowMore[(i-256)/64] |= 1 << ((i - 256) % 64)
+}
+
+// Route is the index of the [[route]] that chose the plan's candidates;
+// -1 when none matched.
+func (p *Plan) Route() int { return p.route }
 
 // indexOf is peer's index in the plan's view; -1 for nil or a peer a
 // reload removed.

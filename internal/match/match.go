@@ -1,0 +1,224 @@
+// Package match is the request matcher of [[rule]] and [[route]]
+// (contract section 18): destination domains with Squid's dstdomain
+// semantics, client addresses, ports, methods and users. A key that is
+// absent matches everything; a value written "!v" excludes what v names,
+// so Squid's negated ACLs carry over. Compiled once per config: a domain
+// is found in O(labels), whatever the number of domains.
+package match
+
+import (
+	"fmt"
+	"net/netip"
+	"strconv"
+	"strings"
+)
+
+// Spec is what a [[rule]] or [[route]] table says to match.
+type Spec struct {
+	Domains []string `toml:"domains"`
+	Src     []string `toml:"src"`
+	Ports   []string `toml:"ports"`
+	Methods []string `toml:"methods"`
+	Users   []string `toml:"users"`
+}
+
+// Request is what a request offers to match.
+type Request struct {
+	Host   string // the destination host, canonical (no trailing dot)
+	Client netip.Addr
+	Port   int
+	Method string
+	User   string // "" when not authenticated
+}
+
+// Matcher is a compiled Spec.
+type Matcher struct {
+	domains, notDomains domainSet
+	src, notSrc         []netip.Prefix
+	ports, notPorts     []portRange
+	methods, notMethods map[string]bool
+	users, notUsers     map[string]bool
+	anyUser             bool // users = ["*"]: any authenticated user (Squid REQUIRED)
+	has                 [5]bool
+}
+
+type portRange struct{ lo, hi int }
+
+// domainSet holds exact names and ".suffix" names.
+type domainSet struct {
+	exact, suffix map[string]bool
+}
+
+func (d *domainSet) add(v string) {
+	v = strings.ToLower(strings.TrimRight(v, "."))
+	if d.exact == nil {
+		d.exact, d.suffix = map[string]bool{}, map[string]bool{}
+	}
+	if strings.HasPrefix(v, ".") {
+		d.suffix[v[1:]] = true // ".example.com": it and every subdomain
+		return
+	}
+	d.exact[v] = true
+}
+
+// has reports whether host is in the set: O(labels).
+func (d *domainSet) has(host string) bool {
+	if d.exact == nil {
+		return false
+	}
+	if d.exact[host] || d.suffix[host] {
+		return true
+	}
+	for i := 0; i < len(host); i++ {
+		if host[i] == '.' && d.suffix[host[i+1:]] {
+			return true
+		}
+	}
+	return false
+}
+
+func (d *domainSet) empty() bool { return len(d.exact) == 0 && len(d.suffix) == 0 }
+
+// Compile checks s and builds its matcher; errors name the key.
+func Compile(s Spec) (*Matcher, error) {
+	m := &Matcher{}
+	split := func(v string) (string, bool) {
+		if strings.HasPrefix(v, "!") {
+			return v[1:], true
+		}
+		return v, false
+	}
+	for _, v := range s.Domains {
+		v, neg := split(v)
+		if v == "" || strings.ContainsAny(v, " /:") {
+			return nil, fmt.Errorf("domains: %q is not a domain (e.g. example.com or .example.com)", v)
+		}
+		if neg {
+			m.notDomains.add(v)
+		} else {
+			m.domains.add(v)
+		}
+	}
+	for _, v := range s.Src {
+		v, neg := split(v)
+		p, err := netip.ParsePrefix(v)
+		if err != nil {
+			a, aerr := netip.ParseAddr(v)
+			if aerr != nil {
+				return nil, fmt.Errorf("src: %q is not an address or CIDR", v)
+			}
+			p = netip.PrefixFrom(a, a.BitLen())
+		}
+		p = p.Masked()
+		if neg {
+			m.notSrc = append(m.notSrc, p)
+		} else {
+			m.src = append(m.src, p)
+		}
+	}
+	for _, v := range s.Ports {
+		v, neg := split(v)
+		lo, hi, ok := strings.Cut(v, "-")
+		a, err1 := strconv.Atoi(lo)
+		b := a
+		var err2 error
+		if ok {
+			b, err2 = strconv.Atoi(hi)
+		}
+		if err1 != nil || err2 != nil || a < 1 || b > 65535 || a > b {
+			return nil, fmt.Errorf("ports: %q is not a port or range (e.g. 443 or 1025-65535)", v)
+		}
+		if neg {
+			m.notPorts = append(m.notPorts, portRange{a, b})
+		} else {
+			m.ports = append(m.ports, portRange{a, b})
+		}
+	}
+	for _, v := range s.Methods {
+		v, neg := split(v)
+		if v == "" || strings.ToUpper(v) != v || strings.ContainsAny(v, " \t") {
+			return nil, fmt.Errorf("methods: %q is not a method in capitals (e.g. GET or CONNECT)", v)
+		}
+		if neg {
+			m.notMethods = set(m.notMethods, v)
+		} else {
+			m.methods = set(m.methods, v)
+		}
+	}
+	for _, v := range s.Users {
+		v, neg := split(v)
+		if v == "" {
+			return nil, fmt.Errorf("users: an empty user name")
+		}
+		switch {
+		case v == "*" && !neg:
+			m.anyUser = true
+		case neg:
+			m.notUsers = set(m.notUsers, v)
+		default:
+			m.users = set(m.users, v)
+		}
+	}
+	m.has = [5]bool{len(s.Domains) > 0, len(s.Src) > 0, len(s.Ports) > 0, len(s.Methods) > 0, len(s.Users) > 0}
+	return m, nil
+}
+
+func set(m map[string]bool, v string) map[string]bool {
+	if m == nil {
+		m = map[string]bool{}
+	}
+	m[v] = true
+	return m
+}
+
+// Match reports whether r matches every key of the matcher.
+func (m *Matcher) Match(r *Request) bool {
+	if m.has[0] {
+		if (!m.domains.empty() && !m.domains.has(r.Host)) || m.notDomains.has(r.Host) {
+			return false
+		}
+	}
+	if m.has[1] {
+		if (len(m.src) > 0 && !inPrefixes(m.src, r.Client)) || inPrefixes(m.notSrc, r.Client) {
+			return false
+		}
+	}
+	if m.has[2] {
+		if (len(m.ports) > 0 && !inPorts(m.ports, r.Port)) || inPorts(m.notPorts, r.Port) {
+			return false
+		}
+	}
+	if m.has[3] {
+		if (len(m.methods) > 0 && !m.methods[r.Method]) || m.notMethods[r.Method] {
+			return false
+		}
+	}
+	if m.has[4] {
+		if r.User == "" || m.notUsers[r.User] {
+			return false
+		}
+		if !m.anyUser && len(m.users) > 0 && !m.users[r.User] {
+			return false
+		}
+	}
+	return true
+}
+
+func inPrefixes(ps []netip.Prefix, a netip.Addr) bool {
+	a = a.Unmap()
+	for _, p := range ps {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+func inPorts(rs []portRange, p int) bool {
+	for _, r := range rs {
+		if p >= r.lo && p <= r.hi {
+			return true
+		}
+	}
+	return false
+}
