@@ -21,19 +21,20 @@ import (
 func TestDependencyDirection(t *testing.T) {
 	const mod = "github.com/peerd/peerd/"
 	allowed := map[string][]string{
-		"peers":         {"internal/conf"},
-		"dialer":        {"peers", "internal/conf"},
-		"probes":        {"peers", "dialer", "internal/conf"},
-		"selection":     {"peers", "internal/conf"},
-		"forwarding":    {"peers", "dialer", "selection", "internal/h1", "access", "cache", "auth", "internal/conf"},
-		"auth":          {"internal/conf"},
-		"cache":         {"internal/h1", "internal/conf"},
-		"access":        {"internal/conf"},
-		"internal/h1":   {},
-		"internal/conf": {},
-		"admin":         {"peers", "selection", "cache", "fleet", "internal/h1", "internal/conf"},
-		"fleet":         {"peers", "internal/conf"},
-		"icp":           {"peers", "internal/conf"},
+		"peers":          {"internal/conf"},
+		"dialer":         {"peers", "internal/conf"},
+		"probes":         {"peers", "dialer", "internal/conf"},
+		"selection":      {"peers", "internal/match", "internal/conf"},
+		"forwarding":     {"peers", "dialer", "selection", "internal/h1", "internal/match", "access", "cache", "auth", "internal/conf"},
+		"auth":           {"internal/conf"},
+		"cache":          {"internal/h1", "internal/conf"},
+		"access":         {"internal/conf"},
+		"internal/h1":    {},
+		"internal/conf":  {},
+		"internal/match": {},
+		"admin":          {"peers", "selection", "internal/match", "cache", "fleet", "internal/h1", "internal/conf"},
+		"fleet":          {"peers", "internal/conf"},
+		"icp":            {"peers", "internal/conf"},
 	}
 	owners := map[string]string{
 		"github.com/hashicorp/go-memdb":   "peers",

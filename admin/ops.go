@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -26,7 +28,7 @@ func (a *API) peerHistory(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"transitions": p.History()})
 }
 
-// GET /plan?url=URL[&method=GET][&client=IP]: the plan peerd would walk
+// GET /plan?url=URL[&method=GET][&client=IP][&user=NAME]: the plan peerd would walk
 // for that request now, without sending anything.
 func (a *API) plan(w http.ResponseWriter, r *http.Request) {
 	if a.explain == nil {
@@ -62,7 +64,16 @@ func (a *API) plan(w http.ResponseWriter, r *http.Request) {
 	if method == http.MethodConnect {
 		target = u.Host
 	}
-	writeJSON(w, http.StatusOK, a.explain(selection.Request{Method: method, URL: target, ClientIP: client}))
+	port, _ := strconv.Atoi(u.Port())
+	if port == 0 {
+		port = 80
+		if u.Scheme == "https" || method == http.MethodConnect {
+			port = 443
+		}
+	}
+	host := strings.ToLower(strings.TrimRight(u.Hostname(), "."))
+	writeJSON(w, http.StatusOK, a.explain(selection.Request{Method: method, URL: target, ClientIP: client,
+		Host: host, Port: port, User: q.Get("user")}))
 }
 
 // ReloadDiff is what a reload changed (POST /reload's answer and the

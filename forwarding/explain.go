@@ -4,6 +4,7 @@ package forwarding
 // explains: whether it would be refused before any plan is walked.
 
 import (
+	"fmt"
 	"net"
 	"net/http"
 	"net/netip"
@@ -11,6 +12,7 @@ import (
 	"strconv"
 
 	"github.com/peerd/peerd/access"
+	"github.com/peerd/peerd/internal/match"
 )
 
 // Refusal says why the proxy would refuse a request for rawURL (host:port
@@ -19,22 +21,27 @@ import (
 // checks as a real request, in the same order: [proxy] allow, the
 // canonical host, the ports and deny_to of [access]. DIRECT's own check
 // of the resolved address happens at the connect and is not predicted.
-func (p *Proxy) Refusal(method, rawURL, client string) string {
+func (p *Proxy) Refusal(method, rawURL, client, user string) (string, int) {
+	d, rule := p.refusal(method, rawURL, client, user)
+	return d, rule
+}
+
+func (p *Proxy) refusal(method, rawURL, client, user string) (string, int) {
 	c := p.config()
 	a, err := netip.ParseAddr(client)
 	if err != nil || !c.allowed(a.Unmap()) {
-		return CodeAccessDenied + ": client " + client + " is not in [proxy] allow"
+		return CodeAccessDenied + ": client " + client + " is not in [proxy] allow", -1
 	}
 	var host, port string
 	connect := method == http.MethodConnect
 	if connect {
 		if host, port, err = net.SplitHostPort(rawURL); err != nil {
-			return CodeBadRequest + ": CONNECT needs host:port"
+			return CodeBadRequest + ": CONNECT needs host:port", -1
 		}
 	} else {
 		u, err := url.Parse(rawURL)
 		if err != nil || u.Host == "" {
-			return CodeBadRequest + ": not an absolute URL"
+			return CodeBadRequest + ": not an absolute URL", -1
 		}
 		host, port = u.Hostname(), u.Port()
 		if port == "" {
@@ -46,23 +53,36 @@ func (p *Proxy) Refusal(method, rawURL, client string) string {
 	}
 	canon, changed, err := access.CanonicalHost(nil, []byte(host))
 	if err != nil {
-		return CodeBadRequest + ": host " + strconv.Quote(host) + ": " + err.Error()
+		return CodeBadRequest + ": host " + strconv.Quote(host) + ": " + err.Error(), -1
 	}
 	if changed {
 		host = string(canon)
 	}
 	n, err := strconv.Atoi(port)
 	if err != nil || n < 1 || n > 65535 {
-		return CodeBadRequest + ": port " + strconv.Quote(port)
+		return CodeBadRequest + ": port " + strconv.Quote(port), -1
+	}
+	rule := -1
+	if rs := p.rules.Load(); rs != nil {
+		r := match.Request{Host: host, Client: a.Unmap(), Port: n, Method: method, User: user}
+		for i := range *rs {
+			if (*rs)[i].m.Match(&r) {
+				rule = i
+				if !(*rs)[i].allow {
+					return fmt.Sprintf("%s: refused by [[rule]] %d", CodeAccessDenied, i), i
+				}
+				break
+			}
+		}
 	}
 	pol := p.policy.Load()
 	if err := pol.CheckPort(connect, n); err != nil {
-		return CodeDenied + ": " + err.Error()
+		return CodeDenied + ": " + err.Error(), rule
 	}
 	if pol.HostChecks() {
 		if err := pol.CheckHost(host); err != nil {
-			return CodeDenied + ": " + err.Error()
+			return CodeDenied + ": " + err.Error(), rule
 		}
 	}
-	return ""
+	return "", rule
 }

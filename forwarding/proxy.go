@@ -130,6 +130,7 @@ type Proxy struct {
 	cache      atomic.Pointer[cache.Cache]
 	policy     atomic.Pointer[access.Policy]
 	auth       atomic.Pointer[Authenticator]
+	rules      atomic.Pointer[[]Rule]
 	resolver   Resolver
 	icp        ICP
 	metrics    *Metrics

@@ -24,7 +24,8 @@ func (tx *txn) serveConnect() outcome {
 	p := tx.cc.p
 	req := &tx.req
 	tx.facts = facts{tunnel: true} // never replayed once begun, never on an idle connection
-	plan := p.planner.Plan(selection.Request{Method: http.MethodConnect, URL: urlString(req.Target), ClientIP: tx.cc.remoteStr})
+	plan := p.planner.Plan(selection.Request{Method: http.MethodConnect, URL: urlString(req.Target), ClientIP: tx.cc.remoteStr,
+		Host: urlString(req.Host), Port: tx.port, User: tx.user})
 	hop, ok := plan.Next()
 	for ok {
 		a := tx.connect(hop, &plan, false)

@@ -268,6 +268,9 @@ func (tx *txn) https() bool {
 // before anything is dialled or sent; the address dialled is checked again
 // when DIRECT resolves it.
 func (tx *txn) checkDestination(connect bool) *Error {
+	if _, e := tx.checkRules(); e != nil {
+		return e // [[rule]] comes before the destination policy
+	}
 	pol := tx.cc.p.policy.Load()
 	err := pol.CheckPort(connect, tx.port)
 	if err == nil && pol.HostChecks() {
@@ -372,7 +375,8 @@ func (tx *txn) forward() outcome {
 	// never on an idle connection.
 	tx.facts = facts{idempotent: idempotent(tx.method) && tx.upgrade == nil, replayable: tx.bodyState != streaming, retry504: c.retryStatus[http.StatusGatewayTimeout]}
 	p.budget.deposit()
-	sr := selection.Request{Method: tx.method, URL: urlString(tx.req.Target), ClientIP: tx.cc.remoteStr}
+	sr := selection.Request{Method: tx.method, URL: urlString(tx.req.Target), ClientIP: tx.cc.remoteStr,
+		Host: urlString(tx.req.Host), Port: tx.port, User: tx.user}
 	if p.icp != nil && (tx.method == http.MethodGet || tx.method == http.MethodHead) && len(tx.req.Scheme) > 0 {
 		// Ask the ICP peers first: a HIT goes first (a sibling's is
 		// then the only way it is asked over HTTP), else the first

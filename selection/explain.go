@@ -1,6 +1,10 @@
 package selection
 
-import "github.com/peerd/peerd/peers"
+import (
+	"fmt"
+
+	"github.com/peerd/peerd/peers"
+)
 
 // Explain answers "why did this request go to p2?": the plan peerd would
 // walk for r now, and every configured peer left out of it with the
@@ -17,6 +21,11 @@ type Explanation struct {
 	// ICP lists the peers an ICP query would ask first; their answers may
 	// put one of them ahead of the policy's order.
 	ICP []string `json:"icp,omitempty"`
+	// Rule is the [[rule]] that allowed (or, with Denied, refused) the
+	// request; Route the [[route]] that chose its candidates. Absent when
+	// none matched.
+	Rule  *int `json:"rule,omitempty"`
+	Route *int `json:"route,omitempty"`
 }
 
 // ExplainedHop is one hop of an explained plan.
@@ -24,6 +33,7 @@ type ExplainedHop struct {
 	Peer string `json:"peer"` // "DIRECT" for the origin
 	Type string `json:"type"` // parent, sibling or direct
 	Why  string `json:"why"`
+	Tier int    `json:"tier"` // the parent's tier (0 for siblings and DIRECT)
 }
 
 // SkippedPeer is a configured peer the plan leaves out.
@@ -35,8 +45,11 @@ type SkippedPeer struct {
 // Explain builds the plan for r without walking it for real.
 func (pl *Planner) Explain(r Request) Explanation {
 	p := pl.plan(r, true)
-	o := p.opts
 	out := Explanation{Hops: []ExplainedHop{}, Skipped: []SkippedPeer{}}
+	if p.route >= 0 {
+		rt := p.route
+		out.Route = &rt
+	}
 	in := map[*peers.Peer]bool{}
 	for {
 		stage, pass := p.stage, p.pass
@@ -45,11 +58,11 @@ func (pl *Planner) Explain(r Request) Explanation {
 			break
 		}
 		if h.IsDirect() {
-			out.Hops = append(out.Hops, ExplainedHop{Peer: "DIRECT", Type: "direct", Why: "direct = " + o.Direct.String()})
+			out.Hops = append(out.Hops, ExplainedHop{Peer: "DIRECT", Type: "direct", Why: "direct = " + p.direct.String()})
 			continue
 		}
 		in[h.Peer] = true
-		why := o.Policy.String()
+		why := p.policy.String()
 		switch {
 		case h.Peer.Type() == peers.Sibling:
 			why = "sibling, asked with only-if-cached"
@@ -61,7 +74,10 @@ func (pl *Planner) Explain(r Request) Explanation {
 		if h.Peer.Ramping() {
 			why += ", slow start"
 		}
-		out.Hops = append(out.Hops, ExplainedHop{Peer: h.Peer.Name(), Type: h.Peer.Type().String(), Why: why})
+		if p.route >= 0 {
+			why += fmt.Sprintf(", route %d", p.route)
+		}
+		out.Hops = append(out.Hops, ExplainedHop{Peer: h.Peer.Name(), Type: h.Peer.Type().String(), Why: why, Tier: h.Peer.Tier()})
 	}
 	for _, pe := range p.v.peers {
 		if in[pe] {
@@ -74,8 +90,10 @@ func (pl *Planner) Explain(r Request) Explanation {
 
 func skippedWhy(pe *peers.Peer, p *Plan, r Request) string {
 	switch {
-	case p.opts.Direct == DirectAlways:
+	case p.direct == DirectAlways:
 		return "direct = always"
+	case p.indexOf(pe) >= 0 && !p.allowed(p.indexOf(pe)):
+		return fmt.Sprintf("not a peer of route %d", p.route)
 	case pe.Type() == peers.Sibling && r.Method != "GET" && r.Method != "HEAD":
 		return "sibling: asked for GET and HEAD only"
 	case pe.AdminState() != peers.Enabled:

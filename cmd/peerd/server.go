@@ -181,10 +181,16 @@ func newServer(path string, cfg *fileConfig, stderr io.Writer) (*server, error) 
 // explain is GET /plan: the proxy's refusal when it would refuse the
 // request before planning, else the plan with the peers ICP would ask.
 func (s *server) explain(r selection.Request) selection.Explanation {
-	if d := s.proxy.Refusal(r.Method, r.URL, r.ClientIP); d != "" {
-		return selection.Explanation{Hops: []selection.ExplainedHop{}, Skipped: []selection.SkippedPeer{}, Denied: d}
+	d, rule := s.proxy.Refusal(r.Method, r.URL, r.ClientIP, r.User)
+	var rp *int
+	if rule >= 0 {
+		rp = &rule
+	}
+	if d != "" {
+		return selection.Explanation{Hops: []selection.ExplainedHop{}, Skipped: []selection.SkippedPeer{}, Denied: d, Rule: rp}
 	}
 	e := s.planner.Explain(r)
+	e.Rule = rp
 	if s.icpQ != nil && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
 		for _, p := range s.reg.Peers() {
 			if p.ICPPort() != 0 && p.State() == peers.Alive && p.AdminState() == peers.Enabled {

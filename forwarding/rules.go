@@ -1,0 +1,82 @@
+package forwarding
+
+// This file holds [[rule]] (contract section 18, Squid http_access): an
+// ordered list of allow and deny rules with the match keys of [[route]],
+// checked after the client address and its credentials and before the
+// destination policy; the first rule that matches decides, and a request
+// no rule matches is allowed (its client passed [proxy] allow).
+
+import (
+	"fmt"
+	"net/http"
+	"unsafe"
+
+	"github.com/peerd/peerd/internal/conf"
+	"github.com/peerd/peerd/internal/match"
+)
+
+// RuleSpec is one [[rule]] table.
+type RuleSpec struct {
+	Action  string   `toml:"action"`
+	Domains []string `toml:"domains"`
+	Src     []string `toml:"src"`
+	Ports   []string `toml:"ports"`
+	Methods []string `toml:"methods"`
+	Users   []string `toml:"users"`
+}
+
+// Rule is a compiled RuleSpec.
+type Rule struct {
+	allow bool
+	m     *match.Matcher
+}
+
+// CompileRules checks and compiles the rules; errors name the rule.
+func CompileRules(specs []RuleSpec) ([]Rule, error) {
+	var es conf.Errors
+	out := make([]Rule, 0, len(specs))
+	for i, s := range specs {
+		bad := func(key, format string, args ...any) {
+			es.Add(&conf.Error{Section: "rule", Index: i, Name: fmt.Sprint(i), Key: key, Msg: fmt.Sprintf(format, args...)})
+		}
+		if s.Action != "allow" && s.Action != "deny" {
+			bad("action", `must be "allow" or "deny", got %q`, s.Action)
+		}
+		m, err := match.Compile(match.Spec{Domains: s.Domains, Src: s.Src, Ports: s.Ports, Methods: s.Methods, Users: s.Users})
+		if err != nil {
+			bad("match", "%v", err)
+			continue
+		}
+		out = append(out, Rule{allow: s.Action == "allow", m: m})
+	}
+	return out, es.Err()
+}
+
+// SetRules puts the [[rule]] list in force (on start and reload).
+func (p *Proxy) SetRules(rs []Rule) { p.rules.Store(&rs) }
+
+// checkRules applies [[rule]] to the request: the index of the rule that
+// decided (-1: none), and the refusal when it denies.
+func (tx *txn) checkRules() (int, *Error) {
+	rs := tx.cc.p.rules.Load()
+	if rs == nil || len(*rs) == 0 {
+		return -1, nil
+	}
+	r := tx.matchRequest()
+	for i := range *rs {
+		if (*rs)[i].m.Match(&r) {
+			if (*rs)[i].allow {
+				return i, nil
+			}
+			return i, errorf(http.StatusForbidden, CodeAccessDenied, "", "refused by [[rule]] %d", i)
+		}
+	}
+	return -1, nil
+}
+
+// matchRequest is the request as the matchers see it.
+func (tx *txn) matchRequest() match.Request {
+	req := &tx.req
+	return match.Request{Host: unsafe.String(unsafe.SliceData(req.Host), len(req.Host)), Client: tx.cc.remote,
+		Port: tx.port, Method: tx.method, User: tx.user}
+}
