@@ -45,6 +45,7 @@ type peerView struct {
 	AdminUntil      *time.Time       `json:"admin_until"`
 	Flapping        bool             `json:"flapping"`
 	TLS             bool             `json:"tls"`
+	Tier            int              `json:"tier"`
 
 	// Gray failures (contract section 16).
 	AnswerFailures        int64            `json:"answer_failures"`
@@ -97,6 +98,7 @@ func (a *API) viewOf(s peers.Snapshot) peerView {
 	v.UpstreamErrors = p.UpstreamErrors()
 	v.Flapping = s.Flapping
 	v.TLS = p.TLS()
+	v.Tier = p.Tier()
 	v.ICPPort = p.ICPPort()
 	v.ICPQueries, v.ICPHits, v.ICPMisses, v.ICPDenied, v.ICPTimeouts = s.ICP.Queries, s.ICP.Hits, s.ICP.Misses, s.ICP.Denied, s.ICP.Timeouts
 	v.ICPRTTMs = ms(s.ICP.MeanRTT)

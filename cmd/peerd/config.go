@@ -30,17 +30,19 @@ import (
 
 // fileConfig is the TOML file: each section owned by its package.
 type fileConfig struct {
-	Proxy     forwarding.Config `toml:"proxy"`
-	Access    access.Config     `toml:"access"`
-	Health    peers.Config      `toml:"health"`
-	Selection selection.Config  `toml:"selection"`
-	Admin     admin.Config      `toml:"admin"`
-	Cache     cache.Config      `toml:"cache"`
-	Fleet     fleet.Config      `toml:"fleet"`
-	ICP       icp.Config        `toml:"icp"`
-	Auth      auth.Config       `toml:"auth"`
-	Log       logConfig         `toml:"log"`
-	Peers     []peers.Spec      `toml:"peer"`
+	Proxy     forwarding.Config     `toml:"proxy"`
+	Access    access.Config         `toml:"access"`
+	Health    peers.Config          `toml:"health"`
+	Selection selection.Config      `toml:"selection"`
+	Admin     admin.Config          `toml:"admin"`
+	Cache     cache.Config          `toml:"cache"`
+	Fleet     fleet.Config          `toml:"fleet"`
+	ICP       icp.Config            `toml:"icp"`
+	Auth      auth.Config           `toml:"auth"`
+	Log       logConfig             `toml:"log"`
+	Peers     []peers.Spec          `toml:"peer"`
+	Routes    []selection.RouteSpec `toml:"route"`
+	Rules     []forwarding.RuleSpec `toml:"rule"`
 }
 
 // logConfig is the [log] section.
@@ -182,6 +184,10 @@ func parseConfigFiles(src []byte, files bool) (*fileConfig, problems) {
 		switch target, ok := sections[name]; {
 		case name == "peer":
 			cfg.Peers = d.peers(prim)
+		case name == "route":
+			d.arrayTables(name, prim, &cfg.Routes)
+		case name == "rule":
+			d.arrayTables(name, prim, &cfg.Rules)
 		case ok:
 			d.table(name, prim, target)
 		default:
@@ -241,7 +247,7 @@ func (d *decoder) peers(prim toml.Primitive) []peers.Spec {
 	// The decoder keeps one position per key path, so keys of different
 	// [[peer]] tables share one; the i-th table's lines come from a scan
 	// of the file's table headers instead.
-	lines := peerLines(d.src)
+	lines := tableLines(d.src, "peer")
 	specs := make([]peers.Spec, len(tables))
 	d.peerKeys = make([]map[string]bool, len(tables))
 	for i, keys := range tables {
@@ -338,10 +344,10 @@ func (d *decoder) report(err error) {
 		return
 	}
 	line := 0
-	if ce.Section == "peer" {
-		line = d.at[fmt.Sprintf("peer[%d].%s", ce.Index, ce.Key)]
+	if isArray(ce.Section) {
+		line = d.at[fmt.Sprintf("%s[%d].%s", ce.Section, ce.Index, ce.Key)]
 		if line == 0 {
-			line = d.at[fmt.Sprintf("peer[%d]", ce.Index)]
+			line = d.at[fmt.Sprintf("%s[%d]", ce.Section, ce.Index)]
 		}
 	} else {
 		line = d.at[ce.Path()]
@@ -396,82 +402,6 @@ func (d *decoder) tableLine(section string) int {
 	return best
 }
 
-// tomlFields maps the toml tags of the struct v points to onto its fields.
-func tomlFields(v any) map[string]reflect.Value {
-	rv := reflect.ValueOf(v).Elem()
-	out := map[string]reflect.Value{}
-	for i := 0; i < rv.NumField(); i++ {
-		if tag, _, _ := strings.Cut(rv.Type().Field(i).Tag.Get("toml"), ","); tag != "" && tag != "-" {
-			out[tag] = rv.Field(i)
-		}
-	}
-	return out
-}
-
-func kindName(t reflect.Type) string {
-	switch {
-	case t == reflect.TypeOf(time.Duration(0)):
-		return "a duration such as \"30s\""
-	case t.Kind() == reflect.Slice:
-		return "an array"
-	case t.Kind() == reflect.Bool:
-		return "true or false"
-	case t.Kind() >= reflect.Int && t.Kind() <= reflect.Uint64:
-		return "an integer"
-	case t.Kind() == reflect.Float64:
-		return "a number"
-	}
-	return "a string"
-}
-
-// peerTable is where one [[peer]] table is in the file.
-type peerTable struct {
-	header int
-	keys   map[string]int
-}
-
-// peerLines scans the file for [[peer]] tables and the lines of their keys.
-// Only table headers and "key =" at the start of a line are read; a
-// multi-line string is skipped whole.
-func peerLines(src []byte) []peerTable {
-	var out []peerTable
-	in := false
-	inString := ""
-	for i, raw := range strings.Split(string(src), "\n") {
-		line := strings.TrimSpace(raw)
-		if inString != "" {
-			if strings.Count(line, inString)%2 == 1 {
-				inString = ""
-			}
-			continue
-		}
-		for _, q := range []string{`"""`, `'''`} {
-			if strings.Count(line, q)%2 == 1 {
-				inString = q
-			}
-		}
-		switch {
-		case strings.HasPrefix(line, "["):
-			name := strings.Trim(line, "[] \t")
-			if c := strings.IndexByte(name, '#'); c >= 0 {
-				name = strings.TrimSpace(strings.Trim(name[:c], "[] \t"))
-			}
-			in = strings.HasPrefix(line, "[[") && name == "peer"
-			if in {
-				out = append(out, peerTable{header: i + 1, keys: map[string]int{}})
-			}
-		case in:
-			if key, _, ok := strings.Cut(line, "="); ok {
-				key = strings.Trim(strings.TrimSpace(key), `"'`)
-				if _, seen := out[len(out)-1].keys[key]; !seen {
-					out[len(out)-1].keys[key] = i + 1
-				}
-			}
-		}
-	}
-	return out
-}
-
 // validate runs every section's own validation and the cross-section checks.
 func (c *fileConfig) validate() []error {
 	var es conf.Errors
@@ -486,6 +416,12 @@ func (c *fileConfig) validate() []error {
 	es.Add(c.Auth.Validate())
 	es.Add(c.Log.Validate())
 	es.Add(peers.ValidateSpecs(c.Peers))
+	if _, err := c.routes(); err != nil {
+		es.Add(err)
+	}
+	if _, err := forwarding.CompileRules(c.Rules); err != nil {
+		es.Add(err)
+	}
 
 	if c.Proxy.Listen == c.Admin.Listen && !strings.HasSuffix(c.Proxy.Listen, ":0") {
 		es.Addf("admin", "listen", "%q is also proxy.listen", c.Admin.Listen)
@@ -514,7 +450,23 @@ func (c *fileConfig) peerOptions(log logrus.FieldLogger) peers.Options {
 
 // plannerOptions builds the selection options from the config.
 func (c *fileConfig) plannerOptions() selection.Options {
-	return selection.Options{Policy: c.Selection.Policy, Direct: c.Proxy.Direct, MaxTries: c.Proxy.ForwardMaxTries}
+	routes, _ := c.routes() // validated before use
+	return selection.Options{Policy: c.Selection.Policy, Direct: c.Proxy.Direct, MaxTries: c.Proxy.ForwardMaxTries, Routes: routes}
+}
+
+// routes compiles [[route]] against the configured peers.
+func (c *fileConfig) routes() ([]selection.Route, error) {
+	names := map[string]bool{}
+	for _, p := range c.Peers {
+		names[p.Name] = true
+	}
+	return selection.CompileRoutes(c.Routes, names)
+}
+
+// rules compiles [[rule]] (validated before use).
+func (c *fileConfig) rules() []forwarding.Rule {
+	rs, _ := forwarding.CompileRules(c.Rules)
+	return rs
 }
 
 // warnings are what a valid config may still get wrong, printed by -check

@@ -77,6 +77,14 @@ func TestConfigProblems(t *testing.T) {
 		{"size past int64", "[proxy]\nmax_retry_body = \"99999999999999999999KiB\"\n", []string{"line 2", "max_retry_body", "invalid size"}},
 		{"bad level", "[log]\nlevel = \"loud\"\n", []string{`line 2: log.level: "loud" is not a level`}},
 		{"syntax", "[proxy\n", []string{"line 2", "table name"}},
+		{"route to an unknown peer", "[[peer]]\nhost = \"h\"\n[[route]]\ndomains = [\".a\"]\npeers = [\"h:3128\"]\n[[route]]\npeers = [\"nope\"]\n",
+			[]string{`line 7: route[1].peers: "nope" is not a configured peer`}},
+		{"route unknown key", "[[route]]\ndomain = [\".a\"]\n", []string{`line 2: route[0].domain: unknown key`}},
+		{"route bad policy", "[[route]]\npolicy = \"dice\"\n", []string{`line 2: route[0].policy`}},
+		{"rule bad action", "[[rule]]\naction = \"maybe\"\n[[rule]]\naction = \"deny\"\nsrc = [\"10.0.0.0/40\"]\n",
+			[]string{`line 2: rule[0].action: must be "allow" or "deny"`, `rule[1].match:`}},
+		{"rule wrong type", "[[rule]]\naction = \"deny\"\nports = 443\n", []string{`line 3: rule[0].ports: wrong type`}},
+		{"peer bad tier", "[[peer]]\nhost = \"h\"\ntier = -1\n", []string{`line 3: peer[0] "h:3128": tier: must not be negative`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, ps := parseConfig([]byte(tc.src))

@@ -40,6 +40,12 @@ func reloadDiff(old, cfg *fileConfig) admin.ReloadDiff {
 			d.Removed = append(d.Removed, p.Name)
 		}
 	}
+	if !reflect.DeepEqual(old.Routes, cfg.Routes) {
+		d.Settings = append(d.Settings, "route")
+	}
+	if !reflect.DeepEqual(old.Rules, cfg.Rules) {
+		d.Settings = append(d.Settings, "rule")
+	}
 	oldSec, newSec := sectionsOf(old), sectionsOf(cfg)
 	for _, name := range slices.Sorted(maps.Keys(newSec)) {
 		for _, f := range changedFields(oldSec[name], newSec[name]) {

@@ -171,6 +171,7 @@ func (s *server) commit(st *staged, old *fileConfig) {
 	configureLogger(s.log, cfg.Log)
 	s.setAuth(st.basic)
 	s.proxy.SetPolicy(st.policy)
+	s.proxy.SetRules(cfg.rules())
 	s.planner.SetOptions(cfg.plannerOptions())
 	s.proxy.Apply(cfg.Proxy) // validated once, with the whole file, by loadConfig
 	s.proxy.Prune(s.reg.Peers())

@@ -163,6 +163,7 @@ func newServer(path string, cfg *fileConfig, stderr io.Writer) (*server, error) 
 		return nil, err
 	}
 	s.proxy.SetCache(cache.New(cfg.Cache))
+	s.proxy.SetRules(cfg.rules())
 	basic, err := auth.Load(cfg.Auth)
 	if err != nil {
 		return nil, err

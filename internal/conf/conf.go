@@ -27,6 +27,9 @@ func (e *Error) Error() string {
 	if e.Section == "peer" {
 		return fmt.Sprintf("peer[%d] %q: %s: %s", e.Index, e.Name, e.Key, e.Msg)
 	}
+	if e.Section == "route" || e.Section == "rule" {
+		return fmt.Sprintf("%s[%d].%s: %s", e.Section, e.Index, e.Key, e.Msg)
+	}
 	return e.Section + "." + e.Key + ": " + e.Msg
 }
 

@@ -1,0 +1,132 @@
+package main
+
+// This file holds the decoding of arrays of tables ([[peer]], [[route]],
+// [[rule]]) key by key, with each key's line found by a scan of the file
+// (the TOML decoder keeps one position per key path, shared by every table
+// of an array), and the reflection helpers the decoder uses.
+
+import (
+	"fmt"
+	"reflect"
+	"strings"
+	"time"
+
+	"github.com/BurntSushi/toml"
+	"github.com/peerd/peerd/internal/conf"
+)
+
+// isArray says whether a config section is an array of tables, whose
+// problems are reported per table ("route[2].peers").
+func isArray(section string) bool {
+	return section == "peer" || section == "route" || section == "rule"
+}
+
+// arrayTables decodes the [[name]] tables into *out (a pointer to a slice
+// of structs with toml tags): unknown keys and wrong types are problems at
+// their lines, and decoding goes on past them.
+func (d *decoder) arrayTables(name string, prim toml.Primitive, out any) {
+	var tables []map[string]toml.Primitive
+	if err := d.md.PrimitiveDecode(prim, &tables); err != nil {
+		d.add(d.line(prim), name, "%s: must be an array of tables ([[%s]])", name, name)
+		return
+	}
+	lines := tableLines(d.src, name)
+	slice := reflect.ValueOf(out).Elem()
+	slice.Set(reflect.MakeSlice(slice.Type(), len(tables), len(tables)))
+	for i, keys := range tables {
+		fields := tomlFields(slice.Index(i).Addr().Interface())
+		for key, p := range keys {
+			line := 0
+			if i < len(lines) {
+				line = lines[i].keys[key]
+				d.at[fmt.Sprintf("%s[%d]", name, i)] = lines[i].header
+			}
+			d.at[fmt.Sprintf("%s[%d].%s", name, i, key)] = line
+			f, ok := fields[key]
+			if !ok {
+				d.report(&conf.Error{Section: name, Index: i, Key: key, Msg: "unknown key"})
+				continue
+			}
+			if msg := d.decodeErr(p, f); msg != "" {
+				d.report(&conf.Error{Section: name, Index: i, Key: key, Msg: msg})
+			}
+		}
+	}
+}
+
+// tomlFields maps the toml tags of the struct v points to onto its fields.
+func tomlFields(v any) map[string]reflect.Value {
+	rv := reflect.ValueOf(v).Elem()
+	out := map[string]reflect.Value{}
+	for i := 0; i < rv.NumField(); i++ {
+		if tag, _, _ := strings.Cut(rv.Type().Field(i).Tag.Get("toml"), ","); tag != "" && tag != "-" {
+			out[tag] = rv.Field(i)
+		}
+	}
+	return out
+}
+
+func kindName(t reflect.Type) string {
+	switch {
+	case t == reflect.TypeOf(time.Duration(0)):
+		return "a duration such as \"30s\""
+	case t.Kind() == reflect.Slice:
+		return "an array"
+	case t.Kind() == reflect.Bool:
+		return "true or false"
+	case t.Kind() >= reflect.Int && t.Kind() <= reflect.Uint64:
+		return "an integer"
+	case t.Kind() == reflect.Float64:
+		return "a number"
+	}
+	return "a string"
+}
+
+// arrayTable is where one [[peer]] (or [[route]], [[rule]]) table is in
+// the file.
+type arrayTable struct {
+	header int
+	keys   map[string]int
+}
+
+// tableLines scans the file for [[name]] tables and the lines of their keys.
+// Only table headers and "key =" at the start of a line are read; a
+// multi-line string is skipped whole.
+func tableLines(src []byte, table string) []arrayTable {
+	var out []arrayTable
+	in := false
+	inString := ""
+	for i, raw := range strings.Split(string(src), "\n") {
+		line := strings.TrimSpace(raw)
+		if inString != "" {
+			if strings.Count(line, inString)%2 == 1 {
+				inString = ""
+			}
+			continue
+		}
+		for _, q := range []string{`"""`, `'''`} {
+			if strings.Count(line, q)%2 == 1 {
+				inString = q
+			}
+		}
+		switch {
+		case strings.HasPrefix(line, "["):
+			name := strings.Trim(line, "[] \t")
+			if c := strings.IndexByte(name, '#'); c >= 0 {
+				name = strings.TrimSpace(strings.Trim(name[:c], "[] \t"))
+			}
+			in = strings.HasPrefix(line, "[[") && name == table
+			if in {
+				out = append(out, arrayTable{header: i + 1, keys: map[string]int{}})
+			}
+		case in:
+			if key, _, ok := strings.Cut(line, "="); ok {
+				key = strings.Trim(strings.TrimSpace(key), `"'`)
+				if _, seen := out[len(out)-1].keys[key]; !seen {
+					out[len(out)-1].keys[key] = i + 1
+				}
+			}
+		}
+	}
+	return out
+}
