@@ -23,6 +23,7 @@ type RuleSpec struct {
 	Ports   []string `toml:"ports"`
 	Methods []string `toml:"methods"`
 	Users   []string `toml:"users"`
+	URLs    []string `toml:"urls"`
 }
 
 // Rule is a compiled RuleSpec.
@@ -42,7 +43,7 @@ func CompileRules(specs []RuleSpec) ([]Rule, error) {
 		if s.Action != "allow" && s.Action != "deny" {
 			bad("action", `must be "allow" or "deny", got %q`, s.Action)
 		}
-		m, err := match.Compile(match.Spec{Domains: s.Domains, Src: s.Src, Ports: s.Ports, Methods: s.Methods, Users: s.Users})
+		m, err := match.Compile(match.Spec{Domains: s.Domains, Src: s.Src, Ports: s.Ports, Methods: s.Methods, Users: s.Users, URLs: s.URLs})
 		if err != nil {
 			bad("match", "%v", err)
 			continue
@@ -78,5 +79,5 @@ func (tx *txn) checkRules() (int, *Error) {
 func (tx *txn) matchRequest() match.Request {
 	req := &tx.req
 	return match.Request{Host: unsafe.String(unsafe.SliceData(req.Host), len(req.Host)), Client: tx.cc.remote,
-		Port: tx.port, Method: tx.method, User: tx.user}
+		Port: tx.port, Method: tx.method, User: tx.user, URL: urlString(req.Target)}
 }

@@ -20,6 +20,7 @@ type RouteSpec struct {
 	Ports   []string `toml:"ports"`
 	Methods []string `toml:"methods"`
 	Users   []string `toml:"users"`
+	URLs    []string `toml:"urls"`
 	// Peers are the peers these requests may use ([] = none: only
 	// DIRECT, if allowed).
 	Peers []string `toml:"peers"`
@@ -48,7 +49,7 @@ func CompileRoutes(specs []RouteSpec, peerNames map[string]bool) ([]Route, error
 		bad := func(key, format string, args ...any) {
 			es.Add(&conf.Error{Section: "route", Index: i, Name: fmt.Sprint(i), Key: key, Msg: fmt.Sprintf(format, args...)})
 		}
-		m, err := match.Compile(match.Spec{Domains: s.Domains, Src: s.Src, Ports: s.Ports, Methods: s.Methods, Users: s.Users})
+		m, err := match.Compile(match.Spec{Domains: s.Domains, Src: s.Src, Ports: s.Ports, Methods: s.Methods, Users: s.Users, URLs: s.URLs})
 		if err != nil {
 			bad("match", "%v", err)
 			continue
@@ -82,7 +83,7 @@ func routeFor(routes []Route, r *Request) int {
 		return -1
 	}
 	client, _ := netip.ParseAddr(r.ClientIP)
-	mr := match.Request{Host: r.Host, Client: client, Port: r.Port, Method: r.Method, User: r.User}
+	mr := match.Request{Host: r.Host, Client: client, Port: r.Port, Method: r.Method, User: r.User, URL: r.URL}
 	for i := range routes {
 		if routes[i].m.Match(&mr) {
 			return i

@@ -1,6 +1,8 @@
 // Package match is the request matcher of [[rule]] and [[route]]
 // (contract section 18): destination domains with Squid's dstdomain
-// semantics, client addresses, ports, methods and users. A key that is
+// semantics, client addresses, ports, methods, users and URL regular
+// expressions (Squid url_regex, which import-squid needs to carry a
+// squid.conf's "deny manager" over faithfully). A key that is
 // absent matches everything; a value written "!v" excludes what v names,
 // so Squid's negated ACLs carry over. Compiled once per config: a domain
 // is found in O(labels), whatever the number of domains.
@@ -9,6 +11,7 @@ package match
 import (
 	"fmt"
 	"net/netip"
+	"regexp"
 	"strconv"
 	"strings"
 )
@@ -20,6 +23,9 @@ type Spec struct {
 	Ports   []string `toml:"ports"`
 	Methods []string `toml:"methods"`
 	Users   []string `toml:"users"`
+	// URLs are regular expressions (RE2; "(?i)" for Squid's -i) matched
+	// against the absolute URI, or host:port for CONNECT.
+	URLs []string `toml:"urls"`
 }
 
 // Request is what a request offers to match.
@@ -29,6 +35,7 @@ type Request struct {
 	Port   int
 	Method string
 	User   string // "" when not authenticated
+	URL    string // the absolute URI; host:port for CONNECT
 }
 
 // Matcher is a compiled Spec.
@@ -39,7 +46,8 @@ type Matcher struct {
 	methods, notMethods map[string]bool
 	users, notUsers     map[string]bool
 	anyUser             bool // users = ["*"]: any authenticated user (Squid REQUIRED)
-	has                 [5]bool
+	urls, notURLs       []*regexp.Regexp
+	has                 [6]bool
 }
 
 type portRange struct{ lo, hi int }
@@ -159,7 +167,19 @@ func Compile(s Spec) (*Matcher, error) {
 			m.users = set(m.users, v)
 		}
 	}
-	m.has = [5]bool{len(s.Domains) > 0, len(s.Src) > 0, len(s.Ports) > 0, len(s.Methods) > 0, len(s.Users) > 0}
+	for _, v := range s.URLs {
+		v, neg := split(v)
+		re, err := regexp.Compile(v)
+		if err != nil {
+			return nil, fmt.Errorf("urls: %q: %v", v, err)
+		}
+		if neg {
+			m.notURLs = append(m.notURLs, re)
+		} else {
+			m.urls = append(m.urls, re)
+		}
+	}
+	m.has = [6]bool{len(s.Domains) > 0, len(s.Src) > 0, len(s.Ports) > 0, len(s.Methods) > 0, len(s.Users) > 0, len(s.URLs) > 0}
 	return m, nil
 }
 
@@ -201,7 +221,21 @@ func (m *Matcher) Match(r *Request) bool {
 			return false
 		}
 	}
+	if m.has[5] {
+		if (len(m.urls) > 0 && !anyMatch(m.urls, r.URL)) || anyMatch(m.notURLs, r.URL) {
+			return false
+		}
+	}
 	return true
+}
+
+func anyMatch(res []*regexp.Regexp, s string) bool {
+	for _, re := range res {
+		if re.MatchString(s) {
+			return true
+		}
+	}
+	return false
 }
 
 func inPrefixes(ps []netip.Prefix, a netip.Addr) bool {

@@ -3,6 +3,7 @@ package match
 import (
 	"fmt"
 	"net/netip"
+	"strings"
 	"testing"
 )
 
@@ -73,5 +74,33 @@ func BenchmarkDomains(b *testing.B) {
 		if !m.Match(r) {
 			b.Fatal("no match")
 		}
+	}
+}
+
+// TestMatchURLs: Squid's url_regex, as import-squid writes the built-in
+// "manager" ACL.
+func TestMatchURLs(t *testing.T) {
+	m, err := Compile(Spec{URLs: []string{`(?i)^cache_object://`, `(?i)^https?://[^/]+/squid-internal-mgr/`}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for u, want := range map[string]bool{
+		"http://example.com/squid-internal-mgr/menu": true,
+		"HTTP://Example.com/squid-internal-mgr/info": true,
+		"cache_object://localhost/info":              true,
+		"http://example.com/index.html":              false,
+		"http://example.com/x/squid-internal-mgr/":   false,
+		"example.com:443":                            false,
+	} {
+		if got := m.Match(&Request{URL: u}); got != want {
+			t.Errorf("%s: %v; want %v", u, got, want)
+		}
+	}
+	neg, _ := Compile(Spec{URLs: []string{`!\.exe$`}})
+	if neg.Match(&Request{URL: "http://a/x.exe"}) || !neg.Match(&Request{URL: "http://a/x.zip"}) {
+		t.Error("a negated URL expression")
+	}
+	if _, err := Compile(Spec{URLs: []string{"(unclosed"}}); err == nil || !strings.Contains(err.Error(), "urls") {
+		t.Errorf("a bad expression: %v; want an error naming urls", err)
 	}
 }
