@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"fmt"
+	"github.com/peerd/peerd/cache"
 	"io"
 	"net"
 	"net/netip"
@@ -55,6 +56,15 @@ type squidImport struct {
 	// https_port and auth_param basic.
 	tlsListen, tlsCert, tlsKey string
 	basicUsers, realm          string
+	// Access controls (importacl.go, importroutes.go).
+	acls                      map[string]*squidACL
+	defined                   []string // acl names the file defines
+	sawACL                    bool
+	httpAccessLines           []accessLine
+	alwaysDirect, neverDirect []accessLine
+	peerAccessLines           []peerAccessLine
+	rules, routes             []importRule
+	denyTo                    []string
 }
 
 func (s *squidImport) note(line int, format string, args ...any) {
@@ -201,6 +211,10 @@ func importSquid(r io.Reader) (string, []string, error) {
 	if err := s.uniqueNames(); err != nil {
 		return "", nil, err
 	}
+	s.fitMaxObject()
+	s.httpAccess()
+	s.directRoutes()
+	s.peerAccess()
 	out := s.render()
 	// What is printed must pass -check; a squid.conf whose values peerd
 	// refuses is reported here with peerd's own words.
@@ -221,14 +235,25 @@ func (s *squidImport) directive(n int, w []string) error {
 	case "cache_peer":
 		return s.cachePeer(n, w[1:])
 	case "never_direct", "always_direct":
-		if len(w) == 3 && w[1] == "allow" && w[2] == "all" {
-			s.direct = map[string]string{"never_direct": "never", "always_direct": "always"}[w[0]]
-			return nil
+		if l := s.accessList(n, w[0], w[1:]); l != nil {
+			if w[0] == "never_direct" {
+				s.neverDirect = append(s.neverDirect, *l)
+			} else {
+				s.alwaysDirect = append(s.alwaysDirect, *l)
+			}
 		}
-		if len(w) == 3 && w[1] == "deny" && w[2] == "all" {
-			return nil // the default
+	case "acl":
+		s.sawACL = true
+		s.acl(n, w[1:])
+	case "http_access":
+		s.sawACL = true
+		if l := s.accessList(n, w[0], w[1:]); l != nil {
+			s.httpAccessLines = append(s.httpAccessLines, *l)
 		}
-		s.note(n, "%s with ACLs (%s): peerd's direct is one setting for all requests", w[0], strings.Join(w[1:], " "))
+	case "cache_peer_access":
+		s.cachePeerAccess(n, w[1:])
+	case "cache_peer_domain":
+		s.cachePeerDomain(n, w[1:])
 	case "prefer_direct":
 		if arg(1) == "on" && s.direct == "" {
 			s.direct = "prefer"
@@ -494,134 +519,39 @@ func (s *squidImport) policy() string {
 	return pick
 }
 
-func (s *squidImport) render() string {
-	var b strings.Builder
-	b.WriteString("# peerd config imported from a squid.conf by `peerd import-squid`.\n")
-	policy := s.policy()
-	if len(s.notes) > 0 {
-		b.WriteString("#\n# Not carried over:\n")
-		for _, n := range s.notes {
-			fmt.Fprintf(&b, "#   %s\n", commentText(n))
-		}
+// fitMaxObject drops a maximum_object_size larger than the memory cache:
+// Squid's applies to its disk cache too, and peerd refuses a max_object
+// over [cache] memory.
+func (s *squidImport) fitMaxObject() {
+	if s.maxObject == "" {
+		return
 	}
-	b.WriteString("\n[proxy]\n")
-	if s.listen != "" {
-		fmt.Fprintf(&b, "listen = %s\n", tomlString(s.listen))
+	mem := int64(cache.DefaultConfig().Memory)
+	if s.cacheMem != "" {
+		mem = sizeBytes(s.cacheMem)
 	}
-	if s.name != "" {
-		fmt.Fprintf(&b, "name = %s\n", tomlString(s.name))
+	if sizeBytes(s.maxObject) > mem {
+		s.note(0, "maximum_object_size %s is more than the memory cache (%d bytes): peerd keeps its default max_object", s.maxObject, mem)
+		s.maxObject = ""
 	}
-	if s.connectTimeout > 0 {
-		fmt.Fprintf(&b, "connect_timeout = %s\n", tomlString(s.connectTimeout.String()))
-	}
-	if s.maxTries > 0 {
-		fmt.Fprintf(&b, "forward_max_tries = %d\n", s.maxTries)
-	}
-	if s.pconnTimeout > 0 {
-		fmt.Fprintf(&b, "pconn_timeout = %s\n", tomlString(s.pconnTimeout.String()))
-	}
-	if s.tlsListen != "" {
-		fmt.Fprintf(&b, "tls_listen = %s\ntls_cert = %s\ntls_key = %s\n", tomlString(s.tlsListen), tomlString(s.tlsCert), tomlString(s.tlsKey))
-	}
-	direct := s.direct
-	if direct == "" {
-		direct = "allow"
-	}
-	fmt.Fprintf(&b, "direct = %q\n", direct)
-	fmt.Fprintf(&b, "\n[selection]\npolicy = %q\n", policy)
-	if s.icpListen != "" || s.icpTimeout > 0 {
-		b.WriteString("\n[icp]\n")
-		if s.icpListen != "" {
-			fmt.Fprintf(&b, "listen = %s\n", tomlString(s.icpListen))
-		}
-		if s.icpTimeout > 0 {
-			fmt.Fprintf(&b, "query_timeout = %s\n", tomlString(s.icpTimeout.String()))
-		}
-	}
-	if s.cacheMem != "" || s.maxObject != "" {
-		b.WriteString("\n[cache]\n")
-		if s.cacheMem != "" {
-			fmt.Fprintf(&b, "memory = %s\n", tomlString(s.cacheMem))
-		}
-		if s.maxObject != "" {
-			fmt.Fprintf(&b, "max_object = %s\n", tomlString(s.maxObject))
-		}
-	}
-	if s.basicUsers != "" {
-		fmt.Fprintf(&b, "\n[auth]\nbasic_users = %s\n", tomlString(s.basicUsers))
-		if s.realm != "" {
-			fmt.Fprintf(&b, "realm = %s\n", tomlString(s.realm))
-		}
-	}
-	for _, p := range s.peers {
-		fmt.Fprintf(&b, "\n[[peer]]  # squid.conf line %d\nname = %s\nhost = %s\nport = %d\ntype = %q\n", p.line, tomlString(p.name), tomlString(p.host), p.port, p.typ)
-		if p.weight != 1 {
-			fmt.Fprintf(&b, "weight = %d\n", p.weight)
-		}
-		if p.failLimit > 0 {
-			fmt.Fprintf(&b, "connect_fail_limit = %d\n", p.failLimit)
-		}
-		timeout := p.connectTimeout
-		if timeout == 0 {
-			timeout = s.peerTimeout
-		}
-		if timeout > 0 {
-			fmt.Fprintf(&b, "connect_timeout = %s\n", tomlString(timeout.String()))
-		}
-		if p.maxConn > 0 {
-			fmt.Fprintf(&b, "max_conn = %d\n", p.maxConn)
-		}
-		if p.isDefault {
-			b.WriteString("default = true\n")
-		}
-		if p.login != "" {
-			fmt.Fprintf(&b, "login = %s\n", tomlString(p.login))
-		}
-		if p.icpPort != 0 {
-			fmt.Fprintf(&b, "icp_port = %d\n", p.icpPort)
-		}
-		if p.tls {
-			b.WriteString("tls = true\n")
-			for _, kv := range [][2]string{{"tls_ca", p.tlsCA}, {"tls_name", p.tlsName}, {"tls_cert", p.tlsCert}, {"tls_key", p.tlsKey}} {
-				if kv[1] != "" {
-					fmt.Fprintf(&b, "%s = %s\n", kv[0], tomlString(kv[1]))
-				}
-			}
-		}
-	}
-	return b.String()
 }
 
-// tomlString writes s as a TOML basic string: invalid UTF-8 becomes
-// U+FFFD, control characters \uXXXX escapes (Go's %q would write \x
-// escapes, which TOML does not have).
-func tomlString(s string) string {
-	var b strings.Builder
-	b.WriteByte('"')
-	for _, r := range strings.ToValidUTF8(s, "\uFFFD") {
-		switch {
-		case r == '"' || r == '\\':
-			b.WriteByte('\\')
-			b.WriteRune(r)
-		case r < 0x20 || r == 0x7f:
-			fmt.Fprintf(&b, "\\u%04X", r)
-		default:
-			b.WriteRune(r)
-		}
+// sizeBytes reads what squidSize wrote.
+func sizeBytes(v string) int64 {
+	i := 0
+	for i < len(v) && v[i] >= '0' && v[i] <= '9' {
+		i++
 	}
-	b.WriteByte('"')
-	return b.String()
-}
-
-// commentText makes a note safe for a TOML comment: valid UTF-8, no
-// control characters.
-func commentText(s string) string {
-	return strings.Map(func(r rune) rune {
-		if r < 0x20 || r == 0x7f {
-			return ' '
-		}
-		return r
-	}, strings.ToValidUTF8(s, "?"))
+	n, _ := strconv.ParseInt(v[:i], 10, 64)
+	switch v[i:] {
+	case "KiB":
+		n <<= 10
+	case "MiB":
+		n <<= 20
+	case "GiB":
+		n <<= 30
+	}
+	return n
 }
 
 // squidDuration reads Squid's "N [units]" (seconds when no unit).

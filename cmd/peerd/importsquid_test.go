@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -82,7 +83,15 @@ func TestImportSquidCorpus(t *testing.T) {
 			peers: []peer{{"primary.example.net", "primary.example.net", 3128, peers.Parent, 1}, {"backup.example.net", "backup.example.net", 3128, peers.Parent, 1}}},
 		{file: "unsupported.conf", policy: selection.FirstUp, direct: selection.DirectAllow,
 			peers: []peer{{"only", "10.3.0.1", 3128, peers.Parent, 1}},
-			notes: []string{"acl localnet", "http_access allow localnet", "cache_dir", "refresh_pattern", "login=PASSTHRU", "always_direct with ACLs"}},
+			notes: []string{"cache_dir", "refresh_pattern", "login=PASSTHRU"},
+			check: func(t *testing.T, c *fileConfig) {
+				if len(c.Rules) != 2 || c.Rules[0].Action != "allow" || fmt.Sprint(c.Rules[0].Src) != "[10.0.0.0/8]" || c.Rules[1].Action != "deny" {
+					t.Errorf("rules = %+v; want allow 10.0.0.0/8, then deny", c.Rules)
+				}
+				if len(c.Routes) != 1 || c.Routes[0].Direct != "always" || len(c.Routes[0].Peers) != 0 {
+					t.Errorf("routes = %+v; want always_direct for localnet", c.Routes)
+				}
+			}},
 		{file: "originserver.conf", refused: "originserver"},
 	}
 	for _, tc := range cases {

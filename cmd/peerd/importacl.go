@@ -1,0 +1,379 @@
+package main
+
+// This file holds import-squid's translation of Squid's access controls:
+// acl (src, dst, dstdomain, port, method, proxy_auth, url_regex,
+// urlpath_regex, with values inline or in a quoted file), http_access into
+// [[rule]], a lone "http_access deny DST-ACL" into [access] deny_to,
+// never_direct/always_direct with ACLs and cache_peer_access /
+// cache_peer_domain into [[route]]. It fails closed: an allow line it
+// cannot express is dropped (the requests it admitted meet the later
+// lines, and finally Squid's implicit deny), a deny line it cannot
+// express is widened (its unexpressible conditions dropped), so the
+// imported config never admits a request the squid.conf refused. Every
+// such line is listed.
+
+import (
+	"bufio"
+	"fmt"
+	"net/netip"
+	"os"
+	"regexp"
+	"strings"
+
+	"github.com/peerd/peerd/internal/match"
+)
+
+// squidACL is one named acl; lines with the same name add values.
+type squidACL struct {
+	typ    string
+	flags  map[string]bool
+	values []string
+	// bad says why the acl cannot be expressed ("" when it can).
+	bad string
+}
+
+// accessLine is one http_access (or never_direct, always_direct,
+// cache_peer_access) line.
+type accessLine struct {
+	line  int
+	allow bool
+	acls  []string // "!name" negated
+}
+
+// importRule is a [[rule]] or [[route]] to write.
+type importRule struct {
+	line   int
+	action string
+	keys   map[string][]string
+	peers  []string
+	direct string
+	routed bool // a route: peers are written even when empty
+}
+
+// builtinACLs are Squid's predefined ACLs (squid.conf may redefine them).
+func builtinACLs() map[string]*squidACL {
+	return map[string]*squidACL{
+		"all":          {typ: "src", values: []string{"all"}},
+		"localhost":    {typ: "src", values: []string{"127.0.0.1/32", "::1"}},
+		"to_localhost": {typ: "dst", values: []string{"127.0.0.0/8", "0.0.0.0/32", "::1"}},
+		"manager":      {typ: "url_regex", flags: map[string]bool{"-i": true}, values: []string{`^cache_object://`, `^https?://[^/]+/squid-internal-mgr/`}},
+		"CONNECT":      {typ: "method", values: []string{"CONNECT"}},
+	}
+}
+
+// acl reads "acl NAME TYPE [-i|-n|...] VALUE... | "FILE"".
+func (s *squidImport) acl(n int, w []string) {
+	if len(w) < 2 {
+		s.note(n, "acl %s: no type", strings.Join(w, " "))
+		return
+	}
+	name, typ := w[0], w[1]
+	if s.acls == nil {
+		s.acls = builtinACLs()
+	}
+	a := s.acls[name]
+	if a == nil || s.builtin(name) {
+		a = &squidACL{typ: typ, flags: map[string]bool{}}
+		s.acls[name] = a
+		s.defined = append(s.defined, name)
+	}
+	if a.typ != typ {
+		a.bad = fmt.Sprintf("acl %s has two types (%s and %s)", name, a.typ, typ)
+		return
+	}
+	rest := w[2:]
+	for len(rest) > 0 && (strings.HasPrefix(rest[0], "-") || strings.HasPrefix(rest[0], "+")) && len(rest[0]) <= 2 {
+		a.flags[rest[0]] = true
+		rest = rest[1:]
+	}
+	for _, v := range rest {
+		if len(v) > 1 && strings.HasPrefix(v, `"`) && strings.HasSuffix(v, `"`) {
+			vals, err := readACLFile(strings.Trim(v, `"`))
+			if err != nil {
+				a.bad = fmt.Sprintf("acl %s: values from %s: %v", name, v, err)
+				continue
+			}
+			a.values = append(a.values, vals...)
+			continue
+		}
+		a.values = append(a.values, v)
+	}
+}
+
+// builtin says whether name still has its predefined meaning.
+func (s *squidImport) builtin(name string) bool {
+	for _, d := range s.defined {
+		if d == name {
+			return false
+		}
+	}
+	_, ok := builtinACLs()[name]
+	return ok
+}
+
+// readACLFile reads a Squid ACL value file: one value per line (or several
+// separated by blanks), # comments.
+func readACLFile(path string) ([]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("cannot be read here")
+	}
+	defer f.Close()
+	var out []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line, _, _ := strings.Cut(sc.Text(), "#")
+		out = append(out, strings.Fields(line)...)
+	}
+	return out, sc.Err()
+}
+
+// condition is one acl as [[rule]] match values: the key and its values
+// ("" key with no error: matches everything). wide says the values are
+// for a deny (a regex may match more than Squid's), else for an allow
+// (it may match less).
+func (a *squidACL) condition(name string, wide bool) (string, []string, error) {
+	if a.bad != "" {
+		return "", nil, fmt.Errorf("%s", a.bad)
+	}
+	if len(a.values) == 0 {
+		return "", nil, fmt.Errorf("acl %s has no values", name)
+	}
+	switch a.typ {
+	case "src":
+		var out []string
+		for _, v := range a.values {
+			if v == "all" {
+				return "", nil, nil
+			}
+			p, err := squidCIDR(v)
+			if err != nil {
+				return "", nil, fmt.Errorf("acl %s src %q: %v", name, v, err)
+			}
+			out = append(out, p)
+		}
+		return "src", out, nil
+	case "dstdomain":
+		for _, v := range a.values {
+			if v == "" || strings.ContainsAny(v, " /:*") {
+				return "", nil, fmt.Errorf("acl %s dstdomain %q is not a domain", name, v)
+			}
+		}
+		return "domains", a.values, nil
+	case "port":
+		return "ports", a.values, nil
+	case "method":
+		return "methods", a.values, nil
+	case "proxy_auth":
+		var out []string
+		for _, v := range a.values {
+			if v == "REQUIRED" {
+				v = "*"
+			}
+			out = append(out, v)
+		}
+		return "users", out, nil
+	case "url_regex", "urlpath_regex":
+		var out []string
+		for _, v := range a.values {
+			re := v
+			if a.typ == "urlpath_regex" {
+				re = urlPathRegex(v, wide)
+			}
+			if a.flags["-i"] {
+				re = "(?i)" + re
+			}
+			if _, err := regexp.Compile(re); err != nil {
+				return "", nil, fmt.Errorf("acl %s %s %q: not an RE2 expression", name, a.typ, v)
+			}
+			out = append(out, re)
+		}
+		return "urls", out, nil
+	}
+	return "", nil, fmt.Errorf("acl %s: type %s has no peerd equivalent", name, a.typ)
+}
+
+// checked refuses values peerd's matcher would refuse.
+func checked(name, key string, vals []string) error {
+	var sp match.Spec
+	switch key {
+	case "src":
+		sp.Src = vals
+	case "domains":
+		sp.Domains = vals
+	case "ports":
+		sp.Ports = vals
+	case "methods":
+		sp.Methods = vals
+	case "users":
+		sp.Users = vals
+	case "urls":
+		sp.URLs = vals
+	}
+	if _, err := match.Compile(sp); err != nil {
+		return fmt.Errorf("acl %s: %v", name, err)
+	}
+	return nil
+}
+
+// urlPathRegex turns a regex on the URL path into one on the absolute
+// URI. Anchored at the path's start it is exact; unanchored, the version
+// for a deny may match in the host too (wider) and the one for an allow
+// only after the path's first character (narrower).
+func urlPathRegex(v string, wide bool) string {
+	const authority = `^[^:/]+://[^/]*`
+	if rest, ok := strings.CutPrefix(v, "^"); ok {
+		if strings.HasPrefix(rest, "/") {
+			return authority + rest
+		}
+		if wide {
+			return authority + ".*" + rest
+		}
+		return authority + "/(?:" + rest + ")" // narrower: a path is "/..."
+	}
+	if wide {
+		return authority + ".*(?:" + v + ")"
+	}
+	return authority + "/.*(?:" + v + ")"
+}
+
+// squidCIDR reads a Squid src/dst value: an address, a CIDR, or an
+// address with a dotted netmask.
+func squidCIDR(v string) (string, error) {
+	if a, err := netip.ParseAddr(v); err == nil {
+		return a.String(), nil
+	}
+	if p, err := netip.ParsePrefix(v); err == nil {
+		return p.Masked().String(), nil
+	}
+	if addr, mask, ok := strings.Cut(v, "/"); ok {
+		a, err1 := netip.ParseAddr(addr)
+		m, err2 := netip.ParseAddr(mask)
+		if err1 == nil && err2 == nil && a.Is4() && m.Is4() {
+			b := m.As4()
+			bits := 0
+			x := uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
+			for x&0x80000000 != 0 {
+				bits++
+				x <<= 1
+			}
+			if x == 0 {
+				return netip.PrefixFrom(a, bits).Masked().String(), nil
+			}
+		}
+	}
+	return "", fmt.Errorf("not an address or CIDR (ranges and host names are not carried over)")
+}
+
+// accessList reads "DIRECTIVE allow|deny ACL..." into its list.
+func (s *squidImport) accessList(n int, directive string, w []string) *accessLine {
+	if len(w) < 1 || (w[0] != "allow" && w[0] != "deny") {
+		s.note(n, "%s %s: want allow or deny", directive, strings.Join(w, " "))
+		return nil
+	}
+	return &accessLine{line: n, allow: w[0] == "allow", acls: w[1:]}
+}
+
+// lineRule translates one access line into match keys. For an allow, an
+// unexpressible acl drops the line (ok false); for a deny, it is left out
+// (the deny widens). never says the line can never match.
+func (s *squidImport) lineRule(what string, l accessLine) (keys map[string][]string, ok, never bool) {
+	if s.acls == nil {
+		s.acls = builtinACLs()
+	}
+	keys = map[string][]string{}
+	positive := map[string]bool{}
+	for _, tok := range l.acls {
+		name, neg := strings.CutPrefix(tok, "!")
+		a := s.acls[name]
+		var key string
+		var vals []string
+		var err error
+		if a == nil {
+			err = fmt.Errorf("acl %s is not defined", name)
+		} else {
+			// A deny widens with its positive conditions and narrows
+			// with its negated ones; an allow the other way round.
+			key, vals, err = a.condition(name, !l.allow != neg)
+		}
+		if err == nil && key != "" {
+			err = checked(name, key, vals)
+		}
+		if err == nil && key == "" { // "all"
+			if neg {
+				return nil, true, true
+			}
+			continue
+		}
+		if err == nil && neg && key == "users" {
+			err = fmt.Errorf("a negated proxy_auth acl (%s) has no peerd equivalent", name)
+		}
+		if err == nil && !neg && positive[key] {
+			err = fmt.Errorf("two %s acls in one line (%s) would need their intersection", key, name)
+		}
+		if err != nil {
+			if l.allow {
+				s.note(l.line, "%s allow %s: not carried over (%v)", what, strings.Join(l.acls, " "), err)
+				return nil, false, false
+			}
+			s.note(l.line, "%s deny %s: %v; widened to the rest of the line", what, strings.Join(l.acls, " "), err)
+			continue
+		}
+		if neg {
+			for _, v := range vals {
+				keys[key] = append(keys[key], "!"+v)
+			}
+			continue
+		}
+		positive[key] = true
+		keys[key] = append(keys[key], vals...)
+	}
+	return keys, true, false
+}
+
+// httpAccess translates the http_access lines into [[rule]]s (and a lone
+// "deny DST-ACL" into deny_to), ending with Squid's implicit default.
+func (s *squidImport) httpAccess() {
+	if len(s.httpAccessLines) == 0 {
+		if s.sawACL {
+			s.note(0, "no http_access lines: Squid denies every request, and so does this config")
+			s.rules = append(s.rules, importRule{action: "deny"})
+		}
+		return
+	}
+	for _, l := range s.httpAccessLines {
+		if !l.allow && len(l.acls) == 1 {
+			if a := s.acls[l.acls[0]]; a != nil && a.typ == "dst" && a.bad == "" && s.denyToAll(a) {
+				continue
+			}
+		}
+		keys, ok, never := s.lineRule("http_access", l)
+		if !ok || never {
+			continue
+		}
+		action := "deny"
+		if l.allow {
+			action = "allow"
+		}
+		s.rules = append(s.rules, importRule{line: l.line, action: action, keys: keys})
+	}
+	if last := s.httpAccessLines[len(s.httpAccessLines)-1]; last.allow {
+		// Squid: after the last line, the opposite of its action.
+		s.rules = append(s.rules, importRule{line: last.line, action: "deny"})
+	}
+}
+
+// denyToAll puts a dst acl's addresses into [access] deny_to, when every
+// value is an address or CIDR.
+func (s *squidImport) denyToAll(a *squidACL) bool {
+	var out []string
+	for _, v := range a.values {
+		p, err := squidCIDR(v)
+		if err != nil {
+			return false
+		}
+		out = append(out, p)
+	}
+	s.denyTo = append(s.denyTo, out...)
+	return true
+}

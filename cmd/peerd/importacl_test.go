@@ -1,0 +1,189 @@
+package main
+
+import (
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/peerd/peerd/internal/match"
+)
+
+// decide runs an imported config's [[rule]]s (and [access] deny_to) the
+// way the proxy does: the first rule that matches decides; none: allow.
+func decide(t *testing.T, c *fileConfig, method, url, client string, port int) bool {
+	t.Helper()
+	host := url
+	if i := strings.Index(host, "://"); i >= 0 {
+		host = host[i+3:]
+	}
+	host, _, _ = strings.Cut(host, "/")
+	host, _, _ = strings.Cut(host, ":")
+	if a, err := netip.ParseAddr(host); err == nil {
+		for _, d := range c.Access.DenyTo {
+			if d.Net.IsValid() && d.Net.Contains(a) {
+				return false
+			}
+		}
+	}
+	r := match.Request{Host: host, Client: netip.MustParseAddr(client), Port: port, Method: method, URL: url}
+	for _, rs := range c.Rules {
+		m, err := match.Compile(match.Spec{Domains: rs.Domains, Src: rs.Src, Ports: rs.Ports, Methods: rs.Methods, Users: rs.Users, URLs: rs.URLs})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Match(&r) {
+			return rs.Action == "allow"
+		}
+	}
+	return true
+}
+
+// TestImportSquidAccess: http_access with Squid's usual lines decides as
+// Squid would; a line with an ACL peerd cannot express is dropped when it
+// allows and widened when it denies, and both are listed.
+func TestImportSquidAccess(t *testing.T) {
+	f, err := os.Open(filepath.Join("testdata", "squid", "access.conf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	out, notes, err := importSquid(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, ps := parseConfigFiles([]byte(out), false)
+	if len(ps) > 0 {
+		t.Fatalf("%v\n%s", ps, out)
+	}
+	for _, tc := range []struct {
+		method, url, client string
+		port                int
+		want                bool
+		why                 string
+	}{
+		{"GET", "http://example.com/", "10.1.2.3", 80, true, "localnet"},
+		{"GET", "http://example.com/", "127.0.0.1", 80, true, "localhost"},
+		{"GET", "http://example.com/", "203.0.113.9", 80, false, "not localnet: Squid's implicit deny after a last allow"},
+		{"GET", "http://example.com:25/", "10.1.2.3", 25, false, "deny !Safe_ports"},
+		{"CONNECT", "example.com:8443", "10.1.2.3", 8443, false, "deny CONNECT !SSL_ports"},
+		{"CONNECT", "example.com:443", "10.1.2.3", 443, true, "CONNECT to 443"},
+		{"GET", "http://example.com/squid-internal-mgr/menu", "10.1.2.3", 80, false, "deny manager"},
+		{"GET", "http://example.com/squid-internal-mgr/menu", "127.0.0.1", 80, true, "allow localhost manager"},
+		{"GET", "http://127.0.0.1/", "10.1.2.3", 80, false, "deny to_localhost"},
+		{"GET", "http://x.ads.example/", "10.1.2.3", 80, false, "deny blocked weird, widened to deny blocked"},
+	} {
+		if got := decide(t, c, tc.method, tc.url, tc.client, tc.port); got != tc.want {
+			t.Errorf("%s %s from %s: allowed=%v; want %v (%s)", tc.method, tc.url, tc.client, got, tc.want, tc.why)
+		}
+	}
+	all := strings.Join(notes, "\n")
+	for _, want := range []string{"line 13: http_access deny blocked weird", "widened", "line 14: http_access allow localnet weird: not carried over", "line 19: always_direct allow local-servers"} {
+		if !strings.Contains(all, want) || !strings.Contains(out, want) {
+			t.Errorf("notes and comments lack %q:\n%s", want, all)
+		}
+	}
+	if c.Proxy.Direct.String() != "never" {
+		t.Errorf("direct %v; want never (never_direct allow all)", c.Proxy.Direct)
+	}
+}
+
+// TestImportSquidRoutes: cache_peer_access and cache_peer_domain restrict
+// a peer to some requests; never_direct with an ACL is a route.
+func TestImportSquidRoutes(t *testing.T) {
+	conf := `acl intranet dstdomain .corp.example
+acl media dstdomain .cdn.example
+cache_peer a.example parent 3128 0 no-query
+cache_peer b.example parent 3128 0 no-query
+cache_peer c.example parent 3128 0 no-query
+cache_peer_access b.example allow media
+cache_peer_access b.example deny all
+cache_peer_domain c.example .video.example
+never_direct allow intranet
+http_access allow all
+`
+	out, _, err := importSquid(strings.NewReader(conf))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, ps := parseConfigFiles([]byte(out), false)
+	if len(ps) > 0 {
+		t.Fatalf("%v\n%s", ps, out)
+	}
+	routes, err := c.routes()
+	if err != nil || len(routes) != 4 {
+		t.Fatalf("routes %+v (%v); want 4:\n%s", c.Routes, err, out)
+	}
+	want := []struct {
+		domains []string
+		peers   string
+		direct  string
+	}{
+		{[]string{".corp.example"}, "[a.example]", "never"}, // b and c are restricted to other domains
+		{[]string{".cdn.example"}, "[b.example a.example]", ""},
+		{[]string{".video.example"}, "[c.example a.example]", ""},
+		{nil, "[a.example]", ""},
+	}
+	for i, w := range want {
+		r := c.Routes[i]
+		if strings.Join(r.Domains, ",") != strings.Join(w.domains, ",") || "["+strings.Join(r.Peers, " ")+"]" != w.peers || r.Direct != w.direct {
+			t.Errorf("route %d = %+v; want %+v", i, r, w)
+		}
+	}
+}
+
+// TestImportSharedCorpus imports the real-world squid.conf files of
+// ../shared/squidconf-corpus (test data, read in place; skipped where the
+// corpus is absent). Every file converts to a config that passes the
+// checks, or is refused for a peer peerd cannot use (an origin server);
+// every http_access line is accounted for: a [[rule]], deny_to, or a
+// listed line. The tally is printed.
+func TestImportSharedCorpus(t *testing.T) {
+	dir := filepath.Join("..", "..", "..", "shared", "squidconf-corpus")
+	files, _ := filepath.Glob(filepath.Join(dir, "*.conf"))
+	if len(files) == 0 {
+		t.Skip("no corpus at " + dir)
+	}
+	var converted, refused, lines, rules, listed int
+	for _, path := range files {
+		src, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, notes, err := importSquid(strings.NewReader(string(src)))
+		if err != nil {
+			if !strings.Contains(err.Error(), "originserver") && !strings.Contains(err.Error(), "multicast") {
+				t.Errorf("%s: %v", filepath.Base(path), err)
+			}
+			refused++
+			continue
+		}
+		converted++
+		c, ps := parseConfigFiles([]byte(out), false)
+		if len(ps) > 0 {
+			t.Errorf("%s: the output does not pass -check: %v", filepath.Base(path), ps)
+			continue
+		}
+		n := 0
+		for _, l := range strings.Split(string(src), "\n") {
+			if f := strings.Fields(l); len(f) > 0 && f[0] == "http_access" {
+				n++
+			}
+		}
+		l := 0
+		for _, note := range notes {
+			if strings.Contains(note, "http_access") {
+				l++
+			}
+		}
+		lines += n
+		listed += l
+		rules += len(c.Rules)
+		if n > 0 && len(c.Rules)+len(c.Access.DenyTo)+l == 0 {
+			t.Errorf("%s: %d http_access lines, none carried over or listed", filepath.Base(path), n)
+		}
+	}
+	t.Logf("corpus: %d files converted, %d refused (origin servers); %d http_access lines -> %d [[rule]] tables, %d lines listed as dropped or widened",
+		converted, refused, lines, rules, listed)
+}

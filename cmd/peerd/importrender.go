@@ -1,0 +1,193 @@
+package main
+
+// This file holds the writing of import-squid's TOML: the sections, the
+// [[peer]] tables, the [[rule]] and [[route]] tables translated from the
+// access controls, and the notes on what was not carried over.
+
+import (
+	"fmt"
+	"strings"
+)
+
+func (s *squidImport) render() string {
+	var b strings.Builder
+	b.WriteString("# peerd config imported from a squid.conf by `peerd import-squid`.\n")
+	policy := s.policy()
+	if len(s.notes) > 0 {
+		b.WriteString("#\n# Not carried over:\n")
+		for _, n := range s.notes {
+			fmt.Fprintf(&b, "#   %s\n", commentText(n))
+		}
+	}
+	b.WriteString("\n[proxy]\n")
+	if s.listen != "" {
+		fmt.Fprintf(&b, "listen = %s\n", tomlString(s.listen))
+	}
+	if s.name != "" {
+		fmt.Fprintf(&b, "name = %s\n", tomlString(s.name))
+	}
+	if s.connectTimeout > 0 {
+		fmt.Fprintf(&b, "connect_timeout = %s\n", tomlString(s.connectTimeout.String()))
+	}
+	if s.maxTries > 0 {
+		fmt.Fprintf(&b, "forward_max_tries = %d\n", s.maxTries)
+	}
+	if s.pconnTimeout > 0 {
+		fmt.Fprintf(&b, "pconn_timeout = %s\n", tomlString(s.pconnTimeout.String()))
+	}
+	if s.tlsListen != "" {
+		fmt.Fprintf(&b, "tls_listen = %s\ntls_cert = %s\ntls_key = %s\n", tomlString(s.tlsListen), tomlString(s.tlsCert), tomlString(s.tlsKey))
+	}
+	direct := s.direct
+	if direct == "" {
+		direct = "allow"
+	}
+	fmt.Fprintf(&b, "direct = %q\n", direct)
+	if len(s.httpAccessLines) > 0 || s.sawACL {
+		b.WriteString("# http_access decides who is served: [[rule]] below\nallow = [\"0.0.0.0/0\", \"::/0\"]\n")
+	}
+	if len(s.denyTo) > 0 {
+		b.WriteString("\n[access]\ndeny_to = [")
+		for i, d := range s.denyTo {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			b.WriteString(tomlString(d))
+		}
+		b.WriteString("]\n")
+	}
+	fmt.Fprintf(&b, "\n[selection]\npolicy = %q\n", policy)
+	if s.icpListen != "" || s.icpTimeout > 0 {
+		b.WriteString("\n[icp]\n")
+		if s.icpListen != "" {
+			fmt.Fprintf(&b, "listen = %s\n", tomlString(s.icpListen))
+		}
+		if s.icpTimeout > 0 {
+			fmt.Fprintf(&b, "query_timeout = %s\n", tomlString(s.icpTimeout.String()))
+		}
+	}
+	if s.cacheMem != "" || s.maxObject != "" {
+		b.WriteString("\n[cache]\n")
+		if s.cacheMem != "" {
+			fmt.Fprintf(&b, "memory = %s\n", tomlString(s.cacheMem))
+		}
+		if s.maxObject != "" {
+			fmt.Fprintf(&b, "max_object = %s\n", tomlString(s.maxObject))
+		}
+	}
+	if s.basicUsers != "" {
+		fmt.Fprintf(&b, "\n[auth]\nbasic_users = %s\n", tomlString(s.basicUsers))
+		if s.realm != "" {
+			fmt.Fprintf(&b, "realm = %s\n", tomlString(s.realm))
+		}
+	}
+	for _, p := range s.peers {
+		fmt.Fprintf(&b, "\n[[peer]]  # squid.conf line %d\nname = %s\nhost = %s\nport = %d\ntype = %q\n", p.line, tomlString(p.name), tomlString(p.host), p.port, p.typ)
+		if p.weight != 1 {
+			fmt.Fprintf(&b, "weight = %d\n", p.weight)
+		}
+		if p.failLimit > 0 {
+			fmt.Fprintf(&b, "connect_fail_limit = %d\n", p.failLimit)
+		}
+		timeout := p.connectTimeout
+		if timeout == 0 {
+			timeout = s.peerTimeout
+		}
+		if timeout > 0 {
+			fmt.Fprintf(&b, "connect_timeout = %s\n", tomlString(timeout.String()))
+		}
+		if p.maxConn > 0 {
+			fmt.Fprintf(&b, "max_conn = %d\n", p.maxConn)
+		}
+		if p.isDefault {
+			b.WriteString("default = true\n")
+		}
+		if p.login != "" {
+			fmt.Fprintf(&b, "login = %s\n", tomlString(p.login))
+		}
+		if p.icpPort != 0 {
+			fmt.Fprintf(&b, "icp_port = %d\n", p.icpPort)
+		}
+		if p.tls {
+			b.WriteString("tls = true\n")
+			for _, kv := range [][2]string{{"tls_ca", p.tlsCA}, {"tls_name", p.tlsName}, {"tls_cert", p.tlsCert}, {"tls_key", p.tlsKey}} {
+				if kv[1] != "" {
+					fmt.Fprintf(&b, "%s = %s\n", kv[0], tomlString(kv[1]))
+				}
+			}
+		}
+	}
+	for _, r := range s.routes {
+		writeRule(&b, "route", r)
+	}
+	for _, r := range s.rules {
+		writeRule(&b, "rule", r)
+	}
+	return b.String()
+}
+
+// writeRule writes one [[rule]] or [[route]] table.
+func writeRule(b *strings.Builder, table string, r importRule) {
+	fmt.Fprintf(b, "\n[[%s]]", table)
+	if r.line > 0 {
+		fmt.Fprintf(b, "  # squid.conf line %d", r.line)
+	}
+	b.WriteString("\n")
+	if r.action != "" {
+		fmt.Fprintf(b, "action = %q\n", r.action)
+	}
+	for _, key := range []string{"src", "domains", "ports", "methods", "users", "urls"} {
+		if vals, ok := r.keys[key]; ok {
+			writeList(b, key, vals)
+		}
+	}
+	if r.routed {
+		writeList(b, "peers", r.peers)
+	}
+	if r.direct != "" {
+		fmt.Fprintf(b, "direct = %q\n", r.direct)
+	}
+}
+
+func writeList(b *strings.Builder, key string, vals []string) {
+	fmt.Fprintf(b, "%s = [", key)
+	for i, v := range vals {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(tomlString(v))
+	}
+	b.WriteString("]\n")
+}
+
+// tomlString writes s as a TOML basic string: invalid UTF-8 becomes
+// U+FFFD, control characters \uXXXX escapes (Go's %q would write \x
+// escapes, which TOML does not have).
+func tomlString(s string) string {
+	var b strings.Builder
+	b.WriteByte('"')
+	for _, r := range strings.ToValidUTF8(s, "\uFFFD") {
+		switch {
+		case r == '"' || r == '\\':
+			b.WriteByte('\\')
+			b.WriteRune(r)
+		case r < 0x20 || r == 0x7f:
+			fmt.Fprintf(&b, "\\u%04X", r)
+		default:
+			b.WriteRune(r)
+		}
+	}
+	b.WriteByte('"')
+	return b.String()
+}
+
+// commentText makes a note safe for a TOML comment: valid UTF-8, no
+// control characters.
+func commentText(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f {
+			return ' '
+		}
+		return r
+	}, strings.ToValidUTF8(s, "?"))
+}
