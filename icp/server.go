@@ -39,19 +39,6 @@ type Server struct {
 	queries, hits, misses, nofetch, denied, malformed atomic.Int64
 }
 
-// Listen opens addr and starts answering.
-func Listen(addr string, o ServerOptions) (*Server, error) {
-	ua, err := net.ResolveUDPAddr("udp", addr)
-	if err != nil {
-		return nil, err
-	}
-	conn, err := net.ListenUDP("udp", ua)
-	if err != nil {
-		return nil, err
-	}
-	return Serve(conn, o), nil
-}
-
 // Serve answers on conn (a socket handed over by the process before this
 // one, in a binary upgrade) until Close.
 func Serve(conn *net.UDPConn, o ServerOptions) *Server {

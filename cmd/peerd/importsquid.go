@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"fmt"
-	"github.com/peerd/peerd/cache"
 	"io"
 	"net"
 	"net/netip"
@@ -517,96 +516,4 @@ func (s *squidImport) policy() string {
 		}
 	}
 	return pick
-}
-
-// fitMaxObject drops a maximum_object_size larger than the memory cache:
-// Squid's applies to its disk cache too, and peerd refuses a max_object
-// over [cache] memory.
-func (s *squidImport) fitMaxObject() {
-	if s.maxObject == "" {
-		return
-	}
-	mem := int64(cache.DefaultConfig().Memory)
-	if s.cacheMem != "" {
-		mem = sizeBytes(s.cacheMem)
-	}
-	if sizeBytes(s.maxObject) > mem {
-		s.note(0, "maximum_object_size %s is more than the memory cache (%d bytes): peerd keeps its default max_object", s.maxObject, mem)
-		s.maxObject = ""
-	}
-}
-
-// sizeBytes reads what squidSize wrote.
-func sizeBytes(v string) int64 {
-	i := 0
-	for i < len(v) && v[i] >= '0' && v[i] <= '9' {
-		i++
-	}
-	n, _ := strconv.ParseInt(v[:i], 10, 64)
-	switch v[i:] {
-	case "KiB":
-		n <<= 10
-	case "MiB":
-		n <<= 20
-	case "GiB":
-		n <<= 30
-	}
-	return n
-}
-
-// squidDuration reads Squid's "N [units]" (seconds when no unit).
-func squidDuration(w []string) (time.Duration, error) {
-	if len(w) == 0 {
-		return 0, fmt.Errorf("missing a time")
-	}
-	v, err := strconv.ParseFloat(w[0], 64)
-	if err != nil || v < 0 {
-		return 0, fmt.Errorf("%q is not a time", strings.Join(w, " "))
-	}
-	unit := time.Second
-	if len(w) > 1 {
-		switch strings.TrimSuffix(strings.ToLower(w[1]), "s") {
-		case "second", "sec":
-			unit = time.Second
-		case "minute", "min":
-			unit = time.Minute
-		case "hour":
-			unit = time.Hour
-		case "day":
-			unit = 24 * time.Hour
-		case "millisecond", "m":
-			unit = time.Millisecond
-		default:
-			return 0, fmt.Errorf("unknown time unit %q", w[1])
-		}
-	}
-	return time.Duration(v * float64(unit)), nil
-}
-
-// squidSize reads Squid's "N [units]" (KB when no unit; Squid's KB and
-// MB are binary) into a peerd size.
-func squidSize(w []string) (string, error) {
-	if len(w) == 0 {
-		return "", fmt.Errorf("missing a size")
-	}
-	v, err := strconv.ParseInt(w[0], 10, 64)
-	if err != nil || v < 0 {
-		return "", fmt.Errorf("%q is not a size", strings.Join(w, " "))
-	}
-	unit := "KiB"
-	if len(w) > 1 {
-		switch strings.ToUpper(w[1]) {
-		case "BYTES", "B":
-			unit = ""
-		case "KB":
-			unit = "KiB"
-		case "MB":
-			unit = "MiB"
-		case "GB":
-			unit = "GiB"
-		default:
-			return "", fmt.Errorf("unknown size unit %q", w[1])
-		}
-	}
-	return strconv.FormatInt(v, 10) + unit, nil
 }
