@@ -141,8 +141,11 @@ never_direct allow all
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
 	}
-	if !strings.Contains(stderr.String(), "cache_peer_access") {
+	if !strings.Contains(stderr.String(), "proxy-only") {
 		t.Errorf("stderr does not list what was not carried over: %q", stderr.String())
+	}
+	if !strings.Contains(string(out), "[[route]]  # squid.conf line 7\npeers = [\"p1\", \"p2\", \"s1\"]") {
+		t.Errorf("cache_peer_access p1 allow all is not a route to p1 and the unrestricted peers:\n%s", out)
 	}
 	toml := filepath.Join(dir, "peerd.toml")
 	os.WriteFile(toml, out, 0o644)
