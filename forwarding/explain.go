@@ -64,7 +64,7 @@ func (p *Proxy) refusal(method, rawURL, client, user string) (string, int) {
 	}
 	rule := -1
 	if rs := p.rules.Load(); rs != nil {
-		r := match.Request{Host: host, Client: a.Unmap(), Port: n, Method: method, User: user, URL: rawURL}
+		r := match.Request{Host: host, Client: a.Unmap(), Port: n, Method: method, User: user, URL: rawURL, Resolve: p.resolveForRules}
 		for i := range *rs {
 			if (*rs)[i].m.Match(&r) {
 				rule = i

@@ -7,8 +7,11 @@ package forwarding
 // no rule matches is allowed (its client passed [proxy] allow).
 
 import (
+	"context"
 	"fmt"
+	"net"
 	"net/http"
+	"net/netip"
 	"unsafe"
 
 	"github.com/peerd/peerd/internal/conf"
@@ -24,6 +27,7 @@ type RuleSpec struct {
 	Methods []string `toml:"methods"`
 	Users   []string `toml:"users"`
 	URLs    []string `toml:"urls"`
+	Dst     []string `toml:"dst"`
 }
 
 // Rule is a compiled RuleSpec.
@@ -43,7 +47,7 @@ func CompileRules(specs []RuleSpec) ([]Rule, error) {
 		if s.Action != "allow" && s.Action != "deny" {
 			bad("action", `must be "allow" or "deny", got %q`, s.Action)
 		}
-		m, err := match.Compile(match.Spec{Domains: s.Domains, Src: s.Src, Ports: s.Ports, Methods: s.Methods, Users: s.Users, URLs: s.URLs})
+		m, err := match.Compile(match.Spec{Domains: s.Domains, Src: s.Src, Ports: s.Ports, Methods: s.Methods, Users: s.Users, URLs: s.URLs, Dst: s.Dst})
 		if err != nil {
 			bad("match", "%v", err)
 			continue
@@ -79,5 +83,21 @@ func (tx *txn) checkRules() (int, *Error) {
 func (tx *txn) matchRequest() match.Request {
 	req := &tx.req
 	return match.Request{Host: unsafe.String(unsafe.SliceData(req.Host), len(req.Host)), Client: tx.cc.remote,
-		Port: tx.port, Method: tx.method, User: tx.user, URL: urlString(req.Target)}
+		Port: tx.port, Method: tx.method, User: tx.user, URL: urlString(req.Target), Resolve: tx.cc.p.resolveForRules}
+}
+
+// resolveForRules looks a host name up for a [[rule]] with dst (Squid's
+// dst ACL does the same), within the connect timeout; a name that does
+// not resolve matches no address.
+func (p *Proxy) resolveForRules(host string) []netip.Addr {
+	ctx, cancel := context.WithTimeout(context.Background(), p.config().ConnectTimeout)
+	defer cancel()
+	addrs, err := net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+	if err != nil {
+		return nil
+	}
+	for i := range addrs {
+		addrs[i] = addrs[i].Unmap()
+	}
+	return addrs
 }

@@ -21,6 +21,7 @@ type RouteSpec struct {
 	Methods []string `toml:"methods"`
 	Users   []string `toml:"users"`
 	URLs    []string `toml:"urls"`
+	Dst     []string `toml:"dst"`
 	// Peers are the peers these requests may use ([] = none: only
 	// DIRECT, if allowed).
 	Peers []string `toml:"peers"`
@@ -49,7 +50,7 @@ func CompileRoutes(specs []RouteSpec, peerNames map[string]bool) ([]Route, error
 		bad := func(key, format string, args ...any) {
 			es.Add(&conf.Error{Section: "route", Index: i, Name: fmt.Sprint(i), Key: key, Msg: fmt.Sprintf(format, args...)})
 		}
-		m, err := match.Compile(match.Spec{Domains: s.Domains, Src: s.Src, Ports: s.Ports, Methods: s.Methods, Users: s.Users, URLs: s.URLs})
+		m, err := match.Compile(match.Spec{Domains: s.Domains, Src: s.Src, Ports: s.Ports, Methods: s.Methods, Users: s.Users, URLs: s.URLs, Dst: s.Dst})
 		if err != nil {
 			bad("match", "%v", err)
 			continue

@@ -18,6 +18,7 @@ import (
 	"net/netip"
 	"os"
 	"regexp"
+	"strconv"
 	"strings"
 
 	"github.com/peerd/peerd/internal/match"
@@ -132,7 +133,7 @@ func readACLFile(path string) ([]string, error) {
 // ("" key with no error: matches everything). wide says the values are
 // for a deny (a regex may match more than Squid's), else for an allow
 // (it may match less).
-func (a *squidACL) condition(name string, wide bool) (string, []string, error) {
+func (a *squidACL) condition(name string, wide, route bool) (string, []string, error) {
 	if a.bad != "" {
 		return "", nil, fmt.Errorf("%s", a.bad)
 	}
@@ -140,19 +141,38 @@ func (a *squidACL) condition(name string, wide bool) (string, []string, error) {
 		return "", nil, fmt.Errorf("acl %s has no values", name)
 	}
 	switch a.typ {
-	case "src":
+	case "src", "dst":
+		if a.typ == "dst" {
+			// peerd's dst resolves names in a [[rule]] (as Squid's dst
+			// does) and matches addresses only in a [[route]] (as "dst -n"
+			// does); where the two differ the result must lean the safe way.
+			literal := a.flags["-n"]
+			if route && !literal && wide || !route && literal && !wide {
+				return "", nil, fmt.Errorf("acl %s: dst%s cannot be said exactly here", name, map[bool]string{true: " -n", false: ""}[literal])
+			}
+		}
 		var out []string
 		for _, v := range a.values {
 			if v == "all" {
+				if a.typ == "dst" {
+					out = append(out, "0.0.0.0/0", "::/0")
+					continue
+				}
 				return "", nil, nil
 			}
-			p, err := squidCIDR(v)
+			ps, err := squidCIDRs(v)
 			if err != nil {
-				return "", nil, fmt.Errorf("acl %s src %q: %v", name, v, err)
+				return "", nil, fmt.Errorf("acl %s %s %q: %v", name, a.typ, v, err)
 			}
-			out = append(out, p)
+			out = append(out, ps...)
 		}
-		return "src", out, nil
+		return a.typ, out, nil
+	case "proto":
+		var out []string
+		for _, v := range a.values {
+			out = append(out, "(?i)^"+regexp.QuoteMeta(v)+"://")
+		}
+		return "urls", out, nil
 	case "dstdomain":
 		for _, v := range a.values {
 			if v == "" || strings.ContainsAny(v, " /:*") {
@@ -209,6 +229,8 @@ func checked(name, key string, vals []string) error {
 		sp.Users = vals
 	case "urls":
 		sp.URLs = vals
+	case "dst":
+		sp.Dst = vals
 	}
 	if _, err := match.Compile(sp); err != nil {
 		return fmt.Errorf("acl %s: %v", name, err)
@@ -235,6 +257,65 @@ func urlPathRegex(v string, wide bool) string {
 		return authority + ".*(?:" + v + ")"
 	}
 	return authority + "/.*(?:" + v + ")"
+}
+
+// squidCIDRs reads a Squid src/dst value, which may also be a range
+// "A-B" (as the CIDRs that cover exactly it).
+func squidCIDRs(v string) ([]string, error) {
+	if lo, hi, ok := strings.Cut(v, "-"); ok {
+		a, err1 := netip.ParseAddr(lo)
+		b, err2 := netip.ParseAddr(hi)
+		if err1 != nil || err2 != nil || a.Is4() != b.Is4() || b.Less(a) {
+			return nil, fmt.Errorf("not an address range")
+		}
+		var out []string
+		for _, p := range rangePrefixes(a, b) {
+			out = append(out, p.String())
+		}
+		return out, nil
+	}
+	p, err := squidCIDR(v)
+	if err != nil {
+		return nil, err
+	}
+	return []string{p}, nil
+}
+
+// rangePrefixes are the fewest prefixes that cover exactly [a, b].
+func rangePrefixes(a, b netip.Addr) []netip.Prefix {
+	var out []netip.Prefix
+	for {
+		bits := a.BitLen()
+		// Widen while the block starts at a and ends at or before b.
+		for bits > 0 {
+			p := netip.PrefixFrom(a, bits-1).Masked()
+			if p.Addr() != a || b.Less(lastAddr(p)) {
+				break
+			}
+			bits--
+		}
+		p := netip.PrefixFrom(a, bits)
+		out = append(out, p)
+		last := lastAddr(p)
+		if last == b || len(out) > 256 {
+			return out
+		}
+		a = last.Next()
+	}
+}
+
+// lastAddr is the last address of p.
+func lastAddr(p netip.Prefix) netip.Addr {
+	b := p.Masked().Addr().As16()
+	off := 128 - p.Addr().BitLen()
+	for i := p.Bits() + off; i < 128; i++ {
+		b[i/8] |= 0x80 >> (i % 8)
+	}
+	a := netip.AddrFrom16(b)
+	if p.Addr().Is4() {
+		return a.Unmap()
+	}
+	return a
 }
 
 // squidCIDR reads a Squid src/dst value: an address, a CIDR, or an
@@ -294,7 +375,7 @@ func (s *squidImport) lineRule(what string, l accessLine) (keys map[string][]str
 		} else {
 			// A deny widens with its positive conditions and narrows
 			// with its negated ones; an allow the other way round.
-			key, vals, err = a.condition(name, !l.allow != neg)
+			key, vals, err = a.condition(name, !l.allow != neg, what != "http_access")
 		}
 		if err == nil && key != "" {
 			err = checked(name, key, vals)
@@ -342,6 +423,9 @@ func (s *squidImport) httpAccess() {
 		return
 	}
 	for _, l := range s.httpAccessLines {
+		if s.accessPorts(l) {
+			continue
+		}
 		if !l.allow && len(l.acls) == 1 {
 			if a := s.acls[l.acls[0]]; a != nil && a.typ == "dst" && a.bad == "" && s.denyToAll(a) {
 				continue
@@ -356,6 +440,9 @@ func (s *squidImport) httpAccess() {
 			action = "allow"
 		}
 		s.rules = append(s.rules, importRule{line: l.line, action: action, keys: keys})
+	}
+	if s.connectPorts != nil && s.safePorts != nil {
+		s.connectPorts = within(s.connectPorts, s.safePorts) // Squid checks both
 	}
 	if last := s.httpAccessLines[len(s.httpAccessLines)-1]; last.allow {
 		// Squid: after the last line, the opposite of its action.
@@ -376,4 +463,66 @@ func (s *squidImport) denyToAll(a *squidACL) bool {
 	}
 	s.denyTo = append(s.denyTo, out...)
 	return true
+}
+
+// accessPorts maps Squid's "deny !Safe_ports" onto [access] safe_ports
+// and "deny CONNECT !SSL_ports" onto connect_ports (the [access] check
+// comes after the rules: where an allow line came first in squid.conf,
+// the result is stricter than Squid, never looser).
+func (s *squidImport) accessPorts(l accessLine) bool {
+	if l.allow {
+		return false
+	}
+	portACL := func(tok string) []string {
+		name, neg := strings.CutPrefix(tok, "!")
+		a := s.acls[name]
+		if !neg || a == nil || a.typ != "port" || a.bad != "" || len(a.values) == 0 || checked(name, "ports", a.values) != nil {
+			return nil
+		}
+		for _, v := range a.values {
+			if strings.HasPrefix(v, "!") {
+				return nil
+			}
+		}
+		return a.values
+	}
+	switch {
+	case len(l.acls) == 1 && s.safePorts == nil:
+		if v := portACL(l.acls[0]); v != nil {
+			s.safePorts = v
+			return true
+		}
+	case len(l.acls) == 2 && s.connectPorts == nil:
+		if a := s.acls[l.acls[0]]; a != nil && a.typ == "method" && len(a.values) == 1 && a.values[0] == "CONNECT" {
+			if v := portACL(l.acls[1]); v != nil {
+				s.connectPorts = v
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// within keeps the ports or ranges of a that lie wholly inside one of b's.
+func within(a, b []string) []string {
+	bounds := func(v string) (int, int) {
+		lo, hi, ok := strings.Cut(v, "-")
+		l, _ := strconv.Atoi(lo)
+		h := l
+		if ok {
+			h, _ = strconv.Atoi(hi)
+		}
+		return l, h
+	}
+	out := []string{}
+	for _, x := range a {
+		xl, xh := bounds(x)
+		for _, y := range b {
+			if yl, yh := bounds(y); xl >= yl && xh <= yh {
+				out = append(out, x)
+				break
+			}
+		}
+	}
+	return out
 }

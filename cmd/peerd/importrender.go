@@ -6,6 +6,8 @@ package main
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 )
 
@@ -46,15 +48,17 @@ func (s *squidImport) render() string {
 	if len(s.httpAccessLines) > 0 || s.sawACL {
 		b.WriteString("# http_access decides who is served: [[rule]] below\nallow = [\"0.0.0.0/0\", \"::/0\"]\n")
 	}
-	if len(s.denyTo) > 0 {
-		b.WriteString("\n[access]\ndeny_to = [")
-		for i, d := range s.denyTo {
-			if i > 0 {
-				b.WriteString(", ")
-			}
-			b.WriteString(tomlString(d))
+	if len(s.denyTo) > 0 || s.safePorts != nil || s.connectPorts != nil {
+		b.WriteString("\n[access]\n")
+		if s.safePorts != nil {
+			writeList(&b, "safe_ports", s.safePorts)
 		}
-		b.WriteString("]\n")
+		if s.connectPorts != nil {
+			writeList(&b, "connect_ports", s.connectPorts)
+		}
+		if len(s.denyTo) > 0 {
+			writeList(&b, "deny_to", s.denyTo)
+		}
 	}
 	fmt.Fprintf(&b, "\n[selection]\npolicy = %q\n", policy)
 	if s.icpListen != "" || s.icpTimeout > 0 {
@@ -66,8 +70,11 @@ func (s *squidImport) render() string {
 			fmt.Fprintf(&b, "query_timeout = %s\n", tomlString(s.icpTimeout.String()))
 		}
 	}
-	if s.cacheMem != "" || s.maxObject != "" {
+	if s.cacheMem != "" || s.maxObject != "" || s.heuristicSet {
 		b.WriteString("\n[cache]\n")
+		if s.heuristicSet {
+			fmt.Fprintf(&b, "heuristic_percent = %d\nheuristic_max = %s\n", s.heuristicPercent, tomlString(s.heuristicMax.String()))
+		}
 		if s.cacheMem != "" {
 			fmt.Fprintf(&b, "memory = %s\n", tomlString(s.cacheMem))
 		}
@@ -136,10 +143,9 @@ func writeRule(b *strings.Builder, table string, r importRule) {
 	if r.action != "" {
 		fmt.Fprintf(b, "action = %q\n", r.action)
 	}
-	for _, key := range []string{"src", "domains", "ports", "methods", "users", "urls"} {
-		if vals, ok := r.keys[key]; ok {
-			writeList(b, key, vals)
-		}
+	// Every key is written (a key left out would widen the table).
+	for _, key := range slices.Sorted(maps.Keys(r.keys)) {
+		writeList(b, key, r.keys[key])
 	}
 	if r.routed {
 		writeList(b, "peers", r.peers)

@@ -139,7 +139,7 @@ func (s *squidImport) peerAccess() {
 			if !ok || never {
 				continue
 			}
-			s.routes = append(s.routes, importRule{line: l.line, keys: keys, peers: append([]string{pl.peer}, free...), routed: true})
+			s.routes = append(s.routes, importRule{line: l.line, keys: keys, peers: s.inOrder(append([]string{pl.peer}, free...)), routed: true})
 		}
 	}
 	s.routes = append(s.routes, importRule{line: s.peerAccessLines[len(s.peerAccessLines)-1].line, peers: free, routed: true})
@@ -156,6 +156,22 @@ func (s *squidImport) unrestricted(names []string) []string {
 	for _, n := range names {
 		if !restricted[n] {
 			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// inOrder lists names in squid.conf's order of the peers (Squid's
+// first-up and default choices follow it).
+func (s *squidImport) inOrder(names []string) []string {
+	want := map[string]bool{}
+	for _, n := range names {
+		want[n] = true
+	}
+	var out []string
+	for _, p := range s.peers {
+		if want[p.name] {
+			out = append(out, p.name)
 		}
 	}
 	return out

@@ -64,6 +64,21 @@ type squidImport struct {
 	peerAccessLines           []peerAccessLine
 	rules, routes             []importRule
 	denyTo                    []string
+	// [access] ports from Squid's Safe_ports and SSL_ports lines, and
+	// [cache] heuristics from refresh_pattern's catch-all.
+	safePorts, connectPorts []string
+	heuristicPercent        int
+	heuristicMax            time.Duration
+	heuristicSet            bool
+	// lines are the directives read, in order.
+	lines []squidLine
+}
+
+// squidLine is one directive's (last) line number and name.
+type squidLine struct {
+	n         int
+	directive string
+	arg       string // the first argument (an acl's name)
 }
 
 func (s *squidImport) note(line int, format string, args ...any) {
@@ -168,6 +183,16 @@ const maxSquidLine = 1 << 20
 // (an originserver, a multicast group) is an error: a config without it
 // would route differently from Squid.
 func importSquid(r io.Reader) (string, []string, error) {
+	s, out, err := convertSquid(r)
+	if err != nil {
+		return "", nil, err
+	}
+	return out, s.notes, nil
+}
+
+// convertSquid is importSquid, keeping what was read (for the counts of
+// lines carried over).
+func convertSquid(r io.Reader) (*squidImport, string, error) {
 	s := &squidImport{}
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
@@ -181,7 +206,7 @@ func importSquid(r io.Reader) (string, []string, error) {
 		// A trailing backslash continues the line (squid.conf allows it).
 		if strings.HasSuffix(raw, "\\") {
 			if pending.Len()+len(raw) > maxSquidLine {
-				return "", nil, fmt.Errorf("line %d: a line continued past %d bytes", n, maxSquidLine)
+				return nil, "", fmt.Errorf("line %d: a line continued past %d bytes", n, maxSquidLine)
 			}
 			pending.WriteString(strings.TrimSuffix(raw, "\\"))
 			pending.WriteByte(' ')
@@ -200,15 +225,21 @@ func importSquid(r io.Reader) (string, []string, error) {
 		if line == "" {
 			continue
 		}
-		if err := s.directive(n, strings.Fields(line)); err != nil {
-			return "", nil, fmt.Errorf("line %d: %w", n, err)
+		w := strings.Fields(line)
+		sl := squidLine{n: n, directive: w[0]}
+		if len(w) > 1 {
+			sl.arg = w[1]
+		}
+		s.lines = append(s.lines, sl)
+		if err := s.directive(n, w); err != nil {
+			return nil, "", fmt.Errorf("line %d: %w", n, err)
 		}
 	}
 	if err := sc.Err(); err != nil {
-		return "", nil, err
+		return nil, "", err
 	}
 	if err := s.uniqueNames(); err != nil {
-		return "", nil, err
+		return nil, "", err
 	}
 	s.fitMaxObject()
 	s.httpAccess()
@@ -218,9 +249,9 @@ func importSquid(r io.Reader) (string, []string, error) {
 	// What is printed must pass -check; a squid.conf whose values peerd
 	// refuses is reported here with peerd's own words.
 	if _, ps := parseConfigFiles([]byte(out), false); len(ps) > 0 {
-		return "", nil, fmt.Errorf("the converted config would not pass -check: %v", ps)
+		return nil, "", fmt.Errorf("the converted config would not pass -check: %v", ps)
 	}
-	return out, s.notes, nil
+	return s, out, nil
 }
 
 func (s *squidImport) directive(n int, w []string) error {
@@ -253,6 +284,8 @@ func (s *squidImport) directive(n int, w []string) error {
 		s.cachePeerAccess(n, w[1:])
 	case "cache_peer_domain":
 		s.cachePeerDomain(n, w[1:])
+	case "refresh_pattern":
+		s.refreshPattern(n, w[1:])
 	case "prefer_direct":
 		if arg(1) == "on" && s.direct == "" {
 			s.direct = "prefer"

@@ -83,8 +83,11 @@ func TestImportSquidCorpus(t *testing.T) {
 			peers: []peer{{"primary.example.net", "primary.example.net", 3128, peers.Parent, 1}, {"backup.example.net", "backup.example.net", 3128, peers.Parent, 1}}},
 		{file: "unsupported.conf", policy: selection.FirstUp, direct: selection.DirectAllow,
 			peers: []peer{{"only", "10.3.0.1", 3128, peers.Parent, 1}},
-			notes: []string{"cache_dir", "refresh_pattern", "login=PASSTHRU"},
+			notes: []string{"cache_dir", "login=PASSTHRU"},
 			check: func(t *testing.T, c *fileConfig) {
+				if c.Cache.HeuristicPercent != 20 || c.Cache.HeuristicMax != 4320*time.Minute {
+					t.Errorf("refresh_pattern . 0 20%% 4320: heuristic %d%% max %v", c.Cache.HeuristicPercent, c.Cache.HeuristicMax)
+				}
 				if len(c.Rules) != 2 || c.Rules[0].Action != "allow" || fmt.Sprint(c.Rules[0].Src) != "[10.0.0.0/8]" || c.Rules[1].Action != "deny" {
 					t.Errorf("rules = %+v; want allow 10.0.0.0/8, then deny", c.Rules)
 				}

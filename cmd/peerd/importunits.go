@@ -1,7 +1,8 @@
 package main
 
 // This file holds import-squid's reading of Squid's durations and sizes,
-// and the fitting of maximum_object_size to peerd's memory cache.
+// the fitting of maximum_object_size to peerd's memory cache, and
+// refresh_pattern where peerd has an equivalent.
 
 import (
 	"fmt"
@@ -102,4 +103,35 @@ func squidSize(w []string) (string, error) {
 		}
 	}
 	return strconv.FormatInt(v, 10) + unit, nil
+}
+
+// refreshPattern reads "refresh_pattern [-i] REGEX MIN PERCENT% MAX
+// [OPTIONS]". The catch-all "." is [cache] heuristic_percent and
+// heuristic_max (with MIN 0 and no options); "^ftp:" and "^gopher:" never
+// match a URL peerd fetches (it refuses those schemes). Anything else is
+// listed.
+func (s *squidImport) refreshPattern(n int, w []string) {
+	all := strings.Join(w, " ")
+	if len(w) > 0 && w[0] == "-i" {
+		w = w[1:]
+	}
+	if len(w) < 4 {
+		s.note(n, "refresh_pattern %s: want REGEX MIN PERCENT MAX", all)
+		return
+	}
+	switch w[0] {
+	case "^ftp:", "^gopher:":
+		return
+	case ".":
+		pct, err := strconv.Atoi(strings.TrimSuffix(w[2], "%"))
+		maxMin, err2 := strconv.Atoi(w[3])
+		if w[1] != "0" || len(w) > 4 || err != nil || err2 != nil || pct < 0 || pct > 100 || maxMin < 0 {
+			s.note(n, "refresh_pattern %s: peerd's heuristic freshness has no minimum and no options", all)
+			return
+		}
+		s.heuristicPercent, s.heuristicMax = pct, time.Duration(maxMin)*time.Minute
+		s.heuristicSet = true
+		return
+	}
+	s.note(n, "refresh_pattern %s: peerd has one heuristic for every URL", all)
 }

@@ -23,6 +23,11 @@ type Spec struct {
 	Ports   []string `toml:"ports"`
 	Methods []string `toml:"methods"`
 	Users   []string `toml:"users"`
+	// Dst are destination addresses (Squid dst): matched against the
+	// host when it is an address, else against what the name resolves to
+	// (when the request can resolve; a name that does not resolve
+	// matches no address).
+	Dst []string `toml:"dst"`
 	// URLs are regular expressions (RE2; "(?i)" for Squid's -i) matched
 	// against the absolute URI, or host:port for CONNECT.
 	URLs []string `toml:"urls"`
@@ -36,6 +41,9 @@ type Request struct {
 	Method string
 	User   string // "" when not authenticated
 	URL    string // the absolute URI; host:port for CONNECT
+	// Resolve, when set, looks a host name up for dst (called only when a
+	// matcher with dst meets a name).
+	Resolve func(host string) []netip.Addr
 }
 
 // Matcher is a compiled Spec.
@@ -47,7 +55,8 @@ type Matcher struct {
 	users, notUsers     map[string]bool
 	anyUser             bool // users = ["*"]: any authenticated user (Squid REQUIRED)
 	urls, notURLs       []*regexp.Regexp
-	has                 [6]bool
+	dst, notDst         []netip.Prefix
+	has                 [7]bool
 }
 
 type portRange struct{ lo, hi int }
@@ -109,15 +118,10 @@ func Compile(s Spec) (*Matcher, error) {
 	}
 	for _, v := range s.Src {
 		v, neg := split(v)
-		p, err := netip.ParsePrefix(v)
+		p, err := parsePrefix(v)
 		if err != nil {
-			a, aerr := netip.ParseAddr(v)
-			if aerr != nil {
-				return nil, fmt.Errorf("src: %q is not an address or CIDR", v)
-			}
-			p = netip.PrefixFrom(a, a.BitLen())
+			return nil, fmt.Errorf("src: %q is not an address or CIDR", v)
 		}
-		p = p.Masked()
 		if neg {
 			m.notSrc = append(m.notSrc, p)
 		} else {
@@ -179,8 +183,33 @@ func Compile(s Spec) (*Matcher, error) {
 			m.urls = append(m.urls, re)
 		}
 	}
-	m.has = [6]bool{len(s.Domains) > 0, len(s.Src) > 0, len(s.Ports) > 0, len(s.Methods) > 0, len(s.Users) > 0, len(s.URLs) > 0}
+	for _, v := range s.Dst {
+		v, neg := split(v)
+		p, err := parsePrefix(v)
+		if err != nil {
+			return nil, fmt.Errorf("dst: %q is not an address or CIDR", v)
+		}
+		if neg {
+			m.notDst = append(m.notDst, p)
+		} else {
+			m.dst = append(m.dst, p)
+		}
+	}
+	m.has = [7]bool{len(s.Domains) > 0, len(s.Src) > 0, len(s.Ports) > 0, len(s.Methods) > 0, len(s.Users) > 0, len(s.URLs) > 0, len(s.Dst) > 0}
 	return m, nil
+}
+
+// parsePrefix reads a CIDR or a single address.
+func parsePrefix(v string) (netip.Prefix, error) {
+	p, err := netip.ParsePrefix(v)
+	if err != nil {
+		a, aerr := netip.ParseAddr(v)
+		if aerr != nil {
+			return p, aerr
+		}
+		p = netip.PrefixFrom(a, a.BitLen())
+	}
+	return p.Masked(), nil
 }
 
 func set(m map[string]bool, v string) map[string]bool {
@@ -226,7 +255,31 @@ func (m *Matcher) Match(r *Request) bool {
 			return false
 		}
 	}
+	if m.has[6] && !m.matchDst(r) {
+		return false
+	}
 	return true
+}
+
+// matchDst: the host's address (or, for a name, any address it resolves
+// to) is in dst and none is in the negated dst.
+func (m *Matcher) matchDst(r *Request) bool {
+	var addrs []netip.Addr
+	if a, err := netip.ParseAddr(strings.Trim(r.Host, "[]")); err == nil {
+		addrs = []netip.Addr{a}
+	} else if r.Resolve != nil {
+		addrs = r.Resolve(r.Host)
+	}
+	in := len(m.dst) == 0
+	for _, a := range addrs {
+		if inPrefixes(m.notDst, a) {
+			return false
+		}
+		if inPrefixes(m.dst, a) {
+			in = true
+		}
+	}
+	return in
 }
 
 func anyMatch(res []*regexp.Regexp, s string) bool {

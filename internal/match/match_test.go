@@ -104,3 +104,33 @@ func TestMatchURLs(t *testing.T) {
 		t.Errorf("a bad expression: %v; want an error naming urls", err)
 	}
 }
+
+// TestMatchDst: Squid's dst, on an address host and on a name through
+// the request's resolver; a name that does not resolve matches no address.
+func TestMatchDst(t *testing.T) {
+	m, err := Compile(Spec{Dst: []string{"10.0.0.0/8", "::1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resolve := func(host string) []netip.Addr {
+		if host == "intranet.test" {
+			return []netip.Addr{netip.MustParseAddr("10.2.3.4")}
+		}
+		return nil
+	}
+	for host, want := range map[string]bool{"10.9.9.9": true, "[::1]": true, "192.0.2.1": false, "intranet.test": true, "nowhere.test": false} {
+		if got := m.Match(&Request{Host: host, Resolve: resolve}); got != want {
+			t.Errorf("dst %s: %v; want %v", host, got, want)
+		}
+	}
+	if m.Match(&Request{Host: "intranet.test"}) {
+		t.Error("a name matched dst without a resolver")
+	}
+	neg, _ := Compile(Spec{Dst: []string{"!10.0.0.0/8"}})
+	if neg.Match(&Request{Host: "intranet.test", Resolve: resolve}) || !neg.Match(&Request{Host: "nowhere.test", Resolve: resolve}) {
+		t.Error("negated dst")
+	}
+	if _, err := Compile(Spec{Dst: []string{"example.com"}}); err == nil || !strings.Contains(err.Error(), "dst") {
+		t.Errorf("a name in dst: %v; want an error naming dst", err)
+	}
+}
