@@ -41,7 +41,76 @@ http_access deny net2
 // squidTail is what startSquid appends after its extra lines.
 const squidTail = "http_access allow localhost\nhttp_access deny all\n"
 
+// judgeCase is one squid.conf for the differential test: its extra
+// lines (%[1]s, %[2]s are two fake parents' ports), the requests, and
+// the clients they come from.
+type judgeCase struct {
+	name    string
+	conf    string
+	reqs    []judgeReq
+	clients []string
+	// bothParents: the case sends requests to each parent.
+	bothParents bool
+}
+
+type judgeReq struct{ method, target string }
+
+// outcome is what a client saw: refused (403), or which parent answered
+// ("" for none: DIRECT or an error).
+type outcome struct {
+	refused bool
+	parent  string
+}
+
 func TestImportedAccessAgreesWithSquid(t *testing.T) {
+	origin := newOrigin(t, func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "origin") })
+	_, oport, _ := net.SplitHostPort(origin)
+	var matrix []judgeReq
+	for _, host := range []string{"127.0.0.1:" + oport, "www.blocked.test", "ok.test", "ok.test:25", "ok.test:8080"} {
+		for _, path := range []string{"/", "/setup.EXE", "/squid-internal-mgr/menu"} {
+			matrix = append(matrix, judgeReq{"GET", "http://" + host + path}, judgeReq{"POST", "http://" + host + path})
+		}
+	}
+	for _, target := range []string{"ok.test:443", "ok.test:8443", "www.blocked.test:443", "127.0.0.1:" + oport} {
+		matrix = append(matrix, judgeReq{"CONNECT", target})
+	}
+	var routed []judgeReq
+	for _, host := range []string{"www.media.test", "media.test", "ok.test", "www.corp.test", "x.other.test"} {
+		routed = append(routed, judgeReq{"GET", "http://" + host + "/"}, judgeReq{"HEAD", "http://" + host + "/a"})
+	}
+	three := []string{"127.0.0.1", "127.0.0.2", "127.0.0.3"}
+	for _, jc := range []judgeCase{
+		{name: "http_access", conf: importedAccess, reqs: matrix, clients: three},
+		{name: "cache_peer_access", bothParents: true, clients: three, reqs: routed, conf: `cache_peer 127.0.0.1 parent %[2]s 0 no-query name=pb
+cache_peer 127.0.0.1 parent %[1]s 0 no-query name=pa
+acl media dstdomain .media.test
+acl net3 src 127.0.0.3
+cache_peer_access pb allow media
+cache_peer_access pb deny all
+never_direct allow all
+http_access deny net3
+`},
+		{name: "default and never_direct", clients: three, reqs: routed, conf: `cache_peer 127.0.0.1 parent %[1]s 0 no-query name=pa default
+cache_peer 127.0.0.1 parent %[2]s 0 no-query name=pb
+acl corp dstdomain .corp.test
+acl net2 src 127.0.0.2
+always_direct allow corp
+never_direct allow all
+http_access allow net2
+`},
+	} {
+		t.Run(jc.name, func(t *testing.T) { judge(t, jc) })
+	}
+}
+
+// judge runs one case: Squid on the squid.conf, peerd on its import,
+// the same requests to both.
+func judge(t *testing.T, jc judgeCase) {
+	pa, pb := newFakeParent(t, "pa"), newFakeParent(t, "pb")
+	conf := jc.conf
+	if strings.Contains(conf, "%[1]s") {
+		conf = fmt.Sprintf(conf, pa.port(), pb.port())
+	}
 	dir := t.TempDir()
 	// Squid resolves the test names from a hosts file (its DNS would time
 	// out); peerd fails to resolve them, which is not a refusal either.
@@ -52,10 +121,10 @@ func TestImportedAccessAgreesWithSquid(t *testing.T) {
 	t.Cleanup(func() { os.RemoveAll(hostsDir) })
 	os.Chmod(hostsDir, 0o755) // Squid reads it as its own user
 	hosts := filepath.Join(hostsDir, "hosts")
-	os.WriteFile(hosts, []byte("127.0.0.1 ok.test www.blocked.test\n"), 0o644)
-	sq := startSquid(t, "judge", "hosts_file "+hosts+"\n"+importedAccess)
+	os.WriteFile(hosts, []byte("127.0.0.1 ok.test www.blocked.test www.corp.test\n"), 0o644)
+	sq := startSquid(t, "judge", "hosts_file "+hosts+"\n"+conf)
 	src := filepath.Join(dir, "squid.conf")
-	os.WriteFile(src, []byte(importedAccess+squidTail), 0o644)
+	os.WriteFile(src, []byte(conf+squidTail), 0o644)
 	var stderr strings.Builder
 	cmd := exec.Command(peerdBin, "import-squid", src)
 	cmd.Stderr = &stderr
@@ -63,8 +132,8 @@ func TestImportedAccessAgreesWithSquid(t *testing.T) {
 	if err != nil {
 		t.Fatalf("import-squid: %v\n%s", err, stderr.String())
 	}
-	if strings.Contains(stderr.String(), "widened") || strings.Contains(stderr.String(), "http_access") {
-		t.Fatalf("import-squid could not carry every http_access line over:\n%s", stderr.String())
+	if strings.Contains(stderr.String(), "widened") || strings.Contains(stderr.String(), "not carried over (") {
+		t.Fatalf("import-squid could not carry every access line over:\n%s", stderr.String())
 	}
 	cfg := strings.Replace(string(out), "[proxy]\n", "[proxy]\nlisten = \"127.0.0.1:0\"\nconnect_timeout = \"1s\"\n", 1)
 	cfg += fmt.Sprintf("\n[admin]\nlisten = \"127.0.0.1:0\"\ntoken = \"secret\"\n[log]\naccess_log = %q\n", filepath.Join(dir, "access.log"))
@@ -75,20 +144,7 @@ func TestImportedAccessAgreesWithSquid(t *testing.T) {
 	}
 	p := startPeerd(t, cfg)
 
-	origin := newOrigin(t, func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "origin") })
-	_, oport, _ := net.SplitHostPort(origin)
-
-	type req struct{ method, target string }
-	var reqs []req
-	for _, host := range []string{"127.0.0.1:" + oport, "www.blocked.test", "ok.test", "ok.test:25", "ok.test:8080"} {
-		for _, path := range []string{"/", "/setup.EXE", "/squid-internal-mgr/menu"} {
-			reqs = append(reqs, req{"GET", "http://" + host + path}, req{"POST", "http://" + host + path})
-		}
-	}
-	for _, target := range []string{"ok.test:443", "ok.test:8443", "www.blocked.test:443", "127.0.0.1:" + oport} {
-		reqs = append(reqs, req{"CONNECT", target})
-	}
-	refused := func(proxy, client string, r req) bool {
+	ask := func(proxy, client string, r judgeReq) outcome {
 		t.Helper()
 		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(client)}, Timeout: 5 * time.Second}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -115,23 +171,29 @@ func TestImportedAccessAgreesWithSquid(t *testing.T) {
 			t.Fatalf("%s %s via %s from %s: %v\n%s", r.method, r.target, proxy, client, err, cl)
 		}
 		resp.Body.Close()
-		return resp.StatusCode == http.StatusForbidden
+		return outcome{refused: resp.StatusCode == http.StatusForbidden, parent: resp.Header.Get("X-Parent")}
 	}
-	checked, denied := 0, 0
-	for _, client := range []string{"127.0.0.1", "127.0.0.2", "127.0.0.3"} {
-		for _, r := range reqs {
-			s, pd := refused(sq.addr, client, r), refused(p.proxy, client, r)
+	checked, denied, parents := 0, 0, 0
+	for _, client := range jc.clients {
+		for _, r := range jc.reqs {
+			s, pd := ask(sq.addr, client, r), ask(p.proxy, client, r)
 			if s != pd {
-				t.Errorf("%s %s from %s: Squid refused=%v, peerd refused=%v", r.method, r.target, client, s, pd)
+				t.Errorf("%s %s from %s: Squid %+v, peerd %+v", r.method, r.target, client, s, pd)
 			}
 			checked++
-			if s {
+			if s.refused {
 				denied++
+			}
+			if s.parent != "" {
+				parents++
 			}
 		}
 	}
-	t.Logf("%d requests from 3 clients: Squid and peerd agree (%d refused by both)", checked, denied)
+	t.Logf("%d requests from %d clients: Squid and peerd agree (%d refused by both, %d through the same parent)", checked, len(jc.clients), denied, parents)
+	if jc.bothParents && (pa.requests("GET") == 0 || pb.requests("GET") == 0) {
+		t.Fatalf("GETs: pa %d, pb %d; the case should use both parents", pa.requests("GET"), pb.requests("GET"))
+	}
 	if denied == 0 || denied == checked {
-		t.Fatalf("%d of %d refused: the matrix does not test anything", denied, checked)
+		t.Fatalf("%d of %d refused: the case does not test access", denied, checked)
 	}
 }

@@ -15,6 +15,10 @@ func (s *squidImport) render() string {
 	var b strings.Builder
 	b.WriteString("# peerd config imported from a squid.conf by `peerd import-squid`.\n")
 	policy := s.policy()
+	firstParent := ""
+	if ps := s.parentNames(); len(ps) > 0 {
+		firstParent = ps[0]
+	}
 	if len(s.notes) > 0 {
 		b.WriteString("#\n# Not carried over:\n")
 		for _, n := range s.notes {
@@ -106,8 +110,10 @@ func (s *squidImport) render() string {
 		if p.maxConn > 0 {
 			fmt.Fprintf(&b, "max_conn = %d\n", p.maxConn)
 		}
-		if p.isDefault {
+		if p.isDefault && !(policy == "first-up" && p.name == firstParent) {
 			b.WriteString("default = true\n")
+		} else if p.isDefault {
+			b.WriteString("# squid.conf says default, but Squid's first-up tries the first parent listed first: so does this\n")
 		}
 		if p.login != "" {
 			fmt.Fprintf(&b, "login = %s\n", tomlString(p.login))
