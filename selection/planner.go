@@ -30,6 +30,9 @@ type Options struct {
 	MaxTries int
 	// Routes are the compiled [[route]] tables, in order.
 	Routes []Route
+	// index finds the first route for a request: domain-only routes by
+	// an O(labels) lookup, the others in order (built by SetOptions).
+	index *routeIndex
 }
 
 // Request holds the facts about a request that selection uses.
@@ -109,6 +112,7 @@ func (pl *Planner) SetOptions(o Options) {
 	if o.MaxTries <= 0 {
 		o.MaxTries = 25
 	}
+	o.index = indexRoutes(o.Routes)
 	pl.opts.Store(&o)
 }
 
@@ -209,7 +213,7 @@ func (pl *Planner) plan(r Request, dry bool) Plan {
 	o := pl.opts.Load()
 	p := Plan{v: pl.currentView(), opts: o, pl: pl, w: walk{first: -1}, route: -1, policy: o.Policy, direct: o.Direct}
 	p.w.reset()
-	if p.route = routeFor(o.Routes, &r); p.route >= 0 {
+	if p.route = o.index.routeFor(o.Routes, &r); p.route >= 0 {
 		rt := &o.Routes[p.route]
 		if rt.hasPolicy {
 			p.policy = rt.policy

@@ -41,6 +41,8 @@ func newFixture(t testing.TB, specs ...string) *fixture {
 				fmt.Sscan(o[1:], &sp.MaxConn)
 			case o == "icp":
 				sp.ICPPort = 3130
+			case strings.HasPrefix(o, "t"):
+				fmt.Sscan(o[1:], &sp.Tier)
 			}
 		}
 		ss = append(ss, sp)

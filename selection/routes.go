@@ -8,6 +8,7 @@ package selection
 import (
 	"fmt"
 	"net/netip"
+	"strings"
 
 	"github.com/peerd/peerd/internal/conf"
 	"github.com/peerd/peerd/internal/match"
@@ -78,17 +79,48 @@ func CompileRoutes(specs []RouteSpec, peerNames map[string]bool) ([]Route, error
 	return out, es.Err()
 }
 
+// routeIndex finds the first route a request matches: the routes whose
+// only key is domains are in one index (a lookup costs O(labels) however
+// many there are); the others are tried in order, up to the index's
+// answer.
+type routeIndex struct {
+	domains match.DomainIndex
+	others  []int
+}
+
+func indexRoutes(routes []Route) *routeIndex {
+	x := &routeIndex{}
+	for i := range routes {
+		if exact, suffix, ok := routes[i].m.DomainsOnly(); ok {
+			x.domains.Add(i, exact, suffix)
+			continue
+		}
+		x.others = append(x.others, i)
+	}
+	return x
+}
+
 // routeFor is the index of the first route r matches, -1 for none.
-func routeFor(routes []Route, r *Request) int {
+func (x *routeIndex) routeFor(routes []Route, r *Request) int {
 	if len(routes) == 0 {
 		return -1
 	}
+	if x == nil {
+		x = indexRoutes(routes)
+	}
+	best := x.domains.Lookup(strings.ToLower(r.Host))
+	if len(x.others) == 0 {
+		return best
+	}
 	client, _ := netip.ParseAddr(r.ClientIP)
 	mr := match.Request{Host: r.Host, Client: client, Port: r.Port, Method: r.Method, User: r.User, URL: r.URL}
-	for i := range routes {
+	for _, i := range x.others {
+		if best >= 0 && i > best {
+			break
+		}
 		if routes[i].m.Match(&mr) {
 			return i
 		}
 	}
-	return -1
+	return best
 }

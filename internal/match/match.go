@@ -309,3 +309,66 @@ func inPorts(rs []portRange, p int) bool {
 	}
 	return false
 }
+
+// DomainsOnly returns the domains of a matcher whose only key is
+// positive domains (for an index over many such matchers).
+func (m *Matcher) DomainsOnly() (exact, suffix []string, ok bool) {
+	if m.has != [7]bool{true} || !m.notDomains.empty() {
+		return nil, nil, false
+	}
+	for d := range m.domains.exact {
+		exact = append(exact, d)
+	}
+	for d := range m.domains.suffix {
+		suffix = append(suffix, d)
+	}
+	return exact, suffix, true
+}
+
+// DomainIndex finds, among many domain lists, the first (lowest numbered)
+// that holds a host, in O(labels) whatever the number of lists.
+type DomainIndex struct {
+	exact, suffix map[string]int
+}
+
+// Add files list i's domains (exact names and ".suffix" names without
+// the dot); a domain already filed keeps its lower number.
+func (x *DomainIndex) Add(i int, exact, suffix []string) {
+	if x.exact == nil {
+		x.exact, x.suffix = map[string]int{}, map[string]int{}
+	}
+	for _, d := range exact {
+		if j, ok := x.exact[d]; !ok || i < j {
+			x.exact[d] = i
+		}
+	}
+	for _, d := range suffix {
+		if j, ok := x.suffix[d]; !ok || i < j {
+			x.suffix[d] = i
+		}
+	}
+}
+
+// Lookup is the lowest list number holding host, -1 for none.
+func (x *DomainIndex) Lookup(host string) int {
+	best := -1
+	take := func(i int, ok bool) {
+		if ok && (best < 0 || i < best) {
+			best = i
+		}
+	}
+	if x.exact == nil {
+		return -1
+	}
+	i, ok := x.exact[host]
+	take(i, ok)
+	i, ok = x.suffix[host]
+	take(i, ok)
+	for k := 0; k < len(host); k++ {
+		if host[k] == '.' {
+			i, ok = x.suffix[host[k+1:]]
+			take(i, ok)
+		}
+	}
+	return best
+}
