@@ -137,7 +137,7 @@ http_access allow all
 		peers   string
 		direct  string
 	}{
-		{[]string{".corp.example"}, "[a.example]", "never"}, // b and c are restricted to other domains
+		{[]string{".corp.example"}, "[a.example]", "never"},     // b and c are restricted to other domains
 		{[]string{".cdn.example"}, "[a.example b.example]", ""}, // in squid.conf's order
 		{[]string{".video.example"}, "[a.example c.example]", ""},
 		{nil, "[a.example]", ""},
