@@ -6,6 +6,7 @@ package cache
 
 import (
 	"time"
+	"unsafe"
 
 	"github.com/peerd/peerd/internal/h1"
 )
@@ -33,7 +34,7 @@ func (c *Cache) build(r *Request, resp *h1.Response, reqTime, respTime time.Time
 	o.fields = appendStoredFields(make([]byte, 0, fieldsSize(resp)), resp, &cc, respTime)
 	o.index(r)
 	o.setAge(resp)
-	o.lifetime = c.lifetime(o, &cc)
+	o.lifetime = c.lifetime(o, &cc, unsafe.String(unsafe.SliceData(r.Key), len(r.Key))) // not kept
 	if o.vary != nil && varyStar(o.vary) {
 		return nil, false
 	}
@@ -109,7 +110,7 @@ func hasSetCookie(resp *h1.Response) bool {
 }
 
 // lifetime is the freshness lifetime in seconds (RFC 9111 4.2.1, 4.2.2).
-func (c *Cache) lifetime(o *Object, cc *Directives) int64 {
+func (c *Cache) lifetime(o *Object, cc *Directives, key string) int64 {
 	switch {
 	case cc.has(ccFreshnessInvalid):
 		return 0
@@ -126,14 +127,24 @@ func (c *Cache) lifetime(o *Object, cc *Directives) int64 {
 		return max(0, exp-o.dateValue)
 	}
 	st := c.cfg()
-	if o.lastModRaw != nil && (heuristicStatus(o.Status) || cc.has(ccPublic)) && st.heuristicPercent > 0 {
-		since := o.dateValue - o.lastModified
-		if since <= 0 {
-			return 0
+	pct, minLife, maxLife := st.heuristicPercent, int64(0), int64(st.heuristicMax/time.Second)
+	for i := range st.refresh {
+		if p := &st.refresh[i]; p.re.MatchString(key) {
+			pct, minLife, maxLife = p.percent, p.min, p.max
+			break
 		}
-		return min(since*int64(st.heuristicPercent)/100, int64(st.heuristicMax/time.Second))
 	}
-	return 0
+	if !heuristicStatus(o.Status) && !cc.has(ccPublic) {
+		return 0
+	}
+	if o.lastModRaw == nil {
+		return minLife // Squid: fresh for min without Last-Modified
+	}
+	since := o.dateValue - o.lastModified
+	if since <= 0 || pct <= 0 {
+		return minLife
+	}
+	return min(max(since*int64(pct)/100, minLife), maxLife)
 }
 
 // fieldsSize guesses the stored fields' size to allocate once.

@@ -1,6 +1,7 @@
 package cache
 
 import (
+	"regexp"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -61,6 +62,14 @@ type settings struct {
 	collapse         bool
 	staleIfDead      time.Duration
 	inflightMax      int64
+	refresh          []refreshPattern
+}
+
+// refreshPattern is a compiled RefreshPattern (seconds).
+type refreshPattern struct {
+	re       *regexp.Regexp
+	min, max int64
+	percent  int
 }
 
 // passFor is how long a key whose answer could not be stored skips
@@ -88,11 +97,24 @@ func (c *Cache) Reconfigure(cfg Config) {
 		maxObject: int64(cfg.MaxObject), heuristicPercent: cfg.HeuristicPercent,
 		heuristicMax: cfg.HeuristicMax, collapse: cfg.Collapse, staleIfDead: cfg.StaleIfDead,
 		inflightMax: inflightBudget(int64(cfg.Memory), int64(cfg.MaxObject)),
+		refresh:     compileRefresh(cfg.RefreshPatterns),
 	})
 	c.store.resize(int64(cfg.Memory))
 }
 
 func (c *Cache) cfg() *settings { return c.settings.Load() }
+
+// compileRefresh compiles validated patterns (one that does not compile
+// is left out; Validate refused it already).
+func compileRefresh(ps []RefreshPattern) []refreshPattern {
+	var out []refreshPattern
+	for _, p := range ps {
+		if re, err := regexp.Compile(p.Pattern); err == nil {
+			out = append(out, refreshPattern{re: re, min: int64(p.Min / time.Second), max: int64(p.Max / time.Second), percent: p.Percent})
+		}
+	}
+	return out
+}
 
 // inflightBudget is how many bytes responses being stored may hold at
 // once: a quarter of the memory, and at least one largest object, so that
@@ -414,7 +436,7 @@ func (c *Cache) Refresh(old *Object, r *Request, resp *h1.Response, reqTime, res
 		}
 	})
 	o.flags, o.swr, o.sie = cc.flags, cc.StaleWhileRevalidate, cc.StaleIfError
-	o.lifetime = c.lifetime(o, &cc)
+	o.lifetime = c.lifetime(o, &cc, o.Key)
 	o.vary, o.varyValues, o.secondary = old.vary, old.varyValues, old.secondary
 	o.Size = int64(len(o.Key)+len(o.secondary)+len(o.fields)+len(o.Body)) + objectOverhead
 	if cc.has(ccNoStore) || cc.has(ccPrivate) {

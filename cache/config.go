@@ -1,6 +1,7 @@
 package cache
 
 import (
+	"regexp"
 	"time"
 
 	"github.com/peerd/peerd/internal/conf"
@@ -24,6 +25,23 @@ type Config struct {
 	// StaleIfDead: with no live next hop, a stale response up to this far
 	// past its freshness answers instead of an error; 0 turns it off.
 	StaleIfDead time.Duration `toml:"stale_if_dead"`
+	// RefreshPatterns (Squid refresh_pattern): for a response that states
+	// no freshness, the first pattern matching its URL gives the
+	// heuristic instead of heuristic_percent and heuristic_max.
+	RefreshPatterns []RefreshPattern `toml:"refresh_patterns"`
+}
+
+// RefreshPattern is one refresh_patterns entry.
+type RefreshPattern struct {
+	// Pattern is an RE2 regular expression on the URL ("(?i)" for
+	// Squid's -i).
+	Pattern string `toml:"pattern"`
+	// Min: a response without Last-Modified is fresh this long, and a
+	// heuristic lifetime is never shorter.
+	Min time.Duration `toml:"min"`
+	// Percent of the time since Last-Modified, capped at Max.
+	Percent int           `toml:"percent"`
+	Max     time.Duration `toml:"max"`
 }
 
 // DefaultConfig returns the built-in [cache] defaults.
@@ -58,6 +76,14 @@ func (c Config) Validate() error {
 	}
 	if c.StaleIfDead < 0 {
 		es.Addf("cache", "stale_if_dead", "must not be negative")
+	}
+	for i, p := range c.RefreshPatterns {
+		if _, err := regexp.Compile(p.Pattern); err != nil {
+			es.Addf("cache", "refresh_patterns", "[%d] pattern %q: %v", i, p.Pattern, err)
+		}
+		if p.Percent < 0 || p.Percent > 100 || p.Min < 0 || p.Max < 0 || p.Min > p.Max {
+			es.Addf("cache", "refresh_patterns", "[%d]: want 0 <= min <= max and percent 0-100", i)
+		}
 	}
 	return es.Err()
 }

@@ -649,3 +649,47 @@ func TestVariantsCapped(t *testing.T) {
 		t.Fatalf("%d objects stored for one URL; want %d", n, maxVariants)
 	}
 }
+
+// TestRefreshPatterns: Squid's refresh_pattern: the first pattern that
+// matches the URL gives the heuristic (min without Last-Modified, percent
+// of the time since it, between min and max); others keep the defaults.
+func TestRefreshPatterns(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.RefreshPatterns = []RefreshPattern{
+		{Pattern: `(?i)\.deb$`, Min: 90 * 24 * time.Hour, Percent: 100, Max: 90 * 24 * time.Hour},
+		{Pattern: `(?i)(/cgi-bin/|\?)`, Min: 0, Percent: 0, Max: 0},
+		{Pattern: `/Release$`, Min: 0, Percent: 20, Max: time.Hour},
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	c := New(cfg)
+	for _, tc := range []struct {
+		url    string
+		fields []string
+		want   int64
+	}{
+		{"http://example.com/pool/x.DEB", []string{"Date: {0}"}, 90 * 86400},                            // min, no Last-Modified
+		{"http://example.com/pool/x.deb", []string{"Last-Modified: {-86400}", "Date: {0}"}, 90 * 86400}, // 100% of a day, raised to min
+		{"http://example.com/search?q=1", []string{"Last-Modified: {-86400}", "Date: {0}"}, 0},          // 0%: no heuristic
+		{"http://example.com/dists/Release", []string{"Last-Modified: {-86400}", "Date: {0}"}, 3600},    // 20% of a day, capped at 1h
+		{"http://example.com/other", []string{"Last-Modified: {-86400}", "Date: {0}"}, 8640},            // the defaults: 10%
+		{"http://example.com/other", []string{"Date: {0}"}, -1},                                         // defaults: no freshness, no validator: not stored
+		{"http://example.com/pool/x.deb", []string{"Cache-Control: max-age=60", "Date: {0}"}, 60},       // explicit freshness wins
+	} {
+		r := request(t, "GET", tc.url)
+		o, ok := c.build(r, response(t, "200 OK", tc.fields...), t0, t0)
+		got := int64(-1)
+		if ok {
+			got = o.lifetime
+		}
+		if got != tc.want {
+			t.Errorf("%s %v: lifetime %d (-1: not stored); want %d", tc.url, tc.fields, got, tc.want)
+		}
+	}
+	bad := DefaultConfig()
+	bad.RefreshPatterns = []RefreshPattern{{Pattern: "(", Max: time.Hour}, {Pattern: "x", Min: 2 * time.Hour, Max: time.Hour}}
+	if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), "refresh_patterns") {
+		t.Fatalf("bad patterns: %v; want errors naming refresh_patterns", err)
+	}
+}

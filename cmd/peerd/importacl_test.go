@@ -220,10 +220,11 @@ func TestImportSharedCorpus(t *testing.T) {
 		t.Logf("  %-18s %3d of %3d", f, byFamily[f][0], byFamily[f][1])
 	}
 	// Issue 24 asks for 90%. What is left: cache_dir (17 lines) waits for
-	// the disk cache (issue 23); refresh_pattern lines for particular URLs
-	// (55) need per-URL heuristics peerd does not have; acl values in
-	// files that are not on this machine. This floor keeps what is done.
-	if pct < 82 {
-		t.Errorf("%.1f%% of the lines carried over; it was 82%% (issue 24 asks for 90%%)", pct)
+	// the disk cache (issue 23); refresh_pattern options (refresh-ims,
+	// override-expire, ...); acl values in files that are not on this
+	// machine; ACL types with no equivalent (at_step, any-of, ...). This
+	// floor keeps what is done.
+	if pct < 87 {
+		t.Errorf("%.1f%% of the lines carried over; it was 87.7%% (issue 24 asks for 90%%)", pct)
 	}
 }

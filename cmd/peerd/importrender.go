@@ -74,8 +74,15 @@ func (s *squidImport) render() string {
 			fmt.Fprintf(&b, "query_timeout = %s\n", tomlString(s.icpTimeout.String()))
 		}
 	}
-	if s.cacheMem != "" || s.maxObject != "" || s.heuristicSet {
+	if s.cacheMem != "" || s.maxObject != "" || s.heuristicSet || len(s.refresh) > 0 {
 		b.WriteString("\n[cache]\n")
+		if len(s.refresh) > 0 {
+			b.WriteString("refresh_patterns = [  # refresh_pattern, in order\n")
+			for _, p := range s.refresh {
+				fmt.Fprintf(&b, "  { pattern = %s, min = %s, percent = %d, max = %s },\n", tomlString(p.Pattern), tomlString(p.Min.String()), p.Percent, tomlString(p.Max.String()))
+			}
+			b.WriteString("]\n")
+		}
 		if s.heuristicSet {
 			fmt.Fprintf(&b, "heuristic_percent = %d\nheuristic_max = %s\n", s.heuristicPercent, tomlString(s.heuristicMax.String()))
 		}

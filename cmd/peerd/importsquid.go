@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"fmt"
+	"github.com/peerd/peerd/cache"
 	"io"
 	"net"
 	"net/netip"
@@ -70,6 +71,7 @@ type squidImport struct {
 	heuristicPercent        int
 	heuristicMax            time.Duration
 	heuristicSet            bool
+	refresh                 []cache.RefreshPattern
 	// lines are the directives read, in order.
 	lines []squidLine
 }
@@ -218,14 +220,18 @@ func convertSquid(r io.Reader) (*squidImport, string, error) {
 			line = pending.String()
 			pending.Reset()
 		}
-		line = strings.TrimSpace(line)
-		if i := strings.IndexByte(line, '#'); i >= 0 {
-			line = strings.TrimSpace(line[:i])
+		// A comment starts at a word that begins with '#' (a '#' inside a
+		// word, as in a refresh_pattern's "([#&?]|$)", is the word's).
+		w := strings.Fields(line)
+		for i, f := range w {
+			if strings.HasPrefix(f, "#") {
+				w = w[:i]
+				break
+			}
 		}
-		if line == "" {
+		if len(w) == 0 {
 			continue
 		}
-		w := strings.Fields(line)
 		sl := squidLine{n: n, directive: w[0]}
 		if len(w) > 1 {
 			sl.arg = w[1]
@@ -242,6 +248,7 @@ func convertSquid(r io.Reader) (*squidImport, string, error) {
 		return nil, "", err
 	}
 	s.fitMaxObject()
+	s.refreshDefaults()
 	s.httpAccess()
 	s.directRoutes()
 	s.peerAccess()

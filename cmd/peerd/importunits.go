@@ -6,6 +6,7 @@ package main
 
 import (
 	"fmt"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -106,32 +107,56 @@ func squidSize(w []string) (string, error) {
 }
 
 // refreshPattern reads "refresh_pattern [-i] REGEX MIN PERCENT% MAX
-// [OPTIONS]". The catch-all "." is [cache] heuristic_percent and
-// heuristic_max (with MIN 0 and no options); "^ftp:" and "^gopher:" never
-// match a URL peerd fetches (it refuses those schemes). Anything else is
-// listed.
+// [OPTIONS]" into [cache] refresh_patterns (a last catch-all "." with
+// MIN 0 into heuristic_percent and heuristic_max instead). "^ftp:" and
+// "^gopher:" never match a URL peerd fetches (it refuses those schemes).
+// Options (override-expire, refresh-ims, ...) and expressions RE2 cannot
+// read are listed.
 func (s *squidImport) refreshPattern(n int, w []string) {
 	all := strings.Join(w, " ")
+	fold := false
 	if len(w) > 0 && w[0] == "-i" {
-		w = w[1:]
+		fold, w = true, w[1:]
 	}
 	if len(w) < 4 {
 		s.note(n, "refresh_pattern %s: want REGEX MIN PERCENT MAX", all)
 		return
 	}
-	switch w[0] {
-	case "^ftp:", "^gopher:":
-		return
-	case ".":
-		pct, err := strconv.Atoi(strings.TrimSuffix(w[2], "%"))
-		maxMin, err2 := strconv.Atoi(w[3])
-		if w[1] != "0" || len(w) > 4 || err != nil || err2 != nil || pct < 0 || pct > 100 || maxMin < 0 {
-			s.note(n, "refresh_pattern %s: peerd's heuristic freshness has no minimum and no options", all)
-			return
-		}
-		s.heuristicPercent, s.heuristicMax = pct, time.Duration(maxMin)*time.Minute
-		s.heuristicSet = true
+	if w[0] == "^ftp:" || w[0] == "^gopher:" {
 		return
 	}
-	s.note(n, "refresh_pattern %s: peerd has one heuristic for every URL", all)
+	minMin, err1 := strconv.Atoi(w[1])
+	pct, err2 := strconv.Atoi(strings.TrimSuffix(w[2], "%"))
+	maxMin, err3 := strconv.Atoi(w[3])
+	if err1 != nil || err2 != nil || err3 != nil || minMin < 0 || pct < 0 || pct > 100 || maxMin < minMin {
+		s.note(n, "refresh_pattern %s: want MIN <= MAX minutes and a percent 0-100", all)
+		return
+	}
+	if len(w) > 4 {
+		s.note(n, "refresh_pattern %s: options %s have no peerd equivalent", all, strings.Join(w[4:], " "))
+		return
+	}
+	re := w[0]
+	if fold {
+		re = "(?i)" + re
+	}
+	if _, err := regexp.Compile(re); err != nil {
+		s.note(n, "refresh_pattern %s: not an RE2 expression", all)
+		return
+	}
+	s.refresh = append(s.refresh, cache.RefreshPattern{Pattern: re, Min: time.Duration(minMin) * time.Minute,
+		Percent: pct, Max: time.Duration(maxMin) * time.Minute})
+}
+
+// refreshDefaults moves a last catch-all "." with MIN 0 into the
+// heuristic defaults (the patterns before it come first either way).
+func (s *squidImport) refreshDefaults() {
+	n := len(s.refresh)
+	if n == 0 {
+		return
+	}
+	if last := s.refresh[n-1]; last.Pattern == "." && last.Min == 0 {
+		s.heuristicPercent, s.heuristicMax, s.heuristicSet = last.Percent, last.Max, true
+		s.refresh = s.refresh[:n-1]
+	}
 }
