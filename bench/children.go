@@ -108,6 +108,11 @@ func waitListening(addr string) {
 
 // startPeerd runs peerd with the given parents.
 func startPeerd(work, bin string, parents []hop, extra string) *child {
+	return startPeerdWith(work, bin, parents, extra, "")
+}
+
+// startPeerdWith is startPeerd with keys added to every [[peer]].
+func startPeerdWith(work, bin string, parents []hop, extra, peerExtra string) *child {
 	dir, _ := os.MkdirTemp(work, "peerd-")
 	var b strings.Builder
 	fmt.Fprintf(&b, "[proxy]\nlisten = \"127.0.0.1:0\"\nconnect_timeout = \"1s\"\n%s\n[admin]\nlisten = \"127.0.0.1:0\"\n[log]\nlevel = \"info\"\n", extra)
@@ -116,7 +121,7 @@ func startPeerd(work, bin string, parents []hop, extra string) *child {
 	// destination policy refuses.
 	b.WriteString("[access]\ndeny_to_local = false\nconnect_ports = [\"1-65535\"]\n")
 	for _, p := range parents {
-		fmt.Fprintf(&b, "[[peer]]\nname = %q\nhost = \"127.0.0.1\"\nport = %s\n", p.name, p.port)
+		fmt.Fprintf(&b, "[[peer]]\nname = %q\nhost = \"127.0.0.1\"\nport = %s\n%s", p.name, p.port, peerExtra)
 	}
 	var env []string
 	if *threads > 0 {
@@ -130,6 +135,12 @@ func startPeerd(work, bin string, parents []hop, extra string) *child {
 // startSquid runs Squid as the child with the given parents (round-robin,
 // no caching), or direct when parents is empty.
 func startSquid(work, bin string, parents []hop) *child {
+	return startSquidWith(work, bin, parents, "", "")
+}
+
+// startSquidWith is startSquid with options added to every cache_peer
+// line and lines added to squid.conf.
+func startSquidWith(work, bin string, parents []hop, peerOpts, extra string) *child {
 	dir, _ := os.MkdirTemp(work, "squid-")
 	var b strings.Builder
 	b.WriteString("cache deny all\nconnect_timeout 1 seconds\npeer_connect_timeout 1 seconds\n")
@@ -138,9 +149,10 @@ func startSquid(work, bin string, parents []hop) *child {
 	} else {
 		b.WriteString("never_direct allow all\n")
 		for _, p := range parents {
-			fmt.Fprintf(&b, "cache_peer 127.0.0.1 parent %s 0 no-query no-digest round-robin name=%s\n", p.port, p.name)
+			fmt.Fprintf(&b, "cache_peer 127.0.0.1 parent %s 0 no-query no-digest round-robin name=%s%s\n", p.port, p.name, peerOpts)
 		}
 	}
+	b.WriteString(extra)
 	sq, err := testbed.StartSquid(bin, dir, testbed.SquidOptions{Name: "squid-" + filepath.Base(dir), Extra: b.String(), NoAccessLog: true})
 	must(err)
 	return &child{kind: "squid", addr: sq.Addr, dir: dir, pid: sq.Pid(), stop: sq.Kill}

@@ -24,6 +24,8 @@ type Results struct {
 	Fleet      []FleetRow   `json:"fleet"`
 	ICP        []ICPRow     `json:"icp"`
 	Gray       []GrayRow    `json:"gray"`
+	TLS        []Throughput `json:"tls_parent"`
+	Auth       []Throughput `json:"basic_auth"`
 }
 
 // wrkBin is wrk's path ("": load by a Go client).
@@ -148,6 +150,7 @@ func (r *Results) markdown() string {
 	b.WriteString(r.fleetSection())
 	b.WriteString(r.icpSection())
 	b.WriteString(r.graySection())
+	b.WriteString(r.tlsAuthSection())
 	return b.String()
 }
 

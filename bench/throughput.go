@@ -322,6 +322,7 @@ func wrkPct(s, pct string) float64 {
 
 func proxyClient(addr string, timeout time.Duration) *http.Client {
 	u, _ := url.Parse("http://" + addr)
+	u.User = loadUser // Basic credentials for the auth rows (nil: none)
 	return &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(u), MaxIdleConnsPerHost: 256, DisableCompression: true}, Timeout: timeout}
 }
 
