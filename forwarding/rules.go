@@ -20,14 +20,9 @@ import (
 
 // RuleSpec is one [[rule]] table.
 type RuleSpec struct {
-	Action  string   `toml:"action"`
-	Domains []string `toml:"domains"`
-	Src     []string `toml:"src"`
-	Ports   []string `toml:"ports"`
-	Methods []string `toml:"methods"`
-	Users   []string `toml:"users"`
-	URLs    []string `toml:"urls"`
-	Dst     []string `toml:"dst"`
+	Action string `toml:"action"`
+	// The match keys (domains, src, ports, methods, users, urls, dst).
+	match.Spec
 }
 
 // Rule is a compiled RuleSpec.
@@ -47,7 +42,7 @@ func CompileRules(specs []RuleSpec) ([]Rule, error) {
 		if s.Action != "allow" && s.Action != "deny" {
 			bad("action", `must be "allow" or "deny", got %q`, s.Action)
 		}
-		m, err := match.Compile(match.Spec{Domains: s.Domains, Src: s.Src, Ports: s.Ports, Methods: s.Methods, Users: s.Users, URLs: s.URLs, Dst: s.Dst})
+		m, err := match.Compile(s.Spec)
 		if err != nil {
 			bad("match", "%v", err)
 			continue

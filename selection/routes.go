@@ -16,13 +16,8 @@ import (
 
 // RouteSpec is one [[route]] table.
 type RouteSpec struct {
-	Domains []string `toml:"domains"`
-	Src     []string `toml:"src"`
-	Ports   []string `toml:"ports"`
-	Methods []string `toml:"methods"`
-	Users   []string `toml:"users"`
-	URLs    []string `toml:"urls"`
-	Dst     []string `toml:"dst"`
+	// The match keys (domains, src, ports, methods, users, urls, dst).
+	match.Spec
 	// Peers are the peers these requests may use ([] = none: only
 	// DIRECT, if allowed).
 	Peers []string `toml:"peers"`
@@ -51,7 +46,7 @@ func CompileRoutes(specs []RouteSpec, peerNames map[string]bool) ([]Route, error
 		bad := func(key, format string, args ...any) {
 			es.Add(&conf.Error{Section: "route", Index: i, Name: fmt.Sprint(i), Key: key, Msg: fmt.Sprintf(format, args...)})
 		}
-		m, err := match.Compile(match.Spec{Domains: s.Domains, Src: s.Src, Ports: s.Ports, Methods: s.Methods, Users: s.Users, URLs: s.URLs, Dst: s.Dst})
+		m, err := match.Compile(s.Spec)
 		if err != nil {
 			bad("match", "%v", err)
 			continue

@@ -30,10 +30,10 @@ func TestTiers(t *testing.T) {
 func TestRoutes(t *testing.T) {
 	f := newFixture(t, "a", "b", "c")
 	routes, err := CompileRoutes([]RouteSpec{
-		{Domains: []string{".media.test"}, Peers: []string{"c"}},
-		{Src: []string{"10.9.0.0/16"}, Peers: []string{"b"}, Direct: "never"},
-		{Domains: []string{".media.test", ".other.test"}, Peers: []string{"a"}}, // shadowed for media.test
-		{Methods: []string{"CONNECT"}, Peers: []string{}, Direct: "always"},
+		{Spec: match.Spec{Domains: []string{".media.test"}}, Peers: []string{"c"}},
+		{Spec: match.Spec{Src: []string{"10.9.0.0/16"}}, Peers: []string{"b"}, Direct: "never"},
+		{Spec: match.Spec{Domains: []string{".media.test", ".other.test"}}, Peers: []string{"a"}}, // shadowed for media.test
+		{Spec: match.Spec{Methods: []string{"CONNECT"}}, Peers: []string{}, Direct: "always"},
 	}, map[string]bool{"a": true, "b": true, "c": true})
 	if err != nil {
 		t.Fatal(err)
@@ -140,7 +140,7 @@ func BenchmarkRoutes(b *testing.B) {
 				f := newFixture(b, "a", "b", "c", "d", "e", "f", "g", "h")
 				var specs []RouteSpec
 				for i := 0; i < n; i++ {
-					specs = append(specs, RouteSpec{Domains: []string{fmt.Sprintf(".site%d.test", i)}, Peers: []string{"a", "b"}})
+					specs = append(specs, RouteSpec{Spec: match.Spec{Domains: []string{fmt.Sprintf(".site%d.test", i)}}, Peers: []string{"a", "b"}})
 				}
 				routes, err := CompileRoutes(specs, map[string]bool{"a": true, "b": true})
 				if err != nil {

@@ -54,12 +54,21 @@ func (d *decoder) arrayTables(name string, prim toml.Primitive, out any) {
 	}
 }
 
-// tomlFields maps the toml tags of the struct v points to onto its fields.
+// tomlFields maps the toml tags of the struct v points to onto its fields;
+// an embedded struct's fields count as the outer struct's (as the TOML
+// decoder reads them).
 func tomlFields(v any) map[string]reflect.Value {
 	rv := reflect.ValueOf(v).Elem()
 	out := map[string]reflect.Value{}
 	for i := 0; i < rv.NumField(); i++ {
-		if tag, _, _ := strings.Cut(rv.Type().Field(i).Tag.Get("toml"), ","); tag != "" && tag != "-" {
+		f := rv.Type().Field(i)
+		if f.Anonymous && f.Type.Kind() == reflect.Struct && f.Tag.Get("toml") == "" {
+			for k, v := range tomlFields(rv.Field(i).Addr().Interface()) {
+				out[k] = v
+			}
+			continue
+		}
+		if tag, _, _ := strings.Cut(f.Tag.Get("toml"), ","); tag != "" && tag != "-" {
 			out[tag] = rv.Field(i)
 		}
 	}

@@ -116,17 +116,9 @@ func Compile(s Spec) (*Matcher, error) {
 			m.domains.add(v)
 		}
 	}
-	for _, v := range s.Src {
-		v, neg := split(v)
-		p, err := parsePrefix(v)
-		if err != nil {
-			return nil, fmt.Errorf("src: %q is not an address or CIDR", v)
-		}
-		if neg {
-			m.notSrc = append(m.notSrc, p)
-		} else {
-			m.src = append(m.src, p)
-		}
+	var err error
+	if m.src, m.notSrc, err = prefixes("src", s.Src); err != nil {
+		return nil, err
 	}
 	for _, v := range s.Ports {
 		v, neg := split(v)
@@ -183,20 +175,28 @@ func Compile(s Spec) (*Matcher, error) {
 			m.urls = append(m.urls, re)
 		}
 	}
-	for _, v := range s.Dst {
-		v, neg := split(v)
-		p, err := parsePrefix(v)
-		if err != nil {
-			return nil, fmt.Errorf("dst: %q is not an address or CIDR", v)
-		}
-		if neg {
-			m.notDst = append(m.notDst, p)
-		} else {
-			m.dst = append(m.dst, p)
-		}
+	if m.dst, m.notDst, err = prefixes("dst", s.Dst); err != nil {
+		return nil, err
 	}
 	m.has = [7]bool{len(s.Domains) > 0, len(s.Src) > 0, len(s.Ports) > 0, len(s.Methods) > 0, len(s.Users) > 0, len(s.URLs) > 0, len(s.Dst) > 0}
 	return m, nil
+}
+
+// prefixes reads a key's addresses and CIDRs, and the negated ones.
+func prefixes(key string, vals []string) (in, out []netip.Prefix, err error) {
+	for _, v := range vals {
+		v, neg := strings.CutPrefix(v, "!")
+		p, err := parsePrefix(v)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s: %q is not an address or CIDR", key, v)
+		}
+		if neg {
+			out = append(out, p)
+		} else {
+			in = append(in, p)
+		}
+	}
+	return in, out, nil
 }
 
 // parsePrefix reads a CIDR or a single address.
