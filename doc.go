@@ -179,4 +179,21 @@
 //     description blocking, which left an Accept stuck in the kernel).
 //   - Operator state (state_file) is JSON, versioned, written atomically;
 //     liveness is never restored: every peer is probed again.
+//
+// Routes, tiers and rules (issue 24).
+//
+//   - internal/match is the one matcher of [[rule]] and [[route]]; both
+//     tables embed its Spec. Beyond the contract's five match keys it has
+//     urls (RE2 on the absolute URI) and dst (destination addresses), and
+//     [cache] has refresh_patterns: import-squid needs them to carry
+//     url_regex, urlpath_regex, proto, Squid's built-in manager, dst and
+//     refresh_pattern over exactly instead of widening a deny to "deny
+//     all" (which Debian's default "http_access deny manager" would be).
+//   - A [[rule]]'s dst resolves a host name (net.DefaultResolver, within
+//     the connect timeout), as Squid's dst does; a [[route]]'s matches
+//     literal addresses only (the planner does no I/O), as "dst -n" does.
+//     The importer chooses whichever is the safe side for each line.
+//   - Routes whose only key is domains share one index (match.DomainIndex),
+//     so a plan with 1,000 of them costs one O(labels) look-up; the others
+//     are tried in order up to the index's answer.
 package peerd
