@@ -217,7 +217,7 @@ func TestFleetUnderLoad(t *testing.T) {
 			}
 		}()
 	}
-	time.Sleep(time.Second)
+	waitFor(t, "load flowing", 10*time.Second, func() bool { return sent.Load() >= 100 })
 	ps[0].stop()
 	var firstDead time.Time
 	waitFor(t, "a member finding p1 dead", 5*time.Second, func() bool {
@@ -229,21 +229,26 @@ func TestFleetUnderLoad(t *testing.T) {
 		}
 		return false
 	})
-	time.Sleep(time.Second)
+	// Every member has p1 dead, by its own finding or the fleet's.
+	for _, m := range ms {
+		waitFor(t, "p1 dead on every member", 3*time.Second, func() bool { return m.peer("p1").State == "dead" })
+	}
 	before := 0
 	for _, m := range ms {
 		before += liveConnects(m, "p1")
 	}
-	time.Sleep(2 * time.Second)
+	// 300 more client requests go by: not one may connect to p1.
+	n := sent.Load()
+	waitFor(t, "300 more requests", 15*time.Second, func() bool { return sent.Load() >= n+300 })
 	after := 0
 	for _, m := range ms {
 		after += liveConnects(m, "p1")
 		if st := m.peer("p1"); st.State != "dead" {
-			t.Errorf("p1 is %s on a member 3 s after the first death", st.State)
+			t.Errorf("p1 is %s on a member 300 requests after the first death", st.State)
 		}
 	}
 	if after != before {
-		t.Errorf("%d client connects to p1 from 1 s to 3 s after the first death (at %v); want 0", after-before, firstDead.Format(time.StampMilli))
+		t.Errorf("%d client connects to p1 in the 300 requests after every member had it dead (first death at %v); want 0", after-before, firstDead.Format(time.StampMilli))
 	}
 	ps[0].restart()
 	for i, m := range ms {

@@ -58,7 +58,10 @@ probe_max_interval = "100ms"
 	do(p.client(), "GET", "http://o.test/", "")
 	waitFor(t, "b dead", 5*time.Second, func() bool { return p.peer("b").State == "dead" })
 	// New config: a's weight changes, b is removed, c is new.
-	reloadConfig(t, p, baseConfig+health+"[selection]\npolicy = \"round-robin\"\n"+peerBlock("weight = 5", a)+peerBlock("", c))
+	// d listens nowhere: it is dead and probed every 100ms, which shows
+	// probe rounds going by while b gets nothing.
+	dead := fmt.Sprintf("[[peer]]\nname = \"d\"\nhost = \"127.0.0.1\"\nport = %s\n", freePort(t))
+	reloadConfig(t, p, baseConfig+health+"[selection]\npolicy = \"round-robin\"\n"+peerBlock("weight = 5", a)+peerBlock("", c)+dead)
 	p.signal(syscall.SIGHUP)
 	waitFor(t, "reload", 5*time.Second, func() bool { return countLog(p, "config reloaded") == 1 })
 	st := p.peer("a")
@@ -73,7 +76,8 @@ probe_max_interval = "100ms"
 	// b's port: nothing may connect to it any more.
 	b.restart()
 	n := len(b.records())
-	time.Sleep(500 * time.Millisecond)
+	probes := p.peer("d").ProbesTotal
+	waitFor(t, "five probe rounds of d", 10*time.Second, func() bool { return p.peer("d").ProbesTotal >= probes+5 })
 	if got := len(b.records()); got != n {
 		t.Fatalf("removed peer b still probed (%d connections)", got-n)
 	}

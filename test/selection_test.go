@@ -69,8 +69,10 @@ func TestRefuseThenBlackholeThenBack(t *testing.T) {
 	}
 	waitFor(t, "a dead", 5*time.Second, func() bool { return p.peer("a").State == "dead" })
 	// Now the address drops SYNs: probes time out; still dead.
+	failed := p.peer("a").ProbeFailuresTotal
 	hole := blackholeAt(t, a.addr)
-	time.Sleep(time.Second)
+	// Two probes time out against the black hole; a stays dead.
+	waitFor(t, "two more failed probes of a", 10*time.Second, func() bool { return p.peer("a").ProbeFailuresTotal >= failed+2 })
 	if st := p.peer("a"); st.State != "dead" || st.DeathsTotal != 1 {
 		t.Fatalf("a = %+v", st)
 	}

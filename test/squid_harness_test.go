@@ -1,10 +1,15 @@
 package e2e
 
 import (
+	"fmt"
 	"net"
+	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/peerd/peerd/internal/testbed"
 )
@@ -78,3 +83,29 @@ func (s *squid) kill() { s.Kill() }
 func (s *squid) accessLog() []string { return s.AccessLog() }
 
 func (s *squid) peerName() string { return s.name }
+
+// flushed waits until everything Squid logged before now is in its
+// access log: a marker request sent to it directly (to a closed port, so
+// it fails at once) is logged after them; the lines before the marker
+// are returned.
+func (s *squid) flushed() []string {
+	s.t.Helper()
+	mark := fmt.Sprintf("http://127.0.0.1:1/peerd-flush-%d", time.Now().UnixNano())
+	u, _ := url.Parse("http://" + s.addr)
+	c := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(u)}, Timeout: 10 * time.Second}
+	if resp, err := c.Get(mark); err == nil {
+		resp.Body.Close()
+	}
+	var before []string
+	waitFor(s.t, "squid logs the marker", 10*time.Second, func() bool {
+		lines := s.accessLog()
+		for i, l := range lines {
+			if strings.Contains(l, mark) {
+				before = lines[:i]
+				return true
+			}
+		}
+		return false
+	})
+	return before
+}

@@ -49,8 +49,7 @@ func TestSquidParentChain(t *testing.T) {
 	waitFor(t, "10 requests in each squid's access log (round-robin)", 10*time.Second, func() bool {
 		return len(s1.accessLog()) == 10 && len(s2.accessLog()) == 10
 	})
-	time.Sleep(200 * time.Millisecond)
-	if n1, n2 := len(s1.accessLog()), len(s2.accessLog()); n1 != 10 || n2 != 10 {
+	if n1, n2 := len(s1.flushed()), len(s2.flushed()); n1 != 10 || n2 != 10 {
 		t.Fatalf("squid access logs: %d and %d requests; want 10 each (round-robin)", n1, n2)
 	}
 }
@@ -101,7 +100,8 @@ func TestSquidParentKilledUnderLoad(t *testing.T) {
 	waitFor(t, "load flowing", 10*time.Second, func() bool { return oks.Load() > 50 })
 	s1.kill()
 	waitFor(t, "squid1 dead", 10*time.Second, func() bool { return p.peer("squid1").State == "dead" })
-	time.Sleep(300 * time.Millisecond)
+	atDeath := oks.Load()
+	waitFor(t, "50 more requests after the death", 10*time.Second, func() bool { return oks.Load() >= atDeath+50 })
 	if n := errs.Load(); n != 0 {
 		t.Fatalf("%d client errors while a parent died (first: %v)", n, firstErr.Load())
 	}
@@ -235,8 +235,7 @@ func TestSquidSiblingHitAndMiss(t *testing.T) {
 		t.Fatalf("miss not served by the parent:\n%s", log)
 	}
 	waitFor(t, "the parent logs the miss", 10*time.Second, func() bool { return len(parent.accessLog()) >= 1 })
-	time.Sleep(200 * time.Millisecond)
-	if n := len(parent.accessLog()); n != 1 {
+	if n := len(parent.flushed()); n != 1 {
 		t.Fatalf("parent saw %d requests; want 1 (only the miss)", n)
 	}
 }
