@@ -109,3 +109,47 @@ func TestLoginPass(t *testing.T) {
 		t.Fatal("no warning for a login without tls")
 	}
 }
+
+// TestUsersInRulesAndRoutes: the authenticated user is what [[rule]] and
+// [[route]] users match: one user is refused a domain, another is routed
+// to her own parent, and everyone else takes the default path.
+func TestUsersInRulesAndRoutes(t *testing.T) {
+	a, b := newFakeParent(t, "a"), newFakeParent(t, "b")
+	users := filepath.Join(t.TempDir(), "users")
+	os.WriteFile(users, []byte(usersSHA512+"\n"+usersAPR1+"\n"), 0o600)
+	cfg := baseConfig + fmt.Sprintf("\n[auth]\nbasic_users = %q\n", users) + peerBlock("", a, b) + `
+[[route]]
+users = ["carol"]
+peers = ["b"]
+[[route]]
+peers = ["a"]
+[[rule]]
+action = "deny"
+users = ["erin"]
+domains = [".private.test"]
+`
+	p := startPeerd(t, cfg)
+	u, _ := url.Parse("http://" + p.proxy)
+	cl := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(u)}, Timeout: 10 * time.Second}
+	get := func(target, user, pass string) (int, string, string) {
+		t.Helper()
+		req, _ := http.NewRequest("GET", target, nil)
+		req.Header.Set("Proxy-Authorization", basicAuth(user, pass))
+		resp, err := cl.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode, resp.Header.Get("X-Parent"), string(body)
+	}
+	if code, _, body := get("http://www.private.test/x", "erin", "s3cret-apr1"); code != 403 || !strings.Contains(body, "[[rule]] 0") {
+		t.Fatalf("erin to private.test: %d %q; want 403 by rule 0", code, body)
+	}
+	if code, from, _ := get("http://www.private.test/x", "carol", "s3cret-512"); code != 200 || from != "b" {
+		t.Fatalf("carol to private.test: %d from %q; want 200 from her route's parent b", code, from)
+	}
+	if code, from, _ := get("http://o.test/x", "erin", "s3cret-apr1"); code != 200 || from != "a" {
+		t.Fatalf("erin to o.test: %d from %q; want 200 from a", code, from)
+	}
+}
