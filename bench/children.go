@@ -127,6 +127,9 @@ func startPeerdWith(work, bin string, parents []hop, extra, peerExtra string) *c
 	if *threads > 0 {
 		env = append(env, fmt.Sprintf("GOMAXPROCS=%d", *threads))
 	}
+	if *cpuProfDir != "" {
+		env = append(env, "PEERD_CPUPROFILE="+filepath.Join(*cpuProfDir, filepath.Base(dir)+".pprof"))
+	}
 	pd, err := testbed.StartPeerd(bin, dir, b.String(), env...)
 	must(err)
 	return &child{kind: "peerd", addr: pd.Proxy, admin: pd.Admin, dir: dir, pid: pd.Cmd.Process.Pid, stop: pd.Stop}

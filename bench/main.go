@@ -20,16 +20,18 @@ import (
 )
 
 var (
-	outDir   = flag.String("out", "bench/results", "results directory")
-	duration = flag.Duration("d", 5*time.Second, "throughput run length per target")
-	conns    = flag.Int("c", 16, "connections for the throughput runs")
-	size     = flag.Int("size", 512, "response body bytes of the throughput runs")
-	lowRate  = flag.Int("lowrate", 100, "requests per second for the low-rate latency run through real Squid parents")
-	sections = flag.String("run", "throughput,cache,lowrate,failover,memory,fleet,icp,gray,tls,auth", "sections to run, comma-separated")
-	threads  = flag.Int("threads", 0, "worker threads of each child (peerd GOMAXPROCS, ATS exec threads; Squid has one); 0: each child's default (one per core)")
-	rounds   = flag.Int("rounds", 3, "interleaved rounds of the throughput runs; figures are the medians")
-	tunnels  = flag.Int("tunnels", 2000, "idle CONNECT tunnels for the memory run")
-	rate     = flag.Int("rate", 1000, "requests per second for the fixed-rate latency runs")
+	outDir     = flag.String("out", "bench/results", "results directory")
+	duration   = flag.Duration("d", 5*time.Second, "throughput run length per target")
+	conns      = flag.Int("c", 16, "connections for the throughput runs")
+	size       = flag.Int("size", 512, "response body bytes of the throughput runs")
+	lowRate    = flag.Int("lowrate", 100, "requests per second for the low-rate latency run through real Squid parents")
+	sections   = flag.String("run", "throughput,cache,lowrate,failover,memory,fleet,icp,gray,tls,auth", "sections to run, comma-separated")
+	threads    = flag.Int("threads", 0, "worker threads of each child (peerd GOMAXPROCS, ATS exec threads; Squid has one); 0: each child's default (one per core)")
+	rounds     = flag.Int("rounds", 3, "interleaved rounds of the throughput runs; figures are the medians")
+	tunnels    = flag.Int("tunnels", 2000, "idle CONNECT tunnels for the memory run")
+	fixedFor   = flag.Duration("fixedfor", 3*time.Second, "length of each fixed-rate run")
+	cpuProfDir = flag.String("cpuprofile", "", "directory for a CPU profile of every peerd child (PEERD_CPUPROFILE)")
+	rate       = flag.Int("rate", 3000, "requests per second for the fixed-rate runs (latency and CPU per request)")
 )
 
 func main() {

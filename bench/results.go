@@ -39,6 +39,9 @@ type Throughput struct {
 	Errors     int     `json:"errors"`
 	FixedP50ms float64 `json:"fixed_rate_p50_ms"`
 	FixedP99ms float64 `json:"fixed_rate_p99_ms"`
+	// FixedCPUusPerReq is the child's CPU per request over the fixed-rate
+	// run (0: not measured).
+	FixedCPUusPerReq float64 `json:"fixed_rate_cpu_us_per_req"`
 	// CPU of the child process over the loaded window: share of one core,
 	// and microseconds per request (0: not measured, e.g. direct).
 	CPUPct      float64 `json:"child_cpu_pct"`
@@ -90,13 +93,16 @@ func (r *Results) markdown() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# peerd benchmark\n\n%s; %s; Squid %s; ATS %s; load by %s; %.0fs in all.\n\n", r.When, r.Machine, r.Squid, r.ATS, r.Loader, r.Seconds)
 	fmt.Fprintf(&b, "## 1. Keep-alive GETs (%d B answers), %d connections, %s per target, median of %d interleaved rounds\n\n", *size, *conns, *duration, max(1, *rounds))
-	fmt.Fprintf(&b, "| path | req/s | child CPU %% | CPU µs per request | p50 ms | p99 ms | errors | p50 ms at %d req/s | p99 ms at %d req/s |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n", *rate, *rate)
+	fmt.Fprintf(&b, "| path | req/s | child CPU %% | CPU µs per request | p50 ms | p99 ms | errors | p50 ms at %d req/s | p99 ms at %d req/s | CPU µs per request at %d req/s |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n", *rate, *rate, *rate)
 	for _, t := range r.Throughput {
-		cpu, per := "n/a", "n/a"
+		cpu, per, fixed := "n/a", "n/a", "n/a"
 		if t.CPUusPerReq > 0 {
 			cpu, per = fmt.Sprintf("%.0f", t.CPUPct), fmt.Sprintf("%.1f", t.CPUusPerReq)
 		}
-		fmt.Fprintf(&b, "| %s | %.0f | %s | %s | %.2f | %.2f | %d | %.2f | %.2f |\n", t.Target, t.RPS, cpu, per, t.P50ms, t.P99ms, t.Errors, t.FixedP50ms, t.FixedP99ms)
+		if t.FixedCPUusPerReq > 0 {
+			fixed = fmt.Sprintf("%.1f", t.FixedCPUusPerReq)
+		}
+		fmt.Fprintf(&b, "| %s | %.0f | %s | %s | %.2f | %.2f | %d | %.2f | %.2f | %s |\n", t.Target, t.RPS, cpu, per, t.P50ms, t.P99ms, t.Errors, t.FixedP50ms, t.FixedP99ms, fixed)
 	}
 	d, p, s, a := r.tp(targetDirect), r.tp(targetPeerd), r.tp(targetSquid), r.tp(targetATS)
 	if d != nil && p != nil {

@@ -86,13 +86,21 @@ func runRounds(targets []tgt, directAddr string, fixed bool) []Throughput {
 			r.Target = t.name
 			if fixed {
 				// Latency below saturation: an open-loop run at a fixed rate.
-				r.FixedP50ms, r.FixedP99ms, _ = fixedRate(addr, target, *rate, 3*time.Second)
+				var before time.Duration
+				if c != nil {
+					before = testbed.CPU(c.pid)
+				}
+				window := *fixedFor
+				r.FixedP50ms, r.FixedP99ms, _ = fixedRate(addr, target, *rate, window)
+				if c != nil {
+					r.FixedCPUusPerReq = float64(testbed.CPU(c.pid)-before) / float64(time.Microsecond) / (window.Seconds() * float64(*rate))
+				}
 			}
 			if c != nil {
 				c.stop()
 			}
-			fmt.Fprintf(os.Stderr, "  round %d %-28s %8.0f req/s  cpu %.0f%% %.1f µs/req  p50 %.2f ms  p99 %.2f ms  errors %d; at %d req/s p50 %.2f p99 %.2f ms\n",
-				round+1, t.name, r.RPS, r.CPUPct, r.CPUusPerReq, r.P50ms, r.P99ms, r.Errors, *rate, r.FixedP50ms, r.FixedP99ms)
+			fmt.Fprintf(os.Stderr, "  round %d %-28s %8.0f req/s  cpu %.0f%% %.1f µs/req  p50 %.2f ms  p99 %.2f ms  errors %d; at %d req/s p50 %.2f p99 %.2f ms %.1f µs/req\n",
+				round+1, t.name, r.RPS, r.CPUPct, r.CPUusPerReq, r.P50ms, r.P99ms, r.Errors, *rate, r.FixedP50ms, r.FixedP99ms, r.FixedCPUusPerReq)
 			runs[i] = append(runs[i], r)
 		}
 	}
@@ -175,6 +183,7 @@ func medianOf(rs []Throughput) Throughput {
 	out.FixedP99ms = med(func(t Throughput) float64 { return t.FixedP99ms })
 	out.CPUPct = med(func(t Throughput) float64 { return t.CPUPct })
 	out.CPUusPerReq = med(func(t Throughput) float64 { return t.CPUusPerReq })
+	out.FixedCPUusPerReq = med(func(t Throughput) float64 { return t.FixedCPUusPerReq })
 	for _, r := range rs {
 		out.Errors += r.Errors
 	}
@@ -238,6 +247,10 @@ func (r *Results) goals() string {
 	if a.RPS > 0 {
 		q := p.RPS / a.RPS
 		row("peerd req/s ≥ 1.3 × ATS", fmt.Sprintf("%.0f / %.0f = %.2f", p.RPS, a.RPS, q), q >= 1.3)
+	}
+	if a.FixedCPUusPerReq > 0 {
+		q := p.FixedCPUusPerReq / a.FixedCPUusPerReq
+		row(fmt.Sprintf("peerd CPU per request at %d req/s ≤ 0.6 × ATS", *rate), fmt.Sprintf("%.1f / %.1f µs = %.2f", p.FixedCPUusPerReq, a.FixedCPUusPerReq, q), q <= 0.6)
 	}
 	worst := min(s.FixedP99ms, a.FixedP99ms)
 	row(fmt.Sprintf("peerd p99 at %d req/s ≤ both anchors", *rate), fmt.Sprintf("%.2f ms (squid %.2f, ats %.2f)", p.FixedP99ms, s.FixedP99ms, a.FixedP99ms), p.FixedP99ms <= worst)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/pprof"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -72,11 +73,32 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "peerd: %v\n", err)
 		return exitRuntime
 	}
+	if stop := cpuProfile(stderr); stop != nil {
+		defer stop()
+	}
 	if err := s.serve(ctx); err != nil {
 		fmt.Fprintf(stderr, "peerd: %v\n", err)
 		return exitRuntime
 	}
 	return exitOK
+}
+
+// cpuProfile starts a CPU profile into $PEERD_CPUPROFILE, for the bench's
+// profiles (make bench -cpuprofile); it returns what stops it, or nil.
+func cpuProfile(stderr io.Writer) func() {
+	path := os.Getenv("PEERD_CPUPROFILE")
+	if path == "" {
+		return nil
+	}
+	f, err := os.Create(path)
+	if err == nil {
+		err = pprof.StartCPUProfile(f)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "peerd: PEERD_CPUPROFILE: %v\n", err)
+		return nil
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }
 }
 
 func displayPath(p string) string {
