@@ -1,0 +1,180 @@
+package forwarding
+
+// This file holds the bookkeeping of what the proxy has open: the task
+// group that owns background work, and the set of listeners and client
+// connections (max_connections, max_connections_per_source, shutdown).
+
+import (
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+)
+
+// taskGroup counts background tasks; once closed it starts no more, and
+// the channel close returned is closed when the last one ends.
+type taskGroup struct {
+	mu     sync.Mutex
+	n      int
+	closed bool
+	zero   chan struct{}
+}
+
+// add counts a new task; false once the group is closed (shutting down).
+func (g *taskGroup) add() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		return false
+	}
+	g.n++
+	return true
+}
+
+func (g *taskGroup) done() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.n--; g.n == 0 && g.zero != nil {
+		close(g.zero)
+		g.zero = nil
+	}
+}
+
+// close refuses new tasks and returns a channel closed when none runs.
+func (g *taskGroup) close() <-chan struct{} {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.closed = true
+	ch := make(chan struct{})
+	if g.n == 0 {
+		close(ch)
+	} else if g.zero == nil {
+		g.zero = ch
+	} else {
+		ch = g.zero
+	}
+	return ch
+}
+
+// connSet tracks listeners and client connections for shutdown and for
+// max_connections.
+type connSet struct {
+	mu        sync.Mutex
+	listeners map[net.Listener]struct{}
+	conns     map[*clientConn]struct{}
+	open      atomic.Int64
+	shutting  atomic.Bool
+	// refusing counts connections being answered 403 (not in open).
+	refusing atomic.Int64
+	// perSource counts the open connections of each client address.
+	srcMu     sync.Mutex
+	perSource map[netip.Addr]int
+}
+
+// admitSource counts a connection from a unless max are open from it.
+func (s *connSet) admitSource(a netip.Addr, max int) bool {
+	s.srcMu.Lock()
+	defer s.srcMu.Unlock()
+	if s.perSource == nil {
+		s.perSource = make(map[netip.Addr]int)
+	}
+	if s.perSource[a] >= max {
+		return false
+	}
+	s.perSource[a]++
+	return true
+}
+
+// releaseSource forgets one connection from a.
+func (s *connSet) releaseSource(a netip.Addr) {
+	s.srcMu.Lock()
+	defer s.srcMu.Unlock()
+	if n := s.perSource[a]; n > 1 {
+		s.perSource[a] = n - 1
+	} else {
+		delete(s.perSource, a)
+	}
+}
+
+func (s *connSet) init() {
+	s.listeners = make(map[net.Listener]struct{})
+	s.conns = make(map[*clientConn]struct{})
+}
+
+func (s *connSet) closing() bool { return s.shutting.Load() }
+
+func (s *connSet) addListener(ln net.Listener) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.shutting.Load() {
+		return false
+	}
+	s.listeners[ln] = struct{}{}
+	return true
+}
+
+func (s *connSet) removeListener(ln net.Listener) {
+	s.mu.Lock()
+	delete(s.listeners, ln)
+	s.mu.Unlock()
+}
+
+// admit counts a new connection unless max are open.
+func (s *connSet) admit(max int) bool {
+	if s.open.Add(1) > int64(max) {
+		s.open.Add(-1)
+		return false
+	}
+	return true
+}
+
+func (s *connSet) add(c *clientConn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.shutting.Load() {
+		return false
+	}
+	s.conns[c] = struct{}{}
+	return true
+}
+
+// remove forgets c; counted says whether it still counts towards
+// max_connections (a connection that became a tunnel is counted by its
+// tunnel until it ends).
+func (s *connSet) remove(c *clientConn) {
+	s.mu.Lock()
+	delete(s.conns, c)
+	s.mu.Unlock()
+}
+
+func (s *connSet) release() { s.open.Add(-1) }
+
+func (s *connSet) beginClose() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.shutting.Store(true)
+	for ln := range s.listeners {
+		ln.Close()
+	}
+}
+
+// closeIdle closes connections waiting for a request and returns how
+// many connections remain.
+func (s *connSet) closeIdle() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for c := range s.conns {
+		if c.idle.Load() {
+			c.nc.Close()
+		}
+	}
+	return len(s.conns)
+}
+
+func (s *connSet) closeAll() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for c := range s.conns {
+		c.nc.Close()
+	}
+}
