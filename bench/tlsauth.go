@@ -8,22 +8,16 @@ package main
 // them, in interleaved rounds.
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
 	"io"
-	"math/big"
 	"net"
 	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
-	"time"
+
+	"github.com/peerd/peerd/internal/testbed"
 )
 
 // The section's targets.
@@ -49,7 +43,8 @@ var loadUser *url.Userinfo
 func tlsRun(work, peerdBin, squidBin string) []Throughput {
 	dir, _ := os.MkdirTemp(work, "tls-")
 	os.Chmod(dir, 0o755)
-	ca, cert, key := benchCA(dir, "parent.test")
+	ca, cert, key, err := testbed.WriteCA(dir, "parent.test")
+	must(err)
 	plain := newParent("plain")
 	defer plain.Close()
 	closing := newParent("closing")
@@ -140,35 +135,6 @@ func tlsFront(parent, certPath, keyPath string) net.Listener {
 		}
 	}()
 	return ln
-}
-
-// benchCA writes a CA and a certificate for name signed by it (ECDSA
-// P-256), returning the CA, certificate and key paths.
-func benchCA(dir, name string) (string, string, string) {
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	must(err)
-	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "peerd bench CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		IsCA: true, KeyUsage: x509.KeyUsageCertSign, BasicConstraintsValid: true}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	must(err)
-	caCert, err := x509.ParseCertificate(caDER)
-	must(err)
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	must(err)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: name}, DNSNames: []string{name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
-	must(err)
-	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
-	must(err)
-	write := func(file, typ string, b []byte) string {
-		path := filepath.Join(dir, file)
-		must(os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: b}), 0o644))
-		return path
-	}
-	return write("ca.pem", "CERTIFICATE", caDER), write("cert.pem", "CERTIFICATE", der), write("key.pem", "PRIVATE KEY", keyDER)
 }
 
 // tlsAuthSection renders sections 8 and 9.
