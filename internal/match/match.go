@@ -35,15 +35,44 @@ type Spec struct {
 
 // Request is what a request offers to match.
 type Request struct {
-	Host   string // the destination host, canonical (no trailing dot)
+	Host   string // the destination host, canonical (no trailing dot; any case)
 	Client netip.Addr
 	Port   int
 	Method string
 	User   string // "" when not authenticated
 	URL    string // the absolute URI; host:port for CONNECT
 	// Resolve, when set, looks a host name up for dst (called only when a
-	// matcher with dst meets a name).
+	// matcher with dst meets a name, and once per Request however many
+	// matchers ask).
 	Resolve func(host string) []netip.Addr
+
+	resolved bool
+	addrs    []netip.Addr
+	lowered  bool
+}
+
+// lowerHost makes Host lower case once (names are compared without case;
+// a host already in lower case is kept without a copy).
+func (r *Request) lowerHost() string {
+	if !r.lowered {
+		r.lowered = true
+		r.Host = strings.ToLower(r.Host)
+	}
+	return r.Host
+}
+
+// destination is the host's address, or what the name resolves to
+// (looked up once and kept in r).
+func (r *Request) destination() []netip.Addr {
+	if !r.resolved {
+		r.resolved = true
+		if a, err := netip.ParseAddr(strings.Trim(r.Host, "[]")); err == nil {
+			r.addrs = []netip.Addr{a}
+		} else if r.Resolve != nil {
+			r.addrs = r.Resolve(r.Host)
+		}
+	}
+	return r.addrs
 }
 
 // Matcher is a compiled Spec.
@@ -223,7 +252,8 @@ func set(m map[string]bool, v string) map[string]bool {
 // Match reports whether r matches every key of the matcher.
 func (m *Matcher) Match(r *Request) bool {
 	if m.has[0] {
-		if (!m.domains.empty() && !m.domains.has(r.Host)) || m.notDomains.has(r.Host) {
+		host := r.lowerHost()
+		if (!m.domains.empty() && !m.domains.has(host)) || m.notDomains.has(host) {
 			return false
 		}
 	}
@@ -264,14 +294,8 @@ func (m *Matcher) Match(r *Request) bool {
 // matchDst: the host's address (or, for a name, any address it resolves
 // to) is in dst and none is in the negated dst.
 func (m *Matcher) matchDst(r *Request) bool {
-	var addrs []netip.Addr
-	if a, err := netip.ParseAddr(strings.Trim(r.Host, "[]")); err == nil {
-		addrs = []netip.Addr{a}
-	} else if r.Resolve != nil {
-		addrs = r.Resolve(r.Host)
-	}
 	in := len(m.dst) == 0
-	for _, a := range addrs {
+	for _, a := range r.destination() {
 		if inPrefixes(m.notDst, a) {
 			return false
 		}

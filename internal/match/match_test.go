@@ -134,3 +134,46 @@ func TestMatchDst(t *testing.T) {
 		t.Errorf("a name in dst: %v; want an error naming dst", err)
 	}
 }
+
+// TestMatchDstResolvesOnce: many dst matchers over one request look the
+// name up once.
+func TestMatchDstResolvesOnce(t *testing.T) {
+	var ms []*Matcher
+	for _, c := range []string{"10.0.0.0/8", "192.0.2.0/24", "198.51.100.0/24"} {
+		m, err := Compile(Spec{Dst: []string{c}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ms = append(ms, m)
+	}
+	lookups := 0
+	r := &Request{Host: "intranet.test", Resolve: func(string) []netip.Addr {
+		lookups++
+		return []netip.Addr{netip.MustParseAddr("198.51.100.7")}
+	}}
+	matched := -1
+	for i, m := range ms {
+		if m.Match(r) {
+			matched = i
+			break
+		}
+	}
+	if matched != 2 || lookups != 1 {
+		t.Fatalf("matched %d with %d look-ups; want the third matcher and 1 look-up", matched, lookups)
+	}
+}
+
+// TestMatchDomainsIgnoreCase: a host in capitals is the same host
+// (Squid's dstdomain ignores case): a deny for .blocked.test is not
+// side-stepped by writing the name in capitals.
+func TestMatchDomainsIgnoreCase(t *testing.T) {
+	m, err := Compile(Spec{Domains: []string{".blocked.test"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range []string{"WWW.Blocked.TEST", "blocked.TEST", "www.blocked.test"} {
+		if !m.Match(&Request{Host: h}) {
+			t.Errorf("%s does not match .blocked.test", h)
+		}
+	}
+}
