@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"reflect"
 	"regexp"
 	"strconv"
 	"strings"
@@ -69,9 +70,6 @@ func (s *squidImport) acl(n int, w []string) {
 		return
 	}
 	name, typ := w[0], w[1]
-	if s.acls == nil {
-		s.acls = builtinACLs()
-	}
 	a := s.acls[name]
 	if a == nil || s.builtin(name) {
 		a = &squidACL{typ: typ, flags: map[string]bool{}}
@@ -108,9 +106,18 @@ func (s *squidImport) builtin(name string) bool {
 			return false
 		}
 	}
-	_, ok := builtinACLs()[name]
+	_, ok := builtinNames[name]
 	return ok
 }
+
+// builtinNames are the names builtinACLs defines.
+var builtinNames = func() map[string]bool {
+	out := map[string]bool{}
+	for n := range builtinACLs() {
+		out[n] = true
+	}
+	return out
+}()
 
 // readACLFile reads a Squid ACL value file: one value per line (or several
 // separated by blanks), # comments.
@@ -216,21 +223,8 @@ func (a *squidACL) condition(name string, wide, route bool) (string, []string, e
 // checked refuses values peerd's matcher would refuse.
 func checked(name, key string, vals []string) error {
 	var sp match.Spec
-	switch key {
-	case "src":
-		sp.Src = vals
-	case "domains":
-		sp.Domains = vals
-	case "ports":
-		sp.Ports = vals
-	case "methods":
-		sp.Methods = vals
-	case "users":
-		sp.Users = vals
-	case "urls":
-		sp.URLs = vals
-	case "dst":
-		sp.Dst = vals
+	if f, ok := tomlFields(&sp)[key]; ok {
+		f.Set(reflect.ValueOf(vals))
 	}
 	if _, err := match.Compile(sp); err != nil {
 		return fmt.Errorf("acl %s: %v", name, err)
@@ -359,9 +353,6 @@ func (s *squidImport) accessList(n int, directive string, w []string) *accessLin
 // unexpressible acl drops the line (ok false); for a deny, it is left out
 // (the deny widens). never says the line can never match.
 func (s *squidImport) lineRule(what string, l accessLine) (keys map[string][]string, ok, never bool) {
-	if s.acls == nil {
-		s.acls = builtinACLs()
-	}
 	keys = map[string][]string{}
 	positive := map[string]bool{}
 	for _, tok := range l.acls {

@@ -201,9 +201,6 @@ func (s *squidImport) cachePeerDomain(n int, w []string) {
 		s.note(n, "cache_peer_domain %s: want a peer and domains", strings.Join(w, " "))
 		return
 	}
-	if s.acls == nil {
-		s.acls = builtinACLs()
-	}
 	name := fmt.Sprintf("cache_peer_domain:%d", n)
 	a := &squidACL{typ: "dstdomain", flags: map[string]bool{}}
 	for _, d := range w[1:] {

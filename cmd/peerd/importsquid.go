@@ -195,7 +195,7 @@ func importSquid(r io.Reader) (string, []string, error) {
 // convertSquid is importSquid, keeping what was read (for the counts of
 // lines carried over).
 func convertSquid(r io.Reader) (*squidImport, string, error) {
-	s := &squidImport{}
+	s := &squidImport{acls: builtinACLs()}
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	n := 0
