@@ -65,14 +65,9 @@ func (p *Proxy) refusal(method, rawURL, client, user string) (string, int) {
 	rule := -1
 	if rs := p.rules.Load(); rs != nil {
 		r := match.Request{Host: host, Client: a.Unmap(), Port: n, Method: method, User: user, URL: rawURL, Resolve: p.resolveForRules}
-		for i := range *rs {
-			if (*rs)[i].m.Match(&r) {
-				rule = i
-				if !(*rs)[i].allow {
-					return fmt.Sprintf("%s: refused by [[rule]] %d", CodeAccessDenied, i), i
-				}
-				break
-			}
+		var allow bool
+		if rule, allow = firstRule(*rs, &r); !allow {
+			return fmt.Sprintf("%s: refused by [[rule]] %d", CodeAccessDenied, rule), rule
 		}
 	}
 	pol := p.policy.Load()

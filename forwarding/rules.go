@@ -63,15 +63,22 @@ func (tx *txn) checkRules() (int, *Error) {
 		return -1, nil
 	}
 	r := tx.matchRequest()
-	for i := range *rs {
-		if (*rs)[i].m.Match(&r) {
-			if (*rs)[i].allow {
-				return i, nil
-			}
-			return i, errorf(http.StatusForbidden, CodeAccessDenied, "", "refused by [[rule]] %d", i)
+	i, allow := firstRule(*rs, &r)
+	if !allow {
+		return i, errorf(http.StatusForbidden, CodeAccessDenied, "", "refused by [[rule]] %d", i)
+	}
+	return i, nil
+}
+
+// firstRule is the index of the first rule r matches (-1: none) and
+// whether it allows.
+func firstRule(rs []Rule, r *match.Request) (int, bool) {
+	for i := range rs {
+		if rs[i].m.Match(r) {
+			return i, rs[i].allow
 		}
 	}
-	return -1, nil
+	return -1, true
 }
 
 // matchRequest is the request as the matchers see it.
