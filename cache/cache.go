@@ -16,6 +16,8 @@ import (
 type Cache struct {
 	settings atomic.Pointer[settings]
 	store    *store
+	// disk is the disk tier; nil without one.
+	disk *disk
 
 	// The flights of collapsed requests, sharded by key like the store
 	// so that concurrent misses for different keys share no lock.
@@ -57,6 +59,7 @@ func (c *Cache) flightShard(key []byte) *flightShard { return &c.flights[shardIn
 // settings are the reloadable parts of Config.
 type settings struct {
 	maxObject        int64
+	maxInMemory      int64 // the memory tier's largest object
 	heuristicPercent int
 	heuristicMax     time.Duration
 	collapse         bool
@@ -93,10 +96,16 @@ func New(cfg Config) *Cache {
 // Reconfigure applies a reloaded [cache] section: stored objects stay,
 // the store shrinks to a smaller memory at once.
 func (c *Cache) Reconfigure(cfg Config) {
+	inMemory := int64(cfg.MaxObject)
+	if c.disk != nil {
+		inMemory = min(inMemory, int64(cfg.MaxObjectInMemory))
+		c.disk.resize(int64(cfg.DiskSize))
+	}
 	c.settings.Store(&settings{
-		maxObject: int64(cfg.MaxObject), heuristicPercent: cfg.HeuristicPercent,
+		maxInMemory: inMemory,
+		maxObject:   int64(cfg.MaxObject), heuristicPercent: cfg.HeuristicPercent,
 		heuristicMax: cfg.HeuristicMax, collapse: cfg.Collapse, staleIfDead: cfg.StaleIfDead,
-		inflightMax: inflightBudget(int64(cfg.Memory), int64(cfg.MaxObject)),
+		inflightMax: inflightBudget(int64(cfg.Memory), inMemory),
 		refresh:     compileRefresh(cfg.RefreshPatterns),
 	})
 	c.store.resize(int64(cfg.Memory))
@@ -164,6 +173,8 @@ const (
 	OutcomeMiss
 	OutcomeRefresh
 	OutcomeStale
+	// OutcomeDiskHit is a hit whose body came from the disk tier.
+	OutcomeDiskHit
 )
 
 // Count records a request's outcome; collapsed says it was served from
@@ -175,6 +186,11 @@ func (c *Cache) CountKey(key []byte, o Outcome, collapsed bool) {
 	switch o {
 	case OutcomeHit:
 		c.hits[shardIndex(key)].n.Add(1)
+	case OutcomeDiskHit:
+		c.hits[shardIndex(key)].n.Add(1)
+		if c.disk != nil {
+			c.disk.hits.Add(1)
+		}
 	case OutcomeMiss:
 		c.misses.Add(1)
 	case OutcomeRefresh:
@@ -198,6 +214,14 @@ type Stats struct {
 	Collapsed   int64   `json:"collapsed"`
 	StaleServed int64   `json:"stale_served"`
 	Refreshes   int64   `json:"refreshes"`
+	// The disk tier (contract section 17); zero without one.
+	DiskObjects        int64 `json:"disk_objects"`
+	DiskBytes          int64 `json:"disk_bytes"`
+	DiskSize           int64 `json:"disk_size"`
+	DiskHits           int64 `json:"disk_hits"`
+	DiskErrors         int64 `json:"disk_errors"`
+	IndexLoading       bool  `json:"index_loading"`
+	IndexObjectsLoaded int64 `json:"index_objects_loaded"`
 }
 
 // Stats sums the store and the counters.
@@ -209,186 +233,31 @@ func (c *Cache) Stats() Stats {
 	s := Stats{Hits: hits, Misses: c.misses.Load(), Collapsed: c.collapsed.Load(),
 		StaleServed: c.stale.Load(), Refreshes: c.refreshes.Load(), Memory: c.store.capacity()}
 	s.Objects, s.Bytes = c.store.stats()
+	if c.disk != nil {
+		d := c.disk.stats()
+		s.DiskObjects, s.DiskBytes, s.DiskSize, s.DiskHits, s.DiskErrors = d.objects, d.bytes, d.capacity, d.hits, d.errors
+		s.IndexLoading, s.IndexObjectsLoaded = d.loading, d.loaded
+	}
 	if total := s.Hits + s.Misses + s.Refreshes + s.StaleServed; total > 0 {
 		s.HitRatio = float64(s.Hits) / float64(total)
 	}
 	return s
 }
 
-// Purge drops every stored variant of key (DELETE /cache?url=).
-func (c *Cache) Purge(key []byte) int { return c.store.purge(key) }
+// Purge drops every stored variant of key from both tiers (DELETE
+// /cache?url=) and reports how many there were (the larger count of the
+// two tiers: an object may be in both).
+func (c *Cache) Purge(key []byte) int {
+	n := c.store.purge(key)
+	if c.disk != nil {
+		n = max(n, c.disk.purge(hashKey(key)))
+	}
+	return n
+}
 
 // Invalidate drops what is stored for key after an unsafe request to it
 // succeeded (RFC 9111 4.4).
-func (c *Cache) Invalidate(key []byte) { c.store.purge(key) }
-
-// Storing.
-
-// Writer stores one response while it is relayed: the client gets the
-// bytes as they arrive, the store a copy. A response that grows past
-// max_object, or breaks off, is dropped without harming the client.
-type Writer struct {
-	c      *Cache
-	o      *Object
-	f      *Flight
-	length int64 // -1: not known until the end
-	max    int64
-	n      int64
-	dead   bool
-	// reserved is what this writer holds of the in-flight budget.
-	reserved int64
-}
-
-// Admit decides whether the response to r (its head; length is its
-// body's length, -1 when unknown) is stored. It returns nil when not,
-// and then a flight r leads is landed empty: the waiting requests go to
-// the next hop on their own and the key is not collapsed for a while.
-func (c *Cache) Admit(r *Request, resp *h1.Response, length int64, reqTime, respTime time.Time, f *Flight) *Writer {
-	st := c.cfg()
-	o, ok := c.build(r, resp, reqTime, respTime)
-	if !ok || length > st.maxObject {
-		c.Land(f, nil, true)
-		return nil
-	}
-	o.Key = string(r.Key)
-	if length >= 0 && !c.store.fits(o.Key, int64(len(o.Key)+len(o.secondary)+len(o.fields))+length+objectOverhead) {
-		// It could never be kept (larger than its shard's share of the
-		// memory): it is relayed, and never said to be stored.
-		c.Land(f, nil, true)
-		return nil
-	}
-	w := &Writer{c: c, o: o, f: f, length: length, max: st.maxObject}
-	if length > 0 && !w.reserve(length) {
-		// Too many bytes on their way to the store already: this one is
-		// relayed without storing, so memory stays bounded.
-		c.Land(f, nil, true)
-		return nil
-	}
-	o.stream = &stream{}
-	o.stream.cond.L = &o.stream.mu
-	o.length = length
-	if length >= 0 {
-		// The length is known: followers stream from the object as its
-		// body arrives.
-		c.Land(f, o, false)
-		w.f = nil
-	}
-	return w
-}
-
-// reserve takes n bytes of the in-flight budget.
-func (w *Writer) reserve(n int64) bool {
-	c := w.c
-	if c.inflight.Add(n) > c.cfg().inflightMax {
-		c.inflight.Add(-n)
-		c.overBudget.Add(1)
-		return false
-	}
-	w.reserved += n
-	return true
-}
-
-// unreserve gives back what the writer holds of the budget.
-func (w *Writer) unreserve() {
-	w.c.inflight.Add(-w.reserved)
-	w.reserved = 0
-}
-
-// growth is the least a body grows by at once.
-const growth = 32 << 10
-
-// Write copies relayed body bytes. The body grows as bytes arrive (never
-// the whole Content-Length at once), within the in-flight budget.
-func (w *Writer) Write(p []byte) {
-	if w == nil || w.dead || len(p) == 0 {
-		return
-	}
-	o := w.o
-	limit := w.max
-	if w.length >= 0 {
-		limit = w.length
-	}
-	if w.n+int64(len(p)) > limit {
-		w.fail()
-		return
-	}
-	body := o.Body
-	if need := len(body) + len(p); need > cap(body) {
-		c := min(max(2*int64(cap(body)), int64(need), growth), limit)
-		if w.length < 0 && c > w.reserved && !w.reserve(c-w.reserved) {
-			w.fail()
-			return
-		}
-		nb := make([]byte, len(body), c)
-		copy(nb, body)
-		body = nb
-	}
-	body = append(body, p...)
-	w.n += int64(len(p))
-	s := o.stream
-	s.mu.Lock()
-	o.Body, s.n = body, w.n
-	s.mu.Unlock()
-	s.cond.Broadcast()
-}
-
-func (w *Writer) fail() {
-	w.dead = true
-	w.unreserve()
-	s := w.o.stream
-	s.mu.Lock()
-	s.failed = true
-	s.mu.Unlock()
-	s.cond.Broadcast()
-	w.c.Land(w.f, nil, true)
-}
-
-// Finish ends the body: complete says it arrived whole, and the object
-// is stored; otherwise it is dropped.
-func (w *Writer) Finish(complete bool) {
-	if w.dead {
-		return
-	}
-	o := w.o
-	if !complete || (w.length >= 0 && w.n != w.length) {
-		w.fail()
-		return
-	}
-	if w.length < 0 {
-		// A body of unknown length: no follower reads it before this
-		// (its flight lands below), so it is trimmed of slack and its
-		// length set without the stream's lock.
-		if cap(o.Body) > len(o.Body)+len(o.Body)/8 {
-			o.Body = append([]byte(nil), o.Body...)
-		}
-		o.length = int64(len(o.Body))
-	}
-	w.unreserve()
-	o.Size = int64(len(o.Key)+len(o.secondary)+len(o.fields)+len(o.Body)) + objectOverhead
-	w.c.put(o)
-	s := o.stream
-	s.mu.Lock()
-	s.n, s.done = w.n, true
-	s.mu.Unlock()
-	s.cond.Broadcast()
-	w.c.Land(w.f, o, false)
-	w.dead = true
-}
-
-// Stored reports whether the writer is still keeping the response.
-func (w *Writer) Stored() bool { return w != nil && !w.dead }
-
-// objectOverhead approximates an object's bookkeeping bytes.
-const objectOverhead = 256
-
-// put stores o; a complete response replaces the partial ones of its
-// variant.
-func (c *Cache) put(o *Object) {
-	c.store.put(o)
-	if !o.partial {
-		c.store.dropPartials(o)
-	}
-}
+func (c *Cache) Invalidate(key []byte) { c.Purge(key) }
 
 // Refresh merges a 304 into the stored object it validated (RFC 9111
 // 4.3.4): the 304's fields replace the stored ones of the same name,
@@ -424,7 +293,7 @@ func (c *Cache) Refresh(old *Object, r *Request, resp *h1.Response, reqTime, res
 		fields = append(fields, "\r\n"...)
 	}
 	o := &Object{
-		Key: old.Key, Status: old.Status, reason: old.reason, fields: fields, Body: old.Body,
+		Key: old.Key, Status: old.Status, reason: old.reason, fields: fields, Body: old.Body, disk: old.disk, loadedFrom: old.loadedFrom,
 		partial: old.partial, first: old.first, total: old.total,
 		requestTime: reqTime.UnixNano(), responseTime: respTime.UnixNano(),
 	}

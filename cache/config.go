@@ -14,6 +14,14 @@ type Config struct {
 	// MaxObject: larger responses are relayed, not stored (Squid
 	// maximum_object_size).
 	MaxObject conf.ByteSize `toml:"max_object"`
+	// Disk is the directory of the persistent store (Squid cache_dir);
+	// "" keeps the cache in memory only.
+	Disk string `toml:"disk"`
+	// DiskSize bounds the bytes of stored responses on disk.
+	DiskSize conf.ByteSize `toml:"disk_size"`
+	// MaxObjectInMemory: with a disk store, larger responses live on
+	// disk only (Squid maximum_object_size_in_memory).
+	MaxObjectInMemory conf.ByteSize `toml:"max_object_in_memory"`
 	// HeuristicPercent of the time since Last-Modified is the freshness
 	// of a response that states none (RFC 9111 4.2.2).
 	HeuristicPercent int `toml:"heuristic_percent"`
@@ -47,12 +55,14 @@ type RefreshPattern struct {
 // DefaultConfig returns the built-in [cache] defaults.
 func DefaultConfig() Config {
 	return Config{
-		Memory:           256 << 20,
-		MaxObject:        4 << 20,
-		HeuristicPercent: 10,
-		HeuristicMax:     24 * time.Hour,
-		Collapse:         true,
-		StaleIfDead:      24 * time.Hour,
+		Memory:            256 << 20,
+		MaxObject:         4 << 20,
+		DiskSize:          10 << 30,
+		MaxObjectInMemory: 512 << 10,
+		HeuristicPercent:  10,
+		HeuristicMax:      24 * time.Hour,
+		Collapse:          true,
+		StaleIfDead:       24 * time.Hour,
 	}
 }
 
@@ -65,8 +75,24 @@ func (c Config) Validate() error {
 	if c.MaxObject <= 0 {
 		es.Addf("cache", "max_object", "must be positive")
 	}
-	if c.Memory > 0 && c.MaxObject > c.Memory {
+	switch {
+	case c.Disk == "" && c.Memory > 0 && c.MaxObject > c.Memory:
 		es.Addf("cache", "max_object", "%v is more than memory (%v)", c.MaxObject, c.Memory)
+	case c.Disk != "" && c.MaxObject > c.DiskSize:
+		es.Addf("cache", "max_object", "%v is more than disk_size (%v)", c.MaxObject, c.DiskSize)
+	}
+	if c.Disk != "" {
+		if c.Memory <= 0 {
+			es.Addf("cache", "memory", "must be positive with a disk store: memory is the tier in front of it")
+		}
+		if c.DiskSize <= 0 {
+			es.Addf("cache", "disk_size", "must be positive")
+		}
+	}
+	if c.MaxObjectInMemory <= 0 {
+		es.Addf("cache", "max_object_in_memory", "must be positive")
+	} else if c.Disk != "" && c.Memory > 0 && c.MaxObjectInMemory > c.Memory {
+		es.Addf("cache", "max_object_in_memory", "%v is more than memory (%v)", c.MaxObjectInMemory, c.Memory)
 	}
 	if c.HeuristicPercent < 0 || c.HeuristicPercent > 100 {
 		es.Addf("cache", "heuristic_percent", "must be between 0 and 100, not %d", c.HeuristicPercent)

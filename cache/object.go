@@ -23,6 +23,7 @@ type Object struct {
 	protected bool
 	linked    bool          // in the store's lists (under the shard lock)
 	hits      atomic.Uint32 // samples recency refreshes of hot objects
+	diskHits  atomic.Uint32 // samples the disk tier's recency refreshes
 
 	// Status is the stored response's status code.
 	Status int
@@ -55,6 +56,12 @@ type Object struct {
 	varyValues   [][]byte // r's normalized values of vary; nil: r had none
 	contentLang  []byte
 	contentType  []byte
+
+	// disk is where the body is when it is on disk only (a disk-only
+	// object's head in memory); nil when Body holds it.
+	disk *diskRef
+	// loadedFrom is the disk id of an object promoted from disk to memory.
+	loadedFrom uint64
 
 	// stream is how the body arrives while the response is relayed; nil
 	// for an object built complete. A stored object is always complete.
@@ -345,7 +352,7 @@ func (o *Object) Length() int64 {
 	if o.stream != nil {
 		return o.length
 	}
-	return int64(len(o.Body))
+	return o.bodyLen()
 }
 
 func statusText(s int) string {

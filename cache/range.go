@@ -88,7 +88,7 @@ func contentRange(v []byte) (first, last, total int64, ok bool) {
 // covers reports whether a stored part holds the whole range r asks for.
 func (o *Object) covers(r *Request) bool {
 	f, l, ok, _ := byteRange(r.Range, o.total)
-	return ok && f >= o.first && l < o.first+int64(len(o.Body))
+	return ok && f >= o.first && l < o.first+o.bodyLen()
 }
 
 // RangeFor decides how r's Range is answered from o: ok with the byte
@@ -106,12 +106,12 @@ func (o *Object) RangeFor(r *Request) (first, last, total int64, ok, unsatisfiab
 		}
 		return 0, 0, 0, false, false
 	}
-	total = int64(len(o.Body))
+	total = o.bodyLen()
 	if o.partial {
 		total = o.total
 	}
 	first, last, ok, unsatisfiable = byteRange(r.Range, total)
-	if o.partial && ok && (first < o.first || last >= o.first+int64(len(o.Body))) {
+	if o.partial && ok && (first < o.first || last >= o.first+o.bodyLen()) {
 		return 0, 0, 0, false, true
 	}
 	return first, last, total, ok, unsatisfiable && !o.partial

@@ -11,7 +11,6 @@ import (
 
 	"github.com/peerd/peerd/cache"
 	"github.com/peerd/peerd/internal/h1"
-	"github.com/prometheus/client_golang/prometheus"
 )
 
 // The cache in the data path. A GET or HEAD is looked up before it is
@@ -25,6 +24,7 @@ import (
 // Squid result codes of cache answers (the access log).
 const (
 	resultMemHit         = "TCP_MEM_HIT"
+	resultHit            = "TCP_HIT" // the body was read from disk
 	resultIMSHit         = "TCP_IMS_HIT"
 	resultRefreshUnmod   = "TCP_REFRESH_UNMODIFIED"
 	resultRefreshMod     = "TCP_REFRESH_MODIFIED"
@@ -93,10 +93,17 @@ func (tx *txn) consult(ch *cache.Cache) (bool, outcome) {
 		tx.fwd = fwdRequest
 		return false, 0
 	}
-	o, v := ch.Lookup(cq, tx.start)
+	o, v, onDisk := ch.Find(cq, tx.start)
+	if o != nil && !tx.openBody(o) {
+		o, v, onDisk = nil, cache.Miss, false // its file is gone: a miss
+	}
+	result, hit := resultMemHit, cache.OutcomeHit
+	if onDisk {
+		result, hit = resultHit, cache.OutcomeDiskHit
+	}
 	if v == cache.Hit {
-		ch.CountKey(cq.Key, cache.OutcomeHit, false)
-		return true, tx.serveObject(o, resultMemHit)
+		ch.CountKey(cq.Key, hit, false)
+		return true, tx.serveObject(o, result)
 	}
 	if cq.CC.OnlyIfCached() {
 		// What a sibling asks of peerd: never forwarded.
@@ -105,9 +112,9 @@ func (tx *txn) consult(ch *cache.Cache) (bool, outcome) {
 		return true, tx.after()
 	}
 	if v == cache.Stale && o.StaleWhileRevalidate(cq, tx.start) {
-		ch.Count(cache.OutcomeHit, false)
+		ch.Count(hit, false)
 		tx.swr = true
-		out := tx.serveObject(o, resultMemHit)
+		out := tx.serveObject(o, result)
 		tx.revalidateInBackground(ch)
 		return true, out
 	}
@@ -146,9 +153,13 @@ func (tx *txn) collapse(ch *cache.Cache) (bool, outcome) {
 			return true, closeConn
 		}
 		switch {
-		case end == cache.Shared && obj.Matches(cq):
-			ch.Count(cache.OutcomeHit, true)
+		case end == cache.Shared && obj.Matches(cq) && tx.openBody(obj):
 			tx.collapsed = true
+			if obj.OnDisk() {
+				ch.Count(cache.OutcomeDiskHit, true)
+				return true, tx.serveObject(obj, resultHit)
+			}
+			ch.Count(cache.OutcomeHit, true)
 			return true, tx.serveObject(obj, resultMemHit)
 		case end == cache.Failed && time.Now().Before(deadline):
 			continue // elect a new leader
@@ -162,6 +173,12 @@ func (tx *txn) collapse(ch *cache.Cache) (bool, outcome) {
 // 304 when the client's preconditions hold, a range when it asked for one
 // peerd can serve, the whole response otherwise.
 func (tx *txn) serveObject(o *cache.Object, result string) outcome {
+	if !tx.openBody(o) {
+		// A disk-only body gone between the lookup and now (evicted
+		// meanwhile): nothing was answered yet, and nothing can be.
+		tx.clientGone = true
+		return closeConn
+	}
 	cc := tx.cc
 	cq := &tx.cq
 	now := tx.start // Age and ttl as of the request's arrival, a clock read saved
@@ -171,7 +188,7 @@ func (tx *txn) serveObject(o *cache.Object, result string) outcome {
 	switch {
 	case cq.Conditional && o.NotModified(cq):
 		status = http.StatusNotModified
-		if result == resultMemHit {
+		if result == resultMemHit || result == resultHit {
 			result = resultIMSHit
 		}
 	case cq.Range != nil:
@@ -252,6 +269,11 @@ func (tx *txn) serveObject(o *cache.Object, result string) outcome {
 	if !noBody && tx.method != http.MethodHead && length > 0 {
 		var err error
 		switch {
+		case o.OnDisk():
+			if !ranged {
+				first = first0 // the whole stored body
+			}
+			_, err = tx.diskBody.WriteRange(bodyWriter{tx}, first-first0, first-first0+length-1)
 		case ranged:
 			err = tx.writeStored(o.Slice(first, last))
 		default:
@@ -502,38 +524,6 @@ func (tx *txn) cacheStatusForError() string {
 		return ""
 	}
 	return "Cache-Status: " + tx.cfg.Name + "; fwd=" + tx.fwd + "\r\n"
-}
-
-// CacheCollector exports the cache's metrics (contract section 11).
-func (p *Proxy) CacheCollector() prometheus.Collector { return cacheCollector{p} }
-
-type cacheCollector struct{ p *Proxy }
-
-var (
-	cacheRequestsDesc = prometheus.NewDesc("peerd_cache_requests_total", "Requests the cache saw, by result: hit (answered from memory, collapsed ones included), miss, refresh (revalidated), stale (served stale because no next hop answered).", []string{"result"}, nil)
-	cacheBytesDesc    = prometheus.NewDesc("peerd_cache_bytes", "Bytes stored in the memory cache.", nil, nil)
-	cacheObjectsDesc  = prometheus.NewDesc("peerd_cache_objects", "Responses stored in the memory cache.", nil, nil)
-)
-
-func (cacheCollector) Describe(ch chan<- *prometheus.Desc) {
-	ch <- cacheRequestsDesc
-	ch <- cacheBytesDesc
-	ch <- cacheObjectsDesc
-}
-
-func (c cacheCollector) Collect(ch chan<- prometheus.Metric) {
-	var s cache.Stats
-	if cc := c.p.cache.Load(); cc != nil {
-		s = cc.Stats()
-	}
-	for _, r := range []struct {
-		name string
-		n    int64
-	}{{"hit", s.Hits}, {"miss", s.Misses}, {"refresh", s.Refreshes}, {"stale", s.StaleServed}} {
-		ch <- prometheus.MustNewConstMetric(cacheRequestsDesc, prometheus.CounterValue, float64(r.n), r.name)
-	}
-	ch <- prometheus.MustNewConstMetric(cacheBytesDesc, prometheus.GaugeValue, float64(s.Bytes))
-	ch <- prometheus.MustNewConstMetric(cacheObjectsDesc, prometheus.GaugeValue, float64(s.Objects))
 }
 
 // revalidateInBackground refreshes a stale response that was just served

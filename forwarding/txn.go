@@ -83,13 +83,14 @@ type txn struct {
 	// The cache (see cached.go).
 	ch          *cache.Cache
 	cq          cache.Request
-	keyed       bool          // cq holds this request
-	fwd         string        // why the request went to a next hop (Cache-Status fwd)
-	stale       *cache.Object // the stored response being revalidated
-	flight      *cache.Flight // the collapsed flight this request leads
-	cw          *cache.Writer // storing the response as it is relayed
-	collapsed   bool          // answered from another request's response
-	swr         bool          // answered stale while it is revalidated
+	keyed       bool              // cq holds this request
+	fwd         string            // why the request went to a next hop (Cache-Status fwd)
+	stale       *cache.Object     // the stored response being revalidated
+	flight      *cache.Flight     // the collapsed flight this request leads
+	cw          *cache.Writer     // storing the response as it is relayed
+	diskBody    *cache.BodyReader // the open body of a disk-only object
+	collapsed   bool              // answered from another request's response
+	swr         bool              // answered stale while it is revalidated
 	staleServed bool
 	cacheResult string // the access log's result code, when the cache made it
 }
@@ -456,6 +457,10 @@ func (tx *txn) finish() {
 		tx.ch.Land(tx.flight, nil, false)
 		if tx.cw.Stored() {
 			tx.cw.Finish(false)
+		}
+		if tx.diskBody != nil {
+			tx.diskBody.Close()
+			tx.diskBody = nil
 		}
 	}
 	if tx.status == 0 && !tx.clientGone {

@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/peerd/peerd/auth"
+	"github.com/peerd/peerd/cache"
 
 	"github.com/peerd/peerd/access"
 	"github.com/peerd/peerd/admin"
@@ -89,6 +90,7 @@ type staged struct {
 	basic            *auth.Basic  // [auth] re-read (nil: off)
 	clientCert       *clientTLS   // the TLS listener's certificate, re-read
 	tlsLn            net.Listener // a TLS listener moved or turned on
+	cache            *cache.Cache // a new cache (its disk moved, or it was off); nil: keep
 }
 
 // abort closes what staging opened.
@@ -108,6 +110,7 @@ func (st *staged) abort() {
 	if st.icp != nil {
 		st.icp.Close()
 	}
+	st.cache.Close()
 }
 
 // stage builds the resources cfg needs beyond old's; on an error it
@@ -142,6 +145,13 @@ func (s *server) stage(cfg, old *fileConfig) (*staged, error) {
 	if st.policy, err = cfg.policy(); err != nil {
 		return fail(err)
 	}
+	if cfg.Cache.Memory > 0 && (old.Cache.Memory <= 0 || cfg.Cache.Disk != old.Cache.Disk) {
+		// A disk store moved or added: opened (and locked) before the
+		// reload is agreed to; the running cache stays on an error.
+		if st.cache, err = cache.Open(cfg.Cache, cache.Options{Log: s.log}); err != nil {
+			return fail(fmt.Errorf("cache.disk: %w", err))
+		}
+	}
 	if st.peerTLS, err = buildPeerTLS(cfg.Peers); err != nil {
 		return fail(err) // the running certificates stay
 	}
@@ -175,7 +185,7 @@ func (s *server) commit(st *staged, old *fileConfig) {
 	s.planner.SetOptions(cfg.plannerOptions())
 	s.proxy.Apply(cfg.Proxy) // validated once, with the whole file, by loadConfig
 	s.proxy.Prune(s.reg.Peers())
-	s.reconfigureCache(cfg.Cache)
+	s.reconfigureCache(cfg.Cache, st.cache)
 	s.api.SetToken(cfg.Admin.Token)
 	if s.icpQ != nil {
 		s.icpQ.SetTimeout(cfg.ICP.QueryTimeout)

@@ -162,7 +162,14 @@ func newServer(path string, cfg *fileConfig, stderr io.Writer) (*server, error) 
 	if err != nil {
 		return nil, err
 	}
-	s.proxy.SetCache(cache.New(cfg.Cache))
+	// A process started by a binary upgrade takes the disk store over
+	// once the old one lets go; any other fails when another peerd
+	// holds it.
+	ch, err := cache.Open(cfg.Cache, cache.Options{Log: lg, TakeOver: os.Getenv(envReady) != ""})
+	if err != nil {
+		return nil, err
+	}
+	s.proxy.SetCache(ch)
 	s.proxy.SetRules(cfg.rules())
 	basic, err := auth.Load(cfg.Auth)
 	if err != nil {
@@ -359,6 +366,7 @@ func (s *server) serve(ctx context.Context) error {
 			return s.shutdown(nil)
 		case <-s.upg.exit():
 			s.log.WithField("pid", os.Getpid()).Warn("handed over to the new process: no new connections here, finishing in-flight requests")
+			s.proxy.Cache().Close() // the new process takes the disk store over
 			handedOver = true
 			stopState()
 			return s.shutdown(sigs)
@@ -434,6 +442,7 @@ func (s *server) shutdown(sigs <-chan os.Signal) error {
 		s.icpQ.Close()
 	}
 	s.proxy.CloseIdle()
+	s.proxy.Cache().Close()
 	s.wg.Wait()
 	if s.access != nil {
 		s.access.Close()
@@ -511,14 +520,17 @@ func (s *server) fleetNode(cfg *fileConfig) string {
 }
 
 // reconfigureCache applies a reloaded [cache]: the stored objects stay
-// unless the cache is turned off.
-func (s *server) reconfigureCache(c cache.Config) {
+// unless the cache is turned off or its disk moved (then fresh, the new
+// cache staged by the reload).
+func (s *server) reconfigureCache(c cache.Config, fresh *cache.Cache) {
 	cur := s.proxy.Cache()
 	switch {
 	case c.Memory <= 0:
 		s.proxy.SetCache(nil)
-	case cur == nil:
-		s.proxy.SetCache(cache.New(c))
+		cur.Close()
+	case fresh != nil:
+		s.proxy.SetCache(fresh)
+		cur.Close()
 	default:
 		cur.Reconfigure(c)
 	}

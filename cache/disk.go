@@ -1,0 +1,517 @@
+package cache
+
+// This file holds the disk store ([cache] disk, contract section 17): one
+// file per object under objects/, an append-only journal that is the
+// index, a lock file that keeps a second peerd out, the segmented LRU
+// over the bytes on disk, and the pause that a full or failing disk puts
+// the store in.
+//
+// An object becomes visible in three steps, each after the one before is
+// done: its file is written whole under tmp/ (head, body, checksums), it
+// is renamed into objects/, and a 48-byte record naming it is appended to
+// the journal. A process that dies at any point leaves either a file the
+// journal does not name (swept) or a named file that checks out. A power
+// loss may lose what the kernel had not written back; what it tears is
+// found by the checksums when read, and dropped.
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/sirupsen/logrus"
+)
+
+// keyHash names a primary key on disk.
+type keyHash [16]byte
+
+func hashKey(key []byte) keyHash {
+	s := sha256.Sum256(key)
+	return keyHash(s[:16])
+}
+
+func hashSecondary(s string) uint64 {
+	h := sha256.Sum256([]byte(s))
+	return binary.BigEndian.Uint64(h[:8])
+}
+
+// diskEntry is one stored object in the index.
+type diskEntry struct {
+	key        keyHash
+	sec        uint64
+	id         uint64
+	size       int64
+	prev, next *diskEntry
+	protected  bool
+}
+
+// entryList is an intrusive list of entries, most recent first.
+type entryList struct {
+	head, tail *diskEntry
+	size       int64
+}
+
+func (l *entryList) pushFront(e *diskEntry) {
+	e.prev, e.next = nil, l.head
+	if l.head != nil {
+		l.head.prev = e
+	}
+	l.head = e
+	if l.tail == nil {
+		l.tail = e
+	}
+	l.size += e.size
+}
+
+func (l *entryList) remove(e *diskEntry) {
+	if e.prev != nil {
+		e.prev.next = e.next
+	} else {
+		l.head = e.next
+	}
+	if e.next != nil {
+		e.next.prev = e.prev
+	} else {
+		l.tail = e.prev
+	}
+	e.prev, e.next = nil, nil
+	l.size -= e.size
+}
+
+// disk is the disk store.
+type disk struct {
+	dir string
+	log logrus.FieldLogger
+
+	lock *os.File
+
+	mu        sync.Mutex
+	index     map[keyHash][]*diskEntry
+	probation entryList
+	protected entryList
+	capacity  int64
+	bytes     int64
+	objects   int
+	journal   *os.File
+	records   int64 // records in the journal
+	// tomb: keys purged while the index loads, with the first id that
+	// is not purged: the loader drops older records of them.
+	tomb   map[keyHash]uint64
+	closed bool
+
+	nextID  atomic.Uint64
+	loading atomic.Bool
+	loaded  atomic.Int64
+
+	pausedUntil atomic.Int64 // Unix nanoseconds; 0: storing
+	errors      atomic.Int64
+	hits        atomic.Int64
+
+	writers sync.WaitGroup
+	stop    chan struct{}
+	// ready is closed when the index is loaded (or loading was given up).
+	ready chan struct{}
+}
+
+// pauseFor is how long a disk fault stops the store from taking objects.
+const pauseFor = 30 * time.Second
+
+// errLocked is a disk directory another peerd holds.
+var errLocked = errors.New("in use by another peerd")
+
+// openDisk opens (or creates) the store in dir and starts loading its
+// index in the background. With wait, a store another process holds (the
+// old peerd of a binary upgrade) is taken over once it lets go; without,
+// it is an error that says who holds it.
+func openDisk(dir string, capacity int64, log logrus.FieldLogger, wait bool) (*disk, error) {
+	for _, sub := range []string{"", "tmp", "objects"} {
+		if err := os.MkdirAll(filepath.Join(dir, sub), 0o750); err != nil {
+			return nil, fmt.Errorf("cache disk %s: %w", dir, err)
+		}
+	}
+	lock, err := os.OpenFile(filepath.Join(dir, "LOCK"), os.O_RDWR|os.O_CREATE, 0o640)
+	if err != nil {
+		return nil, fmt.Errorf("cache disk %s: %w", dir, err)
+	}
+	d := &disk{dir: dir, log: log, lock: lock, index: map[keyHash][]*diskEntry{}, tomb: map[keyHash]uint64{},
+		capacity: capacity, stop: make(chan struct{}), ready: make(chan struct{})}
+	d.nextID.Store(uint64(time.Now().UnixNano()))
+	d.loading.Store(true)
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		if !wait {
+			holder, _ := os.ReadFile(lock.Name())
+			lock.Close()
+			return nil, fmt.Errorf("cache disk %s: %w (pid %s holds %s); two peerd processes cannot share a disk store", dir, errLocked, trimPID(holder), lock.Name())
+		}
+		go d.waitLock()
+		return d, nil
+	}
+	go d.start()
+	return d, nil
+}
+
+func trimPID(b []byte) string {
+	n, err := strconv.Atoi(string(trimSpace(b)))
+	if err != nil {
+		return "unknown"
+	}
+	return strconv.Itoa(n)
+}
+
+func trimSpace(b []byte) []byte {
+	for len(b) > 0 && (b[len(b)-1] == '\n' || b[len(b)-1] == ' ') {
+		b = b[:len(b)-1]
+	}
+	return b
+}
+
+// waitLock takes the lock over from the process that holds it (an
+// upgrade's old peerd lets go when it hands over).
+func (d *disk) waitLock() {
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-d.stop:
+			d.loading.Store(false)
+			close(d.ready)
+			return
+		case <-t.C:
+		}
+		if syscall.Flock(int(d.lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) == nil {
+			d.start()
+			return
+		}
+	}
+}
+
+// start runs once the lock is held: the pid is recorded, leftovers of
+// unfinished writes are cleared, and the index is loaded.
+func (d *disk) start() {
+	d.lock.Truncate(0)
+	d.lock.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	tmp := filepath.Join(d.dir, "tmp")
+	if names, err := readNames(tmp); err == nil {
+		for _, n := range names {
+			os.Remove(filepath.Join(tmp, n))
+		}
+	}
+	if err := d.load(); err != nil {
+		d.log.WithError(err).WithField("disk", d.dir).Warn("cache disk: cannot load the index; storing from empty")
+		d.errors.Add(1)
+	}
+}
+
+func readNames(dir string) ([]string, error) {
+	f, err := os.Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return f.Readdirnames(-1)
+}
+
+// objectPath is where object id lives.
+func (d *disk) objectPath(id uint64) string {
+	return filepath.Join(d.dir, "objects", fmt.Sprintf("%02x", id&0xff), strconv.FormatUint(id, 16))
+}
+
+func (d *disk) tmpPath(id uint64) string {
+	return filepath.Join(d.dir, "tmp", strconv.FormatUint(id, 16))
+}
+
+// Journal records.
+const (
+	recordSize = 48
+	opAdd      = 1
+	opDel      = 2
+	journalHdr = "PEERDJ1\n"
+)
+
+func appendRecord(b []byte, op byte, e *diskEntry) []byte {
+	start := len(b)
+	b = append(b, op, 0, 0, 0)
+	b = append(b, e.key[:]...)
+	b = binary.BigEndian.AppendUint64(b, e.id)
+	b = binary.BigEndian.AppendUint64(b, uint64(e.size))
+	b = binary.BigEndian.AppendUint64(b, e.sec)
+	return binary.BigEndian.AppendUint32(b, crc32.Checksum(b[start:], castagnoli))
+}
+
+// parseRecord reads one record; ok false for a torn or foreign one.
+func parseRecord(b []byte) (op byte, e diskEntry, ok bool) {
+	if len(b) < recordSize || crc32.Checksum(b[:44], castagnoli) != binary.BigEndian.Uint32(b[44:]) {
+		return 0, e, false
+	}
+	op = b[0]
+	copy(e.key[:], b[4:20])
+	e.id = binary.BigEndian.Uint64(b[20:])
+	e.size = int64(binary.BigEndian.Uint64(b[28:]))
+	e.sec = binary.BigEndian.Uint64(b[36:])
+	return op, e, (op == opAdd || op == opDel) && e.size >= 0
+}
+
+// appendLocked writes records to the journal in one write.
+func (d *disk) appendLocked(rec []byte) error {
+	if d.journal == nil {
+		return errors.New("journal not open")
+	}
+	if _, err := d.journal.Write(rec); err != nil {
+		return err
+	}
+	d.records += int64(len(rec) / recordSize)
+	return nil
+}
+
+// lookup returns the entries stored under key (a copy).
+func (d *disk) lookup(key keyHash) []diskEntry {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	es := d.index[key]
+	if len(es) == 0 {
+		return nil
+	}
+	out := make([]diskEntry, len(es))
+	for i, e := range es {
+		out[i] = *e
+	}
+	return out
+}
+
+// touch records a hit on the variant sec of key: the segmented LRU's
+// promotion.
+func (d *disk) touch(key keyHash, sec uint64) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, e := range d.index[key] {
+		if e.sec != sec {
+			continue
+		}
+		if e.protected {
+			d.protected.remove(e)
+			d.protected.pushFront(e)
+			return
+		}
+		d.probation.remove(e)
+		e.protected = true
+		d.protected.pushFront(e)
+		for d.protected.size > d.capacity*8/10 && d.protected.tail != nil && d.protected.tail != e {
+			c := d.protected.tail
+			d.protected.remove(c)
+			c.protected = false
+			d.probation.pushFront(c)
+		}
+		return
+	}
+}
+
+// insertLocked puts e in the index; an entry of the same variant, and
+// the oldest beyond maxVariants, are dropped and returned.
+func (d *disk) insertLocked(e *diskEntry) (dropped []*diskEntry) {
+	es := d.index[e.key]
+	for i := 0; i < len(es); {
+		if es[i].sec == e.sec {
+			dropped = append(dropped, es[i])
+			d.unlinkLocked(es[i])
+			es = append(es[:i], es[i+1:]...)
+			continue
+		}
+		i++
+	}
+	if len(es) >= maxVariants {
+		dropped = append(dropped, es[0])
+		d.unlinkLocked(es[0])
+		es = es[1:]
+	}
+	d.index[e.key] = append(es, e)
+	e.protected = false
+	d.probation.pushFront(e)
+	d.bytes += e.size
+	d.objects++
+	return dropped
+}
+
+func (d *disk) unlinkLocked(e *diskEntry) {
+	if e.protected {
+		d.protected.remove(e)
+	} else {
+		d.probation.remove(e)
+	}
+	d.bytes -= e.size
+	d.objects--
+}
+
+// removeLocked takes e out of the index.
+func (d *disk) removeLocked(e *diskEntry) bool {
+	es := d.index[e.key]
+	for i, x := range es {
+		if x.id == e.id {
+			d.unlinkLocked(x)
+			es = append(es[:i], es[i+1:]...)
+			if len(es) == 0 {
+				delete(d.index, e.key)
+			} else {
+				d.index[e.key] = es
+			}
+			return true
+		}
+	}
+	return false
+}
+
+// evictLocked picks the victims that bring the bytes under capacity.
+func (d *disk) evictLocked() (victims []*diskEntry) {
+	for d.bytes > d.capacity {
+		v := d.probation.tail
+		if v == nil {
+			v = d.protected.tail
+		}
+		if v == nil {
+			break
+		}
+		d.removeLocked(v)
+		victims = append(victims, v)
+	}
+	return victims
+}
+
+// forget journals the removal of entries and deletes their files.
+func (d *disk) forget(es []*diskEntry) {
+	if len(es) == 0 {
+		return
+	}
+	var rec []byte
+	for _, e := range es {
+		rec = appendRecord(rec, opDel, e)
+	}
+	d.mu.Lock()
+	err := d.appendLocked(rec)
+	d.mu.Unlock()
+	if err != nil {
+		d.fault("journal", err)
+	}
+	for _, e := range es {
+		os.Remove(d.objectPath(e.id))
+	}
+}
+
+// remove drops the entry id of key (a file that did not check out, or a
+// purge of one object).
+func (d *disk) remove(key keyHash, id uint64) {
+	d.mu.Lock()
+	e := &diskEntry{key: key, id: id}
+	found := d.removeLocked(e)
+	d.mu.Unlock()
+	if found {
+		d.forget([]*diskEntry{e})
+	}
+}
+
+// purge drops every entry of key and reports how many there were. While
+// the index loads, older records of key are dropped as they are read.
+func (d *disk) purge(key keyHash) int {
+	d.mu.Lock()
+	es := append([]*diskEntry(nil), d.index[key]...)
+	for _, e := range es {
+		d.removeLocked(e)
+	}
+	if d.loading.Load() {
+		d.tomb[key] = d.nextID.Load()
+	}
+	d.mu.Unlock()
+	d.forget(es)
+	return len(es)
+}
+
+// resize changes disk_size, evicting at once when it shrank.
+func (d *disk) resize(capacity int64) {
+	d.mu.Lock()
+	d.capacity = capacity
+	var victims []*diskEntry
+	if !d.loading.Load() {
+		victims = d.evictLocked()
+	}
+	d.mu.Unlock()
+	d.forget(victims)
+}
+
+// storing reports whether the store takes new objects now: not while a
+// fault pauses it (the first call after the pause says it resumes).
+func (d *disk) storing() bool {
+	until := d.pausedUntil.Load()
+	if until == 0 {
+		return true
+	}
+	if time.Now().UnixNano() < until {
+		return false
+	}
+	if d.pausedUntil.CompareAndSwap(until, 0) {
+		d.log.WithField("disk", d.dir).Warn("cache disk: storing objects again")
+	}
+	return true
+}
+
+// fault counts a disk error; a write fault pauses the store (logged once
+// for the pause).
+func (d *disk) fault(what string, err error) {
+	d.errors.Add(1)
+	if what == "read" {
+		d.log.WithError(err).WithField("disk", d.dir).Debug("cache disk: a stored object could not be read; dropped")
+		return
+	}
+	until := time.Now().Add(pauseFor).UnixNano()
+	for {
+		cur := d.pausedUntil.Load()
+		if cur != 0 && cur > time.Now().UnixNano() {
+			return // paused already, and said so
+		}
+		if d.pausedUntil.CompareAndSwap(cur, until) {
+			break
+		}
+	}
+	d.log.WithError(err).WithFields(logrus.Fields{"disk": d.dir, "during": what, "retry_in": pauseFor.String()}).
+		Warn("cache disk: stopped storing objects; hits from memory and relaying go on")
+}
+
+// close stops the store: writes in progress are abandoned, the journal
+// and the lock are released (the next process may take them).
+func (d *disk) close() {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return
+	}
+	d.closed = true
+	close(d.stop)
+	d.mu.Unlock()
+	d.writers.Wait()
+	d.mu.Lock()
+	if d.journal != nil {
+		d.journal.Close()
+		d.journal = nil
+	}
+	d.mu.Unlock()
+	d.lock.Close()
+}
+
+// diskStats are the store's figures for GET /cache.
+type diskStats struct {
+	objects, bytes, capacity, hits, errors, loaded int64
+	loading                                        bool
+}
+
+func (d *disk) stats() diskStats {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return diskStats{objects: int64(d.objects), bytes: d.bytes, capacity: d.capacity, hits: d.hits.Load(),
+		errors: d.errors.Load(), loaded: d.loaded.Load(), loading: d.loading.Load()}
+}

@@ -1,0 +1,375 @@
+package cache
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// diskCache opens a cache with a disk store in dir and waits for its
+// index.
+func diskCache(t testing.TB, dir string, mut func(*Config)) *Cache {
+	t.Helper()
+	cfg := DefaultConfig()
+	cfg.Disk, cfg.DiskSize, cfg.MaxObject = dir, 64<<20, 32<<20
+	if mut != nil {
+		mut(&cfg)
+	}
+	c, err := Open(cfg, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	<-c.disk.ready
+	return c
+}
+
+// body makes n recognizable bytes.
+func body(n int, seed byte) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = seed + byte(i%251)
+	}
+	return b
+}
+
+// storeOn stores body for u as a fresh response and waits until the disk
+// has it. length -1 stores it as a body of unknown length.
+func storeOn(t testing.TB, c *Cache, u string, b []byte, length int64) {
+	t.Helper()
+	r := request(t, "GET", u)
+	w := c.Admit(r, response(t, "200 OK", "Cache-Control: max-age=3600", "Date: {0}", "ETag: \"v1\""), length, t0, t0, nil)
+	if w == nil {
+		t.Fatalf("%s: not admitted", u)
+	}
+	for p := b; len(p) > 0; {
+		k := min(len(p), 10000)
+		w.Write(p[:k])
+		p = p[k:]
+	}
+	w.Finish(true)
+	c.disk.writers.Wait()
+}
+
+// served reads what a hit for u serves: the verdict, whether it came
+// from disk, and the body (nil when the body could not be served).
+func served(t testing.TB, c *Cache, u string) (Verdict, bool, []byte) {
+	t.Helper()
+	o, v, fromDisk := c.Find(request(t, "GET", u), t0)
+	if o == nil {
+		return v, false, nil
+	}
+	if !o.OnDisk() {
+		return v, fromDisk, o.Body
+	}
+	br, err := o.OpenBody()
+	if err != nil {
+		return Miss, fromDisk, nil
+	}
+	defer br.Close()
+	var buf bytes.Buffer
+	if _, err := br.WriteRange(&buf, 0, o.Length()-1); err != nil {
+		return v, fromDisk, nil
+	}
+	return v, fromDisk, buf.Bytes()
+}
+
+// Every object stored whole before a stop is a hit after the restart,
+// small ones promoted to memory, large ones read from disk.
+func TestDiskSurvivesReopen(t *testing.T) {
+	dir := t.TempDir()
+	c := diskCache(t, dir, nil)
+	sizes := []int{0, 1, 1000, blockSize - 1, blockSize, blockSize + 1, 300 << 10, 600 << 10, 2 << 20}
+	for i, n := range sizes {
+		storeOn(t, c, fmt.Sprintf("http://example.com/o%d", i), body(n, byte(i)), int64(n))
+	}
+	storeOn(t, c, "http://example.com/unknown-big", body(1<<20, 7), -1)
+	storeOn(t, c, "http://example.com/unknown-small", body(3000, 8), -1)
+	c.Close()
+
+	c = diskCache(t, dir, nil)
+	if s := c.Stats(); s.DiskObjects != int64(len(sizes)+2) || s.IndexLoading || s.IndexObjectsLoaded != s.DiskObjects {
+		t.Fatalf("after reopening: %+v", s)
+	}
+	check := func(u string, want []byte) {
+		t.Helper()
+		v, fromDisk, got := served(t, c, u)
+		if v != Hit || !fromDisk || !bytes.Equal(got, want) {
+			t.Fatalf("%s: verdict %v from disk %v, %d bytes (want a disk hit of %d)", u, v, fromDisk, len(got), len(want))
+		}
+	}
+	for i, n := range sizes {
+		check(fmt.Sprintf("http://example.com/o%d", i), body(n, byte(i)))
+	}
+	check("http://example.com/unknown-big", body(1<<20, 7))
+	check("http://example.com/unknown-small", body(3000, 8))
+	// A small object was promoted: its next hit is from memory.
+	if _, fromDisk, got := served(t, c, "http://example.com/o2"); fromDisk || len(got) != 1000 {
+		t.Fatalf("promoted object: from disk %v, %d bytes", fromDisk, len(got))
+	}
+	if s := c.Stats(); s.DiskErrors != 0 {
+		t.Fatalf("disk errors: %d", s.DiskErrors)
+	}
+}
+
+// A file cut at any write point, or with a byte changed, is never served:
+// it is a miss (and dropped), or fails before the bad block is written.
+func TestDiskTornNeverServed(t *testing.T) {
+	dir := t.TempDir()
+	small := func(c *Config) { c.MaxObjectInMemory = 1 << 10 } // read from disk, block by block
+	c := diskCache(t, dir, small)
+	want := body(3*blockSize+100, 3)
+	const u = "http://example.com/torn"
+	storeOn(t, c, u, want, int64(len(want)))
+	c.Close()
+	var path string
+	filepath.WalkDir(filepath.Join(dir, "objects"), func(p string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			path = p
+		}
+		return nil
+	})
+	whole, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	journal, _ := os.ReadFile(filepath.Join(dir, "journal"))
+	hl := int(whole[11]) | int(whole[10])<<8
+	bodyAt := 12 + hl
+	points := []int{0, 1, 8, 12, bodyAt - 1, bodyAt, bodyAt + 1}
+	for i := 1; i <= 3; i++ {
+		points = append(points, bodyAt+i*blockSize-1, bodyAt+i*blockSize)
+	}
+	for k := bodyAt + len(want) - 1; k < len(whole); k++ {
+		points = append(points, k) // every byte of the checksums and tail
+	}
+	for _, n := range points {
+		if err := os.WriteFile(path, whole[:n], 0o640); err != nil {
+			t.Fatal(err)
+		}
+		os.WriteFile(filepath.Join(dir, "journal"), journal, 0o640)
+		c := diskCache(t, dir, small)
+		if v, _, got := served(t, c, u); v == Hit && got != nil {
+			t.Fatalf("cut at %d of %d: served %d bytes", n, len(whole), len(got))
+		}
+		if s := c.Stats(); s.DiskObjects != 0 || s.DiskErrors == 0 {
+			t.Fatalf("cut at %d: the torn object is still indexed (%+v)", n, s)
+		}
+		c.Close()
+	}
+
+	// A changed byte in the third block: the first two are served, the
+	// third is not written, and the object is dropped.
+	bad := bytes.Clone(whole)
+	bad[bodyAt+2*blockSize+5] ^= 0xff
+	os.WriteFile(path, bad, 0o640)
+	os.WriteFile(filepath.Join(dir, "journal"), journal, 0o640)
+	c = diskCache(t, dir, small)
+	o, v, _ := c.Find(request(t, "GET", u), t0)
+	if v != Hit || !o.OnDisk() {
+		t.Fatalf("the object with a bad block is not found (%v)", v)
+	}
+	br, err := o.OpenBody()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	_, err = br.WriteRange(&buf, 0, o.Length()-1)
+	br.Close()
+	if !errors.Is(err, ErrStoredBroken) || buf.Len() != 2*blockSize || !bytes.Equal(buf.Bytes(), want[:2*blockSize]) {
+		t.Fatalf("bad block: %v after %d bytes", err, buf.Len())
+	}
+	if v, _, _ := served(t, c, u); v != Miss {
+		t.Fatalf("after the bad block: %v, want a miss", v)
+	}
+	c.Close()
+
+	// The journal cut at every byte of its last record: the object is
+	// whole or absent.
+	os.WriteFile(path, whole, 0o640)
+	for n := len(journal) - recordSize; n <= len(journal); n++ {
+		os.WriteFile(filepath.Join(dir, "journal"), journal[:n], 0o640)
+		c := diskCache(t, dir, small)
+		v, _, got := served(t, c, u)
+		switch {
+		case n == len(journal) && (v != Hit || !bytes.Equal(got, want)):
+			t.Fatalf("whole journal: %v, %d bytes", v, len(got))
+		case n < len(journal) && v != Miss:
+			t.Fatalf("journal cut at %d: %v", n, v)
+		}
+		c.Close()
+	}
+}
+
+// A disk that fails stops the store (counted), never the response: it is
+// relayed and kept in memory; the store takes objects again later.
+func TestDiskFaultPausesStore(t *testing.T) {
+	dir := t.TempDir()
+	c := diskCache(t, dir, nil)
+	tmp := filepath.Join(dir, "tmp")
+	os.RemoveAll(tmp)
+	os.WriteFile(tmp, nil, 0o640) // every new file fails (ENOTDIR)
+	storeOn(t, c, "http://example.com/f1", body(5000, 1), 5000)
+	if v, fromDisk, got := served(t, c, "http://example.com/f1"); v != Hit || fromDisk || len(got) != 5000 {
+		t.Fatalf("memory copy: %v %v %d", v, fromDisk, len(got))
+	}
+	s := c.Stats()
+	if s.DiskErrors == 0 || s.DiskObjects != 0 || c.disk.storing() {
+		t.Fatalf("after a write fault: %+v, storing %v", s, c.disk.storing())
+	}
+	// Paused: no further attempt (and no further error) until it retries.
+	storeOn(t, c, "http://example.com/f2", body(5000, 2), 5000)
+	if c.Stats().DiskErrors != s.DiskErrors {
+		t.Fatal("a paused store still tried to write")
+	}
+	os.Remove(tmp)
+	os.Mkdir(tmp, 0o750)
+	c.disk.pausedUntil.Store(1) // the pause is over
+	storeOn(t, c, "http://example.com/f3", body(5000, 3), 5000)
+	if s := c.Stats(); s.DiskObjects != 1 {
+		t.Fatalf("after the pause: %+v", s)
+	}
+}
+
+// Two processes never share a store.
+func TestDiskLocked(t *testing.T) {
+	dir := t.TempDir()
+	diskCache(t, dir, nil)
+	cfg := DefaultConfig()
+	cfg.Disk = dir
+	_, err := Open(cfg, Options{})
+	if err == nil || !strings.Contains(err.Error(), "in use by another peerd") || !strings.Contains(err.Error(), fmt.Sprint(os.Getpid())) {
+		t.Fatalf("second open: %v", err)
+	}
+}
+
+// disk_size holds, through a restart and a shrink; the objects hit again
+// stay.
+func TestDiskEviction(t *testing.T) {
+	dir := t.TempDir()
+	sized := func(c *Config) { c.DiskSize, c.MaxObject, c.MaxObjectInMemory = 2<<20, 1<<20, 1<<10 }
+	c := diskCache(t, dir, sized)
+	storeOn(t, c, "http://example.com/hot", body(100<<10, 9), 100<<10)
+	for i := range 40 {
+		storeOn(t, c, fmt.Sprintf("http://example.com/e%d", i), body(100<<10, byte(i)), 100<<10)
+		if v, _, _ := served(t, c, "http://example.com/hot"); v != Hit {
+			t.Fatalf("the hot object was evicted after %d others", i)
+		}
+	}
+	if s := c.Stats(); s.DiskBytes > 2<<20 || s.DiskObjects < 10 {
+		t.Fatalf("disk_size 2 MiB: %+v", s)
+	}
+	c.Close()
+	c = diskCache(t, dir, func(c *Config) { sized(c); c.DiskSize = 1 << 20 })
+	if s := c.Stats(); s.DiskBytes > 1<<20 || s.DiskObjects == 0 {
+		t.Fatalf("shrunk to 1 MiB at the restart: %+v", s)
+	}
+	c.Reconfigure(func() Config { cfg := DefaultConfig(); sized(&cfg); cfg.Disk, cfg.DiskSize = dir, 300<<10; return cfg }())
+	if s := c.Stats(); s.DiskBytes > 300<<10 {
+		t.Fatalf("shrunk by a reload: %+v", s)
+	}
+}
+
+// A purge reaches the disk, and holds across a restart, also for a purge
+// while the index was still loading.
+func TestDiskPurge(t *testing.T) {
+	dir := t.TempDir()
+	c := diskCache(t, dir, nil)
+	storeOn(t, c, "http://example.com/p1", body(100, 1), 100)
+	storeOn(t, c, "http://example.com/p2", body(100, 2), 100)
+	if n := c.Purge(request(t, "GET", "http://example.com/p1").Key); n != 1 {
+		t.Fatalf("purged %d", n)
+	}
+	c.Close()
+	c = diskCache(t, dir, nil)
+	if v, _, _ := served(t, c, "http://example.com/p1"); v != Miss {
+		t.Fatalf("purged object after a restart: %v", v)
+	}
+	// A purge that comes before the index has loaded the key.
+	c.disk.mu.Lock()
+	c.disk.loading.Store(true)
+	c.disk.mu.Unlock()
+	c.Purge(request(t, "GET", "http://example.com/p2").Key)
+	c.disk.mu.Lock()
+	c.disk.loadLocked(&diskEntry{key: hashKey(request(t, "GET", "http://example.com/p2").Key), id: 1, size: 10})
+	c.disk.loading.Store(false)
+	c.disk.mu.Unlock()
+	if v, _, _ := served(t, c, "http://example.com/p2"); v != Miss {
+		t.Fatalf("an object purged while loading came back: %v", v)
+	}
+}
+
+// A body of unknown length that outgrows max_object_in_memory is kept on
+// disk only, and the requests collapsed on it are served from there.
+func TestDiskOnlyFlight(t *testing.T) {
+	c := diskCache(t, t.TempDir(), func(c *Config) { c.MaxObjectInMemory = 4 << 10 })
+	r := request(t, "GET", url)
+	f, leader := c.Join(r, t0)
+	if !leader {
+		t.Fatal("no leader")
+	}
+	w := c.Admit(r, response(t, "200 OK", "Cache-Control: max-age=60", "Date: {0}"), -1, t0, t0, f)
+	want := body(100<<10, 4)
+	w.Write(want[:50<<10])
+	w.Write(want[50<<10:])
+	w.Finish(true)
+	o, end := f.Wait(1<<62, nil)
+	if end != Shared || o == nil || !o.OnDisk() || o.Length() != int64(len(want)) {
+		t.Fatalf("follower: %v %v", end, o)
+	}
+	if v, fromDisk, got := served(t, c, url); v != Hit || !fromDisk || !bytes.Equal(got, want) {
+		t.Fatalf("disk-only object: %v %v %d bytes", v, fromDisk, len(got))
+	}
+}
+
+// The index loads from the journal alone: 100k objects without opening a
+// file.
+func TestDiskIndexLoad(t *testing.T) {
+	dir := t.TempDir()
+	const n = 100_000
+	writeJournal(t, dir, n)
+	c := diskCache(t, dir, func(c *Config) { c.DiskSize = 1 << 40 })
+	if s := c.Stats(); s.DiskObjects != n || s.IndexObjectsLoaded != n || s.DiskBytes != n*1000 {
+		t.Fatalf("loaded %+v", s)
+	}
+}
+
+// writeJournal makes a journal of n objects of 1000 bytes (no files).
+func writeJournal(t testing.TB, dir string, n int) {
+	t.Helper()
+	b := make([]byte, 0, len(journalHdr)+n*recordSize)
+	b = append(b, journalHdr...)
+	for i := range n {
+		e := diskEntry{key: hashKey(fmt.Appendf(nil, "http://example.com/%d", i)), id: uint64(i + 1), size: 1000}
+		b = appendRecord(b, opAdd, &e)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "journal"), b, 0o640); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// BenchmarkDiskIndexLoad reports the index load rate at 1M objects.
+func BenchmarkDiskIndexLoad(b *testing.B) {
+	dir := b.TempDir()
+	const n = 1_000_000
+	writeJournal(b, dir, n)
+	b.ResetTimer()
+	for range b.N {
+		cfg := DefaultConfig()
+		cfg.Disk, cfg.DiskSize = dir, 1<<40
+		c, err := Open(cfg, Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		<-c.disk.ready
+		if c.Stats().DiskObjects != n {
+			b.Fatal("not all loaded")
+		}
+		c.Close()
+	}
+	b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "objects/s")
+}

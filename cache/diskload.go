@@ -1,0 +1,234 @@
+package cache
+
+// This file holds the loading of the disk store's index from its journal
+// at start-up (in the background: the proxy serves meanwhile, and keys not
+// loaded yet are misses) and the journal's compaction. The journal is read
+// sequentially, 48 bytes per record; no object file is opened.
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+)
+
+// load opens the journal and reads the index from it.
+func (d *disk) load() error {
+	defer func() {
+		d.mu.Lock()
+		d.loading.Store(false)
+		d.tomb = map[keyHash]uint64{}
+		victims := d.evictLocked()
+		d.mu.Unlock()
+		d.forget(victims)
+		d.maybeCompact()
+		close(d.ready)
+	}()
+	path := filepath.Join(d.dir, "journal")
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o640)
+	if err != nil {
+		return err
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return err
+	}
+	size := st.Size()
+	hdr := make([]byte, len(journalHdr))
+	switch {
+	case size < int64(len(journalHdr)):
+		// New (or cut before its header was whole): start it.
+		err := f.Truncate(0)
+		if err == nil {
+			_, err = f.WriteAt([]byte(journalHdr), 0)
+		}
+		if err != nil {
+			f.Close()
+			return err
+		}
+		size = int64(len(journalHdr))
+	default:
+		if _, err := f.ReadAt(hdr, 0); err != nil || string(hdr) != journalHdr {
+			f.Close()
+			return fmt.Errorf("%s is not a peerd journal", path)
+		}
+	}
+	// A record cut short (a power loss in its write) is dropped, so that
+	// new records start on a record boundary.
+	whole := int64(len(journalHdr)) + (size-int64(len(journalHdr)))/recordSize*recordSize
+	if whole != size {
+		if err := f.Truncate(whole); err != nil {
+			f.Close()
+			return err
+		}
+	}
+	f.Close()
+	app, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0o640)
+	if err != nil {
+		return err
+	}
+	rd, err := os.Open(path)
+	if err != nil {
+		app.Close()
+		return err
+	}
+	defer rd.Close()
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		app.Close()
+		return nil
+	}
+	d.journal = app
+	d.mu.Unlock()
+	return d.readJournal(rd, whole)
+}
+
+// readJournal applies the records up to end, a batch at a time so that
+// lookups are not held up.
+func (d *disk) readJournal(rd *os.File, end int64) error {
+	const batch = 8192
+	buf := make([]byte, batch*recordSize)
+	off := int64(len(journalHdr))
+	slab := make([]diskEntry, 0, batch)
+	var bad int64
+	for off < end {
+		n := min(int64(len(buf)), end-off)
+		if _, err := io.ReadFull(io.NewSectionReader(rd, off, n), buf[:n]); err != nil {
+			return err
+		}
+		off += n
+		var victims []*diskEntry
+		d.mu.Lock()
+		if d.closed {
+			d.mu.Unlock()
+			return nil
+		}
+		for p := buf[:n]; len(p) >= recordSize; p = p[recordSize:] {
+			op, e, ok := parseRecord(p)
+			if !ok {
+				bad++ // a record torn by a power loss: the others stand alone
+				continue
+			}
+			d.records++
+			if op == opDel {
+				d.removeLocked(&e)
+				continue
+			}
+			if len(slab) == cap(slab) {
+				slab = make([]diskEntry, 0, batch)
+			}
+			slab = append(slab, e)
+			victims = append(victims, d.loadLocked(&slab[len(slab)-1])...)
+		}
+		d.loaded.Store(int64(d.objects))
+		d.mu.Unlock()
+		d.forget(victims)
+	}
+	if bad > 0 {
+		d.errors.Add(bad)
+		d.log.WithField("disk", d.dir).WithField("records", bad).Warn("cache disk: journal records that do not check out were skipped")
+	}
+	return nil
+}
+
+// loadLocked applies one add record read from the journal: it does not
+// replace what was stored since the start (a newer id), nor bring back
+// what was purged meanwhile.
+func (d *disk) loadLocked(e *diskEntry) (victims []*diskEntry) {
+	if t, ok := d.tomb[e.key]; ok && e.id < t {
+		return []*diskEntry{e}
+	}
+	es := d.index[e.key]
+	for i, x := range es {
+		if x.sec != e.sec {
+			continue
+		}
+		if x.id > e.id {
+			return []*diskEntry{e}
+		}
+		d.unlinkLocked(x)
+		es[i] = e
+		d.probation.pushFront(e)
+		d.bytes += e.size
+		d.objects++
+		return []*diskEntry{x}
+	}
+	if len(es) >= maxVariants {
+		victims = append(victims, es[0])
+		d.unlinkLocked(es[0])
+		es = es[1:]
+	}
+	d.index[e.key] = append(es, e)
+	d.probation.pushFront(e)
+	d.bytes += e.size
+	d.objects++
+	return victims
+}
+
+// compactAt is how many records beyond the live objects make the journal
+// be rewritten.
+const compactAt = 64 << 10
+
+// maybeCompact rewrites the journal when most of it is dead records.
+func (d *disk) maybeCompact() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed || d.journal == nil || d.loading.Load() || d.records < 2*int64(d.objects)+compactAt {
+		return
+	}
+	if err := d.compactLocked(); err != nil {
+		d.log.WithError(err).WithField("disk", d.dir).Warn("cache disk: cannot compact the journal; it keeps growing")
+		d.errors.Add(1)
+	}
+}
+
+// compactLocked writes the live entries, least recently used first, to a
+// new journal and puts it in the old one's place.
+func (d *disk) compactLocked() error {
+	path := filepath.Join(d.dir, "journal")
+	tmp := path + ".new"
+	b := make([]byte, 0, len(journalHdr)+recordSize*d.objects)
+	b = append(b, journalHdr...)
+	for _, l := range []*entryList{&d.probation, &d.protected} {
+		for e := l.tail; e != nil; e = e.prev {
+			b = appendRecord(b, opAdd, e)
+		}
+	}
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o640)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(b)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	syncDir(d.dir)
+	app, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0o640)
+	if err != nil {
+		return errors.Join(err, d.journal.Close())
+	}
+	d.journal.Close()
+	d.journal = app
+	d.records = int64(d.objects)
+	return nil
+}
+
+func syncDir(dir string) {
+	if f, err := os.Open(dir); err == nil {
+		f.Sync()
+		f.Close()
+	}
+}

@@ -1,0 +1,306 @@
+package cache
+
+// This file holds the writing of one object to the disk store while its
+// response is relayed. The relaying goroutine only copies bytes into a
+// bounded queue; a goroutine of the writer's own does the file I/O, so a
+// slow disk never holds a client up: when the queue stays full the copy
+// to disk is given up (the response is still relayed, and kept in memory
+// when it fits). The object is committed (renamed into place, journaled,
+// indexed) only after its last byte and checksums are written.
+
+import (
+	"encoding/binary"
+	"errors"
+	"hash/crc32"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// writeQueue bounds the chunks (of up to blockSize) a writer may hold:
+// the memory a stored response in flight costs on its way to disk.
+const writeQueue = 16
+
+// queueWait is how long a full queue may hold the relay before the copy
+// to disk is given up.
+const queueWait = 100 * time.Millisecond
+
+var chunkPool = sync.Pool{New: func() any { b := make([]byte, blockSize); return &b }}
+
+type chunk struct {
+	buf *[]byte
+	n   int
+}
+
+// diskWriter writes one object.
+type diskWriter struct {
+	d      *disk
+	e      diskEntry
+	head   []byte
+	q      chan chunk
+	end    chan bool // the body ended: whole (true) or not
+	abort  chan struct{}
+	gaveUp atomic.Bool
+	c      *Cache
+	o      *Object
+
+	// The end: whoever comes second of the goroutine ending and finish
+	// calls committed.
+	mu       sync.Mutex
+	ended    bool
+	finished bool
+	flight   *Flight
+	diskOnly bool
+}
+
+// startWriter begins storing o (its head is final) on disk; nil when the
+// store does not take objects now.
+func (d *disk) startWriter(o *Object, c *Cache) *diskWriter {
+	if !d.storing() {
+		return nil
+	}
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return nil
+	}
+	d.writers.Add(1)
+	d.mu.Unlock()
+	w := &diskWriter{
+		d: d, e: diskEntry{key: hashKey([]byte(o.Key)), sec: hashSecondary(o.secondary), id: d.nextID.Add(1)},
+		head: encodeHead(o), q: make(chan chunk, writeQueue), end: make(chan bool, 1),
+		abort: make(chan struct{}), c: c, o: o,
+	}
+	go w.run()
+	return w
+}
+
+// write queues a copy of p; false when the copy to disk was given up.
+func (w *diskWriter) write(p []byte) bool {
+	if w.gaveUp.Load() {
+		return false
+	}
+	var t *time.Timer
+	defer func() {
+		if t != nil {
+			t.Stop()
+		}
+	}()
+	for len(p) > 0 {
+		bp := chunkPool.Get().(*[]byte)
+		n := copy(*bp, p)
+		p = p[n:]
+		c := chunk{bp, n}
+		select {
+		case w.q <- c:
+			continue
+		default:
+		}
+		if t == nil {
+			t = time.NewTimer(queueWait)
+		}
+		select {
+		case w.q <- c:
+		case <-t.C:
+			chunkPool.Put(bp)
+			w.giveUp()
+			return false
+		}
+	}
+	return true
+}
+
+// giveUp abandons the copy to disk.
+func (w *diskWriter) giveUp() {
+	if w.gaveUp.CompareAndSwap(false, true) {
+		close(w.abort)
+	}
+}
+
+// finish ends a whole body. diskOnly says the memory tier has no copy:
+// the object is put there as a head whose body is on disk, and flight
+// (its followers) lands with it, once it is committed.
+func (w *diskWriter) finish(f *Flight, diskOnly bool) {
+	w.mu.Lock()
+	if w.ended {
+		w.mu.Unlock()
+		w.committed(nil, f, diskOnly)
+		return
+	}
+	w.finished, w.flight, w.diskOnly = true, f, diskOnly
+	w.mu.Unlock()
+	w.end <- true
+}
+
+// committed makes a committed disk-only object visible in memory and
+// lands its flight; with ref nil (not committed) the flight lands empty.
+func (w *diskWriter) committed(ref *diskRef, f *Flight, diskOnly bool) {
+	c := w.c
+	if ref == nil {
+		c.Land(f, nil, true)
+		return
+	}
+	if !diskOnly {
+		return
+	}
+	ho := w.o.headCopy()
+	ho.disk = ref
+	ho.Size = int64(len(ho.Key)+len(ho.secondary)+len(ho.fields)) + objectOverhead
+	c.store.put(ho)
+	c.Land(f, ho, false)
+}
+
+func (w *diskWriter) run() {
+	d := w.d
+	defer d.writers.Done()
+	ref, err := w.writeFile()
+	switch {
+	case err == nil:
+		ref, err = w.publish(ref)
+	default:
+		os.Remove(d.tmpPath(w.e.id))
+	}
+	if err != nil {
+		ref = nil
+		if !errors.Is(err, errAbandoned) {
+			d.fault("write", err)
+		}
+	}
+	w.mu.Lock()
+	w.ended = true
+	finished, f, diskOnly := w.finished, w.flight, w.diskOnly
+	w.mu.Unlock()
+	if finished {
+		w.committed(ref, f, diskOnly)
+	}
+	// Chunks left behind go back to the pool.
+	for {
+		select {
+		case c := <-w.q:
+			chunkPool.Put(c.buf)
+		default:
+			return
+		}
+	}
+}
+
+// errAbandoned is a write given up on purpose (a response that broke
+// off, the queue, a stopping store): not a disk fault.
+var errAbandoned = errors.New("abandoned")
+
+// writeFile writes the object under tmp/ and returns where its body is.
+func (w *diskWriter) writeFile() (*diskRef, error) {
+	d := w.d
+	f, err := os.OpenFile(d.tmpPath(w.e.id), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o640)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b := make([]byte, 0, 12+len(w.head))
+	b = append(b, fileMagic...)
+	b = binary.BigEndian.AppendUint32(b, uint32(len(w.head)))
+	b = append(b, w.head...)
+	if _, err := f.Write(b); err != nil {
+		return nil, err
+	}
+	var crcs []uint32
+	var cur uint32
+	var fill, n int64
+	put := func(c chunk) error {
+		p := (*c.buf)[:c.n]
+		_, err := f.Write(p)
+		for len(p) > 0 {
+			k := min(int64(len(p)), blockSize-fill)
+			cur = crc32.Update(cur, castagnoli, p[:k])
+			fill, n, p = fill+k, n+k, p[k:]
+			if fill == blockSize {
+				crcs, cur, fill = append(crcs, cur), 0, 0
+			}
+		}
+		chunkPool.Put(c.buf)
+		return err
+	}
+	for done := false; !done; {
+		select {
+		case c := <-w.q:
+			if err := put(c); err != nil {
+				return nil, err
+			}
+		case <-w.abort:
+			return nil, errAbandoned
+		case <-w.d.stop:
+			return nil, errAbandoned
+		case whole := <-w.end:
+			// Chunks queued before the end are still to be written.
+			for len(w.q) > 0 {
+				if err := put(<-w.q); err != nil {
+					return nil, err
+				}
+			}
+			if !whole {
+				return nil, errAbandoned
+			}
+			done = true
+		}
+	}
+	if fill > 0 {
+		crcs = append(crcs, cur)
+	}
+	t := tail{bodyLen: n, headLen: uint32(len(w.head)), blocks: uint32(len(crcs)), headCRC: crc32.Checksum(w.head, castagnoli)}
+	if _, err := f.Write(appendTail(nil, crcs, t)); err != nil {
+		return nil, err
+	}
+	if err := f.Close(); err != nil {
+		return nil, err
+	}
+	w.e.size = fileSize(int64(len(w.head)), n)
+	return &diskRef{c: w.c, id: w.e.id, bodyOff: 12 + int64(len(w.head)), bodyLen: n, crcs: crcs}, nil
+}
+
+// publish renames the file into place and journals it: from here on it
+// is a stored object.
+func (w *diskWriter) publish(ref *diskRef) (*diskRef, error) {
+	d := w.d
+	final := d.objectPath(w.e.id)
+	err := os.Rename(d.tmpPath(w.e.id), final)
+	if errors.Is(err, os.ErrNotExist) {
+		if err = os.MkdirAll(dirOf(final), 0o750); err == nil {
+			err = os.Rename(d.tmpPath(w.e.id), final)
+		}
+	}
+	if err != nil {
+		os.Remove(d.tmpPath(w.e.id))
+		return nil, err
+	}
+	e := new(diskEntry)
+	*e = w.e
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		os.Remove(final)
+		return nil, errAbandoned
+	}
+	if err := d.appendLocked(appendRecord(nil, opAdd, e)); err != nil {
+		d.mu.Unlock()
+		os.Remove(final)
+		return nil, err
+	}
+	dropped := d.insertLocked(e)
+	if !d.loading.Load() {
+		dropped = append(dropped, d.evictLocked()...)
+	}
+	d.mu.Unlock()
+	d.forget(dropped)
+	d.maybeCompact()
+	return ref, nil
+}
+
+func dirOf(p string) string {
+	for i := len(p) - 1; i >= 0; i-- {
+		if p[i] == '/' {
+			return p[:i]
+		}
+	}
+	return "."
+}

@@ -1,0 +1,283 @@
+package cache
+
+// This file holds the two tiers together: opening and closing the disk
+// tier, a lookup that falls through from memory to disk, the promotion of
+// what the disk holds into memory, and the reading of a disk-only body
+// while it is served, a checked block at a time.
+
+import (
+	"errors"
+	"io"
+	"os"
+	"time"
+
+	"github.com/sirupsen/logrus"
+)
+
+// Options are what opening a cache needs beyond its Config.
+type Options struct {
+	Log logrus.FieldLogger
+	// TakeOver: the disk store may be held by the process this one
+	// replaces (a binary upgrade); wait for it instead of failing.
+	TakeOver bool
+}
+
+// Open returns the cache of cfg with its disk tier when cfg.Disk is set
+// (its index loads in the background); nil when the cache is off. The
+// error says why a disk store could not be opened (another peerd holds
+// it, a directory that cannot be made).
+func Open(cfg Config, opt Options) (*Cache, error) {
+	c := New(cfg)
+	if c == nil || cfg.Disk == "" {
+		return c, nil
+	}
+	log := opt.Log
+	if log == nil {
+		l := logrus.New()
+		l.SetOutput(io.Discard)
+		log = l
+	}
+	d, err := openDisk(cfg.Disk, int64(cfg.DiskSize), log, opt.TakeOver)
+	if err != nil {
+		return nil, err
+	}
+	c.disk = d
+	c.Reconfigure(cfg)
+	return c, nil
+}
+
+// Close stops the disk tier: writes in progress are given up and the
+// store is let go (a next process may open it). The memory tier stays.
+func (c *Cache) Close() {
+	if c != nil && c.disk != nil {
+		c.disk.close()
+	}
+}
+
+// DiskDir is the disk tier's directory; "" without one.
+func (c *Cache) DiskDir() string {
+	if c == nil || c.disk == nil {
+		return ""
+	}
+	return c.disk.dir
+}
+
+// Find looks r up in memory, then on disk: the object, the verdict, and
+// whether its body is read from disk (a disk hit).
+func (c *Cache) Find(r *Request, now time.Time) (*Object, Verdict, bool) {
+	o, n := c.store.get(r.Key, r)
+	fromDisk := false
+	switch {
+	case c.disk == nil:
+	case o == nil && n == 0:
+		o, n = c.fromDisk(r)
+		fromDisk = o != nil
+	case o != nil && o.diskHits.Add(1)&15 == 1:
+		// The disk's LRU hears of hits in memory too (sampled), so that
+		// what is hot there survives its eviction and a restart.
+		c.disk.touch(hashKey(r.Key), hashSecondary(o.secondary))
+	}
+	switch {
+	case o != nil && o.freshFor(r, now.UnixNano()):
+		return o, Hit, fromDisk || o.disk != nil
+	case o != nil:
+		return o, Stale, fromDisk || o.disk != nil
+	case n > 0:
+		return nil, VaryMiss, false
+	}
+	return nil, Miss, false
+}
+
+// fromDisk reads the heads of key's variants on disk into memory and
+// returns the one that answers r (its body too when it fits the memory
+// tier) and how many variants there are.
+func (c *Cache) fromDisk(r *Request) (*Object, int) {
+	d := c.disk
+	k := hashKey(r.Key)
+	es := d.lookup(k)
+	if len(es) == 0 {
+		return nil, 0
+	}
+	var found, part *Object
+	n := 0
+	for _, e := range es {
+		o, err := c.readEntry(e, false)
+		if err != nil {
+			continue
+		}
+		if o.Key != string(r.Key) {
+			continue // another key with the same hash
+		}
+		n++
+		switch {
+		case !o.matches(r):
+		case !o.partial && found == nil:
+			found = o
+			continue
+		case o.partial && part == nil && r.Range != nil && o.covers(r):
+			part = o
+			continue
+		}
+		c.store.put(o)
+	}
+	if found == nil {
+		found = part
+	} else if part != nil {
+		c.store.put(part)
+	}
+	if found == nil {
+		return nil, n
+	}
+	if found.disk.bodyLen <= c.cfg().maxInMemory {
+		if full, err := c.readEntry(diskEntry{key: k, id: found.disk.id}, true); err == nil {
+			found = full
+		}
+	}
+	c.store.put(found)
+	d.touch(k, hashSecondary(found.secondary))
+	return found, n
+}
+
+func (o *Object) diskID() uint64 {
+	if o.disk != nil {
+		return o.disk.id
+	}
+	return o.loadedFrom
+}
+
+// readEntry reads an entry's file: its head only (a disk-only object), or
+// with the body in memory. A file that does not check out is dropped.
+func (c *Cache) readEntry(e diskEntry, body bool) (*Object, error) {
+	d := c.disk
+	f, err := os.Open(d.objectPath(e.id))
+	if err != nil {
+		d.remove(e.key, e.id)
+		d.fault("read", err)
+		return nil, err
+	}
+	defer f.Close()
+	o, ref, err := readObject(f)
+	if err == nil && body {
+		o.Body, err = ref.readBody(f)
+	}
+	if err != nil {
+		d.remove(e.key, e.id)
+		d.fault("read", err)
+		return nil, err
+	}
+	ref.c, ref.id = c, e.id
+	if body {
+		o.loadedFrom = e.id
+	} else {
+		o.disk = ref
+	}
+	o.Size = int64(len(o.Key)+len(o.secondary)+len(o.fields)+len(o.Body)) + objectOverhead
+	return o, nil
+}
+
+// headCopy is a copy of o's head and freshness, without its body or
+// store bookkeeping.
+func (o *Object) headCopy() *Object {
+	return &Object{
+		Key: o.Key, secondary: o.secondary, Status: o.Status, reason: o.reason, fields: o.fields,
+		partial: o.partial, first: o.first, total: o.total,
+		requestTime: o.requestTime, responseTime: o.responseTime, dateValue: o.dateValue, ageValue: o.ageValue,
+		lifetime: o.lifetime, flags: o.flags, swr: o.swr, sie: o.sie,
+		etag: o.etag, lastModRaw: o.lastModRaw, lastModified: o.lastModified, vary: o.vary, varyValues: o.varyValues,
+		contentLang: o.contentLang, contentType: o.contentType,
+	}
+}
+
+// OnDisk reports whether o's body is read from disk when it is served.
+func (o *Object) OnDisk() bool { return o.disk != nil }
+
+// bodyLen is the stored body's length.
+func (o *Object) bodyLen() int64 {
+	if o.disk != nil {
+		return o.disk.bodyLen
+	}
+	return int64(len(o.Body))
+}
+
+// Drop removes o from both tiers (its disk file did not check out).
+func (c *Cache) Drop(o *Object) {
+	c.store.remove(o)
+	if c.disk != nil {
+		if id := o.diskID(); id != 0 {
+			c.disk.remove(hashKey([]byte(o.Key)), id)
+		}
+	}
+}
+
+// BodyReader serves a disk-only object's body, checking every block
+// before a byte of it is written.
+type BodyReader struct {
+	o   *Object
+	f   *os.File
+	buf *[]byte
+}
+
+// ErrStoredBroken is a stored body that did not check out while it was
+// served: the object is dropped and the client's connection must close.
+var ErrStoredBroken = errors.New("a stored body did not check out")
+
+// OpenBody opens a disk-only object's body; an error means it is gone
+// (evicted, or not checking out) and was dropped: answer as a miss.
+func (o *Object) OpenBody() (*BodyReader, error) {
+	ref := o.disk
+	d := ref.c.disk
+	f, err := os.Open(d.objectPath(ref.id))
+	if err != nil {
+		ref.c.Drop(o)
+		return nil, err
+	}
+	br := &BodyReader{o: o, f: f, buf: chunkPool.Get().(*[]byte)}
+	if ref.bodyLen > 0 {
+		// The first block is checked before anything is answered.
+		if _, err := ref.readBlock(f, 0, *br.buf); err != nil {
+			br.Close()
+			d.fault("read", err)
+			ref.c.Drop(o)
+			return nil, err
+		}
+	}
+	return br, nil
+}
+
+// WriteRange writes body bytes first to last (body positions) to w. An
+// error from the disk drops the object and is ErrStoredBroken; an error
+// from w is returned as it is.
+func (br *BodyReader) WriteRange(w io.Writer, first, last int64) (int64, error) {
+	ref := br.o.disk
+	var n int64
+	for off := first; off <= last; {
+		i := off / blockSize
+		p, err := ref.readBlock(br.f, i, *br.buf)
+		if err != nil {
+			ref.c.disk.fault("read", err)
+			ref.c.Drop(br.o)
+			return n, ErrStoredBroken
+		}
+		p = p[off-i*blockSize : min(int64(len(p)), last-i*blockSize+1)]
+		k, err := w.Write(p)
+		n += int64(k)
+		if err != nil {
+			return n, err
+		}
+		off += int64(len(p))
+	}
+	return n, nil
+}
+
+// Close releases the reader.
+func (br *BodyReader) Close() {
+	br.f.Close()
+	if br.buf != nil {
+		chunkPool.Put(br.buf)
+		br.buf = nil
+	}
+}
+
+// Serves reports whether br reads o's body (a refreshed object reads its
+// old one's file).
+func (br *BodyReader) Serves(o *Object) bool { return o.disk != nil && o.disk.id == br.o.disk.id }
