@@ -123,7 +123,7 @@ type disk struct {
 }
 
 // pauseFor is how long a disk fault stops the store from taking objects.
-const pauseFor = 30 * time.Second
+const pauseFor = 10 * time.Second
 
 // errLocked is a disk directory another peerd holds.
 var errLocked = errors.New("in use by another peerd")

@@ -60,8 +60,14 @@ type peerd struct {
 // reported in its log, which fails the test).
 func startPeerd(t testing.TB, config string) *peerd {
 	t.Helper()
+	return startPeerdBin(t, peerdBin, config)
+}
+
+// startPeerdBin is startPeerd with another build of peerd.
+func startPeerdBin(t testing.TB, bin, config string) *peerd {
+	t.Helper()
 	config, accessLog := withSuiteAccessLog(t, config)
-	tp, err := testbed.StartPeerd(peerdBin, t.TempDir(), config, "GORACE=atexit_sleep_ms=0")
+	tp, err := testbed.StartPeerd(bin, t.TempDir(), config, "GORACE=atexit_sleep_ms=0")
 	if err != nil {
 		t.Fatal(err)
 	}
