@@ -214,7 +214,7 @@ func TestDiskCacheKilledMidWrite(t *testing.T) {
 	defer close(release)
 	dir := t.TempDir()
 	p := startPeerd(t, diskConfig(dir, ""))
-	resp, err := p.Client(20*time.Second).Get("http://" + origin + "/big") // not followed: kill -9 loses its log line
+	resp, err := p.Client(20 * time.Second).Get("http://" + origin + "/big") // not followed: kill -9 loses its log line
 	if err != nil {
 		t.Fatal(err)
 	}
