@@ -155,9 +155,10 @@ func decodeHead(b []byte) (*Object, error) {
 		*p = h.varint()
 	}
 	flags := h.uvarint()
-	o.partial = h.byte() == 1
+	partial := h.byte()
+	o.partial = partial == 1
 	nv := h.uvarint()
-	if h.err != nil || status < 100 || status > 999 || flags > 1<<32-1 || nv > uint64(len(h.b)) || len(o.Key) == 0 {
+	if h.err != nil || partial > 1 || status < 100 || status > 999 || flags > 1<<32-1 || nv > uint64(len(h.b)) || len(o.Key) == 0 {
 		return nil, errCorrupt
 	}
 	o.Status, o.flags = int(status), uint32(flags)
@@ -166,8 +167,12 @@ func decodeHead(b []byte) (*Object, error) {
 	}
 	o.varyValues = make([][]byte, nv)
 	for i := range o.varyValues {
-		if h.byte() == 1 {
+		switch h.byte() {
+		case 0:
+		case 1:
 			o.varyValues[i] = h.bytes()
+		default:
+			return nil, errCorrupt
 		}
 	}
 	if h.err != nil || len(h.b) != 0 {
