@@ -42,6 +42,7 @@ type statusData struct {
 	Peers              []statusRow
 	Transitions        []statusTransition
 	Cache              string
+	Disk               string // the disk tier; "" without one
 }
 
 func (a *API) statusPage(w http.ResponseWriter, r *http.Request) {
@@ -114,6 +115,13 @@ func (a *API) statusPage(w http.ResponseWriter, r *http.Request) {
 		st := c.Stats()
 		d.Cache = fmt.Sprintf("%d objects, %.1f of %.0f MiB, hit ratio %.1f%% (%d hits, %d misses, %d collapsed, %d stale served)",
 			st.Objects, float64(st.Bytes)/(1<<20), float64(st.Memory)/(1<<20), 100*st.HitRatio, st.Hits, st.Misses, st.Collapsed, st.StaleServed)
+		if st.DiskSize > 0 {
+			d.Disk = fmt.Sprintf("disk: %d objects, %.1f of %.0f MiB, %d disk hits, %d disk errors", st.DiskObjects,
+				float64(st.DiskBytes)/(1<<20), float64(st.DiskSize)/(1<<20), st.DiskHits, st.DiskErrors)
+			if st.IndexLoading {
+				d.Disk += fmt.Sprintf("; index loading (%d objects so far)", st.IndexObjectsLoaded)
+			}
+		}
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")

@@ -190,6 +190,27 @@ func TestDiskCacheSurvivesRestarts(t *testing.T) {
 	if s := p.diskStats(); s.DiskHits == 0 || s.DiskErrors != 0 {
 		t.Fatalf("GET /cache: %+v", s)
 	}
+	resp, err := http.Get("http://" + p.admin + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(page), fmt.Sprintf("disk: %d objects", len(all))) {
+		t.Fatalf("the status page does not show the disk tier:\n%s", page)
+	}
+	// A range of a disk-only object is read from disk.
+	req, _ := http.NewRequest("GET", fmt.Sprintf("http://%s/big/0?size=%d", o.addr, 1<<20), nil)
+	req.Header.Set("Range", "bytes=100000-299999")
+	resp, err = p.client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	part, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusPartialContent || !bytes.Equal(part, objectBody("/big/0", 1<<20)[100000:300000]) {
+		t.Fatalf("range of a disk object: %d, %d bytes", resp.StatusCode, len(part))
+	}
 }
 
 // TestDiskCacheKilledMidWrite: kill -9 while a 32 MiB object is being

@@ -74,7 +74,7 @@ func (s *squidImport) render() string {
 			fmt.Fprintf(&b, "query_timeout = %s\n", tomlString(s.icpTimeout.String()))
 		}
 	}
-	if s.cacheMem != "" || s.maxObject != "" || s.heuristicSet || len(s.refresh) > 0 {
+	if s.cacheMem != "" || s.maxObject != "" || s.maxInMemory != "" || s.diskDir != "" || s.heuristicSet || len(s.refresh) > 0 {
 		b.WriteString("\n[cache]\n")
 		if len(s.refresh) > 0 {
 			b.WriteString("refresh_patterns = [  # refresh_pattern, in order\n")
@@ -91,6 +91,12 @@ func (s *squidImport) render() string {
 		}
 		if s.maxObject != "" {
 			fmt.Fprintf(&b, "max_object = %s\n", tomlString(s.maxObject))
+		}
+		if s.diskDir != "" {
+			fmt.Fprintf(&b, "disk = %s  # cache_dir\ndisk_size = %s\n", tomlString(s.diskDir), tomlString(s.diskSize))
+		}
+		if s.maxInMemory != "" {
+			fmt.Fprintf(&b, "max_object_in_memory = %s\n", tomlString(s.maxInMemory))
 		}
 	}
 	if s.basicUsers != "" {

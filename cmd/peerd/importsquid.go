@@ -51,6 +51,9 @@ type squidImport struct {
 	maxTries       int
 	cacheMem       string
 	maxObject      string
+	maxInMemory    string // maximum_object_size_in_memory
+	diskDir        string // the first cache_dir's path
+	diskSize       string
 	pconnTimeout   time.Duration
 	notes          []string
 	// https_port and auth_param basic.
@@ -364,19 +367,47 @@ func (s *squidImport) directive(n int, w []string) error {
 			return fmt.Errorf("forward_max_tries %q is not a positive number", arg(1))
 		}
 		s.maxTries = v
-	case "cache_mem", "maximum_object_size":
+	case "cache_mem", "maximum_object_size", "maximum_object_size_in_memory":
 		size, err := squidSize(w[1:])
 		if err != nil {
 			return fmt.Errorf("%s: %v", w[0], err)
 		}
-		if w[0] == "cache_mem" {
+		switch w[0] {
+		case "cache_mem":
 			s.cacheMem = size
-		} else {
+		case "maximum_object_size":
 			s.maxObject = size
+		default:
+			s.maxInMemory = size
 		}
+	case "cache_dir":
+		return s.cacheDir(n, w[1:])
 	default:
 		s.note(n, "%s", strings.Join(w, " "))
 	}
+	return nil
+}
+
+// cacheDir reads "cache_dir TYPE PATH MBYTES [L1 L2] [OPTIONS]" into
+// [cache] disk and disk_size: the type (ufs, aufs, diskd, rock) and its
+// options do not matter to peerd's store. peerd has one disk store; a
+// second cache_dir is noted. "null" is Squid's no-disk store.
+func (s *squidImport) cacheDir(n int, w []string) error {
+	if len(w) >= 1 && w[0] == "null" {
+		return nil
+	}
+	if len(w) < 3 {
+		return fmt.Errorf("cache_dir needs a type, a path and a size in megabytes")
+	}
+	mb, err := strconv.ParseInt(w[2], 10, 64)
+	if err != nil || mb <= 0 {
+		return fmt.Errorf("cache_dir %s: %q is not a size in megabytes", w[1], w[2])
+	}
+	if s.diskDir != "" {
+		s.note(n, "cache_dir %s: peerd has one disk store, %s (this one's %d MB are not added)", w[1], s.diskDir, mb)
+		return nil
+	}
+	s.diskDir, s.diskSize = w[1], strconv.FormatInt(mb, 10)+"MiB"
 	return nil
 }
 

@@ -83,8 +83,11 @@ func TestImportSquidCorpus(t *testing.T) {
 			peers: []peer{{"primary.example.net", "primary.example.net", 3128, peers.Parent, 1}, {"backup.example.net", "backup.example.net", 3128, peers.Parent, 1}}},
 		{file: "unsupported.conf", policy: selection.FirstUp, direct: selection.DirectAllow,
 			peers: []peer{{"only", "10.3.0.1", 3128, peers.Parent, 1}},
-			notes: []string{"cache_dir", "login=PASSTHRU"},
+			notes: []string{"login=PASSTHRU"},
 			check: func(t *testing.T, c *fileConfig) {
+				if c.Cache.Disk != "/var/spool/squid" || c.Cache.DiskSize != 100<<20 {
+					t.Errorf("cache_dir ufs /var/spool/squid 100: disk %q disk_size %v", c.Cache.Disk, c.Cache.DiskSize)
+				}
 				if c.Cache.HeuristicPercent != 20 || c.Cache.HeuristicMax != 4320*time.Minute {
 					t.Errorf("refresh_pattern . 0 20%% 4320: heuristic %d%% max %v", c.Cache.HeuristicPercent, c.Cache.HeuristicMax)
 				}

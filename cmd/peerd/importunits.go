@@ -14,20 +14,31 @@ import (
 	"github.com/peerd/peerd/cache"
 )
 
-// fitMaxObject drops a maximum_object_size larger than the memory cache:
-// Squid's applies to its disk cache too, and peerd refuses a max_object
-// over [cache] memory.
+// fitMaxObject drops a maximum_object_size larger than the store that
+// would hold it (the disk store with a cache_dir, else the memory cache)
+// and a maximum_object_size_in_memory larger than the memory cache:
+// peerd refuses both.
 func (s *squidImport) fitMaxObject() {
-	if s.maxObject == "" {
-		return
-	}
 	mem := int64(cache.DefaultConfig().Memory)
 	if s.cacheMem != "" {
 		mem = sizeBytes(s.cacheMem)
 	}
-	if sizeBytes(s.maxObject) > mem {
-		s.note(0, "maximum_object_size %s is more than the memory cache (%d bytes): peerd keeps its default max_object", s.maxObject, mem)
-		s.maxObject = ""
+	if s.maxObject != "" {
+		limit, what := mem, "the memory cache"
+		if s.diskDir != "" {
+			limit, what = sizeBytes(s.diskSize), "the cache_dir"
+		}
+		if sizeBytes(s.maxObject) > limit {
+			s.note(0, "maximum_object_size %s is more than %s (%d bytes): peerd keeps its default max_object", s.maxObject, what, limit)
+			s.maxObject = ""
+		}
+	}
+	if s.maxInMemory != "" && (s.diskDir == "" || sizeBytes(s.maxInMemory) > mem) {
+		if s.diskDir != "" {
+			s.note(0, "maximum_object_size_in_memory %s is more than the memory cache (%d bytes): peerd keeps its default", s.maxInMemory, mem)
+		}
+		// Without a cache_dir, max_object bounds the memory cache.
+		s.maxInMemory = ""
 	}
 }
 
