@@ -42,7 +42,9 @@ type diskWriter struct {
 	end    chan bool // the body ended: whole (true) or not
 	abort  chan struct{}
 	gaveUp atomic.Bool
-	c      *Cache
+	// done is closed when the goroutine has ended (and committed).
+	done chan struct{}
+	c    *Cache
 	o      *Object
 
 	// The end: whoever comes second of the goroutine ending and finish
@@ -70,7 +72,7 @@ func (d *disk) startWriter(o *Object, c *Cache) *diskWriter {
 	w := &diskWriter{
 		d: d, e: diskEntry{key: hashKey([]byte(o.Key)), sec: hashSecondary(o.secondary), id: d.nextID.Add(1)},
 		head: encodeHead(o), q: make(chan chunk, writeQueue), end: make(chan bool, 1),
-		abort: make(chan struct{}), c: c, o: o,
+		abort: make(chan struct{}), done: make(chan struct{}), c: c, o: o,
 	}
 	go w.run()
 	return w
@@ -154,6 +156,7 @@ func (w *diskWriter) committed(ref *diskRef, f *Flight, diskOnly bool) {
 func (w *diskWriter) run() {
 	d := w.d
 	defer d.writers.Done()
+	defer close(w.done)
 	ref, err := w.writeFile()
 	switch {
 	case err == nil:

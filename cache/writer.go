@@ -28,6 +28,8 @@ type Writer struct {
 	dead   bool
 	mem    bool        // the memory tier keeps a copy
 	dw     *diskWriter // the disk tier's copy; nil: none
+	// settle: a disk-only object whose commit is still to come
+	settle *diskWriter
 	// reserved is what this writer holds of the in-flight budget.
 	reserved int64
 }
@@ -203,6 +205,7 @@ func (w *Writer) Finish(complete bool) {
 		// On disk only: it is visible, and its followers are served,
 		// once the disk has it whole.
 		w.dw.finish(w.f, true)
+		w.settle = w.dw
 		return
 	}
 	if w.length < 0 {
@@ -226,6 +229,29 @@ func (w *Writer) Finish(complete bool) {
 	if w.dw != nil {
 		w.dw.finish(nil, false)
 	}
+}
+
+// settleWait bounds how long Settle waits for the disk.
+const settleWait = 2 * time.Second
+
+// Pending reports a disk-only object that is not visible until its
+// commit: call Settle once the client has the whole response.
+func (w *Writer) Pending() bool { return w != nil && w.settle != nil }
+
+// Settle waits (a bounded while) until a disk-only object just finished
+// is committed, so that the next request on the connection finds it. The
+// client has its response by then: only its next request waits.
+func (w *Writer) Settle() {
+	if w == nil || w.settle == nil {
+		return
+	}
+	t := time.NewTimer(settleWait)
+	defer t.Stop()
+	select {
+	case <-w.settle.done:
+	case <-t.C:
+	}
+	w.settle = nil
 }
 
 // Stored reports whether the writer is still keeping the response.

@@ -56,12 +56,15 @@ func (tx *txn) relay(a *attempt) outcome {
 		h1.WriteLastChunk(cc.w, tx.upBody.Trailer)
 	}
 	if err == nil {
-		if tx.after() == keepOpen && cc.r.Buffered() == 0 && cc.rio.raw != nil {
+		if tx.after() == keepOpen && cc.r.Buffered() == 0 && cc.rio.raw != nil && !tx.cw.Pending() {
 			tx.flushLater = true // sent while waiting for the next request
 		} else if cc.w.Flush() != nil {
 			err = errClientGone
 		}
 	}
+	// A body kept on disk only is visible once committed: the client has
+	// it all, and its next request finds it stored.
+	tx.cw.Settle()
 	reusable := err == nil && resp.KeepAlive && kind != h1.CloseBody && tx.upBody.Done()
 	if reusable {
 		tx.repool(c, a.hop, tx.start)

@@ -211,10 +211,20 @@ func runScenario(t *testing.T, client *http.Client, base string, o *conformanceO
 	}
 }
 
+// TestCacheConformance runs the scenarios against the memory cache and
+// against a disk store whose memory tier keeps no body (every body of a
+// byte or more is read from disk): the disk must score as well.
 func TestCacheConformance(t *testing.T) {
+	t.Run("memory", func(t *testing.T) { conformance(t, directConfig) })
+	t.Run("disk", func(t *testing.T) {
+		conformance(t, directConfig+fmt.Sprintf("[cache]\ndisk = %q\nmax_object_in_memory = \"1B\"\n", t.TempDir()))
+	})
+}
+
+func conformance(t *testing.T, config string) {
 	o := &conformanceOrigin{counts: map[string]int{}, seen: map[string][]http.Header{}, byPath: map[string][]step{}}
 	origin := newOrigin(t, o.ServeHTTP)
-	p := startPeerd(t, directConfig)
+	p := startPeerd(t, config)
 	u, _ := url.Parse("http://" + p.proxy)
 	client := &http.Client{
 		Transport:     &http.Transport{Proxy: http.ProxyURL(u), DisableCompression: true, MaxIdleConnsPerHost: 64},
