@@ -45,7 +45,7 @@ type diskWriter struct {
 	// done is closed when the goroutine has ended (and committed).
 	done chan struct{}
 	c    *Cache
-	o      *Object
+	o    *Object
 
 	// The end: whoever comes second of the goroutine ending and finish
 	// calls committed.
