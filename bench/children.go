@@ -84,6 +84,7 @@ type child struct {
 	dir   string
 	pid   int
 	stop  func()
+	squid *testbed.Squid // a Squid child, for a restart
 }
 
 func freePort() string {

@@ -1,6 +1,6 @@
 // Command bench compares peerd with direct access and with Squid as the
 // child proxy, in one run on loopback: keep-alive throughput and latency,
-// failover when a parent dies (killed, then restarted) and when a parent's
+// the disk cache, failover when a parent dies (killed, then restarted) and when a parent's
 // host vanishes (SYNs dropped), and memory for idle CONNECT tunnels. It
 // prints a table and writes JSON, Markdown and an SVG chart under
 // bench/results/. Squid and wrk are used when installed; without Squid its
@@ -25,7 +25,7 @@ var (
 	conns      = flag.Int("c", 16, "connections for the throughput runs")
 	size       = flag.Int("size", 512, "response body bytes of the throughput runs")
 	lowRate    = flag.Int("lowrate", 100, "requests per second for the low-rate latency run through real Squid parents")
-	sections   = flag.String("run", "throughput,cache,lowrate,failover,memory,fleet,icp,gray,tls,auth", "sections to run, comma-separated")
+	sections   = flag.String("run", "throughput,cache,disk,lowrate,failover,memory,fleet,icp,gray,tls,auth", "sections to run, comma-separated")
 	threads    = flag.Int("threads", 0, "worker threads of each child (peerd GOMAXPROCS, ATS exec threads; Squid has one); 0: each child's default (one per core)")
 	rounds     = flag.Int("rounds", 3, "interleaved rounds of the throughput runs; figures are the medians")
 	tunnels    = flag.Int("tunnels", 2000, "idle CONNECT tunnels for the memory run")
@@ -69,6 +69,10 @@ func main() {
 	if want("cache") {
 		fmt.Fprintln(os.Stderr, "== cache: hits and misses, peerd beside Squid's cache_mem")
 		res.Cache = cacheRun(work, peerdBin, squidBin)
+	}
+	if want("disk") {
+		fmt.Fprintln(os.Stderr, "== disk cache: disk hits beside Squid's ufs, restarts, a 1 GiB object")
+		res.Disk = diskRun(work, peerdBin, squidBin)
 	}
 	if squidBin != "" && want("lowrate") {
 		fmt.Fprintf(os.Stderr, "== latency at %d req/s through two real Squid parents\n", *lowRate)

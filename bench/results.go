@@ -26,6 +26,7 @@ type Results struct {
 	Gray       []GrayRow    `json:"gray"`
 	TLS        []Throughput `json:"tls_parent"`
 	Auth       []Throughput `json:"basic_auth"`
+	Disk       *DiskResults `json:"disk_cache,omitempty"`
 }
 
 // wrkBin is wrk's path ("": load by a Go client).
@@ -134,6 +135,7 @@ func (r *Results) markdown() string {
 	}
 	b.WriteString(r.goals())
 	b.WriteString(r.cacheSection())
+	b.WriteString(r.diskSection())
 	for _, sec := range []struct {
 		title string
 		rows  []Failover

@@ -118,6 +118,7 @@ type disk struct {
 
 	writers sync.WaitGroup
 	stop    chan struct{}
+	open    fdCache // files of disk-only objects being served
 	// ready is closed when the index is loaded (or loading was given up).
 	ready chan struct{}
 }
@@ -400,6 +401,7 @@ func (d *disk) forget(es []*diskEntry) {
 		d.fault("journal", err)
 	}
 	for _, e := range es {
+		d.open.drop(e.id)
 		os.Remove(d.objectPath(e.id))
 	}
 }
@@ -494,6 +496,7 @@ func (d *disk) close() {
 	close(d.stop)
 	d.mu.Unlock()
 	d.writers.Wait()
+	d.open.closeAll()
 	d.mu.Lock()
 	if d.journal != nil {
 		d.journal.Close()

@@ -331,24 +331,12 @@ func TestDiskOnlyFlight(t *testing.T) {
 func TestDiskIndexLoad(t *testing.T) {
 	dir := t.TempDir()
 	const n = 100_000
-	writeJournal(t, dir, n)
+	if err := WriteSyntheticIndex(dir, n, 1000); err != nil {
+		t.Fatal(err)
+	}
 	c := diskCache(t, dir, func(c *Config) { c.DiskSize = 1 << 40 })
 	if s := c.Stats(); s.DiskObjects != n || s.IndexObjectsLoaded != n || s.DiskBytes != n*1000 {
 		t.Fatalf("loaded %+v", s)
-	}
-}
-
-// writeJournal makes a journal of n objects of 1000 bytes (no files).
-func writeJournal(t testing.TB, dir string, n int) {
-	t.Helper()
-	b := make([]byte, 0, len(journalHdr)+n*recordSize)
-	b = append(b, journalHdr...)
-	for i := range n {
-		e := diskEntry{key: hashKey(fmt.Appendf(nil, "http://example.com/%d", i)), id: uint64(i + 1), size: 1000}
-		b = appendRecord(b, opAdd, &e)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "journal"), b, 0o640); err != nil {
-		t.Fatal(err)
 	}
 }
 
@@ -356,7 +344,9 @@ func writeJournal(t testing.TB, dir string, n int) {
 func BenchmarkDiskIndexLoad(b *testing.B) {
 	dir := b.TempDir()
 	const n = 1_000_000
-	writeJournal(b, dir, n)
+	if err := WriteSyntheticIndex(dir, n, 1000); err != nil {
+		b.Fatal(err)
+	}
 	b.ResetTimer()
 	for range b.N {
 		cfg := DefaultConfig()

@@ -213,8 +213,12 @@ func (c *Cache) Drop(o *Object) {
 // before a byte of it is written.
 type BodyReader struct {
 	o   *Object
+	of  *openFile
 	f   *os.File
 	buf *[]byte
+	// first is block 0, read and checked when the body was opened (a
+	// small body is then served without reading it again).
+	first []byte
 }
 
 // ErrStoredBroken is a stored body that did not check out while it was
@@ -226,20 +230,23 @@ var ErrStoredBroken = errors.New("a stored body did not check out")
 func (o *Object) OpenBody() (*BodyReader, error) {
 	ref := o.disk
 	d := ref.c.disk
-	f, err := os.Open(d.objectPath(ref.id))
+	of, err := d.open.get(ref.id, d.objectPath(ref.id))
 	if err != nil {
 		ref.c.Drop(o)
 		return nil, err
 	}
-	br := &BodyReader{o: o, f: f, buf: chunkPool.Get().(*[]byte)}
+	f := of.f
+	br := &BodyReader{o: o, of: of, f: f, buf: chunkPool.Get().(*[]byte)}
 	if ref.bodyLen > 0 {
 		// The first block is checked before anything is answered.
-		if _, err := ref.readBlock(f, 0, *br.buf); err != nil {
+		p, err := ref.readBlock(f, 0, *br.buf)
+		if err != nil {
 			br.Close()
 			d.fault("read", err)
 			ref.c.Drop(o)
 			return nil, err
 		}
+		br.first = p
 	}
 	return br, nil
 }
@@ -252,7 +259,11 @@ func (br *BodyReader) WriteRange(w io.Writer, first, last int64) (int64, error) 
 	var n int64
 	for off := first; off <= last; {
 		i := off / blockSize
-		p, err := ref.readBlock(br.f, i, *br.buf)
+		p, err := br.first, error(nil)
+		if i != 0 || p == nil {
+			p, err = ref.readBlock(br.f, i, *br.buf)
+			br.first = nil // buf now holds another block
+		}
 		if err != nil {
 			ref.c.disk.fault("read", err)
 			ref.c.Drop(br.o)
@@ -271,7 +282,10 @@ func (br *BodyReader) WriteRange(w io.Writer, first, last int64) (int64, error) 
 
 // Close releases the reader.
 func (br *BodyReader) Close() {
-	br.f.Close()
+	if br.of != nil {
+		br.o.disk.c.disk.open.put(br.of)
+		br.of = nil
+	}
 	if br.buf != nil {
 		chunkPool.Put(br.buf)
 		br.buf = nil

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -42,6 +43,28 @@ type SquidOptions struct {
 // StartSquid starts bin in dir (created if missing; Squid runs as the
 // proxy user when started as root, so dir is made world-writable).
 func StartSquid(bin, dir string, o SquidOptions) (*Squid, error) {
+	s, err := writeSquid(bin, dir, o)
+	if err != nil {
+		return nil, err
+	}
+	return s, s.Start()
+}
+
+// StartSquidStore is StartSquid for a config with a cache_dir: Squid
+// makes its store (squid -z) before it starts.
+func StartSquidStore(bin, dir string, o SquidOptions) (*Squid, error) {
+	s, err := writeSquid(bin, dir, o)
+	if err != nil {
+		return nil, err
+	}
+	if out, err := exec.Command(bin, "-z", "-N", "-n", "peerdbed"+s.Port(), "-f", s.Conf).CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("squid -z: %v\n%s", err, out)
+	}
+	return s, s.Start()
+}
+
+// writeSquid writes the config of a Squid on a free loopback port.
+func writeSquid(bin, dir string, o SquidOptions) (*Squid, error) {
 	if err := os.MkdirAll(dir, 0o777); err != nil {
 		return nil, err
 	}
@@ -83,7 +106,22 @@ http_access deny all
 	if err := os.WriteFile(s.Conf, []byte(conf), 0o644); err != nil {
 		return nil, err
 	}
-	return s, s.Start()
+	return s, nil
+}
+
+// Stop SIGTERMs Squid and waits for it to exit (a clean shutdown: a ufs
+// store's swap.state is written).
+func (s *Squid) Stop() {
+	if s.cmd == nil || s.cmd.Process == nil {
+		return
+	}
+	s.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-s.done:
+	case <-time.After(30 * time.Second):
+		s.Kill()
+	}
+	os.Remove(filepath.Join(s.Dir, "squid.pid"))
 }
 
 // Port is Squid's port.
