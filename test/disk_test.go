@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/peerd/peerd/internal/testbed"
 )
 
 // The disk cache through the binary (contract section 17): what was
@@ -422,4 +425,40 @@ func TestDiskCacheFullDisk(t *testing.T) {
 		fetchAll(t, p.client(), o.addr, []string{fmt.Sprintf("/later/%d", i)}, []int{1000})
 		return p.diskStats().DiskObjects > before
 	})
+}
+
+// TestDiskCacheAcrossUpgrade: a binary upgrade (SIGUSR2) keeps the disk
+// store: the new process takes its lock over once the old one lets go,
+// and what was stored is a hit without a second origin request.
+func TestDiskCacheAcrossUpgrade(t *testing.T) {
+	o := newDiskOrigin(t)
+	u := startUpgradable(t, diskConfig(t.TempDir(), ""))
+	proxyURL, _ := url.Parse("http://" + u.proxy)
+	cl := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(proxyURL)}, Timeout: 10 * time.Second}
+	var paths []string
+	var sizes []int
+	for i := range 50 {
+		paths = append(paths, fmt.Sprintf("/u/%d", i))
+		sizes = append(sizes, 1000+i*20000)
+	}
+	fetchAll(t, cl, o.addr, paths, sizes)
+	stats := func() diskStats {
+		var s diskStats
+		(&testbed.Peerd{Admin: u.admin}).AdminJSON("/cache", &s)
+		return s
+	}
+	waitFor(t, "50 objects on disk", 10*time.Second, func() bool { return stats().DiskObjects == 50 })
+	old := u.cmd.Process.Pid
+	u.cmd.Process.Signal(syscall.SIGUSR2)
+	waitFor(t, "the new process serving", 40*time.Second, func() bool { return u.servingPID() != old && u.servingPID() > 0 })
+	<-u.exited
+	waitFor(t, "the store taken over", 20*time.Second, func() bool { s := stats(); return !s.IndexLoading && s.DiskObjects == 50 })
+	if hits := fetchAll(t, cl, o.addr, paths, sizes); hits != len(paths) {
+		t.Fatalf("after the upgrade: %d hits of %d", hits, len(paths))
+	}
+	for _, p := range paths {
+		if n := o.requests(p); n != 1 {
+			t.Fatalf("the origin saw %d requests for %s", n, p)
+		}
+	}
 }
