@@ -225,13 +225,16 @@
 //     per object costs an open on a cold hit; hot ones keep their file
 //     open (fdcache.go), which made a disk hit 12.6 µs of CPU against a
 //     memory hit's 9.8 (bench section 6).
+//
 //   - No fsync per object: a commit is ordered write(2)s (the file, then
 //     its journal record), which a process crash cannot undo; a power
 //     loss can lose recent objects and is caught by the checksums on read.
+//
 //   - A disk-only object (over max_object_in_memory) is visible once
 //     committed; the relay waits for that (at most 2 s) after the client
 //     has the whole response, so the next request on the connection finds
 //     it (cache-tests through the binary with bodies only on disk: 131/131).
+//
 //   - The lock file is flock(2)ed: a process started by a binary upgrade
 //     waits for it (the old one releases it when it hands over); any
 //     other second peerd fails at start.
