@@ -119,8 +119,9 @@ type disk struct {
 	writers sync.WaitGroup
 	stop    chan struct{}
 	open    fdCache // files of disk-only objects being served
-	// ready is closed when the index is loaded (or loading was given up).
-	ready chan struct{}
+	// ready is closed when the index is loaded (or loading was given up),
+	// swept when leftover files are removed.
+	ready, swept chan struct{}
 }
 
 // pauseFor is how long a disk fault stops the store from taking objects.
@@ -144,7 +145,7 @@ func openDisk(dir string, capacity int64, log logrus.FieldLogger, wait bool) (*d
 		return nil, fmt.Errorf("cache disk %s: %w", dir, err)
 	}
 	d := &disk{dir: dir, log: log, lock: lock, index: map[keyHash][]*diskEntry{}, tomb: map[keyHash]uint64{},
-		capacity: capacity, stop: make(chan struct{}), ready: make(chan struct{})}
+		capacity: capacity, stop: make(chan struct{}), ready: make(chan struct{}), swept: make(chan struct{})}
 	d.nextID.Store(uint64(time.Now().UnixNano()))
 	d.loading.Store(true)
 	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
@@ -185,6 +186,7 @@ func (d *disk) waitLock() {
 		case <-d.stop:
 			d.loading.Store(false)
 			close(d.ready)
+			close(d.swept)
 			return
 		case <-t.C:
 		}

@@ -190,8 +190,8 @@ func TestDiskTornNeverServed(t *testing.T) {
 
 	// The journal cut at every byte of its last record: the object is
 	// whole or absent.
-	os.WriteFile(path, whole, 0o640)
 	for n := len(journal) - recordSize; n <= len(journal); n++ {
+		os.WriteFile(path, whole, 0o640) // (a file the journal lacks is swept)
 		os.WriteFile(filepath.Join(dir, "journal"), journal[:n], 0o640)
 		c := diskCache(t, dir, small)
 		v, _, got := served(t, c, u)
@@ -362,4 +362,24 @@ func BenchmarkDiskIndexLoad(b *testing.B) {
 		c.Close()
 	}
 	b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "objects/s")
+}
+
+// A file the journal does not name (a crash between the rename and the
+// record) is removed after the index loads; named ones stay.
+func TestDiskSweepsOrphans(t *testing.T) {
+	dir := t.TempDir()
+	c := diskCache(t, dir, nil)
+	storeOn(t, c, "http://example.com/kept", body(100, 1), 100)
+	c.Close()
+	orphan := filepath.Join(dir, "objects", "07", "107")
+	os.MkdirAll(filepath.Dir(orphan), 0o750)
+	os.WriteFile(orphan, []byte("left over"), 0o640)
+	c = diskCache(t, dir, nil)
+	<-c.disk.swept
+	if _, err := os.Stat(orphan); !os.IsNotExist(err) {
+		t.Fatalf("the orphan is still there: %v", err)
+	}
+	if v, _, got := served(t, c, "http://example.com/kept"); v != Hit || len(got) != 100 {
+		t.Fatalf("the named object: %v, %d bytes", v, len(got))
+	}
 }

@@ -11,10 +11,15 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
+
+	"github.com/sirupsen/logrus"
 )
 
 // load opens the journal and reads the index from it.
 func (d *disk) load() error {
+	start := d.nextID.Load() // ids below were issued by earlier processes
 	defer func() {
 		d.mu.Lock()
 		d.loading.Store(false)
@@ -24,6 +29,7 @@ func (d *disk) load() error {
 		d.forget(victims)
 		d.maybeCompact()
 		close(d.ready)
+		d.sweep(start)
 	}()
 	path := filepath.Join(d.dir, "journal")
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o640)
@@ -230,5 +236,45 @@ func syncDir(dir string) {
 	if f, err := os.Open(dir); err == nil {
 		f.Sync()
 		f.Close()
+	}
+}
+
+// sweep removes the object files of earlier processes that the journal
+// does not name: one renamed into place by a process that died before it
+// wrote the record, or one whose delete did not finish. It runs once the
+// index is loaded, a directory at a time.
+func (d *disk) sweep(before uint64) {
+	defer close(d.swept)
+	d.mu.Lock()
+	ids := make([]uint64, 0, d.objects)
+	for _, es := range d.index {
+		for _, e := range es {
+			ids = append(ids, e.id)
+		}
+	}
+	d.mu.Unlock()
+	slices.Sort(ids)
+	removed := 0
+	for i := range 256 {
+		select {
+		case <-d.stop:
+			return
+		default:
+		}
+		dir := filepath.Join(d.dir, "objects", fmt.Sprintf("%02x", i))
+		names, _ := readNames(dir)
+		for _, n := range names {
+			id, err := strconv.ParseUint(n, 16, 64)
+			if err != nil || id >= before {
+				continue
+			}
+			if _, found := slices.BinarySearch(ids, id); !found {
+				os.Remove(filepath.Join(dir, n))
+				removed++
+			}
+		}
+	}
+	if removed > 0 {
+		d.log.WithFields(logrus.Fields{"disk": d.dir, "files": removed}).Info("cache disk: removed object files the journal does not name")
 	}
 }
