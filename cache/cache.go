@@ -66,6 +66,7 @@ type settings struct {
 	staleIfDead      time.Duration
 	inflightMax      int64
 	refresh          []refreshPattern
+	refreshIMS       bool // some pattern has refresh_ims
 }
 
 // refreshPattern is a compiled RefreshPattern (seconds).
@@ -73,6 +74,7 @@ type refreshPattern struct {
 	re       *regexp.Regexp
 	min, max int64
 	percent  int
+	ims      bool
 }
 
 // passFor is how long a key whose answer could not be stored skips
@@ -101,13 +103,17 @@ func (c *Cache) Reconfigure(cfg Config) {
 		inMemory = min(inMemory, int64(cfg.MaxObjectInMemory))
 		c.disk.resize(int64(cfg.DiskSize))
 	}
-	c.settings.Store(&settings{
+	st := &settings{
 		maxInMemory: inMemory,
 		maxObject:   int64(cfg.MaxObject), heuristicPercent: cfg.HeuristicPercent,
 		heuristicMax: cfg.HeuristicMax, collapse: cfg.Collapse, staleIfDead: cfg.StaleIfDead,
 		inflightMax: inflightBudget(int64(cfg.Memory), inMemory),
 		refresh:     compileRefresh(cfg.RefreshPatterns),
-	})
+	}
+	for _, p := range st.refresh {
+		st.refreshIMS = st.refreshIMS || p.ims
+	}
+	c.settings.Store(st)
 	c.store.resize(int64(cfg.Memory))
 }
 
@@ -119,7 +125,7 @@ func compileRefresh(ps []RefreshPattern) []refreshPattern {
 	var out []refreshPattern
 	for _, p := range ps {
 		if re, err := regexp.Compile(p.Pattern); err == nil {
-			out = append(out, refreshPattern{re: re, min: int64(p.Min / time.Second), max: int64(p.Max / time.Second), percent: p.Percent})
+			out = append(out, refreshPattern{re: re, min: int64(p.Min / time.Second), max: int64(p.Max / time.Second), percent: p.Percent, ims: p.RefreshIMS})
 		}
 	}
 	return out

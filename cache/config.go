@@ -50,6 +50,11 @@ type RefreshPattern struct {
 	// Percent of the time since Last-Modified, capped at Max.
 	Percent int           `toml:"percent"`
 	Max     time.Duration `toml:"max"`
+	// RefreshIMS (Squid refresh-ims): a client's conditional request for
+	// a matching URL is checked with the next hop even when the stored
+	// response is fresh, so a client that asks "has it changed?" (apt's
+	// Release files) hears the origin's answer.
+	RefreshIMS bool `toml:"refresh_ims"`
 }
 
 // DefaultConfig returns the built-in [cache] defaults.

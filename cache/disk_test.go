@@ -383,3 +383,30 @@ func TestDiskSweepsOrphans(t *testing.T) {
 		t.Fatalf("the named object: %v, %d bytes", v, len(got))
 	}
 }
+
+// refresh_ims: a conditional request for a matching URL is revalidated
+// even when the stored response is fresh; other requests are hits.
+func TestRefreshIMS(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.RefreshPatterns = []RefreshPattern{{Pattern: `/Release$`, RefreshIMS: true}, {Pattern: `.`}}
+	c := New(cfg)
+	for _, u := range []string{"http://example.com/dists/Release", "http://example.com/pool/a.deb"} {
+		w := c.Admit(request(t, "GET", u), response(t, "200 OK", "Cache-Control: max-age=3600", "Date: {0}", "Last-Modified: {-3000}"), 2, t0, t0, nil)
+		w.Write([]byte("ok"))
+		w.Finish(true)
+	}
+	ims := "If-Modified-Since: {-10}"
+	for _, tc := range []struct {
+		u      string
+		fields []string
+		want   Verdict
+	}{
+		{"http://example.com/dists/Release", []string{ims}, Stale},
+		{"http://example.com/dists/Release", nil, Hit},
+		{"http://example.com/pool/a.deb", []string{ims}, Hit},
+	} {
+		if _, v, _ := c.Find(request(t, "GET", tc.u, tc.fields...), t0); v != tc.want {
+			t.Errorf("%s %v: %v, want %v", tc.u, tc.fields, v, tc.want)
+		}
+	}
+}

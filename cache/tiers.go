@@ -78,7 +78,7 @@ func (c *Cache) Find(r *Request, now time.Time) (*Object, Verdict, bool) {
 		c.disk.touch(hashKey(r.Key), hashSecondary(o.secondary))
 	}
 	switch {
-	case o != nil && o.freshFor(r, now.UnixNano()):
+	case o != nil && o.freshFor(r, now.UnixNano()) && !c.refreshIMS(r):
 		return o, Hit, fromDisk || o.disk != nil
 	case o != nil:
 		return o, Stale, fromDisk || o.disk != nil
@@ -86,6 +86,22 @@ func (c *Cache) Find(r *Request, now time.Time) (*Object, Verdict, bool) {
 		return nil, VaryMiss, false
 	}
 	return nil, Miss, false
+}
+
+// refreshIMS reports a conditional request whose URL's refresh pattern
+// says to check with the next hop even when the stored response is fresh
+// (Squid refresh-ims): the first pattern that matches decides.
+func (c *Cache) refreshIMS(r *Request) bool {
+	st := c.cfg()
+	if !r.Conditional || !st.refreshIMS {
+		return false
+	}
+	for i := range st.refresh {
+		if p := &st.refresh[i]; p.re.Match(r.Key) {
+			return p.ims
+		}
+	}
+	return false
 }
 
 // fromDisk reads the heads of key's variants on disk into memory and

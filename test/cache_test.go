@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -240,5 +241,44 @@ func TestPeerdSiblingHit(t *testing.T) {
 	// nothing for its miss.
 	if n := a.requests("GET") - parentBefore; n != 1 {
 		t.Fatalf("parent got %d requests after warming; want 1 (the child's miss)", n)
+	}
+}
+
+// TestRefreshIMS: with refresh_ims (Squid refresh-ims), a client's
+// If-Modified-Since for a fresh stored Release file is checked with the
+// origin; a plain request is still a hit.
+func TestRefreshIMS(t *testing.T) {
+	var n atomic.Int32
+	origin := newOrigin(t, func(w http.ResponseWriter, r *http.Request) {
+		n.Add(1)
+		w.Header().Set("Cache-Control", "max-age=3600")
+		w.Header().Set("Last-Modified", "Mon, 01 Jan 2024 00:00:00 GMT")
+		if r.Header.Get("If-Modified-Since") != "" {
+			w.WriteHeader(http.StatusNotModified)
+			return
+		}
+		w.Write([]byte("Release"))
+	})
+	p := startPeerd(t, directConfig+"[cache]\nrefresh_patterns = [{ pattern = \"/Release$\", min = \"0s\", percent = 0, max = \"0s\", refresh_ims = true }]\n")
+	c := p.client()
+	get := func(ims bool) int {
+		req, _ := http.NewRequest("GET", "http://"+origin+"/dists/Release", nil)
+		if ims {
+			req.Header.Set("If-Modified-Since", "Mon, 01 Jan 2024 00:00:00 GMT")
+		}
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	get(false)
+	if st := get(true); st != http.StatusNotModified || n.Load() != 2 {
+		t.Fatalf("If-Modified-Since with refresh_ims: %d, origin saw %d requests; want 304 after asking it", st, n.Load())
+	}
+	if st := get(false); st != 200 || n.Load() != 2 {
+		t.Fatalf("a plain request: %d, origin saw %d; want a hit", st, n.Load())
 	}
 }

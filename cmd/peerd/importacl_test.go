@@ -220,11 +220,11 @@ func TestImportSharedCorpus(t *testing.T) {
 		t.Logf("  %-18s %3d of %3d", f, byFamily[f][0], byFamily[f][1])
 	}
 	// Issue 24 asks for 90%. What is left: a second cache_dir (peerd has
-	// one disk store); refresh_pattern options (refresh-ims,
+	// one disk store); refresh_pattern options other than refresh-ims (refresh-ims,
 	// override-expire, ...); acl values in files that are not on this
 	// machine; ACL types with no equivalent (at_step, any-of, ...). This
 	// floor keeps what is done.
-	if pct < 89.8 {
-		t.Errorf("%.1f%% of the lines carried over; it was 89.8%% (issue 24 asks for 90%%)", pct)
+	if pct < 91 {
+		t.Errorf("%.1f%% of the lines carried over; it was 91.0%% (issue 24 asks for 90%%)", pct)
 	}
 }

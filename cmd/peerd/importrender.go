@@ -79,7 +79,11 @@ func (s *squidImport) render() string {
 		if len(s.refresh) > 0 {
 			b.WriteString("refresh_patterns = [  # refresh_pattern, in order\n")
 			for _, p := range s.refresh {
-				fmt.Fprintf(&b, "  { pattern = %s, min = %s, percent = %d, max = %s },\n", tomlString(p.Pattern), tomlString(p.Min.String()), p.Percent, tomlString(p.Max.String()))
+				ims := ""
+				if p.RefreshIMS {
+					ims = ", refresh_ims = true"
+				}
+				fmt.Fprintf(&b, "  { pattern = %s, min = %s, percent = %d, max = %s%s },\n", tomlString(p.Pattern), tomlString(p.Min.String()), p.Percent, tomlString(p.Max.String()), ims)
 			}
 			b.WriteString("]\n")
 		}

@@ -121,8 +121,8 @@ func squidSize(w []string) (string, error) {
 // [OPTIONS]" into [cache] refresh_patterns (a last catch-all "." with
 // MIN 0 into heuristic_percent and heuristic_max instead). "^ftp:" and
 // "^gopher:" never match a URL peerd fetches (it refuses those schemes).
-// Options (override-expire, refresh-ims, ...) and expressions RE2 cannot
-// read are listed.
+// refresh-ims carries over (refresh_ims); other options (override-expire,
+// ignore-private, ...) and expressions RE2 cannot read are listed.
 func (s *squidImport) refreshPattern(n int, w []string) {
 	all := strings.Join(w, " ")
 	fold := false
@@ -143,8 +143,17 @@ func (s *squidImport) refreshPattern(n int, w []string) {
 		s.note(n, "refresh_pattern %s: want MIN <= MAX minutes and a percent 0-100", all)
 		return
 	}
-	if len(w) > 4 {
-		s.note(n, "refresh_pattern %s: options %s have no peerd equivalent", all, strings.Join(w[4:], " "))
+	ims := false
+	var other []string
+	for _, o := range w[4:] {
+		if o == "refresh-ims" {
+			ims = true
+		} else {
+			other = append(other, o)
+		}
+	}
+	if len(other) > 0 {
+		s.note(n, "refresh_pattern %s: options %s have no peerd equivalent", all, strings.Join(other, " "))
 		return
 	}
 	re := w[0]
@@ -156,7 +165,7 @@ func (s *squidImport) refreshPattern(n int, w []string) {
 		return
 	}
 	s.refresh = append(s.refresh, cache.RefreshPattern{Pattern: re, Min: time.Duration(minMin) * time.Minute,
-		Percent: pct, Max: time.Duration(maxMin) * time.Minute})
+		Percent: pct, Max: time.Duration(maxMin) * time.Minute, RefreshIMS: ims})
 }
 
 // refreshDefaults moves a last catch-all "." with MIN 0 into the
