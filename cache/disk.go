@@ -102,6 +102,7 @@ type disk struct {
 	bytes     int64
 	objects   int
 	journal   *os.File
+	jsize     int64 // the journal's length: where the next record goes
 	records   int64 // records in the journal
 	// tomb: keys purged while the index loads, with the first id that
 	// is not purged: the loader drops older records of them.
@@ -269,8 +270,12 @@ func (d *disk) appendLocked(rec []byte) error {
 		return errors.New("journal not open")
 	}
 	if _, err := d.journal.Write(rec); err != nil {
+		// A short write (a full disk) would shift every later record off
+		// its boundary: cut it off.
+		d.journal.Truncate(d.jsize)
 		return err
 	}
+	d.jsize += int64(len(rec))
 	d.records += int64(len(rec) / recordSize)
 	return nil
 }

@@ -87,7 +87,7 @@ func (d *disk) load() error {
 		app.Close()
 		return nil
 	}
-	d.journal = app
+	d.journal, d.jsize = app, whole
 	d.mu.Unlock()
 	return d.readJournal(rd, whole)
 }
@@ -227,7 +227,7 @@ func (d *disk) compactLocked() error {
 		return errors.Join(err, d.journal.Close())
 	}
 	d.journal.Close()
-	d.journal = app
+	d.journal, d.jsize = app, int64(len(b))
 	d.records = int64(d.objects)
 	return nil
 }

@@ -166,6 +166,7 @@ func (w *diskWriter) run() {
 	}
 	if err != nil {
 		ref = nil
+		w.giveUp() // the relay stops queueing at once
 		if !errors.Is(err, errAbandoned) {
 			d.fault("write", err)
 		}
