@@ -362,22 +362,27 @@ func (f *Fleet) Members() int {
 }
 
 // Run publishes this member's verdicts as the registry changes, until ctx
-// ends.
+// ends: for the peers its change feed names (every peer after a reload).
 func (f *Fleet) Run(ctx context.Context) {
+	feed := f.reg.Subscribe()
+	defer f.reg.Unsubscribe(feed)
 	for {
-		ch := f.reg.Watch()
-		f.publish(time.Now())
 		select {
 		case <-ctx.Done():
 			return
-		case <-ch:
+		case <-feed.C():
+			changed, all := feed.Take()
+			if all {
+				changed = nil
+			}
+			f.publish(time.Now(), changed, all)
 		}
 	}
 }
 
-// publish queues a verdict for every peer whose state changed since the
-// last one.
-func (f *Fleet) publish(now time.Time) {
+// publish queues a verdict for every peer of changed (every peer when
+// all) whose state changed since the last one.
+func (f *Fleet) publish(now time.Time, changed []*peers.Peer, all bool) {
 	var out []Verdict
 	defer func() {
 		if m := f.cur.Load(); m != nil {
@@ -392,7 +397,10 @@ func (f *Fleet) publish(now time.Time) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	seen := make(map[string]bool, len(f.own))
-	for _, p := range f.reg.Peers() {
+	if all {
+		changed = f.reg.Peers()
+	}
+	for _, p := range changed {
 		name, st, cause := p.Name(), stateOf(p), p.DeadCause()
 		seen[name] = true
 		if prev, ok := f.own[name]; ok && prev.State == st && prev.Addr == p.Addr() && prev.Cause == cause {
@@ -407,9 +415,11 @@ func (f *Fleet) publish(now time.Time) {
 		f.own[name] = v
 		out = append(out, v)
 	}
-	for name := range f.own {
-		if !seen[name] {
-			delete(f.own, name) // removed by a reload
+	if all {
+		for name := range f.own {
+			if !seen[name] {
+				delete(f.own, name) // removed by a reload
+			}
 		}
 	}
 }

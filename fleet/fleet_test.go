@@ -116,13 +116,13 @@ func TestPublishOnChangeOnly(t *testing.T) {
 	f := New(r, log)
 	m := testMember(f, "a")
 	f.cur.Store(m)
-	f.publish(t0)
-	f.publish(t0)
+	f.publish(t0, nil, true)
+	f.publish(t0, nil, true)
 	if n := m.queue.NumQueued(); n != 1 {
 		t.Fatalf("%d broadcasts after two publishes of an unchanged registry; want 1", n)
 	}
 	alive(r, r.Get("p1"))
-	f.publish(t0) // the same wall clock: the time still moves on
+	f.publish(t0, nil, true) // the same wall clock: the time still moves on
 	if f.own["p1"].State != StateAlive || f.own["p1"].At <= t0.UnixNano() {
 		t.Fatalf("own verdict %+v; want alive with a later time than the first", f.own["p1"])
 	}
@@ -451,7 +451,7 @@ func TestAnswerDeathGossiped(t *testing.T) {
 	for i := 0; i < 5; i++ {
 		r.ObserveAnswer(p1, peers.AnswerLate, 0, t0)
 	}
-	f2.publish(t0)
+	f2.publish(t0, nil, true)
 	if v := f2.own["p1"]; v.State != StateDead || v.Cause != "answer" {
 		t.Fatalf("own verdict %+v; want dead with cause answer", v)
 	}

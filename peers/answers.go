@@ -177,7 +177,7 @@ func (r *Registry) mayDieByAnswers(p *Peer, h Config) bool {
 
 // dieByAnswers makes an alive parent dead by answer failures.
 func (r *Registry) dieByAnswers(p *Peer, class AnswerClass, n int64, fbt time.Duration, at time.Time) {
-	txn := r.db.Txn(true)
+	txn := r.writeTxn()
 	defer txn.Abort()
 	cur := p.live.Load()
 	if cur.state != Alive {
@@ -268,7 +268,7 @@ func (r *Registry) SuspectAnswers(p *Peer, cause, detail string) bool {
 // suspectByAnswers makes an alive peer suspect until an HTTP probe
 // settles it; false when it already was.
 func (r *Registry) suspectByAnswers(p *Peer, cause, detail string) bool {
-	txn := r.db.Txn(true)
+	txn := r.writeTxn()
 	defer txn.Abort()
 	cur := p.live.Load()
 	if cur.state != Alive || (cur.suspect && cur.httpSettle) {

@@ -19,7 +19,7 @@ func (r *Registry) Reconcile(opts Options, specs []Spec) error {
 	r.reconcileMu.Lock()
 	defer r.reconcileMu.Unlock()
 
-	txn := r.db.Txn(true)
+	txn := r.writeTxn()
 	defer txn.Abort()
 
 	old := make(map[string]*Peer)
@@ -60,7 +60,7 @@ func (r *Registry) Reconcile(opts Options, specs []Spec) error {
 	o := opts
 	r.opts.Store(&o)
 	r.set.Store(&Set{List: next})
-	txn.Commit()
+	r.commit(txn, true)
 	r.started = true
 	return nil
 }

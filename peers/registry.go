@@ -70,6 +70,7 @@ type Registry struct {
 	started     bool // the first Reconcile (New) is done: later ones are reloads
 
 	overrides overrides
+	subs      subscribers // the change feeds (changes.go)
 }
 
 // New builds a registry with the given peers, all Unknown.
@@ -306,7 +307,7 @@ func (r *Registry) observeSuccess(p *Peer, o Observation, at int64) {
 
 // holdProbe records a flapping peer's run of good probes.
 func (r *Registry) holdProbe(p *Peer, good int) {
-	txn := r.db.Txn(true)
+	txn := r.writeTxn()
 	defer txn.Abort()
 	cur := p.live.Load()
 	if cur.state != Dead || cur.good == good {
@@ -321,7 +322,7 @@ func (r *Registry) holdProbe(p *Peer, good int) {
 // given transition: the check and the change happen inside one memdb write
 // transaction, which also serialises transitions with reloads.
 func (r *Registry) transition(p *Peer, from, to State, cause error, at time.Time, why string) bool {
-	txn := r.db.Txn(true)
+	txn := r.writeTxn()
 	defer txn.Abort()
 	cur := p.live.Load()
 	if cur.state != from {
@@ -391,7 +392,7 @@ func (r *Registry) setSuspect(p *Peer, suspect bool) { r.setSuspectBy(p, suspect
 // setSuspectBy changes an alive peer's suspicion, with its outside cause
 // ("" for the peer's own connects); it reports whether it changed.
 func (r *Registry) setSuspectBy(p *Peer, suspect bool, by string) bool {
-	txn := r.db.Txn(true)
+	txn := r.writeTxn()
 	defer txn.Abort()
 	cur := p.live.Load()
 	if cur.state != Alive || cur.suspect == suspect {
@@ -436,7 +437,7 @@ func (r *Registry) commitTxn(txn *memdb.Txn, p *Peer, nl *liveness) bool {
 		return false
 	}
 	p.live.Store(nl)
-	txn.Commit()
+	r.commit(txn, false)
 	return true
 }
 
@@ -471,7 +472,7 @@ func (r *Registry) SetAdmin(name string, s AdminState, reason string, ttl time.D
 // record adds the change to the peer's history (a restore from the
 // state file does not: its history comes with it).
 func (r *Registry) setAdmin(name string, s AdminState, reason string, until int64, record bool) (*Peer, AdminState, error) {
-	txn := r.db.Txn(true)
+	txn := r.writeTxn()
 	defer txn.Abort()
 	raw, err := txn.First(tablePeers, indexID, name)
 	if err != nil {
@@ -518,7 +519,7 @@ func (r *Registry) setAdmin(name string, s AdminState, reason string, until int6
 // expireAdmin returns p to enabled when the admin state set with until
 // is still the one in force.
 func (r *Registry) expireAdmin(p *Peer, until int64) {
-	txn := r.db.Txn(true)
+	txn := r.writeTxn()
 	defer txn.Abort()
 	cur := p.live.Load()
 	if cur.until != until {

@@ -46,8 +46,12 @@ type Prober struct {
 	sched map[*peers.Peer]*schedule
 
 	done   chan *peers.Peer // background probes report completion here
-	wakeup chan struct{}    // an on-demand probe ended
-	wg     sync.WaitGroup
+	wakeup chan struct{}    // an on-demand probe ended: kicked has its peer
+	kicked []*peers.Peer    // guarded by mu
+	// kickedAll: too many kicks to list (no scheduler running to take
+	// them): the next wake-up looks at every peer.
+	kickedAll bool
+	wg        sync.WaitGroup
 }
 
 // schedule is the prober's plan for one peer. All of it is guarded by
@@ -103,12 +107,18 @@ func NextDelay(base, max, prev time.Duration, u float64) time.Duration {
 	return base + time.Duration(u*float64(hi-base))
 }
 
-// Run probes until ctx ends, then waits for probes in flight.
+// Run probes until ctx ends, then waits for probes in flight. It acts on
+// the peers the registry reports changed (its change feed), on probes that
+// end, and on the next probe due; it never rescans every peer but after a
+// reload.
 func (pr *Prober) Run(ctx context.Context) {
 	defer pr.wg.Wait()
+	feed := pr.reg.Subscribe()
+	defer pr.reg.Unsubscribe(feed)
+	changed, all := feed.Take()
 	for {
-		watch := pr.reg.Watch()
-		wake := pr.tick(ctx, time.Now())
+		wake := pr.tick(ctx, time.Now(), changed, all)
+		changed, all = nil, false
 		var timer *time.Timer
 		var fire <-chan time.Time
 		if !wake.IsZero() {
@@ -118,11 +128,16 @@ func (pr *Prober) Run(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-watch:
+		case <-feed.C():
+			changed, all = feed.Take()
 		case <-fire:
 		case p := <-pr.done:
 			pr.finished(p, time.Now())
+			changed = []*peers.Peer{p}
 		case <-pr.wakeup:
+			pr.mu.Lock()
+			changed, all, pr.kicked, pr.kickedAll = pr.kicked, pr.kickedAll, nil, false
+			pr.mu.Unlock()
 		}
 		if timer != nil {
 			timer.Stop()
@@ -130,38 +145,60 @@ func (pr *Prober) Run(ctx context.Context) {
 	}
 }
 
-// tick starts every probe that is due and returns when the next one is.
-func (pr *Prober) tick(ctx context.Context, now time.Time) time.Time {
+// tick reschedules the peers that changed (every peer after a reload),
+// starts every probe that is due, and returns when the next one is.
+func (pr *Prober) tick(ctx context.Context, now time.Time, changed []*peers.Peer, all bool) time.Time {
 	health := pr.reg.Health()
 	pr.mu.Lock()
 	defer pr.mu.Unlock()
-
-	current := pr.reg.Peers()
-	live := make(map[*peers.Peer]bool, len(current))
+	if all {
+		current := pr.reg.Peers()
+		live := make(map[*peers.Peer]bool, len(current))
+		for _, p := range current {
+			live[p] = true
+			pr.rescheduleLocked(p, health, now)
+		}
+		// Peers removed by a reload are no longer probed.
+		for p, s := range pr.sched {
+			if !live[p] && s.probing == nil {
+				delete(pr.sched, p)
+			}
+		}
+	} else {
+		for _, p := range changed {
+			if _, known := pr.sched[p]; known {
+				pr.rescheduleLocked(p, health, now)
+			}
+		}
+	}
 	var wake time.Time
-	for _, p := range current {
-		live[p] = true
-		s := pr.scheduleLocked(p)
-		s.next = pr.dueLocked(p, s, health, now)
-		pr.reg.SetNextProbe(p, s.next)
-		if s.next.IsZero() {
+	for p, s := range pr.sched {
+		if s.probing != nil || s.next.IsZero() {
 			continue
 		}
-		if s.probing == nil && !now.Before(s.next) {
-			pr.startLocked(ctx, p, s)
-			continue
+		if !now.Before(s.next) {
+			// Due: asked again, since an idle peer used meanwhile is not.
+			pr.rescheduleLocked(p, health, now)
+			if s.next.IsZero() {
+				continue
+			}
+			if !now.Before(s.next) {
+				pr.startLocked(ctx, p, s)
+				continue
+			}
 		}
-		if s.probing == nil && (wake.IsZero() || s.next.Before(wake)) {
+		if wake.IsZero() || s.next.Before(wake) {
 			wake = s.next
 		}
 	}
-	// Peers removed by a reload are no longer probed.
-	for p, s := range pr.sched {
-		if !live[p] && s.probing == nil {
-			delete(pr.sched, p)
-		}
-	}
 	return wake
+}
+
+// rescheduleLocked works out when p is next probed.
+func (pr *Prober) rescheduleLocked(p *peers.Peer, h peers.Config, now time.Time) {
+	s := pr.scheduleLocked(p)
+	s.next = pr.dueLocked(p, s, h, now)
+	pr.reg.SetNextProbe(p, s.next)
 }
 
 func (pr *Prober) scheduleLocked(p *peers.Peer) *schedule {
@@ -351,16 +388,23 @@ func (pr *Prober) ProbeNow(ctx context.Context, name string) (*peers.Peer, error
 	pr.mu.Lock()
 	pr.endLocked(pr.scheduleLocked(p))
 	pr.mu.Unlock()
-	pr.kick()
+	pr.kick(p)
 	if err != nil && ctx.Err() != nil {
 		return nil, ctx.Err()
 	}
 	return p, nil
 }
 
-// kick wakes the scheduler (after an on-demand probe, a peer it skipped may
-// be due).
-func (pr *Prober) kick() {
+// kick wakes the scheduler after an on-demand probe of p (a probe it
+// skipped meanwhile may be due).
+func (pr *Prober) kick(p *peers.Peer) {
+	pr.mu.Lock()
+	if len(pr.kicked) < 1024 {
+		pr.kicked = append(pr.kicked, p)
+	} else {
+		pr.kickedAll = true
+	}
+	pr.mu.Unlock()
 	select {
 	case pr.wakeup <- struct{}{}:
 	default:
