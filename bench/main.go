@@ -32,6 +32,7 @@ var (
 	fixedFor   = flag.Duration("fixedfor", 3*time.Second, "length of each fixed-rate run")
 	cpuProfDir = flag.String("cpuprofile", "", "directory for a CPU profile of every peerd child (PEERD_CPUPROFILE)")
 	rate       = flag.Int("rate", 3000, "requests per second for the fixed-rate runs (latency and CPU per request)")
+	pin        = flag.Bool("pin", false, "give the child core 0 and wrk core 1 (taskset; use with -threads 1): latency without the load generator and the child sharing cores")
 )
 
 func main() {
@@ -126,6 +127,15 @@ func main() {
 	must(os.WriteFile(filepath.Join(*outDir, "results.md"), []byte(md), 0o644))
 	must(os.WriteFile(filepath.Join(*outDir, "throughput.svg"), []byte(res.svg()), 0o644))
 	fmt.Fprintf(os.Stderr, "wrote %s/results.{json,md} and throughput.svg in %.0fs\n", *outDir, res.Seconds)
+}
+
+// pinChild moves every thread of the child to core 0 (-pin).
+func pinChild(c *child) {
+	if *pin && c != nil {
+		if out, err := exec.Command("taskset", "-a", "-pc", "0", fmt.Sprint(c.pid)).CombinedOutput(); err != nil {
+			must(fmt.Errorf("taskset: %v: %s", err, out))
+		}
+	}
 }
 
 // want reports whether a section was asked for with -run.

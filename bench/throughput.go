@@ -66,6 +66,7 @@ func runRounds(targets []tgt, directAddr string, fixed bool) []Throughput {
 			var c *child
 			if t.start != nil {
 				c = t.start()
+				pinChild(c)
 				addr = c.addr
 				time.Sleep(300 * time.Millisecond) // first probe verdicts
 			}
@@ -297,7 +298,14 @@ end
 `, target)
 	}
 	os.WriteFile(script, []byte(lua), 0o644)
-	out, err := exec.Command(bin, "-t2", fmt.Sprintf("-c%d", *conns), fmt.Sprintf("-d%ds", int(d.Seconds())), "--latency", "-s", script, "http://"+addr+"/").CombinedOutput()
+	args := []string{"-t2", fmt.Sprintf("-c%d", *conns), fmt.Sprintf("-d%ds", int(d.Seconds())), "--latency", "-s", script, "http://" + addr + "/"}
+	cmd := exec.Command(bin, args...)
+	if *pin {
+		// The load generator on core 1, one thread; the child has core 0.
+		args[0] = "-t1"
+		cmd = exec.Command("taskset", append([]string{"-c", "1", bin}, args...)...)
+	}
+	out, err := cmd.CombinedOutput()
 	must(err)
 	s := string(out)
 	r := Throughput{}
