@@ -1,5 +1,7 @@
 package admin
 
+// This file holds GET /cache and DELETE /cache?url= (the purge of one URL).
+
 import (
 	"fmt"
 	"net/http"

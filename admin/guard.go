@@ -1,5 +1,8 @@
 package admin
 
+// This file holds the bearer-token guard of the write endpoints: failed
+// tokens slowed per source.
+
 import (
 	"sync"
 	"time"

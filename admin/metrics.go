@@ -1,5 +1,8 @@
 package admin
 
+// This file holds the Prometheus collector of the peers' figures, read from
+// the registry at scrape time.
+
 import (
 	"github.com/peerd/peerd/peers"
 	"github.com/prometheus/client_golang/prometheus"

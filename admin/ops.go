@@ -1,5 +1,8 @@
 package admin
 
+// This file holds the operations endpoints: a peer's history, GET /plan
+// (explain), reload and its diff.
+
 import (
 	"fmt"
 	"net/http"

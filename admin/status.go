@@ -1,5 +1,8 @@
 package admin
 
+// This file holds the status page: the peers, their recent transitions and
+// the cache, as HTML.
+
 import (
 	_ "embed"
 	"fmt"

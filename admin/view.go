@@ -1,5 +1,8 @@
 package admin
 
+// This file holds the JSON view of a peer that GET /peers and /peers/{name}
+// return.
+
 import (
 	"math"
 	"time"

@@ -1,5 +1,8 @@
 package main
 
+// This file holds the fleet section: three peerds, one killed, with gossip
+// and without.
+
 import (
 	"fmt"
 	"net/http"

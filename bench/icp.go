@@ -1,5 +1,8 @@
 package main
 
+// This file holds the ICP section: asking a sibling by ICP and by HTTP
+// only-if-cached.
+
 import (
 	"fmt"
 	"io"

@@ -1,5 +1,9 @@
 package cache
 
+// This file holds the Cache: its settings, lookups in memory, outcome
+// counters and GET /cache figures, 304 refreshes, and collapsed forwarding
+// (flights).
+
 import (
 	"regexp"
 	"sync"

@@ -1,5 +1,8 @@
 package cache
 
+// This file holds Cache-Control (RFC 9111 5.2): directives parsed in place,
+// without allocating.
+
 import "github.com/peerd/peerd/internal/h1"
 
 // Cache-Control (RFC 9111 5.2), parsed in place: a Directives value points

@@ -1,5 +1,7 @@
 package cache
 
+// This file holds the [cache] section: its keys, defaults and validation.
+
 import (
 	"regexp"
 	"time"

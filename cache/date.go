@@ -1,5 +1,8 @@
 package cache
 
+// This file holds HTTP-dates (RFC 9110 5.6.7): the three formats parsed and
+// IMF-fixdate written.
+
 import "time"
 
 // HTTP-date (RFC 9110 5.6.7): IMF-fixdate, and the obsolete RFC 850 and

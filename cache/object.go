@@ -1,5 +1,8 @@
 package cache
 
+// This file holds the stored response (Object): freshness and staleness
+// arithmetic, validators, and what a hit writes.
+
 import (
 	"net/http"
 	"strconv"

@@ -1,5 +1,8 @@
 package cache
 
+// This file holds byte ranges (RFC 9110 14) answered from a stored
+// response, whole or partial.
+
 import (
 	"bytes"
 

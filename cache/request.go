@@ -1,5 +1,8 @@
 package cache
 
+// This file holds a request as the cache sees it: its key, directives,
+// conditionals and the Vary selecting values.
+
 import (
 	"bytes"
 	"slices"

@@ -1,5 +1,8 @@
 package cache
 
+// This file holds the memory store: sharded maps of Vary variants under a
+// segmented LRU bounded in bytes.
+
 import (
 	"sync"
 )

@@ -1,5 +1,7 @@
 package fleet
 
+// This file holds the [fleet] section: its keys, defaults and validation.
+
 import (
 	"encoding/base64"
 	"fmt"

@@ -1,5 +1,7 @@
 package fleet
 
+// This file holds the fleet's messages: verdicts and their encoding.
+
 import (
 	"encoding/json"
 	"errors"

@@ -1,5 +1,8 @@
 package forwarding
 
+// This file holds the access log: Squid's native format, one line per
+// request, written without allocating.
+
 import (
 	"bufio"
 	"fmt"

@@ -1,5 +1,8 @@
 package forwarding
 
+// This file holds an attempt at one next hop: how far it got (progress),
+// its facts, and decide, the one function that says what follows it.
+
 import (
 	"time"
 

@@ -1,5 +1,7 @@
 package forwarding
 
+// This file holds the retry budget: retries bounded to a share of requests.
+
 import (
 	"sync"
 	"sync/atomic"

@@ -1,5 +1,8 @@
 package forwarding
 
+// This file holds the cache in the data path: lookups, collapsing, serving
+// stored responses, admission, stale answers and invalidation.
+
 import (
 	"bytes"
 	"io"

@@ -1,5 +1,7 @@
 package forwarding
 
+// This file holds the [proxy] section: its keys, defaults and validation.
+
 import (
 	"fmt"
 	"net/netip"

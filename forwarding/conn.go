@@ -1,5 +1,8 @@
 package forwarding
 
+// This file holds a client connection: its loop over requests, deadlines,
+// and the refusal of heads that cannot be read.
+
 import (
 	"bufio"
 	"errors"

@@ -1,5 +1,9 @@
 package forwarding
 
+// This file holds connecting to a next hop: the hedge delay, parents
+// through the dialer, DIRECT origins with resolution and the destination
+// policy.
+
 import (
 	"context"
 	"crypto/tls"

@@ -1,5 +1,8 @@
 package forwarding
 
+// This file holds the errors peerd answers itself with: codes, statuses and
+// their bodies.
+
 import (
 	"bufio"
 

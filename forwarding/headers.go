@@ -1,5 +1,8 @@
 package forwarding
 
+// This file holds loop detection on Via, the login sent to a parent, and
+// small predicates on methods and statuses (idempotent, sibling miss).
+
 import (
 	"bytes"
 	"encoding/base64"

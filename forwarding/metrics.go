@@ -1,5 +1,7 @@
 package forwarding
 
+// This file holds the proxy's Prometheus metrics.
+
 import (
 	"strconv"
 	"sync"

@@ -1,5 +1,7 @@
 package forwarding
 
+// This file holds the per-hop pools of idle upstream connections.
+
 import (
 	"bufio"
 	"net"

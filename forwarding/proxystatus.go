@@ -1,5 +1,8 @@
 package forwarding
 
+// This file holds Proxy-Status (RFC 9209): error types, and the blame of an
+// error on a next hop or the origin.
+
 import (
 	"errors"
 	"net/http"

@@ -1,5 +1,8 @@
 package forwarding
 
+// This file holds writing a message and waiting for the peer's next bytes
+// in one poll cycle.
+
 import (
 	"io"
 	"net"

@@ -1,5 +1,8 @@
 package forwarding
 
+// This file holds CONNECT: the tunnel through a parent or DIRECT, and
+// upgraded connections.
+
 import (
 	"context"
 	"errors"

@@ -1,5 +1,7 @@
 package icp
 
+// This file holds the [icp] section: its keys, defaults and validation.
+
 import (
 	"fmt"
 	"net"

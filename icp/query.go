@@ -1,5 +1,8 @@
 package icp
 
+// This file holds the ICP querier: asking peers, tracking their answers and
+// round-trip times.
+
 import (
 	"context"
 	"errors"

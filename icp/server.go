@@ -1,5 +1,8 @@
 package icp
 
+// This file holds the ICP listener: answering peers' queries from the
+// cache.
+
 import (
 	"errors"
 	"net"

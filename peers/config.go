@@ -1,5 +1,8 @@
 package peers
 
+// This file holds the [health] section and a peer's spec: keys, defaults
+// and validation.
+
 import (
 	"fmt"
 	"net"

@@ -1,5 +1,9 @@
 package peers
 
+// This file holds what operators read of a peer beyond its state: failure
+// classes and counts, the transition history, flap damping, admin reasons
+// and overrides with a ttl, and the slow-start ramp.
+
 import (
 	"context"
 	"crypto/tls"

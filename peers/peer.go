@@ -1,5 +1,8 @@
 package peers
 
+// This file holds a peer: its type and states, settings, liveness and
+// counters (read lock-free), its snapshot, and its ICP counters.
+
 import (
 	"fmt"
 	"math"

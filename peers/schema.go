@@ -1,5 +1,7 @@
 package peers
 
+// This file holds the registry's memdb schema.
+
 import memdb "github.com/hashicorp/go-memdb"
 
 // Table and index names of the registry's memdb.

@@ -1,5 +1,7 @@
 package selection
 
+// This file holds the [selection] section and its policies.
+
 import "fmt"
 
 // Policy orders parents for a request.

@@ -1,5 +1,8 @@
 package selection
 
+// This file holds GET /plan: a plan explained, with the peers skipped and
+// why.
+
 import (
 	"fmt"
 

@@ -1,5 +1,8 @@
 package main
 
+// This file holds the TOML file: the sections assembled from each package's
+// Config, loading, and validation with line numbers.
+
 import (
 	"bytes"
 	"cmp"

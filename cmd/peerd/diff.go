@@ -1,5 +1,8 @@
 package main
 
+// This file holds what a reload changed: peers kept, added, removed and
+// changed, and the sections that differ.
+
 import (
 	"maps"
 	"reflect"

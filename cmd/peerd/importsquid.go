@@ -1,5 +1,8 @@
 package main
 
+// This file holds peerd import-squid: reading squid.conf (continuations,
+// includes) and its peers, ports and timeouts.
+
 import (
 	"bufio"
 	"fmt"

@@ -1,5 +1,8 @@
 package main
 
+// This file holds the server: building every part from the config, serving,
+// signals, shutdown and the cache's wiring.
+
 import (
 	"context"
 	"crypto/tls"

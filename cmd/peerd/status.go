@@ -1,5 +1,8 @@
 package main
 
+// This file holds peerd status: the peers' table from a running peerd's
+// admin API.
+
 import (
 	"bytes"
 	"context"

@@ -1,5 +1,8 @@
 package h1
 
+// This file holds reading a message body: Content-Length, chunked (with
+// trailers) and read-to-close.
+
 import (
 	"bufio"
 	"io"

@@ -1,5 +1,7 @@
 package h1
 
+// This file holds field kinds: the names peerd acts on, classified once.
+
 // Kind names the header fields peerd acts on. A field's kind is found once,
 // when its head is parsed, so the loops that frame, strip and rewrite
 // messages compare a byte instead of a case-insensitive name each.

@@ -1,5 +1,7 @@
 package h1
 
+// This file holds parsing request and response heads (RFC 9112), strictly.
+
 import (
 	"bytes"
 	"net/netip"

@@ -1,5 +1,7 @@
 package h1
 
+// This file holds the buffered reader heads and bodies are parsed from.
+
 import (
 	"bytes"
 	"io"

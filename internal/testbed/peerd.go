@@ -1,5 +1,8 @@
 package testbed
 
+// This file holds building and running peerd for tests and the bench, and
+// reading its admin API.
+
 import (
 	"bufio"
 	"bytes"

@@ -1,5 +1,7 @@
 package testbed
 
+// This file holds running a real Squid on loopback for tests and the bench.
+
 import (
 	"errors"
 	"fmt"
