@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // diskCache opens a cache with a disk store in dir and waits for its
@@ -407,6 +408,76 @@ func TestRefreshIMS(t *testing.T) {
 	} {
 		if _, v, _ := c.Find(request(t, "GET", tc.u, tc.fields...), t0); v != tc.want {
 			t.Errorf("%s %v: %v, want %v", tc.u, tc.fields, v, tc.want)
+		}
+	}
+}
+
+// A disk-only body of known length is shared with the requests collapsed
+// on it: they read its file as the disk writer writes it.
+func TestDiskOnlyFollowersStream(t *testing.T) {
+	c := diskCache(t, t.TempDir(), func(c *Config) { c.MaxObjectInMemory = 4 << 10 })
+	r := request(t, "GET", url)
+	f, _ := c.Join(r, t0)
+	if g, lead := c.Join(request(t, "GET", url), t0); g != f || lead {
+		t.Fatal("no follower")
+	}
+	want := body(300<<10, 6)
+	w := c.Admit(r, response(t, "200 OK", "Cache-Control: max-age=60", "Date: {0}"), int64(len(want)), t0, t0, f)
+	o, end := f.Wait(time.Minute, nil)
+	if end != Shared || !o.FromDiskWriter() {
+		t.Fatalf("follower: %v, from the disk writer %v", end, o != nil && o.FromDiskWriter())
+	}
+	got := make(chan []byte)
+	go func() {
+		bs := o.NewBodyStream()
+		defer bs.Close()
+		var b []byte
+		for off := int64(0); ; {
+			p, done, failed := bs.Next(off)
+			b = append(b, p...)
+			off += int64(len(p))
+			if failed {
+				got <- nil
+				return
+			}
+			if done && off >= o.Length() {
+				got <- b
+				return
+			}
+		}
+	}()
+	for p := want; len(p) > 0; {
+		k := min(len(p), 50000)
+		w.Write(p[:k])
+		p = p[k:]
+	}
+	w.Finish(true)
+	if b := <-got; !bytes.Equal(b, want) {
+		t.Fatalf("the follower read %d bytes", len(b))
+	}
+	c.disk.writers.Wait()
+	if v, fromDisk, b := served(t, c, url); v != Hit || !fromDisk || !bytes.Equal(b, want) {
+		t.Fatalf("after the commit: %v %v %d", v, fromDisk, len(b))
+	}
+
+	// A body that breaks off fails its followers.
+	r2 := request(t, "GET", url+"2")
+	f2, _ := c.Join(r2, t0)
+	c.Join(request(t, "GET", url+"2"), t0)
+	w2 := c.Admit(r2, response(t, "200 OK", "Cache-Control: max-age=60", "Date: {0}"), int64(len(want)), t0, t0, f2)
+	o2, _ := f2.Wait(time.Minute, nil)
+	w2.Write(want[:100000])
+	w2.Finish(false)
+	bs := o2.NewBodyStream()
+	defer bs.Close()
+	for off := int64(0); ; {
+		p, done, failed := bs.Next(off)
+		off += int64(len(p))
+		if failed {
+			break
+		}
+		if done {
+			t.Fatal("a body that broke off ended as done")
 		}
 	}
 }

@@ -46,6 +46,9 @@ type diskWriter struct {
 	done chan struct{}
 	c    *Cache
 	o    *Object
+	// followed: followers read the file as it is written (set before
+	// the first chunk is queued); written counts the body bytes in it.
+	followed *stream
 
 	// The end: whoever comes second of the goroutine ending and finish
 	// calls committed.
@@ -120,6 +123,21 @@ func (w *diskWriter) giveUp() {
 	}
 }
 
+// follow has the writer tell s how far the body in its file has got.
+func (w *diskWriter) follow(s *stream) { w.followed = s }
+
+// tell updates the followers' stream.
+func (w *diskWriter) tell(n int64, done, failed bool) {
+	s := w.followed
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	s.n, s.done, s.failed = n, s.done || done, s.failed || failed
+	s.mu.Unlock()
+	s.cond.Broadcast()
+}
+
 // finish ends a whole body. diskOnly says the memory tier has no copy:
 // the object is put there as a head whose body is on disk, and flight
 // (its followers) lands with it, once it is committed.
@@ -160,8 +178,10 @@ func (w *diskWriter) run() {
 	ref, err := w.writeFile()
 	switch {
 	case err == nil:
+		w.tell(ref.bodyLen, true, false)
 		ref, err = w.publish(ref)
 	default:
+		w.tell(0, false, true)
 		os.Remove(d.tmpPath(w.e.id))
 	}
 	if err != nil {
@@ -223,6 +243,9 @@ func (w *diskWriter) writeFile() (*diskRef, error) {
 			}
 		}
 		chunkPool.Put(c.buf)
+		if err == nil {
+			w.tell(n, false, false)
+		}
 		return err
 	}
 	for done := false; !done; {

@@ -79,9 +79,12 @@ type Object struct {
 type stream struct {
 	mu     sync.Mutex
 	cond   sync.Cond
-	n      int64 // bytes of Body written
+	n      int64 // bytes of Body written (or, from disk, of the file's body)
 	done   bool
 	failed bool
+	// disk: the body is not in memory but in the file this writer is
+	// writing (a disk-only object); n counts what it has written.
+	disk *diskWriter
 }
 
 // Fresh and stale arithmetic.
@@ -323,7 +326,8 @@ func (o *Object) AppendFieldsExcept(b []byte, k h1.Kind) []byte {
 // representation) and which part.
 func (o *Object) Partial() (first, total int64, ok bool) { return o.first, o.total, o.partial }
 
-// Stream returns the bytes of the body from off that have arrived,
+// Stream returns the bytes of the body from off that have arrived (of an
+// object whose body arrives in memory; see BodyStream for any object),
 // waiting for more while the response is still being relayed; done
 // reports the end of the body and failed a body that broke off.
 func (o *Object) Stream(off int64) (p []byte, done, failed bool) {

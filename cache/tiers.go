@@ -311,3 +311,65 @@ func (br *BodyReader) Close() {
 // Serves reports whether br reads o's body (a refreshed object reads its
 // old one's file).
 func (br *BodyReader) Serves(o *Object) bool { return o.disk != nil && o.disk.id == br.o.disk.id }
+
+// BodyStream reads an object's body from an offset as it arrives: from
+// memory, or from the file of a disk-only object its writer is still
+// writing (collapsed requests follow a large download that way).
+type BodyStream struct {
+	o   *Object
+	f   *os.File
+	buf *[]byte
+}
+
+// FromDiskWriter reports an object whose body is read from the file its
+// disk writer is still writing (use a BodyStream).
+func (o *Object) FromDiskWriter() bool { return o.stream != nil && o.stream.disk != nil }
+
+// NewBodyStream starts reading o's body; Close it when done.
+func (o *Object) NewBodyStream() *BodyStream { return &BodyStream{o: o} }
+
+// Next returns the body bytes from off that have arrived, waiting for
+// more while the response is still arriving; done reports the end of the
+// body and failed a body that broke off (or could not be read).
+func (b *BodyStream) Next(off int64) (p []byte, done, failed bool) {
+	s := b.o.stream
+	if s == nil || s.disk == nil {
+		return b.o.Stream(off)
+	}
+	s.mu.Lock()
+	for s.n <= off && !s.done && !s.failed {
+		s.cond.Wait()
+	}
+	n, done, failed := s.n, s.done, s.failed
+	s.mu.Unlock()
+	if off >= n || failed {
+		return nil, done, failed
+	}
+	w := s.disk
+	if b.f == nil {
+		// The file is under tmp/ until it is committed, then in objects/.
+		f, err := os.Open(w.d.tmpPath(w.e.id))
+		if err != nil {
+			f, err = os.Open(w.d.objectPath(w.e.id))
+		}
+		if err != nil {
+			return nil, false, true
+		}
+		b.f, b.buf = f, chunkPool.Get().(*[]byte)
+	}
+	k := min(n-off, int64(len(*b.buf)))
+	p = (*b.buf)[:k]
+	if _, err := b.f.ReadAt(p, 12+int64(len(w.head))+off); err != nil {
+		return nil, false, true
+	}
+	return p, done && off+k >= n, false
+}
+
+// Close releases the stream.
+func (b *BodyStream) Close() {
+	if b.f != nil {
+		b.f.Close()
+		chunkPool.Put(b.buf)
+		b.f, b.buf = nil, nil
+	}
+}

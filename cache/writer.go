@@ -71,9 +71,13 @@ func (c *Cache) Admit(r *Request, resp *h1.Response, length int64, reqTime, resp
 			w.f = nil
 		}
 	case length >= 0:
-		// Only the disk keeps it: followers cannot stream from memory,
-		// so they go to the next hop on their own.
-		c.Land(f, nil, true)
+		// Only the disk keeps it: followers read its file as the disk
+		// writer writes it.
+		o.stream = &stream{disk: w.dw}
+		o.stream.cond.L = &o.stream.mu
+		o.length = length
+		w.dw.follow(o.stream)
+		c.Land(f, o, false)
 		w.f = nil
 	}
 	return w

@@ -308,8 +308,15 @@ func (tx *txn) writeStored(p []byte) error {
 // arriving for the request that fetches it; a body that broke off there
 // cuts this client off too (it was promised the whole length).
 func (tx *txn) streamObject(o *cache.Object) error {
+	next := o.Stream
+	if o.FromDiskWriter() {
+		// A disk-only body being written: read from its file.
+		bs := o.NewBodyStream()
+		defer bs.Close()
+		next = bs.Next
+	}
 	for off := int64(0); ; {
-		p, done, failed := o.Stream(off)
+		p, done, failed := next(off)
 		if len(p) > 0 {
 			if err := tx.writeStored(p); err != nil {
 				return err

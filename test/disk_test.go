@@ -462,3 +462,53 @@ func TestDiskCacheAcrossUpgrade(t *testing.T) {
 		}
 	}
 }
+
+// TestDiskCacheCollapsesLargeObject: concurrent requests for an object
+// larger than max_object_in_memory are one request to the origin; the
+// others read the disk copy as it is written.
+func TestDiskCacheCollapsesLargeObject(t *testing.T) {
+	const size = 4 << 20
+	var requests atomic.Int32
+	origin := newOrigin(t, func(w http.ResponseWriter, r *http.Request) {
+		if requests.Add(1) == 1 {
+			// The head comes late, so that every client has asked by then
+			// (as TestCollapsedForwarding's parent does).
+			time.Sleep(300 * time.Millisecond)
+		}
+		b := objectBody("/iso", size)
+		w.Header().Set("Cache-Control", "max-age=3600")
+		w.Header().Set("Content-Length", strconv.Itoa(size))
+		for p := b; len(p) > 0; p = p[min(len(p), 256<<10):] {
+			w.Write(p[:min(len(p), 256<<10)])
+			w.(http.Flusher).Flush()
+		}
+	})
+	p := startPeerd(t, diskConfig(t.TempDir(), ""))
+	const clients = 8
+	var wg sync.WaitGroup
+	errs := make(chan error, clients)
+	for range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resp, err := p.client().Get("http://" + origin + "/iso")
+			if err != nil {
+				errs <- err
+				return
+			}
+			b, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if err != nil || !bytes.Equal(b, objectBody("/iso", size)) {
+				errs <- fmt.Errorf("%d bytes, %v", len(b), err)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if n := requests.Load(); n != 1 {
+		t.Fatalf("the origin saw %d requests for one large object", n)
+	}
+}
