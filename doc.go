@@ -200,7 +200,7 @@
 // The disk cache (issue 23).
 //
 //   - One file per object (head, body, a CRC-32C per 64 KiB block, a
-//     checked tail), written under tmp/ and renamed into objects/, and an
+//     checked tail), written under objects/ and then named in an
 //     append-only journal of 48-byte records as the index. Measured at 1M
 //     objects against go.etcd.io/bbolt as the index (bodies in files
 //     either way; a throwaway program, 2-core machine):

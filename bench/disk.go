@@ -57,6 +57,8 @@ const (
 	diskPeerdMem  = "peerd hit (memory)"
 	diskPeerdDisk = "peerd hit (disk: body read from disk each time)"
 	diskSquidUFS  = "squid hit (ufs cache_dir, cache_mem 0)"
+	diskPeerdMiss = "peerd miss via parent, stored in memory and on disk"
+	diskSquidMiss = "squid miss via parent, stored on ufs"
 )
 
 // diskConf is peerd's [cache] for a disk store in dir; bodies stay out of
@@ -94,8 +96,15 @@ func diskRun(work, peerdBin, squidBin string) *DiskResults {
 			return startPeerd(work, peerdBin, hops, diskConf(d, "1B"))
 		}},
 	}
+	targets = append(targets, tgt{name: diskPeerdMiss, unique: true, start: func() *child {
+		d, _ := os.MkdirTemp(work, "store-")
+		return startPeerd(work, peerdBin, hops, diskConf(d, "512KiB"))
+	}})
 	if squidBin != "" {
 		targets = append(targets, tgt{name: diskSquidUFS, start: func() *child {
+			d, _ := os.MkdirTemp(work, "ufs-")
+			return startUFSSquid(work, squidBin, d, hops)
+		}}, tgt{name: diskSquidMiss, unique: true, start: func() *child {
 			d, _ := os.MkdirTemp(work, "ufs-")
 			return startUFSSquid(work, squidBin, d, hops)
 		}})

@@ -6,11 +6,11 @@ package cache
 // over the bytes on disk, and the pause that a full or failing disk puts
 // the store in.
 //
-// An object becomes visible in three steps, each after the one before is
-// done: its file is written whole under tmp/ (head, body, checksums), it
-// is renamed into objects/, and a 48-byte record naming it is appended to
-// the journal. A process that dies at any point leaves either a file the
-// journal does not name (swept) or a named file that checks out. A power
+// An object becomes visible in two steps, the second after the first is
+// done: its file is written whole under objects/ (head, body, checksums),
+// and a 48-byte record naming it is appended to the journal. A process
+// that dies at any point leaves either a file the journal does not name
+// (swept at the next start) or a named file that checks out. A power
 // loss may lose what the kernel had not written back; what it tears is
 // found by the checksums when read, and dropped.
 
@@ -106,8 +106,9 @@ type disk struct {
 	records   int64 // records in the journal
 	// tomb: keys purged while the index loads, with the first id that
 	// is not purged: the loader drops older records of them.
-	tomb   map[keyHash]uint64
-	closed bool
+	tomb    map[keyHash]uint64
+	closing bool // close has begun: no new writers, the loader stops
+	closed  bool // the journal is closed
 
 	nextID  atomic.Uint64
 	loading atomic.Bool
@@ -136,7 +137,7 @@ var errLocked = errors.New("in use by another peerd")
 // old peerd of a binary upgrade) is taken over once it lets go; without,
 // it is an error that says who holds it.
 func openDisk(dir string, capacity int64, log logrus.FieldLogger, wait bool) (*disk, error) {
-	for _, sub := range []string{"", "tmp", "objects"} {
+	for _, sub := range []string{"", "objects"} {
 		if err := os.MkdirAll(filepath.Join(dir, sub), 0o750); err != nil {
 			return nil, fmt.Errorf("cache disk %s: %w", dir, err)
 		}
@@ -198,17 +199,11 @@ func (d *disk) waitLock() {
 	}
 }
 
-// start runs once the lock is held: the pid is recorded, leftovers of
-// unfinished writes are cleared, and the index is loaded.
+// start runs once the lock is held: the pid is recorded and the index is
+// loaded (then the files of unfinished writes are swept).
 func (d *disk) start() {
 	d.lock.Truncate(0)
 	d.lock.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
-	tmp := filepath.Join(d.dir, "tmp")
-	if names, err := readNames(tmp); err == nil {
-		for _, n := range names {
-			os.Remove(filepath.Join(tmp, n))
-		}
-	}
 	if err := d.load(); err != nil {
 		d.log.WithError(err).WithField("disk", d.dir).Warn("cache disk: cannot load the index; storing from empty")
 		d.errors.Add(1)
@@ -227,10 +222,6 @@ func readNames(dir string) ([]string, error) {
 // objectPath is where object id lives.
 func (d *disk) objectPath(id uint64) string {
 	return filepath.Join(d.dir, "objects", fmt.Sprintf("%02x", id&0xff), strconv.FormatUint(id, 16))
-}
-
-func (d *disk) tmpPath(id uint64) string {
-	return filepath.Join(d.dir, "tmp", strconv.FormatUint(id, 16))
 }
 
 // Journal records.
@@ -491,20 +482,22 @@ func (d *disk) fault(what string, err error) {
 		Warn("cache disk: stopped storing objects; hits from memory and relaying go on")
 }
 
-// close stops the store: writes in progress are abandoned, the journal
+// close stops the store: objects whose whole body has arrived are
+// committed, writes still receiving theirs are given up, and the journal
 // and the lock are released (the next process may take them).
 func (d *disk) close() {
 	d.mu.Lock()
-	if d.closed {
+	if d.closing {
 		d.mu.Unlock()
 		return
 	}
-	d.closed = true
+	d.closing = true
 	close(d.stop)
 	d.mu.Unlock()
 	d.writers.Wait()
 	d.open.closeAll()
 	d.mu.Lock()
+	d.closed = true
 	if d.journal != nil {
 		d.journal.Close()
 		d.journal = nil

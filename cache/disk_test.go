@@ -211,7 +211,7 @@ func TestDiskTornNeverServed(t *testing.T) {
 func TestDiskFaultPausesStore(t *testing.T) {
 	dir := t.TempDir()
 	c := diskCache(t, dir, nil)
-	tmp := filepath.Join(dir, "tmp")
+	tmp := filepath.Join(dir, "objects")
 	os.RemoveAll(tmp)
 	os.WriteFile(tmp, nil, 0o640) // every new file fails (ENOTDIR)
 	storeOn(t, c, "http://example.com/f1", body(5000, 1), 5000)
@@ -479,5 +479,26 @@ func TestDiskOnlyFollowersStream(t *testing.T) {
 		if done {
 			t.Fatal("a body that broke off ended as done")
 		}
+	}
+}
+
+// A graceful stop right after responses ended commits them: every object
+// whose body arrived whole before the stop is there after it.
+func TestDiskCloseCommitsWholeBodies(t *testing.T) {
+	dir := t.TempDir()
+	c := diskCache(t, dir, nil)
+	for i := range 50 {
+		r := request(t, "GET", fmt.Sprintf("http://example.com/c%d", i))
+		w := c.Admit(r, response(t, "200 OK", "Cache-Control: max-age=3600", "Date: {0}"), 70000, t0, t0, nil)
+		w.Write(body(70000, byte(i)))
+		w.Finish(true)
+	}
+	// Not finished: given up.
+	w := c.Admit(request(t, "GET", "http://example.com/partial"), response(t, "200 OK", "Cache-Control: max-age=3600", "Date: {0}"), 70000, t0, t0, nil)
+	w.Write(body(1000, 1))
+	c.Close()
+	c = diskCache(t, dir, nil)
+	if s := c.Stats(); s.DiskObjects != 50 {
+		t.Fatalf("after a close right after 50 whole bodies: %d on disk", s.DiskObjects)
 	}
 }

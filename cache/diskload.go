@@ -82,7 +82,7 @@ func (d *disk) load() error {
 	}
 	defer rd.Close()
 	d.mu.Lock()
-	if d.closed {
+	if d.closing {
 		d.mu.Unlock()
 		app.Close()
 		return nil
@@ -108,7 +108,7 @@ func (d *disk) readJournal(rd *os.File, end int64) error {
 		off += n
 		var victims []*diskEntry
 		d.mu.Lock()
-		if d.closed {
+		if d.closing {
 			d.mu.Unlock()
 			return nil
 		}
@@ -240,8 +240,8 @@ func syncDir(dir string) {
 }
 
 // sweep removes the object files of earlier processes that the journal
-// does not name: one renamed into place by a process that died before it
-// wrote the record, or one whose delete did not finish. It runs once the
+// does not name: one a process was writing (or had written, but not yet
+// journaled) when it died, or one whose delete did not finish. It runs once the
 // index is loaded, a directory at a time.
 func (d *disk) sweep(before uint64) {
 	defer close(d.swept)

@@ -5,8 +5,8 @@ package cache
 // bounded queue; a goroutine of the writer's own does the file I/O, so a
 // slow disk never holds a client up: when the queue stays full the copy
 // to disk is given up (the response is still relayed, and kept in memory
-// when it fits). The object is committed (renamed into place, journaled,
-// indexed) only after its last byte and checksums are written.
+// when it fits). The object is committed (journaled and indexed) only
+// after its last byte and checksums are written.
 
 import (
 	"encoding/binary"
@@ -66,7 +66,7 @@ func (d *disk) startWriter(o *Object, c *Cache) *diskWriter {
 		return nil
 	}
 	d.mu.Lock()
-	if d.closed {
+	if d.closing {
 		d.mu.Unlock()
 		return nil
 	}
@@ -182,7 +182,7 @@ func (w *diskWriter) run() {
 		ref, err = w.publish(ref)
 	default:
 		w.tell(0, false, true)
-		os.Remove(d.tmpPath(w.e.id))
+		os.Remove(d.objectPath(w.e.id))
 	}
 	if err != nil {
 		ref = nil
@@ -213,10 +213,18 @@ func (w *diskWriter) run() {
 // off, the queue, a stopping store): not a disk fault.
 var errAbandoned = errors.New("abandoned")
 
-// writeFile writes the object under tmp/ and returns where its body is.
+// writeFile writes the object file and returns where its body is.
 func (w *diskWriter) writeFile() (*diskRef, error) {
 	d := w.d
-	f, err := os.OpenFile(d.tmpPath(w.e.id), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o640)
+	// The file is written at its final name: until its journal record is
+	// appended no lookup finds it, and one a crash left unnamed is swept.
+	path := d.objectPath(w.e.id)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o640)
+	if errors.Is(err, os.ErrNotExist) {
+		if err = os.MkdirAll(dirOf(path), 0o750); err == nil {
+			f, err = os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o640)
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -248,6 +256,18 @@ func (w *diskWriter) writeFile() (*diskRef, error) {
 		}
 		return err
 	}
+	// ended writes what was queued before the body's end.
+	ended := func(whole bool) error {
+		for len(w.q) > 0 {
+			if err := put(<-w.q); err != nil {
+				return err
+			}
+		}
+		if !whole {
+			return errAbandoned
+		}
+		return nil
+	}
 	for done := false; !done; {
 		select {
 		case c := <-w.q:
@@ -257,16 +277,20 @@ func (w *diskWriter) writeFile() (*diskRef, error) {
 		case <-w.abort:
 			return nil, errAbandoned
 		case <-w.d.stop:
-			return nil, errAbandoned
-		case whole := <-w.end:
-			// Chunks queued before the end are still to be written.
-			for len(w.q) > 0 {
-				if err := put(<-w.q); err != nil {
+			// The store stops: a body that has arrived whole is still
+			// committed (a graceful stop keeps it); the rest is given up.
+			select {
+			case whole := <-w.end:
+				if err := ended(whole); err != nil {
 					return nil, err
 				}
-			}
-			if !whole {
+				done = true
+			default:
 				return nil, errAbandoned
+			}
+		case whole := <-w.end:
+			if err := ended(whole); err != nil {
+				return nil, err
 			}
 			done = true
 		}
@@ -285,21 +309,10 @@ func (w *diskWriter) writeFile() (*diskRef, error) {
 	return &diskRef{c: w.c, id: w.e.id, bodyOff: 12 + int64(len(w.head)), bodyLen: n, crcs: crcs}, nil
 }
 
-// publish renames the file into place and journals it: from here on it
-// is a stored object.
+// publish journals the written file: from here on it is a stored object.
 func (w *diskWriter) publish(ref *diskRef) (*diskRef, error) {
 	d := w.d
 	final := d.objectPath(w.e.id)
-	err := os.Rename(d.tmpPath(w.e.id), final)
-	if errors.Is(err, os.ErrNotExist) {
-		if err = os.MkdirAll(dirOf(final), 0o750); err == nil {
-			err = os.Rename(d.tmpPath(w.e.id), final)
-		}
-	}
-	if err != nil {
-		os.Remove(d.tmpPath(w.e.id))
-		return nil, err
-	}
 	e := new(diskEntry)
 	*e = w.e
 	d.mu.Lock()

@@ -347,11 +347,7 @@ func (b *BodyStream) Next(off int64) (p []byte, done, failed bool) {
 	}
 	w := s.disk
 	if b.f == nil {
-		// The file is under tmp/ until it is committed, then in objects/.
-		f, err := os.Open(w.d.tmpPath(w.e.id))
-		if err != nil {
-			f, err = os.Open(w.d.objectPath(w.e.id))
-		}
+		f, err := os.Open(w.d.objectPath(w.e.id))
 		if err != nil {
 			return nil, false, true
 		}

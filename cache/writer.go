@@ -235,6 +235,28 @@ func (w *Writer) Finish(complete bool) {
 	}
 }
 
+// AwaitDisk waits, at most wait, until the disk has committed the
+// response just finished: called before the client is sent its last
+// bytes, so that a response a client has whole is, on a healthy disk,
+// already stored (a kill -9 right after it keeps it). A slow disk costs
+// the client at most wait.
+func (w *Writer) AwaitDisk(wait time.Duration) {
+	if w == nil || w.dw == nil || !w.dead {
+		return
+	}
+	select {
+	case <-w.dw.done:
+		return
+	default:
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-w.dw.done:
+	case <-t.C:
+	}
+}
+
 // settleWait bounds how long Settle waits for the disk.
 const settleWait = 2 * time.Second
 
