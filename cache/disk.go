@@ -51,6 +51,7 @@ type diskEntry struct {
 	id         uint64
 	size       int64
 	prev, next *diskEntry
+	sib        *diskEntry // the next (newer) variant of the same key
 	protected  bool
 }
 
@@ -95,7 +96,7 @@ type disk struct {
 	lock *os.File
 
 	mu        sync.Mutex
-	index     map[keyHash][]*diskEntry
+	index     map[keyHash]*diskEntry // the oldest variant; sib chains the rest
 	probation entryList
 	protected entryList
 	capacity  int64
@@ -146,7 +147,7 @@ func openDisk(dir string, capacity int64, log logrus.FieldLogger, wait bool) (*d
 	if err != nil {
 		return nil, fmt.Errorf("cache disk %s: %w", dir, err)
 	}
-	d := &disk{dir: dir, log: log, lock: lock, index: map[keyHash][]*diskEntry{}, tomb: map[keyHash]uint64{},
+	d := &disk{dir: dir, log: log, lock: lock, index: map[keyHash]*diskEntry{}, tomb: map[keyHash]uint64{},
 		capacity: capacity, stop: make(chan struct{}), ready: make(chan struct{}), swept: make(chan struct{})}
 	d.nextID.Store(uint64(time.Now().UnixNano()))
 	d.loading.Store(true)
@@ -275,13 +276,9 @@ func (d *disk) appendLocked(rec []byte) error {
 func (d *disk) lookup(key keyHash) []diskEntry {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	es := d.index[key]
-	if len(es) == 0 {
-		return nil
-	}
-	out := make([]diskEntry, len(es))
-	for i, e := range es {
-		out[i] = *e
+	var out []diskEntry
+	for e := d.index[key]; e != nil; e = e.sib {
+		out = append(out, *e)
 	}
 	return out
 }
@@ -291,7 +288,7 @@ func (d *disk) lookup(key keyHash) []diskEntry {
 func (d *disk) touch(key keyHash, sec uint64) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	for _, e := range d.index[key] {
+	for e := d.index[key]; e != nil; e = e.sib {
 		if e.sec != sec {
 			continue
 		}
@@ -313,29 +310,80 @@ func (d *disk) touch(key keyHash, sec uint64) {
 	}
 }
 
-// insertLocked puts e in the index; an entry of the same variant, and
-// the oldest beyond maxVariants, are dropped and returned.
-func (d *disk) insertLocked(e *diskEntry) (dropped []*diskEntry) {
-	es := d.index[e.key]
-	for i := 0; i < len(es); {
-		if es[i].sec == e.sec {
-			dropped = append(dropped, es[i])
-			d.unlinkLocked(es[i])
-			es = append(es[:i], es[i+1:]...)
-			continue
+// The variants of a key are a chain from the map, oldest first: no
+// slice per key, so a million keys load without a million allocations.
+
+func (d *disk) chainAdd(e *diskEntry) {
+	e.sib = nil
+	x := d.index[e.key]
+	if x == nil {
+		d.index[e.key] = e
+		return
+	}
+	for x.sib != nil {
+		x = x.sib
+	}
+	x.sib = e
+}
+
+func (d *disk) chainRemove(e *diskEntry) {
+	x := d.index[e.key]
+	switch {
+	case x == e && e.sib == nil:
+		delete(d.index, e.key)
+	case x == e:
+		d.index[e.key] = e.sib
+	default:
+		for ; x != nil; x = x.sib {
+			if x.sib == e {
+				x.sib = e.sib
+				break
+			}
 		}
-		i++
 	}
-	if len(es) >= maxVariants {
-		dropped = append(dropped, es[0])
-		d.unlinkLocked(es[0])
-		es = es[1:]
+	e.sib = nil
+}
+
+func (d *disk) chainLen(key keyHash) int {
+	n := 0
+	for x := d.index[key]; x != nil; x = x.sib {
+		n++
 	}
-	d.index[e.key] = append(es, e)
+	return n
+}
+
+// linkLocked adds e to the index and the LRU.
+func (d *disk) linkLocked(e *diskEntry) {
+	d.chainAdd(e)
 	e.protected = false
 	d.probation.pushFront(e)
 	d.bytes += e.size
 	d.objects++
+}
+
+// dropLocked takes x out of the index and the LRU.
+func (d *disk) dropLocked(x *diskEntry) {
+	d.unlinkLocked(x)
+	d.chainRemove(x)
+}
+
+// insertLocked puts e in the index; an entry of the same variant, and
+// the oldest beyond maxVariants, are dropped and returned.
+func (d *disk) insertLocked(e *diskEntry) (dropped []*diskEntry) {
+	for x := d.index[e.key]; x != nil; {
+		next := x.sib
+		if x.sec == e.sec {
+			dropped = append(dropped, x)
+			d.dropLocked(x)
+		}
+		x = next
+	}
+	if d.chainLen(e.key) >= maxVariants {
+		oldest := d.index[e.key]
+		dropped = append(dropped, oldest)
+		d.dropLocked(oldest)
+	}
+	d.linkLocked(e)
 	return dropped
 }
 
@@ -349,18 +397,11 @@ func (d *disk) unlinkLocked(e *diskEntry) {
 	d.objects--
 }
 
-// removeLocked takes e out of the index.
+// removeLocked takes the entry of e's key with e's id out of the index.
 func (d *disk) removeLocked(e *diskEntry) bool {
-	es := d.index[e.key]
-	for i, x := range es {
+	for x := d.index[e.key]; x != nil; x = x.sib {
 		if x.id == e.id {
-			d.unlinkLocked(x)
-			es = append(es[:i], es[i+1:]...)
-			if len(es) == 0 {
-				delete(d.index, e.key)
-			} else {
-				d.index[e.key] = es
-			}
+			d.dropLocked(x)
 			return true
 		}
 	}
@@ -420,9 +461,12 @@ func (d *disk) remove(key keyHash, id uint64) {
 // the index loads, older records of key are dropped as they are read.
 func (d *disk) purge(key keyHash) int {
 	d.mu.Lock()
-	es := append([]*diskEntry(nil), d.index[key]...)
+	var es []*diskEntry
+	for x := d.index[key]; x != nil; x = x.sib {
+		es = append(es, x)
+	}
 	for _, e := range es {
-		d.removeLocked(e)
+		d.dropLocked(e)
 	}
 	if d.loading.Load() {
 		d.tomb[key] = d.nextID.Load()

@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sirupsen/logrus"
 )
 
 // diskCache opens a cache with a disk store in dir and waits for its
@@ -500,5 +503,39 @@ func TestDiskCloseCommitsWholeBodies(t *testing.T) {
 	c = diskCache(t, dir, nil)
 	if s := c.Stats(); s.DiskObjects != 50 {
 		t.Fatalf("after a close right after 50 whole bodies: %d on disk", s.DiskObjects)
+	}
+}
+
+// The variants of one key: a new one joins, the same variant replaces
+// the old, the oldest goes past maxVariants, and removal keeps the rest.
+func TestDiskVariantChain(t *testing.T) {
+	log := logrus.New()
+	log.SetOutput(io.Discard)
+	d := &disk{index: map[keyHash]*diskEntry{}, capacity: 1 << 40, dir: t.TempDir(), log: log}
+	k := hashKey([]byte("k"))
+	var dropped []*diskEntry
+	for i := range maxVariants + 1 {
+		dropped = append(dropped, d.insertLocked(&diskEntry{key: k, sec: uint64(i), id: uint64(i + 1), size: 1})...)
+	}
+	if d.chainLen(k) != maxVariants || len(dropped) != 1 || dropped[0].sec != 0 || d.objects != maxVariants {
+		t.Fatalf("past maxVariants: %d variants, dropped %v", d.chainLen(k), dropped)
+	}
+	if got := d.insertLocked(&diskEntry{key: k, sec: 5, id: 100, size: 1}); len(got) != 1 || got[0].id != 6 {
+		t.Fatalf("the same variant did not replace the old: %v", got)
+	}
+	if !d.removeLocked(&diskEntry{key: k, id: 100}) || d.removeLocked(&diskEntry{key: k, id: 100}) {
+		t.Fatal("remove by id")
+	}
+	es := d.lookup(k)
+	if len(es) != maxVariants-1 || d.objects != maxVariants-1 || d.bytes != int64(maxVariants-1) {
+		t.Fatalf("after the remove: %d entries, %d objects, %d bytes", len(es), d.objects, d.bytes)
+	}
+	for i := 1; i < len(es); i++ {
+		if es[i].id <= es[i-1].id {
+			t.Fatal("the chain is not oldest first")
+		}
+	}
+	if d.purge(k) != maxVariants-1 || d.chainLen(k) != 0 || len(d.index) != 0 || d.objects != 0 {
+		t.Fatal("purge left entries")
 	}
 }
