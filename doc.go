@@ -206,9 +206,10 @@
 //     either way; a throwaway program, 2-core machine):
 //
 //     journal: 1 write(2) of 48 B per stored object; load 1M records into
-//     the index with its LRU 0.47-0.50 s (2.0-2.15M objects/s,
-//     BenchmarkDiskIndexLoad), 0.66-0.77 s through the binary; 173 B of
-//     heap per object.
+//     the index with its LRU 0.45-0.54 s (1.85-2.2M objects/s,
+//     BenchmarkDiskIndexLoad, after chaining a key's variants instead of
+//     a slice per key and sizing the map once: 1M allocations became
+//     4.4k); 137 B of heap per object.
 //     bbolt: 18.5 µs per object inserted in commits of 1,000 (fsync'd),
 //     320 µs with a commit per object (what visibility at once needs);
 //     101 B on disk per object; open and iterate 1M into a map 0.30 s
@@ -223,8 +224,13 @@
 //     space cannot shrink on a reload; pebble's LSM was not measured: its
 //     write amplification is the price bbolt already loses on. One file
 //     per object costs an open on a cold hit; hot ones keep their file
-//     open (fdcache.go), which made a disk hit 12.6 µs of CPU against a
-//     memory hit's 9.8 (bench section 6).
+//     open (fdcache.go), which made a disk hit 1.25x a memory hit's CPU
+//     (bench section 6). What one file per object does cost is a miss:
+//     creating a file took 200-700 µs of CPU on this machine's ext4, so a
+//     miss stored on disk costs ~236 µs against ~30 in memory (Squid's
+//     ufs, which also makes a file per object: ~506 µs). A log-structured
+//     segment store would not create files; it is the next step if disk
+//     misses matter more than the simplicity of this layout.
 //
 //   - No fsync per object: a commit is ordered write(2)s (the file, then
 //     its journal record), which a process crash cannot undo; a power
