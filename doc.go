@@ -232,9 +232,12 @@
 //     segment store would not create files; it is the next step if disk
 //     misses matter more than the simplicity of this layout.
 //
-//   - No fsync per object: a commit is ordered write(2)s (the file, then
-//     its journal record), which a process crash cannot undo; a power
-//     loss can lose recent objects and is caught by the checksums on read.
+//   - No fsync per object by default: a commit is ordered write(2)s (the
+//     file, then its journal record), which a process crash cannot undo;
+//     a power loss can lose recent objects and is caught by the checksums
+//     on read. fsync was measured (one writer, 2,000 small files: 60 ->
+//     290 µs of CPU and 59 -> 428 µs per file), so it is a choice,
+//     disk_fsync, as the issue asked when it costs.
 //
 //   - A disk-only object (over max_object_in_memory) is visible once
 //     committed; the relay waits for that (at most 2 s) after the client

@@ -106,6 +106,7 @@ func (c *Cache) Reconfigure(cfg Config) {
 	if c.disk != nil {
 		inMemory = min(inMemory, int64(cfg.MaxObjectInMemory))
 		c.disk.resize(int64(cfg.DiskSize))
+		c.disk.fsync.Store(cfg.DiskFsync)
 	}
 	st := &settings{
 		maxInMemory: inMemory,

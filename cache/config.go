@@ -24,6 +24,11 @@ type Config struct {
 	// MaxObjectInMemory: with a disk store, larger responses live on
 	// disk only (Squid maximum_object_size_in_memory).
 	MaxObjectInMemory conf.ByteSize `toml:"max_object_in_memory"`
+	// DiskFsync: each stored object, then its journal record, is
+	// fsync'd, so that a power loss keeps it (at several times the cost
+	// of storing it); without, a power loss can lose the objects stored
+	// in the last seconds, and never serves a torn one.
+	DiskFsync bool `toml:"disk_fsync"`
 	// HeuristicPercent of the time since Last-Modified is the freshness
 	// of a response that states none (RFC 9111 4.2.2).
 	HeuristicPercent int `toml:"heuristic_percent"`

@@ -115,6 +115,7 @@ type disk struct {
 	loading atomic.Bool
 	loaded  atomic.Int64
 
+	fsync       atomic.Bool  // disk_fsync
 	pausedUntil atomic.Int64 // Unix nanoseconds; 0: storing
 	errors      atomic.Int64
 	hits        atomic.Int64

@@ -83,10 +83,17 @@ func served(t testing.TB, c *Cache, u string) (Verdict, bool, []byte) {
 }
 
 // Every object stored whole before a stop is a hit after the restart,
-// small ones promoted to memory, large ones read from disk.
+// small ones promoted to memory, large ones read from disk (with
+// disk_fsync as without).
 func TestDiskSurvivesReopen(t *testing.T) {
+	for _, fsync := range []bool{false, true} {
+		t.Run(fmt.Sprintf("fsync=%v", fsync), func(t *testing.T) { testDiskSurvivesReopen(t, fsync) })
+	}
+}
+
+func testDiskSurvivesReopen(t *testing.T, fsync bool) {
 	dir := t.TempDir()
-	c := diskCache(t, dir, nil)
+	c := diskCache(t, dir, func(c *Config) { c.DiskFsync = fsync })
 	sizes := []int{0, 1, 1000, blockSize - 1, blockSize, blockSize + 1, 300 << 10, 600 << 10, 2 << 20}
 	for i, n := range sizes {
 		storeOn(t, c, fmt.Sprintf("http://example.com/o%d", i), body(n, byte(i)), int64(n))

@@ -302,6 +302,11 @@ func (w *diskWriter) writeFile() (*diskRef, error) {
 	if _, err := f.Write(appendTail(nil, crcs, t)); err != nil {
 		return nil, err
 	}
+	if d.fsync.Load() {
+		if err := f.Sync(); err != nil {
+			return nil, err
+		}
+	}
 	if err := f.Close(); err != nil {
 		return nil, err
 	}
@@ -326,11 +331,19 @@ func (w *diskWriter) publish(ref *diskRef) (*diskRef, error) {
 		os.Remove(final)
 		return nil, err
 	}
+	journal := d.journal
 	dropped := d.insertLocked(e)
 	if !d.loading.Load() {
 		dropped = append(dropped, d.evictLocked()...)
 	}
 	d.mu.Unlock()
+	if d.fsync.Load() {
+		// Outside the lock: lookups and other commits go on meanwhile. A
+		// journal replaced by a compaction was synced by it.
+		if err := journal.Sync(); err != nil && !errors.Is(err, os.ErrClosed) {
+			d.fault("fsync", err)
+		}
+	}
 	d.forget(dropped)
 	d.maybeCompact()
 	return ref, nil
