@@ -226,7 +226,7 @@
 //     per object costs an open on a cold hit; hot ones keep their file
 //     open (fdcache.go), which made a disk hit 1.25x a memory hit's CPU
 //     (bench section 6). What one file per object does cost is a miss:
-//     creating a file took 200-700 µs of CPU on this machine's ext4, so a
+//     creating a file took 60-700 µs of CPU on this machine's ext4, so a
 //     miss stored on disk costs ~236 µs against ~30 in memory (Squid's
 //     ufs, which also makes a file per object: ~506 µs). A log-structured
 //     segment store would not create files; it is the next step if disk
