@@ -163,6 +163,11 @@
 //     log, which ends error lines with the RFC 9209 type.
 //   - icp asks a peer at the address the registry last reached it at
 //     (Observation.Addr), never resolving names under its lock.
+//   - The registry's writes report what they changed (peers/changes.go:
+//     memdb TrackChanges, as Consul's state store does) to each
+//     subscriber's feed; the prober reschedules and the fleet publishes
+//     for those peers only, and look at every peer only after a reload
+//     (which a feed reports as "all"). Watch stays for WaitVerdicts.
 //
 // Upgrades and restarts (issue 26).
 //
