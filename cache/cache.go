@@ -321,9 +321,11 @@ func (c *Cache) Refresh(old *Object, r *Request, resp *h1.Response, reqTime, res
 	o.Size = int64(len(o.Key)+len(o.secondary)+len(o.fields)+len(o.Body)) + objectOverhead
 	if cc.has(ccNoStore) || cc.has(ccPrivate) {
 		c.store.remove(old)
+		c.forgetOnDisk(old)
 		return o
 	}
 	c.store.put(o)
+	c.persistRefresh(o)
 	return o
 }
 

@@ -63,7 +63,13 @@ func storeOn(t testing.TB, c *Cache, u string, b []byte, length int64) {
 // from disk, and the body (nil when the body could not be served).
 func served(t testing.TB, c *Cache, u string) (Verdict, bool, []byte) {
 	t.Helper()
-	o, v, fromDisk := c.Find(request(t, "GET", u), t0)
+	return servedAt(t, c, u, t0)
+}
+
+// servedAt is served at now.
+func servedAt(t testing.TB, c *Cache, u string, now time.Time) (Verdict, bool, []byte) {
+	t.Helper()
+	o, v, fromDisk := c.Find(request(t, "GET", u), now)
 	if o == nil {
 		return v, false, nil
 	}
@@ -544,5 +550,49 @@ func TestDiskVariantChain(t *testing.T) {
 	}
 	if d.purge(k) != maxVariants-1 || d.chainLen(k) != 0 || len(d.index) != 0 || d.objects != 0 {
 		t.Fatal("purge left entries")
+	}
+}
+
+// A 304 that refreshes a stored object reaches the disk too: after a
+// restart the object is fresh by the refreshed head, for a body in memory
+// and for one on disk only; a refresh that says no-store drops it there.
+func TestDiskRefreshPersists(t *testing.T) {
+	dir := t.TempDir()
+	small := func(c *Config) { c.MaxObjectInMemory = 4 << 10 }
+	c := diskCache(t, dir, small)
+	stale := response(t, "200 OK", "Cache-Control: max-age=1", "Date: {0}", "ETag: \"v1\"")
+	later := t0.Add(20 * time.Second)
+	for _, tc := range []struct {
+		u string
+		n int
+	}{{"http://example.com/rs", 1000}, {"http://example.com/rl", 100 << 10}, {"http://example.com/gone", 1000}} {
+		r := request(t, "GET", tc.u)
+		w := c.Admit(r, stale, int64(tc.n), t0, t0, nil)
+		w.Write(body(tc.n, 3))
+		w.Finish(true)
+		c.disk.writers.Wait()
+		o, v, _ := c.Find(r, later)
+		if v != Stale {
+			t.Fatalf("%s: %v before the refresh", tc.u, v)
+		}
+		cc := "Cache-Control: max-age=3600"
+		if strings.HasSuffix(tc.u, "gone") {
+			cc = "Cache-Control: no-store"
+		}
+		c.Refresh(o, r, response(t, "304 Not Modified", cc, "Date: {10}"), later, later)
+		c.disk.writers.Wait()
+	}
+	c.Close()
+	c = diskCache(t, dir, small)
+	for _, u := range []string{"http://example.com/rs", "http://example.com/rl"} {
+		if v, fromDisk, b := servedAt(t, c, u, later); v != Hit || !fromDisk || len(b) == 0 {
+			t.Fatalf("%s after a restart: %v (from disk %v, %d bytes); want fresh by the refreshed head", u, v, fromDisk, len(b))
+		}
+	}
+	if v, _, _ := servedAt(t, c, "http://example.com/gone", later); v != Miss {
+		t.Fatalf("refreshed with no-store: %v after a restart", v)
+	}
+	if s := c.Stats(); s.DiskObjects != 2 {
+		t.Fatalf("%d objects on disk; want the 2 refreshed ones (the old files replaced)", s.DiskObjects)
 	}
 }

@@ -369,3 +369,72 @@ func (b *BodyStream) Close() {
 		b.f, b.buf = nil, nil
 	}
 }
+
+// maxRefreshCopy bounds the body copied to disk to keep a refreshed head
+// there: a larger object keeps its old head on disk (after a restart it
+// is revalidated once more).
+const maxRefreshCopy = 16 << 20
+
+// persistRefresh writes a refreshed object (a 304 merged into it) to disk
+// again, so that its new freshness survives a restart; the new file
+// replaces the old. It runs behind the request.
+func (c *Cache) persistRefresh(o *Object) {
+	if c.disk == nil || o.partial || o.bodyLen() > maxRefreshCopy {
+		return
+	}
+	dw := c.disk.startWriter(o, c)
+	if dw == nil {
+		return
+	}
+	go func() {
+		diskOnly := o.disk != nil
+		if diskOnly {
+			br, err := o.OpenBody()
+			if err != nil {
+				dw.giveUp()
+				return
+			}
+			defer br.Close()
+			if _, err := br.WriteRange(writerTo{dw}, 0, o.bodyLen()-1); err != nil {
+				dw.giveUp()
+				return
+			}
+		} else if !dw.write(o.Body) {
+			return
+		}
+		dw.finish(nil, diskOnly)
+	}()
+}
+
+// writerTo feeds a disk writer as an io.Writer.
+type writerTo struct{ w *diskWriter }
+
+func (t writerTo) Write(p []byte) (int, error) {
+	if !t.w.write(p) {
+		return 0, errQueueGaveUp
+	}
+	return len(p), nil
+}
+
+// errQueueGaveUp is a disk writer that gave its copy up.
+var errQueueGaveUp = errors.New("the disk copy was given up")
+
+// forgetOnDisk drops o's variant from the disk (a refresh said no-store).
+func (c *Cache) forgetOnDisk(o *Object) {
+	if c.disk == nil {
+		return
+	}
+	k, sec := hashKey([]byte(o.Key)), hashSecondary(o.secondary)
+	c.disk.mu.Lock()
+	var es []*diskEntry
+	for x := c.disk.index[k]; x != nil; x = x.sib {
+		if x.sec == sec {
+			es = append(es, x)
+		}
+	}
+	for _, e := range es {
+		c.disk.dropLocked(e)
+	}
+	c.disk.mu.Unlock()
+	c.disk.forget(es)
+}
