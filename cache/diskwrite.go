@@ -176,10 +176,11 @@ func (w *diskWriter) run() {
 	defer d.writers.Done()
 	defer close(w.done)
 	ref, err := w.writeFile()
+	var replaced []*diskEntry
 	switch {
 	case err == nil:
 		w.tell(ref.bodyLen, true, false)
-		ref, err = w.publish(ref)
+		ref, replaced, err = w.publish(ref)
 	default:
 		w.tell(0, false, true)
 		os.Remove(d.objectPath(w.e.id))
@@ -198,6 +199,9 @@ func (w *diskWriter) run() {
 	if finished {
 		w.committed(ref, f, diskOnly)
 	}
+	// The files this one replaced go only now: a head in memory that
+	// still names one is replaced above first.
+	d.forget(replaced)
 	// Chunks left behind go back to the pool.
 	for {
 		select {
@@ -315,7 +319,8 @@ func (w *diskWriter) writeFile() (*diskRef, error) {
 }
 
 // publish journals the written file: from here on it is a stored object.
-func (w *diskWriter) publish(ref *diskRef) (*diskRef, error) {
+// It returns the entries it replaced or evicted, for the caller to forget.
+func (w *diskWriter) publish(ref *diskRef) (*diskRef, []*diskEntry, error) {
 	d := w.d
 	final := d.objectPath(w.e.id)
 	e := new(diskEntry)
@@ -324,12 +329,12 @@ func (w *diskWriter) publish(ref *diskRef) (*diskRef, error) {
 	if d.closed {
 		d.mu.Unlock()
 		os.Remove(final)
-		return nil, errAbandoned
+		return nil, nil, errAbandoned
 	}
 	if err := d.appendLocked(appendRecord(nil, opAdd, e)); err != nil {
 		d.mu.Unlock()
 		os.Remove(final)
-		return nil, err
+		return nil, nil, err
 	}
 	journal := d.journal
 	dropped := d.insertLocked(e)
@@ -344,9 +349,8 @@ func (w *diskWriter) publish(ref *diskRef) (*diskRef, error) {
 			d.fault("fsync", err)
 		}
 	}
-	d.forget(dropped)
 	d.maybeCompact()
-	return ref, nil
+	return ref, dropped, nil
 }
 
 func dirOf(p string) string {

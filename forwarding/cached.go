@@ -98,7 +98,11 @@ func (tx *txn) consult(ch *cache.Cache) (bool, outcome) {
 	}
 	o, v, onDisk := ch.Find(cq, tx.start)
 	if o != nil && !tx.openBody(o) {
-		o, v, onDisk = nil, cache.Miss, false // its file is gone: a miss
+		// Its file is gone (evicted, or replaced by a refreshed copy
+		// whose head is in memory by now): look once more, else a miss.
+		if o, v, onDisk = ch.Find(cq, tx.start); o != nil && !tx.openBody(o) {
+			o, v, onDisk = nil, cache.Miss, false
+		}
 	}
 	result, hit := resultMemHit, cache.OutcomeHit
 	if onDisk {
@@ -293,47 +297,6 @@ func (tx *txn) serveObject(o *cache.Object, result string) outcome {
 		return closeConn
 	}
 	return tx.after()
-}
-
-func (tx *txn) writeStored(p []byte) error {
-	if _, err := tx.cc.w.Write(p); err != nil {
-		tx.clientGone = true
-		return err
-	}
-	tx.bytes += int64(len(p))
-	return nil
-}
-
-// streamObject writes an object's body, following it while it is still
-// arriving for the request that fetches it; a body that broke off there
-// cuts this client off too (it was promised the whole length).
-func (tx *txn) streamObject(o *cache.Object) error {
-	next := o.Stream
-	if o.FromDiskWriter() {
-		// A disk-only body being written: read from its file.
-		bs := o.NewBodyStream()
-		defer bs.Close()
-		next = bs.Next
-	}
-	for off := int64(0); ; {
-		p, done, failed := next(off)
-		if len(p) > 0 {
-			if err := tx.writeStored(p); err != nil {
-				return err
-			}
-			off += int64(len(p))
-		}
-		if failed {
-			return errClientGone
-		}
-		if done && off >= o.Length() {
-			return nil
-		}
-		if !done && tx.cc.w.Flush() != nil {
-			tx.clientGone = true
-			return errClientGone
-		}
-	}
 }
 
 // appendCacheStatus appends this proxy's Cache-Status member (RFC 9211).

@@ -1,7 +1,8 @@
 package forwarding
 
-// This file holds the cache's metrics and the serving of bodies the disk
-// tier holds.
+// This file holds the cache's metrics and the writing of stored bodies to
+// the client: from memory, from a file being written, or from the disk
+// tier.
 
 import (
 	"github.com/peerd/peerd/cache"
@@ -78,4 +79,45 @@ func (c cacheCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(diskBytesDesc, prometheus.GaugeValue, float64(s.DiskBytes))
 	ch <- prometheus.MustNewConstMetric(diskObjectsDesc, prometheus.GaugeValue, float64(s.DiskObjects))
 	ch <- prometheus.MustNewConstMetric(diskErrorsDesc, prometheus.CounterValue, float64(s.DiskErrors))
+}
+
+func (tx *txn) writeStored(p []byte) error {
+	if _, err := tx.cc.w.Write(p); err != nil {
+		tx.clientGone = true
+		return err
+	}
+	tx.bytes += int64(len(p))
+	return nil
+}
+
+// streamObject writes an object's body, following it while it is still
+// arriving for the request that fetches it; a body that broke off there
+// cuts this client off too (it was promised the whole length).
+func (tx *txn) streamObject(o *cache.Object) error {
+	next := o.Stream
+	if o.FromDiskWriter() {
+		// A disk-only body being written: read from its file.
+		bs := o.NewBodyStream()
+		defer bs.Close()
+		next = bs.Next
+	}
+	for off := int64(0); ; {
+		p, done, failed := next(off)
+		if len(p) > 0 {
+			if err := tx.writeStored(p); err != nil {
+				return err
+			}
+			off += int64(len(p))
+		}
+		if failed {
+			return errClientGone
+		}
+		if done && off >= o.Length() {
+			return nil
+		}
+		if !done && tx.cc.w.Flush() != nil {
+			tx.clientGone = true
+			return errClientGone
+		}
+	}
 }
