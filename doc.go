@@ -58,7 +58,8 @@
 // The cache (issue 14).
 //
 //   - cache/ holds RFC 9111 as pure functions over parsed heads (it
-//     imports internal/h1 for them) and the memory store; it never dials.
+//     imports internal/h1 for them) and the memory store (and, issue 23,
+//     the disk store); it never dials.
 //     forwarding asks it before planning and hands it responses to keep
 //     while they are relayed; a miss or a revalidation goes through the
 //     same plan, retries and health accounting as any request.

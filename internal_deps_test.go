@@ -12,7 +12,8 @@ import (
 // peers imports no package of ours; probes and dialer only peers;
 // selection only peers; forwarding peers, dialer, selection (types) and
 // internal/h1 (framing), access (destination policy) and cache; cache
-// only internal/h1 (it parses heads, it never dials); internal/h1 and
+// only internal/h1 (it parses heads, it never dials) and
+// internal/atomicfile (its journal); internal/h1 and
 // access nothing of ours; admin only peers, selection (the types
 // GET /plan renders) and cache (GET /cache);
 // nothing imports cmd/peerd. Third-party libraries stay
@@ -21,20 +22,21 @@ import (
 func TestDependencyDirection(t *testing.T) {
 	const mod = "github.com/peerd/peerd/"
 	allowed := map[string][]string{
-		"peers":          {"internal/conf"},
-		"dialer":         {"peers", "internal/conf"},
-		"probes":         {"peers", "dialer", "internal/conf"},
-		"selection":      {"peers", "internal/match", "internal/conf"},
-		"forwarding":     {"peers", "dialer", "selection", "internal/h1", "internal/match", "access", "cache", "auth", "internal/conf"},
-		"auth":           {"internal/conf"},
-		"cache":          {"internal/h1", "internal/conf"},
-		"access":         {"internal/conf"},
-		"internal/h1":    {},
-		"internal/conf":  {},
-		"internal/match": {},
-		"admin":          {"peers", "selection", "internal/match", "cache", "fleet", "internal/h1", "internal/conf"},
-		"fleet":          {"peers", "internal/conf"},
-		"icp":            {"peers", "internal/conf"},
+		"peers":               {"internal/conf"},
+		"dialer":              {"peers", "internal/conf"},
+		"probes":              {"peers", "dialer", "internal/conf"},
+		"selection":           {"peers", "internal/match", "internal/conf"},
+		"forwarding":          {"peers", "dialer", "selection", "internal/h1", "internal/match", "access", "cache", "auth", "internal/conf", "internal/atomicfile"},
+		"auth":                {"internal/conf"},
+		"cache":               {"internal/h1", "internal/conf", "internal/atomicfile"},
+		"access":              {"internal/conf"},
+		"internal/h1":         {},
+		"internal/conf":       {},
+		"internal/atomicfile": {},
+		"internal/match":      {},
+		"admin":               {"peers", "selection", "internal/match", "cache", "fleet", "internal/h1", "internal/conf", "internal/atomicfile"},
+		"fleet":               {"peers", "internal/conf"},
+		"icp":                 {"peers", "internal/conf"},
 	}
 	owners := map[string]string{
 		"github.com/hashicorp/go-memdb":   "peers",

@@ -13,10 +13,12 @@ import (
 	"github.com/peerd/peerd/internal/h1"
 )
 
-// Cache is the HTTP cache: RFC 9111 semantics over the memory store, and
-// the collapsing of concurrent misses. It does no I/O: the forwarding
-// engine asks it what it holds, fetches what it does not through the
-// same plan as any request, and hands it the responses to keep.
+// Cache is the HTTP cache: RFC 9111 semantics over the memory store and,
+// with [cache] disk, the disk store behind it, and the collapsing of
+// concurrent misses. Its only I/O is the disk store's files; it never
+// dials: the forwarding engine asks it what it holds, fetches what it
+// does not through the same plan as any request, and hands it the
+// responses to keep.
 type Cache struct {
 	settings atomic.Pointer[settings]
 	store    *store

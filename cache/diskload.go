@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 
+	"github.com/peerd/peerd/internal/atomicfile"
 	"github.com/sirupsen/logrus"
 )
 
@@ -201,7 +202,6 @@ func (d *disk) maybeCompact() {
 // new journal and puts it in the old one's place.
 func (d *disk) compactLocked() error {
 	path := filepath.Join(d.dir, "journal")
-	tmp := path + ".new"
 	b := make([]byte, 0, len(journalHdr)+recordSize*d.objects)
 	b = append(b, journalHdr...)
 	for _, l := range []*entryList{&d.probation, &d.protected} {
@@ -209,25 +209,9 @@ func (d *disk) compactLocked() error {
 			b = appendRecord(b, opAdd, e)
 		}
 	}
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o640)
-	if err != nil {
+	if err := atomicfile.Write(path, b, 0o640); err != nil {
 		return err
 	}
-	_, err = f.Write(b)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	syncDir(d.dir)
 	app, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0o640)
 	if err != nil {
 		return errors.Join(err, d.journal.Close())
@@ -236,13 +220,6 @@ func (d *disk) compactLocked() error {
 	d.journal, d.jsize = app, int64(len(b))
 	d.records = int64(d.objects)
 	return nil
-}
-
-func syncDir(dir string) {
-	if f, err := os.Open(dir); err == nil {
-		f.Sync()
-		f.Close()
-	}
 }
 
 // sweep removes the object files of earlier processes that the journal

@@ -10,13 +10,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
+	"github.com/peerd/peerd/internal/atomicfile"
 	"github.com/peerd/peerd/peers"
 	"github.com/sirupsen/logrus"
 )
@@ -101,41 +100,11 @@ func (w *stateWriter) write() {
 	}
 	b, err := json.MarshalIndent(st, "", " ")
 	if err == nil {
-		err = writeAtomic(path, b)
+		err = atomicfile.Write(path, b, 0o600)
 	}
 	if err != nil {
 		w.log.WithFields(logrus.Fields{"state_file": path, "err": err.Error()}).Warn("state file not written")
 		return
 	}
 	w.last, w.lastPath = key, path
-}
-
-// writeAtomic replaces path with b: a crash leaves the old file or the
-// new one, never a mix.
-func writeAtomic(path string, b []byte) error {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	_, err = f.Write(b)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	if d, err := os.Open(dir); err == nil {
-		d.Sync()
-		d.Close()
-	}
-	return nil
 }

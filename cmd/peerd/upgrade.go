@@ -28,6 +28,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/peerd/peerd/internal/atomicfile"
 	"github.com/sirupsen/logrus"
 )
 
@@ -148,7 +149,7 @@ func (u *upgrader) ready() {
 	}
 	u.mu.Unlock()
 	if u.pidFile != "" {
-		if err := writeAtomic(u.pidFile, []byte(strconv.Itoa(os.Getpid())+"\n")); err != nil {
+		if err := atomicfile.Write(u.pidFile, []byte(strconv.Itoa(os.Getpid())+"\n"), 0o600); err != nil {
 			u.log.WithError(err).Error("pid_file not written")
 		}
 	}
