@@ -46,46 +46,13 @@ func hashSecondary(s string) uint64 {
 
 // diskEntry is one stored object in the index.
 type diskEntry struct {
-	key        keyHash
-	sec        uint64
-	id         uint64
-	size       int64
-	prev, next *diskEntry
-	sib        *diskEntry // the next (newer) variant of the same key
-	protected  bool
-}
-
-// entryList is an intrusive list of entries, most recent first.
-type entryList struct {
-	head, tail *diskEntry
-	size       int64
-}
-
-func (l *entryList) pushFront(e *diskEntry) {
-	e.prev, e.next = nil, l.head
-	if l.head != nil {
-		l.head.prev = e
-	}
-	l.head = e
-	if l.tail == nil {
-		l.tail = e
-	}
-	l.size += e.size
-}
-
-func (l *entryList) remove(e *diskEntry) {
-	if e.prev != nil {
-		e.prev.next = e.next
-	} else {
-		l.head = e.next
-	}
-	if e.next != nil {
-		e.next.prev = e.prev
-	} else {
-		l.tail = e.prev
-	}
-	e.prev, e.next = nil, nil
-	l.size -= e.size
+	key       keyHash
+	sec       uint64
+	id        uint64
+	size      int64
+	links     links[*diskEntry] // in the LRU
+	sib       *diskEntry        // the next (newer) variant of the same key
+	protected bool
 }
 
 // disk is the disk store.
@@ -97,8 +64,8 @@ type disk struct {
 
 	mu        sync.Mutex
 	index     map[keyHash]*diskEntry // the oldest variant; sib chains the rest
-	probation entryList
-	protected entryList
+	probation lruList[*diskEntry]
+	protected lruList[*diskEntry]
 	capacity  int64
 	bytes     int64
 	objects   int

@@ -204,8 +204,8 @@ func (d *disk) compactLocked() error {
 	path := filepath.Join(d.dir, "journal")
 	b := make([]byte, 0, len(journalHdr)+recordSize*d.objects)
 	b = append(b, journalHdr...)
-	for _, l := range []*entryList{&d.probation, &d.protected} {
-		for e := l.tail; e != nil; e = e.prev {
+	for _, l := range []*lruList[*diskEntry]{&d.probation, &d.protected} {
+		for e := l.tail; e != nil; e = prevOf(e) {
 			b = appendRecord(b, opAdd, e)
 		}
 	}

@@ -21,8 +21,7 @@ type Object struct {
 	Key       string
 	secondary string // the Vary selecting values of the request it answered
 	Size      int64
-	prev      *Object
-	next      *Object
+	links     links[*Object] // in its store shard's LRU
 	protected bool
 	linked    bool          // in the store's lists (under the shard lock)
 	hits      atomic.Uint32 // samples recency refreshes of hot objects

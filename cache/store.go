@@ -33,8 +33,8 @@ const nShards = 16
 type shard struct {
 	mu        sync.RWMutex
 	byKey     map[string]*variants
-	probation list
-	protected list
+	probation lruList[*Object]
+	protected lruList[*Object]
 	capacity  int64 // bytes
 	protCap   int64
 	size      int64 // bytes stored (both segments)
@@ -45,39 +45,6 @@ type shard struct {
 type variants struct {
 	key  string
 	list []*Object
-}
-
-// list is an intrusive doubly linked list of objects, most recent first.
-type list struct {
-	head, tail *Object
-	size       int64
-}
-
-func (l *list) pushFront(o *Object) {
-	o.prev, o.next = nil, l.head
-	if l.head != nil {
-		l.head.prev = o
-	}
-	l.head = o
-	if l.tail == nil {
-		l.tail = o
-	}
-	l.size += o.Size
-}
-
-func (l *list) remove(o *Object) {
-	if o.prev != nil {
-		o.prev.next = o.next
-	} else {
-		l.head = o.next
-	}
-	if o.next != nil {
-		o.next.prev = o.prev
-	} else {
-		l.tail = o.prev
-	}
-	o.prev, o.next = nil, nil
-	l.size -= o.Size
 }
 
 func newStore(capacity int64) *store {
