@@ -341,13 +341,8 @@ func (r *Results) diskSection() string {
 		return ""
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "\n## 6. Disk cache: hits of the same %d B objects, %d connections, median of %d rounds\n\n| path | req/s | child CPU %% | CPU µs per hit | p50 ms | p99 ms | errors |\n|---|---:|---:|---:|---:|---:|---:|\n", *size, *conns, max(1, *rounds))
-	by := map[string]*Throughput{}
-	for i := range d.Hits {
-		t := &d.Hits[i]
-		by[t.Target] = t
-		fmt.Fprintf(&b, "| %s | %.0f | %.0f | %.1f | %.2f | %.2f | %d |\n", t.Target, t.RPS, t.CPUPct, t.CPUusPerReq, t.P50ms, t.P99ms, t.Errors)
-	}
+	fmt.Fprintf(&b, "\n## 6. Disk cache: hits of the same %d B objects, %d connections, median of %d rounds\n\n", *size, *conns, max(1, *rounds))
+	by := throughputTable(&b, "CPU µs per hit", d.Hits)
 	b.WriteString("\n| child | objects | store | restart to serving ms | index loaded ms | objects/s | hits after restart |\n|---|---:|---|---:|---:|---:|---|\n")
 	for _, x := range d.Restarts {
 		hits := "n/a"

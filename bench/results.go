@@ -162,19 +162,27 @@ func (r *Results) markdown() string {
 	return b.String()
 }
 
+// throughputTable writes rows as a table (cpu names the CPU column) and
+// returns them by target.
+func throughputTable(b *strings.Builder, cpu string, rows []Throughput) map[string]*Throughput {
+	fmt.Fprintf(b, "| path | req/s | child CPU %% | %s | p50 ms | p99 ms | errors |\n|---|---:|---:|---:|---:|---:|---:|\n", cpu)
+	by := map[string]*Throughput{}
+	for i := range rows {
+		t := &rows[i]
+		by[t.Target] = t
+		fmt.Fprintf(b, "| %s | %.0f | %.0f | %.1f | %.2f | %.2f | %d |\n", t.Target, t.RPS, t.CPUPct, t.CPUusPerReq, t.P50ms, t.P99ms, t.Errors)
+	}
+	return by
+}
+
 // cacheSection is the hit and miss table, with its goals.
 func (r *Results) cacheSection() string {
 	if len(r.Cache) == 0 {
 		return ""
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "\n## 5. Cache: the same %d B objects as hits, as cold misses (a new URL each, fetched and stored) and uncacheable (no-store), %d connections, median of %d rounds\n\n| path | req/s | child CPU %% | CPU µs per request | p50 ms | p99 ms | errors |\n|---|---:|---:|---:|---:|---:|---:|\n", *size, *conns, max(1, *rounds))
-	by := map[string]*Throughput{}
-	for i := range r.Cache {
-		t := &r.Cache[i]
-		by[t.Target] = t
-		fmt.Fprintf(&b, "| %s | %.0f | %.0f | %.1f | %.2f | %.2f | %d |\n", t.Target, t.RPS, t.CPUPct, t.CPUusPerReq, t.P50ms, t.P99ms, t.Errors)
-	}
+	fmt.Fprintf(&b, "\n## 5. Cache: the same %d B objects as hits, as cold misses (a new URL each, fetched and stored) and uncacheable (no-store), %d connections, median of %d rounds\n\n", *size, *conns, max(1, *rounds))
+	by := throughputTable(&b, "CPU µs per request", r.Cache)
 	row := func(goal, fig string, ok bool) { fmt.Fprintf(&b, "| %s | %s | %v |\n", goal, fig, ok) }
 	b.WriteString("\n| goal | figure | met |\n|---|---|---|\n")
 	if h, m := by[cachePeerdHit], by[cachePeerdMiss]; h != nil && m != nil && h.CPUusPerReq > 0 {

@@ -26,6 +26,12 @@ type cacheStats struct {
 	HitRatio    float64 `json:"hit_ratio"`
 	Collapsed   int64   `json:"collapsed"`
 	StaleServed int64   `json:"stale_served"`
+	// The disk tier (contract section 17).
+	DiskObjects  int64 `json:"disk_objects"`
+	DiskBytes    int64 `json:"disk_bytes"`
+	DiskErrors   int64 `json:"disk_errors"`
+	DiskHits     int64 `json:"disk_hits"`
+	IndexLoading bool  `json:"index_loading"`
 }
 
 func (p *peerd) cacheStats() cacheStats {

@@ -25,22 +25,6 @@ import (
 // served, large bodies stream in flat memory, stale answers come from disk
 // after a restart, and a full disk fails no request.
 
-type diskStats struct {
-	DiskObjects        int64 `json:"disk_objects"`
-	DiskBytes          int64 `json:"disk_bytes"`
-	DiskErrors         int64 `json:"disk_errors"`
-	DiskHits           int64 `json:"disk_hits"`
-	IndexLoading       bool  `json:"index_loading"`
-	IndexObjectsLoaded int64 `json:"index_objects_loaded"`
-}
-
-func (p *peerd) diskStats() diskStats {
-	p.t.Helper()
-	var s diskStats
-	p.adminJSON("GET", "/cache", "", &s)
-	return s
-}
-
 func diskConfig(dir, extra string) string {
 	return directConfig + fmt.Sprintf("[cache]\ndisk = %q\ndisk_size = \"2GiB\"\nmax_object = \"1GiB\"\n%s", dir, extra)
 }
@@ -127,7 +111,7 @@ func fetchAll(t *testing.T, c *http.Client, base string, paths []string, sizes [
 func waitDiskObjects(t *testing.T, p *peerd, n int64) {
 	t.Helper()
 	waitFor(t, fmt.Sprintf("%d objects on disk", n), 30*time.Second, func() bool {
-		s := p.diskStats()
+		s := p.cacheStats()
 		return !s.IndexLoading && s.DiskObjects >= n
 	})
 }
@@ -190,7 +174,7 @@ func TestDiskCacheSurvivesRestarts(t *testing.T) {
 	if countContaining(lines, "TCP_HIT/200") == 0 {
 		t.Fatalf("no TCP_HIT (disk) in the access log")
 	}
-	if s := p.diskStats(); s.DiskHits == 0 || s.DiskErrors != 0 {
+	if s := p.cacheStats(); s.DiskHits == 0 || s.DiskErrors != 0 {
 		t.Fatalf("GET /cache: %+v", s)
 	}
 	resp, err := http.Get("http://" + p.admin + "/")
@@ -250,7 +234,7 @@ func TestDiskCacheKilledMidWrite(t *testing.T) {
 	resp.Body.Close()
 
 	p = startPeerd(t, diskConfig(dir, ""))
-	waitFor(t, "the index", 10*time.Second, func() bool { return !p.diskStats().IndexLoading })
+	waitFor(t, "the index", 10*time.Second, func() bool { return !p.cacheStats().IndexLoading })
 	resp, err = p.client().Get("http://" + origin + "/big")
 	if err != nil {
 		t.Fatal(err)
@@ -264,7 +248,7 @@ func TestDiskCacheKilledMidWrite(t *testing.T) {
 		t.Fatalf("origin requests: %d; want 2 (the torn copy never served)", n)
 	}
 	// Now it is stored whole: a hit.
-	waitFor(t, "the object on disk", 10*time.Second, func() bool { return p.diskStats().DiskObjects == 1 })
+	waitFor(t, "the object on disk", 10*time.Second, func() bool { return p.cacheStats().DiskObjects == 1 })
 	resp, _ = p.client().Get("http://" + origin + "/big")
 	b, _ = io.ReadAll(resp.Body)
 	resp.Body.Close()
@@ -332,7 +316,7 @@ func TestDiskCacheStreamsLargeObject(t *testing.T) {
 			t.Fatalf("round %d: %d bytes", round, n)
 		}
 		if round == 0 {
-			waitFor(t, "the object on disk", 30*time.Second, func() bool { return p.diskStats().DiskObjects == 1 })
+			waitFor(t, "the object on disk", 30*time.Second, func() bool { return p.cacheStats().DiskObjects == 1 })
 		} else if !strings.Contains(resp.Header.Get("Cache-Status"), "hit") {
 			t.Fatalf("round 1 not a hit: %q", resp.Header.Get("Cache-Status"))
 		}
@@ -358,14 +342,14 @@ func TestDiskCacheStaleAfterRestart(t *testing.T) {
 	}
 	want, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	waitFor(t, "the object on disk", 10*time.Second, func() bool { return p.diskStats().DiskObjects == 1 })
+	waitFor(t, "the object on disk", 10*time.Second, func() bool { return p.cacheStats().DiskObjects == 1 })
 	p.stop()
 	a.stop()
 	time.Sleep(1100 * time.Millisecond) // max-age=1: stale from now on
 
 	p = startPeerd(t, cfg)
 	waitFor(t, "a dead and the index loaded", 10*time.Second, func() bool {
-		return p.peer("a").State == "dead" && !p.diskStats().IndexLoading
+		return p.peer("a").State == "dead" && !p.cacheStats().IndexLoading
 	})
 	resp, err = p.client().Get("http://origin.test/plain")
 	if err != nil {
@@ -410,7 +394,7 @@ func TestDiskCacheFullDisk(t *testing.T) {
 		sizes = append(sizes, 100<<10)
 	}
 	fetchAll(t, p.client(), o.addr, paths, sizes) // every one 200 and whole
-	s := p.diskStats()
+	s := p.cacheStats()
 	if s.DiskErrors == 0 {
 		t.Fatalf("a full disk was not noticed: %+v", s)
 	}
@@ -423,7 +407,7 @@ func TestDiskCacheFullDisk(t *testing.T) {
 	waitFor(t, "the store to resume", 30*time.Second, func() bool {
 		i++
 		fetchAll(t, p.client(), o.addr, []string{fmt.Sprintf("/later/%d", i)}, []int{1000})
-		return p.diskStats().DiskObjects > before
+		return p.cacheStats().DiskObjects > before
 	})
 }
 
@@ -442,8 +426,8 @@ func TestDiskCacheAcrossUpgrade(t *testing.T) {
 		sizes = append(sizes, 1000+i*20000)
 	}
 	fetchAll(t, cl, o.addr, paths, sizes)
-	stats := func() diskStats {
-		var s diskStats
+	stats := func() cacheStats {
+		var s cacheStats
 		(&testbed.Peerd{Admin: u.admin}).AdminJSON("/cache", &s)
 		return s
 	}
