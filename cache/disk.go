@@ -46,10 +46,11 @@ func hashSecondary(s string) uint64 {
 
 // diskEntry is one stored object in the index.
 type diskEntry struct {
-	key       keyHash
-	sec       uint64
-	id        uint64
-	size      int64
+	key  keyHash
+	sec  uint64
+	id   uint64
+	size int64
+	//lint:ignore U1000 used through lruLinks
 	links     links[*diskEntry] // in the LRU
 	sib       *diskEntry        // the next (newer) variant of the same key
 	protected bool

@@ -21,6 +21,7 @@ type Object struct {
 	Key       string
 	secondary string // the Vary selecting values of the request it answered
 	Size      int64
+	//lint:ignore U1000 used through lruLinks
 	links     links[*Object] // in its store shard's LRU
 	protected bool
 	linked    bool          // in the store's lists (under the shard lock)
