@@ -216,11 +216,12 @@
 //     BenchmarkDiskIndexLoad, after chaining a key's variants instead of
 //     a slice per key and sizing the map once: 1M allocations became
 //     4.4k); 137 B of heap per object.
-//     bbolt: 18.5 µs per object inserted in commits of 1,000 (fsync'd),
-//     320 µs with a commit per object (what visibility at once needs);
-//     101 B on disk per object; open and iterate 1M into a map 0.30 s
-//     (3.3M/s), or 68 µs to open and 1.2 µs per Get without a map - but
-//     the byte count and the eviction order would still need a walk.
+//     bbolt (three runs, median and range): 22.4 µs (22.2-22.5) per object
+//     inserted in commits of 1,000 (fsync'd), 337 µs (307-365) with a
+//     commit per object (what visibility at once needs); 101 B on disk
+//     per object; open and iterate 1M into a map 389 ms (336-390, 2.57M
+//     objects/s), or ~0.1 ms to open and 1.8 µs per Get without a map -
+//     but the byte count and the eviction order would still need a walk.
 //
 //     So bbolt loads faster but costs 10-200x more per stored object and a
 //     B+tree we do not need (records are independent: a torn one is
@@ -241,9 +242,12 @@
 //   - No fsync per object by default: a commit is ordered write(2)s (the
 //     file, then its journal record), which a process crash cannot undo;
 //     a power loss can lose recent objects and is caught by the checksums
-//     on read. fsync was measured (one writer, 2,000 small files: 60 ->
-//     290 µs of CPU and 59 -> 428 µs per file), so it is a choice,
-//     disk_fsync, as the issue asked when it costs.
+//     on read. fsync was measured (three runs, one writer, 2,000 small
+//     files each way): it took a file from 476 µs (402-828) to 698 µs
+//     (655-711) of wall time; the CPU, 500 µs (425-875) against 555
+//     (525-565), is mostly this machine creating the file. A flush per
+//     stored response costs time on any disk, so it is a choice,
+//     disk_fsync, off by default.
 //
 //   - A disk-only object (over max_object_in_memory) is visible once
 //     committed; the relay waits for that (at most 2 s) after the client

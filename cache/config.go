@@ -25,9 +25,9 @@ type Config struct {
 	// disk only (Squid maximum_object_size_in_memory).
 	MaxObjectInMemory conf.ByteSize `toml:"max_object_in_memory"`
 	// DiskFsync: each stored object, then its journal record, is
-	// fsync'd, so that a power loss keeps it (at several times the cost
-	// of storing it); without, a power loss can lose the objects stored
-	// in the last seconds, and never serves a torn one.
+	// fsync'd, so that a power loss keeps it (about half as long again to
+	// store an object, measured); without, a power loss can lose the
+	// objects stored in the last seconds, and never serves a torn one.
 	DiskFsync bool `toml:"disk_fsync"`
 	// HeuristicPercent of the time since Last-Modified is the freshness
 	// of a response that states none (RFC 9111 4.2.2).
