@@ -54,13 +54,6 @@ func (c *Cache) Close() {
 	}
 }
 
-// DiskDir is the disk tier's directory; "" without one.
-func (c *Cache) DiskDir() string {
-	if c == nil || c.disk == nil {
-		return ""
-	}
-	return c.disk.dir
-}
 
 // Find looks r up in memory, then on disk: the object, the verdict, and
 // whether its body is read from disk (a disk hit).
