@@ -54,7 +54,6 @@ func (c *Cache) Close() {
 	}
 }
 
-
 // Find looks r up in memory, then on disk: the object, the verdict, and
 // whether its body is read from disk (a disk hit).
 func (c *Cache) Find(r *Request, now time.Time) (*Object, Verdict, bool) {
