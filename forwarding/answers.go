@@ -22,7 +22,8 @@ import (
 // Proxy-Status member (the parent's own) with proxy_internal_error,
 // proxy_configuration_error or proxy_internal_response, or Squid's
 // X-Squid-Error: ERR_SHUTTING_DOWN.
-func ownError(a *attempt, resp *h1.Response) bool {
+func ownError(a *attempt) bool {
+	resp := &a.resp
 	if a.status < 500 || a.hop.Peer == nil || a.hop.Peer.Type() != peers.Parent {
 		return false
 	}
@@ -134,7 +135,7 @@ func (s *hedgeSlot) abandon() {
 // head is late) goes on waiting, and waits for the first final head of
 // either until deadline. It reports false when no hedge could be sent (no
 // hop left, or no budget): a waits on as before. Otherwise a ends holding
-// the winner (its hop, connection and head, parsed into tx.resp) or, when
+// the winner (its hop, connection and head, parsed into a.resp) or, when
 // both failed, the original's failure; the loser's connection is closed,
 // never reused. The original is late — an answer failure — only when the
 // hedge's head came first and fast (within that hop's own first-byte
@@ -214,7 +215,7 @@ func (tx *txn) raceWon(a *attempt, r *headResult, h selection.Hop, slot *hedgeSl
 		slot.abandon()
 		tx.releaseHop(h, nil)
 		a.firstByte = r.firstByte
-		return tx.takeHead(a, r.head)
+		return a.takeHead(r.head)
 	}
 	// The hedge was first: the original is abandoned.
 	if fbt, _ := p.acct.FirstByte(h.Peer); h.Peer == nil || fbt <= 0 || r.firstByte <= fbt {
@@ -224,22 +225,22 @@ func (tx *txn) raceWon(a *attempt, r *headResult, h selection.Hop, slot *hedgeSl
 	if a.begun {
 		p.acct.EndRequest(a.hop.Peer)
 	}
-	*a = attempt{hop: h, progress: headWritten, conn: r.conn, begun: h.Peer != nil, firstByte: r.firstByte,
-		writtenAt: time.Now().Add(-r.firstByte)}
+	a.restart(attempt{tx: tx, hop: h, progress: headWritten, conn: r.conn, begun: h.Peer != nil, firstByte: r.firstByte,
+		writtenAt: time.Now().Add(-r.firstByte)})
 	if h.Peer != nil {
 		p.acct.ObserveAnswer(h.Peer, peers.AnswerOK, r.firstByte, time.Now())
 	}
-	return tx.takeHead(a, r.head)
+	return a.takeHead(r.head)
 }
 
-// takeHead parses a won final head into tx.resp.
-func (tx *txn) takeHead(a *attempt, head []byte) bool {
+// takeHead parses a won final head into a.resp.
+func (a *attempt) takeHead(head []byte) bool {
 	a.gotBytes = true
-	if err := h1.ParseResponse(head, &tx.resp); err != nil {
+	if err := h1.ParseResponse(head, &a.resp); err != nil {
 		a.err = err
 		return true
 	}
-	a.final, a.status, a.head, a.progress = true, tx.resp.Status, head, responseHead
+	a.final, a.status, a.head, a.progress = true, a.resp.Status, head, responseHead
 	return true
 }
 

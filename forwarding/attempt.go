@@ -1,11 +1,14 @@
 package forwarding
 
 // This file holds an attempt at one next hop: how far it got (progress),
-// its facts, and decide, the one function that says what follows it.
+// its facts, and decide, the one function that says what follows it. The
+// attempt owns its upstream connection from dial (or pool) to release;
+// exchange.go holds what it does on it.
 
 import (
 	"time"
 
+	"github.com/peerd/peerd/internal/h1"
 	"github.com/peerd/peerd/peers"
 	"github.com/peerd/peerd/selection"
 )
@@ -29,8 +32,12 @@ var progressNames = [...]string{"planned", "dialling", "connected", "head_writte
 
 func (p progress) String() string { return progressNames[p] }
 
-// attempt is one try at one hop.
+// attempt is one try at one hop: net/http's persistConn.roundTrip, in
+// peerd's terms. It owns its connection (conn) from the dial or the pool
+// to release, the response it reads there (resp, body), and the in-flight
+// slot it holds at its peer. The request it carries is tx's, read only.
 type attempt struct {
+	tx       *txn
 	hop      selection.Hop
 	progress progress
 	// reused: the connection sat idle in a pool before this attempt.
@@ -58,6 +65,18 @@ type attempt struct {
 
 	conn  *upConn
 	begun bool // the peer's in-flight slot is held
+	// resp is the final (or interim) response head read on conn; body
+	// reads its body from conn. Their buffers live from request to
+	// request (see restart).
+	resp h1.Response
+	body h1.BodyReader
+}
+
+// restart makes a the attempt n, keeping the buffers of its response and
+// body reader.
+func (a *attempt) restart(n attempt) {
+	n.resp, n.body = a.resp, a.body
+	*a = n
 }
 
 // failure is the class of an attempt that did not end in a usable answer.

@@ -355,11 +355,11 @@ func (tx *txn) admit(a *attempt) (bool, outcome) {
 	if ch == nil {
 		return false, 0
 	}
-	resp := &tx.resp
+	resp := &a.resp
 	st := resp.Status
 	if !safeMethod(tx.method) {
 		if st >= 200 && st < 400 {
-			tx.invalidate(ch)
+			tx.invalidate(ch, resp)
 		}
 		return false, 0
 	}
@@ -374,12 +374,12 @@ func (tx *txn) admit(a *attempt) (bool, outcome) {
 			fresh := ch.Refresh(o, cq, resp, tx.start, now)
 			ch.Land(tx.flight, fresh, false)
 			tx.flight = nil
-			tx.release(a)
+			a.release()
 			tx.answeredBy(a.hop)
 			ch.Count(cache.OutcomeRefresh, false)
 			return true, tx.serveObject(fresh, resultRefreshUnmod)
 		case st >= 500 && o.StaleIfError(cq, now):
-			tx.release(a)
+			a.release()
 			tx.answeredBy(a.hop)
 			return true, tx.serveStale(o)
 		}
@@ -436,12 +436,12 @@ func (tx *txn) staleInstead(e *Error) (bool, outcome) {
 // invalidate drops the stored responses of the request's URL, and of the
 // Location and Content-Location of the response when they are on the same
 // host (RFC 9111 4.4).
-func (tx *txn) invalidate(ch *cache.Cache) {
+func (tx *txn) invalidate(ch *cache.Cache, resp *h1.Response) {
 	req := &tx.req
 	key := cache.AppendKey(tx.cq.Key[:0], req.Scheme, req.Host, req.Port, req.PathQuery)
 	tx.cq.Key = key
 	ch.Invalidate(key)
-	for _, f := range tx.resp.Fields {
+	for _, f := range resp.Fields {
 		if f.Kind != h1.Location && f.Kind != h1.ContentLocation {
 			continue
 		}

@@ -1,8 +1,9 @@
 package forwarding
 
-// This file holds an attempt's exchange on its connection: the request
-// written (head and body), the response head read (interim answers
-// relayed), and the connection pooled, drained or closed at the end.
+// This file holds what an attempt does on the connection it owns: the
+// request written (head and body), the response head read (interim
+// answers relayed), and the connection pooled, drained or closed at the
+// end (release, end).
 
 import (
 	"errors"
@@ -11,35 +12,48 @@ import (
 	"time"
 
 	"github.com/peerd/peerd/internal/h1"
-	"github.com/peerd/peerd/selection"
 )
 
 // release ends an attempt that is not relayed: its connection goes back to
 // the pool when its answer was short enough to read past, else it is
 // closed; the peer's in-flight slot is freed.
-func (tx *txn) release(a *attempt) {
+func (a *attempt) release() {
 	if a.conn != nil {
-		if a.final && a.err == nil && !tx.facts.tunnel && tx.drain(a) {
-			tx.repool(a.conn, a.hop, time.Now())
+		if a.final && a.err == nil && !a.tx.facts.tunnel && a.drain() {
+			a.repool(time.Now())
 		} else {
 			a.conn.close()
 		}
 		a.conn = nil
 	}
 	if a.begun {
-		tx.cc.p.acct.EndRequest(a.hop.Peer)
+		a.tx.cc.p.acct.EndRequest(a.hop.Peer)
 		a.begun = false
 	}
 }
 
-// repool returns c to its pool after an exchange, unless the next hop
-// sent bytes past the end of its answer: those would answer the next
-// request, for any URL, and could be stored under it. Such a connection
-// is closed and the hop's broken answer counted and logged.
-func (tx *txn) repool(c *upConn, hop selection.Hop, at time.Time) {
+// end ends a relayed attempt: its connection goes back to the pool when
+// its whole answer was read and it may carry another (reusable), else it
+// is closed; then the attempt is released.
+func (a *attempt) end(reusable bool, at time.Time) {
+	if reusable && a.resp.KeepAlive && a.body.Done() {
+		a.repool(at)
+	} else {
+		a.conn.close()
+	}
+	a.conn = nil
+	a.release()
+}
+
+// repool returns the connection to its pool after an exchange, unless the
+// next hop sent bytes past the end of its answer: those would answer the
+// next request, for any URL, and could be stored under it. Such a
+// connection is closed and the hop's broken answer counted and logged.
+func (a *attempt) repool(at time.Time) {
+	c := a.conn
 	if c.r.Buffered() > 0 {
 		c.close()
-		tx.cc.p.unsolicited(hop, 1)
+		a.tx.cc.p.unsolicited(a.hop, 1)
 		return
 	}
 	c.pool.put(c, at)
@@ -47,24 +61,25 @@ func (tx *txn) repool(c *upConn, hop selection.Hop, at time.Time) {
 
 // drain reads past a short unused response so its connection can be
 // reused; it reports whether that worked.
-func (tx *txn) drain(a *attempt) bool {
-	resp := &tx.resp
-	kind := resp.BodyFor(tx.method == http.MethodHead)
+func (a *attempt) drain() bool {
+	resp := &a.resp
+	kind := resp.BodyFor(a.tx.method == http.MethodHead)
 	if !resp.KeepAlive || kind == h1.CloseBody || kind == h1.ChunkedBody || resp.ContentLength > 64<<10 {
 		return false
 	}
 	c := a.conn
 	c.r.Release(a.head)
 	a.head = nil
-	tx.upBody.Reset(c.r, kind, resp.ContentLength, tx.cfg.maxHeader)
+	a.body.Reset(c.r, kind, resp.ContentLength, a.tx.cfg.maxHeader)
 	c.dl.readIn(time.Now(), time.Second)
-	_, err := io.Copy(io.Discard, &tx.upBody)
+	_, err := io.Copy(io.Discard, &a.body)
 	return err == nil
 }
 
-// exchange writes the request to the attempt's connection and reads the
-// response head, recording how far it got.
-func (tx *txn) exchange(a *attempt) {
+// exchange writes the transaction's request to the attempt's connection
+// and reads the response head, recording how far it got.
+func (a *attempt) exchange() {
+	tx := a.tx
 	c := a.conn
 	cfg := tx.cfg
 	out := tx.requestHead(a.hop)
@@ -113,7 +128,7 @@ func (tx *txn) exchange(a *attempt) {
 		}
 		// What arrived is buffered; receive reads the rest (or finds the
 		// connection closed, or the deadline passed, again).
-		tx.receive(a)
+		a.receive()
 		return
 	}
 	if tx.bodyState != noBody || len(out) > 8<<10 {
@@ -134,7 +149,7 @@ func (tx *txn) exchange(a *attempt) {
 		h1.WriteLastChunk(c.w, tx.body.Trailer)
 		err = c.w.Flush()
 	case tx.bodyState == streaming:
-		err = tx.streamBody(c)
+		err = a.streamBody()
 	}
 	if err != nil {
 		if !errors.Is(err, errClientBody) {
@@ -151,7 +166,7 @@ func (tx *txn) exchange(a *attempt) {
 	if a.hop.Peer != nil {
 		a.writtenAt = time.Now()
 	}
-	tx.receive(a)
+	a.receive()
 }
 
 // errClientBody: the client's request body broke while it was relayed.
@@ -159,7 +174,8 @@ var errClientBody = errors.New("the client's request body broke off")
 
 // streamBody sends the buffered part of a long body and then the rest as
 // it arrives from the client, framed as the client framed it.
-func (tx *txn) streamBody(c *upConn) error {
+func (a *attempt) streamBody() error {
+	tx, c := a.tx, a.conn
 	chunked := tx.req.Chunked
 	bufp := copyBuffers.Get().(*[]byte)
 	defer copyBuffers.Put(bufp)
@@ -207,7 +223,8 @@ const watchAfter = time.Second
 
 // receive reads the final response head, relaying interim (1xx) ones to
 // an HTTP/1.1 client, except 100 Continue: peerd answered that itself.
-func (tx *txn) receive(a *attempt) {
+func (a *attempt) receive() {
+	tx := a.tx
 	c := a.conn
 	cfg := tx.cfg
 	now := time.Now()
@@ -267,11 +284,11 @@ func (tx *txn) receive(a *attempt) {
 			return
 		}
 		a.gotBytes = true
-		if err := h1.ParseResponse(head, &tx.resp); err != nil {
+		if err := h1.ParseResponse(head, &a.resp); err != nil {
 			a.err = err
 			return
 		}
-		st := tx.resp.Status
+		st := a.resp.Status
 		if st >= 200 || (st == http.StatusSwitchingProtocols && tx.upgrade != nil) {
 			a.final, a.status, a.head = true, st, head
 			if !a.writtenAt.IsZero() {
@@ -291,7 +308,7 @@ func (tx *txn) receive(a *attempt) {
 			return
 		}
 		if st != http.StatusContinue && tx.req.Minor == 1 {
-			tx.out = tx.interimHead(tx.out[:0], &tx.resp)
+			tx.out = tx.interimHead(tx.out[:0], &a.resp)
 			tx.cc.w.Write(tx.out)
 			if tx.cc.w.Flush() != nil {
 				tx.clientGone = true

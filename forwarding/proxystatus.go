@@ -265,7 +265,7 @@ func (tx *txn) blame(a *attempt, retry bool) bool {
 	if p == nil || a.status < http.StatusInternalServerError || !a.final || p.Type() == peers.Sibling {
 		return retry // (a sibling's error to only-if-cached is a miss)
 	}
-	t := upstreamError(tx.resp.Fields)
+	t := upstreamError(a.resp.Fields)
 	if t == "" {
 		return retry
 	}

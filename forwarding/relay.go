@@ -19,7 +19,7 @@ import (
 func (tx *txn) relay(a *attempt) outcome {
 	c := a.conn
 	cc := tx.cc
-	resp := &tx.resp
+	resp := &a.resp
 	if resp.Status == http.StatusSwitchingProtocols {
 		return tx.upgraded(a)
 	}
@@ -47,14 +47,14 @@ func (tx *txn) relay(a *attempt) outcome {
 	a.progress = sentToClient
 	c.r.Release(a.head)
 	a.head = nil
-	tx.upBody.Reset(c.r, kind, resp.ContentLength, tx.cfg.maxHeader)
-	err := tx.copyBody(c, chunked)
+	a.body.Reset(c.r, kind, resp.ContentLength, tx.cfg.maxHeader)
+	err := a.copyBody(chunked)
 	if tx.cw != nil {
-		tx.cw.Finish(err == nil && tx.upBody.Done())
+		tx.cw.Finish(err == nil && a.body.Done())
 		tx.cw.AwaitDisk(diskCommitWait)
 	}
 	if err == nil && chunked {
-		h1.WriteLastChunk(cc.w, tx.upBody.Trailer)
+		h1.WriteLastChunk(cc.w, a.body.Trailer)
 	}
 	if err == nil {
 		if tx.after() == keepOpen && cc.r.Buffered() == 0 && cc.rio.raw != nil && !tx.cw.Pending() {
@@ -66,14 +66,7 @@ func (tx *txn) relay(a *attempt) outcome {
 	// A body kept on disk only is visible once committed: the client has
 	// it all, and its next request finds it stored.
 	tx.cw.Settle()
-	reusable := err == nil && resp.KeepAlive && kind != h1.CloseBody && tx.upBody.Done()
-	if reusable {
-		tx.repool(c, a.hop, tx.start)
-	} else {
-		c.close()
-	}
-	a.conn = nil
-	tx.release(a)
+	a.end(err == nil && kind != h1.CloseBody, tx.start)
 	if err != nil {
 		// A body that broke halfway: the client must see a cut, never a
 		// spliced answer; the connection is closed.
@@ -94,24 +87,25 @@ var copyBuffers = sync.Pool{New: func() any { b := make([]byte, 32<<10); return 
 // copyBody copies the response body to the client, flushing whenever the
 // next read would wait for the network, so that a streamed answer reaches
 // the client as it arrives while a short one costs one write.
-func (tx *txn) copyBody(c *upConn, chunked bool) error {
+func (a *attempt) copyBody(chunked bool) error {
+	tx, c := a.tx, a.conn
 	cc := tx.cc
-	if tx.upBody.Done() {
+	if a.body.Done() {
 		return nil
 	}
 	bufp := copyBuffers.Get().(*[]byte)
 	defer copyBuffers.Put(bufp)
-	for !tx.upBody.Done() {
+	for !a.body.Done() {
 		if c.r.Buffered() == 0 {
 			if cc.w.Flush() != nil {
 				return errClientGone
 			}
 			c.dl.readIn(time.Now(), tx.cfg.ReadTimeout)
 		}
-		n, err := tx.upBody.Read(*bufp)
+		n, err := a.body.Read(*bufp)
 		if n > 0 {
 			tx.cw.Write((*bufp)[:n])
-			if tx.upBody.Done() && tx.cw != nil {
+			if a.body.Done() && tx.cw != nil {
 				// The last bytes: stored before the client has them all.
 				tx.cw.Finish(true)
 				tx.cw.AwaitDisk(diskCommitWait)

@@ -37,17 +37,17 @@ func (tx *txn) serveConnect() outcome {
 		}
 		if a.hop.Peer == nil {
 			tx.answeredBy(a.hop)
-			return tx.tunnel(a, []byte("HTTP/1.1 200 Connection established\r\n\r\n"))
+			return tx.tunnel(a, http.StatusOK, []byte("HTTP/1.1 200 Connection established\r\n\r\n"))
 		}
 		tx.connectVia(a)
 		if tx.clientGone {
-			tx.release(a)
+			a.release()
 			return closeConn
 		}
 		class := a.class(false)
 		tx.noteFailure(a, class)
 		if decide(class, tx.facts, false) == nextHop {
-			tx.release(a)
+			a.release()
 			p.metrics.retry(class.String())
 			hop, ok = plan.Next()
 			continue
@@ -91,14 +91,14 @@ func (tx *txn) connectVia(a *attempt) {
 	}
 	a.progress = headWritten
 	w := tx.cc.watch(c.nc)
-	head, err := tx.connectReply(c)
+	head, err := a.connectReply()
 	w.stop()
 	if err != nil {
 		a.err = fmt.Errorf("reading the CONNECT reply: %w", err)
 		a.timedOut = isTimeout(err)
 		return
 	}
-	a.final, a.status, a.head, a.progress = true, tx.resp.Status, head, responseHead
+	a.final, a.status, a.head, a.progress = true, a.resp.Status, head, responseHead
 }
 
 // connectAnswer answers the client from a parent's CONNECT reply: a
@@ -106,7 +106,7 @@ func (tx *txn) connectVia(a *attempt) {
 // a reply that never came.
 func (tx *txn) connectAnswer(a *attempt) {
 	if !a.final {
-		tx.release(a)
+		a.release()
 		e := tx.finalError()
 		if e == nil {
 			e = errorf(http.StatusBadGateway, CodeBadGateway, hopName(a.hop), "no reply to CONNECT")
@@ -118,10 +118,10 @@ func (tx *txn) connectAnswer(a *attempt) {
 	c, cfg, head := a.conn, tx.cfg, a.head
 	a.head = nil
 	tx.answeredBy(a.hop)
-	resp := &tx.resp
+	resp := &a.resp
 	if resp.Status/100 == 2 {
 		c.r.Release(head)
-		tx.tunnel(a, []byte("HTTP/1.1 200 Connection established\r\n\r\n"))
+		tx.tunnel(a, http.StatusOK, []byte("HTTP/1.1 200 Connection established\r\n\r\n"))
 		return
 	}
 	// The parent's refusal (403, 407, 503, ...) goes to the client as is.
@@ -135,27 +135,28 @@ func (tx *txn) connectAnswer(a *attempt) {
 	tx.cc.w.Write(out)
 	tx.sendHead(resp.Status)
 	c.r.Release(head)
-	tx.upBody.Reset(c.r, kind, resp.ContentLength, cfg.maxHeader)
-	n, _ := io.Copy(tx.cc.w, io.LimitReader(&tx.upBody, 1<<20))
+	a.body.Reset(c.r, kind, resp.ContentLength, cfg.maxHeader)
+	n, _ := io.Copy(tx.cc.w, io.LimitReader(&a.body, 1<<20))
 	tx.bytes = n
 	tx.cc.w.Flush()
-	tx.release(a)
+	a.release()
 }
 
 // connectReply reads a parent's final answer to CONNECT. Interim (1xx)
 // answers are skipped, never taken for the tunnel's start; a reply head
 // larger than max_header_size is a broken answer.
-func (tx *txn) connectReply(c *upConn) ([]byte, error) {
-	c.dl.readIn(time.Now(), tx.cfg.ReadTimeout)
+func (a *attempt) connectReply() ([]byte, error) {
+	c, cfg := a.conn, a.tx.cfg
+	c.dl.readIn(time.Now(), cfg.ReadTimeout)
 	for interim := 0; interim <= 8; interim++ {
-		head, err := c.r.ReadHead(tx.cfg.maxHeader)
+		head, err := c.r.ReadHead(cfg.maxHeader)
 		if err != nil {
 			return nil, err
 		}
-		if err := h1.ParseResponse(head, &tx.resp); err != nil {
+		if err := h1.ParseResponse(head, &a.resp); err != nil {
 			return nil, err
 		}
-		if tx.resp.Status >= 200 {
+		if a.resp.Status >= 200 {
 			return head, nil
 		}
 		c.r.Release(head)
@@ -166,29 +167,26 @@ func (tx *txn) connectReply(c *upConn) ([]byte, error) {
 // upgraded switches protocols: the 101 goes to the client and the two
 // connections become a tunnel.
 func (tx *txn) upgraded(a *attempt) outcome {
-	out := appendStatusLine(tx.out[:0], &tx.resp)
-	out = tx.appendResponseFields(out, &tx.resp)
+	out := appendStatusLine(tx.out[:0], &a.resp)
+	out = tx.appendResponseFields(out, &a.resp)
 	out = append(out, "Connection: Upgrade\r\nUpgrade: "...)
-	out = append(append(out, tx.resp.Upgrade...), "\r\n\r\n"...)
+	out = append(append(out, a.resp.Upgrade...), "\r\n\r\n"...)
 	tx.out = out
 	tx.answeredBy(a.hop)
 	a.conn.r.Release(a.head)
 	a.head = nil
-	return tx.tunnel(a, out)
+	return tx.tunnel(a, http.StatusSwitchingProtocols, out)
 }
 
-// tunnel answers the client with hello, then copies bytes both ways until
-// both sides are done or idle for read_timeout, passing half-closes on.
-func (tx *txn) tunnel(a *attempt, hello []byte) outcome {
+// tunnel answers the client with hello (whose status is status), then
+// copies bytes both ways until both sides are done or idle for
+// read_timeout, passing half-closes on.
+func (tx *txn) tunnel(a *attempt, status int, hello []byte) outcome {
 	p := tx.cc.p
 	cc := tx.cc
 	up := a.conn
 	a.conn = nil
-	defer tx.release(a)
-	status := http.StatusOK
-	if tx.resp.Status == http.StatusSwitchingProtocols {
-		status = http.StatusSwitchingProtocols
-	}
+	defer a.release()
 	tx.sendHead(status)
 	tx.tunnelled = true
 	cc.w.Write(hello)

@@ -69,9 +69,7 @@ type txn struct {
 	// Upstream.
 	plan    selection.Plan // the plan being walked (a hedge takes from it)
 	out     []byte         // head being built
-	resp    h1.Response
-	upBody  h1.BodyReader
-	a       attempt
+	a       attempt // the attempt in progress (its buffers are reused)
 	origin  origin
 	oKey    []byte // the DIRECT pool key, scheme://host:port
 	target  []byte // the request target rewritten with the canonical host
@@ -101,8 +99,8 @@ func (tx *txn) begin(c *runtimeConfig, start time.Time, head []byte) {
 	*tx = txn{
 		cc: tx.cc, cfg: c, start: start,
 		head: append(tx.head[:0], head...),
-		req:  tx.req, body: tx.body, buf: tx.buf[:0], out: tx.out[:0], resp: tx.resp,
-		upBody: tx.upBody, oKey: tx.oKey[:0], target: tx.target[:0], logBuf: tx.logBuf[:0], ctype: tx.ctype[:0], cq: tx.cq,
+		req:  tx.req, body: tx.body, buf: tx.buf[:0], out: tx.out[:0],
+		a: attempt{resp: tx.a.resp, body: tx.a.body}, oKey: tx.oKey[:0], target: tx.target[:0], logBuf: tx.logBuf[:0], ctype: tx.ctype[:0], cq: tx.cq,
 		maxFwd: -1, bodyDone: true,
 	}
 }
@@ -258,12 +256,12 @@ func (tx *txn) forward() outcome {
 		if a == nil {
 			break // every hop left failed to connect
 		}
-		tx.exchange(a)
+		a.exchange()
 		if tx.clientGone {
-			tx.release(a)
+			a.release()
 			return closeConn
 		}
-		a.own = a.final && ownError(a, &tx.resp)
+		a.own = a.final && ownError(a)
 		class := a.class(tx.blame(a, c.retryStatus[a.status]))
 		tx.judge(a, class)
 		tx.noteFailure(a, class)
@@ -279,20 +277,20 @@ func (tx *txn) forward() outcome {
 				if class != siblingMissed {
 					p.metrics.retry(class.String())
 				}
-				tx.release(a)
+				a.release()
 				hop = next
 				continue
 			}
 			if class == siblingMissed {
 				// A miss is no answer: with nothing after it the client
 				// gets the error of no next hop, never the sibling's 504.
-				tx.release(a)
+				a.release()
 				ok = false
 				continue
 			}
 		case sameFresh:
 			p.metrics.retry(class.String())
-			tx.release(a)
+			a.release()
 			hop, pooled = a.hop, false
 			continue
 		}
@@ -315,7 +313,7 @@ func (tx *txn) answer(a *attempt) outcome {
 	if a.progress >= responseHead && a.err == nil {
 		return tx.relay(a)
 	}
-	tx.release(a)
+	a.release()
 	e := tx.finalError()
 	if e == nil {
 		e = errorf(http.StatusBadGateway, CodeBadGateway, hopName(a.hop), "no response")

@@ -80,9 +80,10 @@ func (tx *txn) connect(hop selection.Hop, plan *selection.Plan, pooled bool) *at
 	}
 }
 
+// attemptOn starts the transaction's attempt at hop on uc.
 func (tx *txn) attemptOn(hop selection.Hop, uc *upConn, reused bool) *attempt {
 	a := &tx.a
-	*a = attempt{hop: hop, progress: connected, reused: reused, conn: uc, begun: hop.Peer != nil}
+	a.restart(attempt{tx: tx, hop: hop, progress: connected, reused: reused, conn: uc, begun: hop.Peer != nil})
 	return a
 }
 
