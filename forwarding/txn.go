@@ -69,7 +69,7 @@ type txn struct {
 	// Upstream.
 	plan    selection.Plan // the plan being walked (a hedge takes from it)
 	out     []byte         // head being built
-	a       attempt // the attempt in progress (its buffers are reused)
+	a       attempt        // the attempt in progress (its buffers are reused)
 	origin  origin
 	oKey    []byte // the DIRECT pool key, scheme://host:port
 	target  []byte // the request target rewritten with the canonical host
