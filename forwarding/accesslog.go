@@ -81,8 +81,8 @@ func (tx *txn) appendLog(b []byte, elapsed time.Duration, hier string) []byte {
 // result is the Squid result code of the transaction.
 func (tx *txn) result() string {
 	switch {
-	case tx.cacheResult != "" && !tx.clientGone:
-		return tx.cacheResult
+	case tx.cl.result != "" && !tx.clientGone:
+		return tx.cl.result
 	case tx.code == CodeAccessDenied, tx.code == CodeDenied:
 		return "TCP_DENIED"
 	case tx.tunnelled && tx.hopped:

@@ -68,18 +68,19 @@ func safeMethod(m string) bool {
 	return false
 }
 
-// consult looks the request up. handled means the client was answered
-// from the cache (or told only-if-cached could not be met); otherwise
-// tx records what was found and the request is forwarded.
-func (tx *txn) consult(ch *cache.Cache) (bool, outcome) {
+// lookup looks the request up. handled means the client was answered
+// from the cache (or told only-if-cached could not be met); otherwise l
+// records what was found and the request is forwarded.
+func (l *cacheLayer) lookup() (bool, outcome) {
+	tx := l.tx
 	req := &tx.req
-	tx.ch = ch
-	cq := &tx.cq
+	ch := l.ch
+	cq := &l.cq
 	cq.Reset(tx.method, req.Fields)
 	if tx.method != http.MethodGet && tx.method != http.MethodHead || !tx.bodyDone {
-		tx.fwd = fwdRequest // a body on a GET: not a request the cache answers
+		l.fwd = fwdRequest // a body on a GET: not a request the cache answers
 		if tx.method != http.MethodGet && tx.method != http.MethodHead {
-			tx.fwd = fwdMethod
+			l.fwd = fwdMethod
 		}
 		if cq.CC.OnlyIfCached() {
 			// only-if-cached is never forwarded, whatever else the
@@ -91,16 +92,16 @@ func (tx *txn) consult(ch *cache.Cache) (bool, outcome) {
 		return false, 0
 	}
 	cq.Key = cache.AppendKey(cq.Key[:0], req.Scheme, req.Host, req.Port, req.PathQuery)
-	tx.keyed = true
+	l.keyed = true
 	if cq.CC.NoStore() {
-		tx.fwd = fwdRequest
+		l.fwd = fwdRequest
 		return false, 0
 	}
 	o, v, onDisk := ch.Find(cq, tx.start)
-	if o != nil && !tx.openBody(o) {
+	if o != nil && !l.openBody(o) {
 		// Its file is gone (evicted, or replaced by a refreshed copy
 		// whose head is in memory by now): look once more, else a miss.
-		if o, v, onDisk = ch.Find(cq, tx.start); o != nil && !tx.openBody(o) {
+		if o, v, onDisk = ch.Find(cq, tx.start); o != nil && !l.openBody(o) {
 			o, v, onDisk = nil, cache.Miss, false
 		}
 	}
@@ -110,30 +111,30 @@ func (tx *txn) consult(ch *cache.Cache) (bool, outcome) {
 	}
 	if v == cache.Hit {
 		ch.CountKey(cq.Key, hit, false)
-		return true, tx.serveObject(o, result)
+		return true, l.serveObject(o, result)
 	}
 	if cq.CC.OnlyIfCached() {
 		// What a sibling asks of peerd: never forwarded.
-		tx.fwd = fwdURIMiss
+		l.fwd = fwdURIMiss
 		tx.fail(errorf(http.StatusGatewayTimeout, CodeNotCached, "", "%s is not stored fresh here", req.Target))
 		return true, tx.after()
 	}
 	if v == cache.Stale && o.StaleWhileRevalidate(cq, tx.start) {
 		ch.Count(hit, false)
-		tx.swr = true
-		out := tx.serveObject(o, result)
-		tx.revalidateInBackground(ch)
+		l.swr = true
+		out := l.serveObject(o, result)
+		l.revalidateInBackground(ch)
 		return true, out
 	}
 	switch v {
 	case cache.Stale:
-		tx.stale, tx.fwd = o, fwdStale
+		l.stale, l.fwd = o, fwdStale
 	case cache.VaryMiss:
-		tx.fwd = fwdVary
+		l.fwd = fwdVary
 	default:
-		tx.fwd = fwdURIMiss
+		l.fwd = fwdURIMiss
 	}
-	return tx.collapse(ch)
+	return l.collapse(ch)
 }
 
 // collapse joins the flight for the request's key. The leader goes to the
@@ -141,8 +142,9 @@ func (tx *txn) consult(ch *cache.Cache) (bool, outcome) {
 // own client: a client that leaves releases everything at once, and when
 // the leader fails the followers elect a new leader instead of all going
 // to the next hop. handled means the client was answered (or left).
-func (tx *txn) collapse(ch *cache.Cache) (bool, outcome) {
-	cq := &tx.cq
+func (l *cacheLayer) collapse(ch *cache.Cache) (bool, outcome) {
+	tx := l.tx
+	cq := &l.cq
 	deadline := tx.start.Add(tx.cfg.ReadTimeout)
 	for {
 		f, leader := ch.Join(cq, time.Now())
@@ -150,7 +152,7 @@ func (tx *txn) collapse(ch *cache.Cache) (bool, outcome) {
 			return false, 0
 		}
 		if leader {
-			tx.flight = f
+			l.flight = f
 			return false, 0
 		}
 		w := tx.cc.watch(nil)
@@ -160,14 +162,14 @@ func (tx *txn) collapse(ch *cache.Cache) (bool, outcome) {
 			return true, closeConn
 		}
 		switch {
-		case end == cache.Shared && obj.Matches(cq) && tx.openBody(obj):
-			tx.collapsed = true
+		case end == cache.Shared && obj.Matches(cq) && l.openBody(obj):
+			l.collapsed = true
 			if obj.OnDisk() {
 				ch.Count(cache.OutcomeDiskHit, true)
-				return true, tx.serveObject(obj, resultHit)
+				return true, l.serveObject(obj, resultHit)
 			}
 			ch.Count(cache.OutcomeHit, true)
-			return true, tx.serveObject(obj, resultMemHit)
+			return true, l.serveObject(obj, resultMemHit)
 		case end == cache.Failed && time.Now().Before(deadline):
 			continue // elect a new leader
 		}
@@ -179,15 +181,16 @@ func (tx *txn) collapse(ch *cache.Cache) (bool, outcome) {
 // serveObject answers the client from a stored (or streaming) response:
 // 304 when the client's preconditions hold, a range when it asked for one
 // peerd can serve, the whole response otherwise.
-func (tx *txn) serveObject(o *cache.Object, result string) outcome {
-	if !tx.openBody(o) {
+func (l *cacheLayer) serveObject(o *cache.Object, result string) outcome {
+	tx := l.tx
+	if !l.openBody(o) {
 		// A disk-only body gone between the lookup and now (evicted
 		// meanwhile): nothing was answered yet, and nothing can be.
 		tx.clientGone = true
 		return closeConn
 	}
 	cc := tx.cc
-	cq := &tx.cq
+	cq := &l.cq
 	now := tx.start // Age and ttl as of the request's arrival, a clock read saved
 	status := o.Status
 	var first, last, total int64
@@ -226,7 +229,7 @@ func (tx *txn) serveObject(o *cache.Object, result string) outcome {
 	b = append(b, "Age: "...)
 	b = strconv.AppendInt(b, o.Age(now), 10)
 	b = append(b, "\r\n"...)
-	b = tx.appendCacheStatus(b, o, now, result)
+	b = l.appendCacheStatus(b, o, now, result)
 	if result == resultRefreshUnmod && tx.hopped {
 		b = tx.appendProxyStatus(b, http.StatusNotModified)
 	}
@@ -271,7 +274,7 @@ func (tx *txn) serveObject(o *cache.Object, result string) outcome {
 	tx.out = b
 	cc.w.Write(b)
 	tx.sendHead(status)
-	tx.cacheResult = result
+	l.result = result
 	tx.ctype = append(tx.ctype[:0], o.ContentType()...)
 	if !noBody && tx.method != http.MethodHead && length > 0 {
 		var err error
@@ -280,11 +283,11 @@ func (tx *txn) serveObject(o *cache.Object, result string) outcome {
 			if !ranged {
 				first = first0 // the whole stored body
 			}
-			_, err = tx.diskBody.WriteRange(bodyWriter{tx}, first-first0, first-first0+length-1)
+			_, err = l.diskBody.WriteRange(bodyWriter{l}, first-first0, first-first0+length-1)
 		case ranged:
-			err = tx.writeStored(o.Slice(first, last))
+			err = l.writeStored(o.Slice(first, last))
 		default:
-			err = tx.streamObject(o)
+			err = l.streamObject(o)
 		}
 		if err != nil {
 			return closeConn
@@ -300,7 +303,8 @@ func (tx *txn) serveObject(o *cache.Object, result string) outcome {
 }
 
 // appendCacheStatus appends this proxy's Cache-Status member (RFC 9211).
-func (tx *txn) appendCacheStatus(b []byte, o *cache.Object, now time.Time, result string) []byte {
+func (l *cacheLayer) appendCacheStatus(b []byte, o *cache.Object, now time.Time, result string) []byte {
+	tx := l.tx
 	b = append(b, "Cache-Status: "...)
 	b = append(b, tx.cfg.Name...)
 	switch {
@@ -311,10 +315,10 @@ func (tx *txn) appendCacheStatus(b []byte, o *cache.Object, now time.Time, resul
 	case result == resultRefreshUnmod:
 		b = append(b, "; fwd=stale; fwd-status=304; ttl="...)
 		b = strconv.AppendInt(b, o.TTL(now), 10)
-	case tx.collapsed:
+	case l.collapsed:
 		b = append(b, "; fwd=uri-miss; collapsed; ttl="...)
 		b = strconv.AppendInt(b, o.TTL(now), 10)
-	case tx.swr:
+	case l.swr:
 		b = append(b, "; hit; ttl="...)
 		b = strconv.AppendInt(b, o.TTL(now), 10)
 		b = append(b, "; detail=stale-while-revalidate"...)
@@ -325,63 +329,62 @@ func (tx *txn) appendCacheStatus(b []byte, o *cache.Object, now time.Time, resul
 	return append(b, "\r\n"...)
 }
 
-// appendForwardedCacheStatus is the Cache-Status of a response relayed
+// appendStatus is the Cache-Status of a response relayed
 // from a next hop.
-func (tx *txn) appendForwardedCacheStatus(b []byte, status int) []byte {
-	if tx.fwd == fwdNone {
+func (l *cacheLayer) appendStatus(b []byte, status int) []byte {
+	tx := l.tx
+	if l.fwd == fwdNone {
 		return b
 	}
 	b = append(b, "Cache-Status: "...)
 	b = append(b, tx.cfg.Name...)
 	b = append(b, "; fwd="...)
-	b = append(b, tx.fwd...)
-	if tx.fwd == fwdStale {
+	b = append(b, l.fwd...)
+	if l.fwd == fwdStale {
 		b = append(b, "; fwd-status="...)
 		b = strconv.AppendInt(b, int64(status), 10)
 	}
-	if tx.cw.Stored() {
+	if l.cw.Stored() {
 		b = append(b, "; stored"...)
 	}
 	return append(b, "\r\n"...)
 }
 
-// admit decides, when the response head arrived, what the cache does
+// head decides, when the response head arrived, what the cache does
 // with it: invalidate after an unsafe request, refresh a validated
 // object, or store while relaying. It returns true when the client was
 // answered from the cache instead (a 304 to a revalidation, or a stale
 // response standing in for a 5xx under stale-if-error).
-func (tx *txn) admit(a *attempt) (bool, outcome) {
-	ch := tx.ch
-	if ch == nil {
-		return false, 0
-	}
+func (l *cacheLayer) head(a *attempt) (bool, outcome) {
+	tx := l.tx
+	ch := l.ch
 	resp := &a.resp
 	st := resp.Status
 	if !safeMethod(tx.method) {
 		if st >= 200 && st < 400 {
-			tx.invalidate(ch, resp)
+			l.invalidate(ch, resp)
 		}
 		return false, 0
 	}
-	if !tx.keyed || tx.fwd == fwdRequest || st < 200 || st == http.StatusSwitchingProtocols {
+	if !l.keyed || l.fwd == fwdRequest || st < 200 || st == http.StatusSwitchingProtocols {
 		return false, 0
 	}
 	now := time.Now()
-	cq := &tx.cq
-	if o := tx.stale; o != nil {
+	cq := &l.cq
+	if o := l.stale; o != nil {
 		switch {
 		case st == http.StatusNotModified:
 			fresh := ch.Refresh(o, cq, resp, tx.start, now)
-			ch.Land(tx.flight, fresh, false)
-			tx.flight = nil
+			ch.Land(l.flight, fresh, false)
+			l.flight = nil
 			a.release()
 			tx.answeredBy(a.hop)
 			ch.Count(cache.OutcomeRefresh, false)
-			return true, tx.serveObject(fresh, resultRefreshUnmod)
+			return true, l.serveObject(fresh, resultRefreshUnmod)
 		case st >= 500 && o.StaleIfError(cq, now):
 			a.release()
 			tx.answeredBy(a.hop)
-			return true, tx.serveStale(o)
+			return true, l.serveStale(o)
 		}
 	}
 	if tx.method != http.MethodGet {
@@ -391,11 +394,11 @@ func (tx *txn) admit(a *attempt) (bool, outcome) {
 	if resp.BodyFor(false) == h1.LengthBody {
 		length = resp.ContentLength
 	}
-	tx.cw = ch.Admit(cq, resp, length, tx.start, now, tx.flight)
-	tx.flight = nil // Admit lands it, now or when the body is whole
-	if tx.stale != nil {
+	l.cw = ch.Admit(cq, resp, length, tx.start, now, l.flight)
+	l.flight = nil // Admit lands it, now or when the body is whole
+	if l.stale != nil {
 		ch.Count(cache.OutcomeRefresh, false)
-		tx.cacheResult = resultRefreshMod
+		l.result = resultRefreshMod
 	} else {
 		ch.Count(cache.OutcomeMiss, false)
 	}
@@ -404,28 +407,27 @@ func (tx *txn) admit(a *attempt) (bool, outcome) {
 
 // serveStale answers with a stale response because the next hops could
 // not (RFC 9111 4.2.4), saying why in Proxy-Status.
-func (tx *txn) serveStale(o *cache.Object) outcome {
-	tx.ch.Count(cache.OutcomeStale, false)
-	tx.staleServed = true
-	return tx.serveObject(o, resultRefreshFailOld)
+func (l *cacheLayer) serveStale(o *cache.Object) outcome {
+	l.ch.Count(cache.OutcomeStale, false)
+	return l.serveObject(o, resultRefreshFailOld)
 }
 
-// staleInstead is called when no next hop answered: a stale response
+// unanswered is called when no next hop answered: a stale response
 // within stale_if_dead answers instead; one that must not be served stale
 // makes the answer 504 (RFC 9111 5.2.2.2). It reports whether the client
 // was answered.
-func (tx *txn) staleInstead(e *Error) (bool, outcome) {
-	o := tx.stale
-	if o == nil || tx.ch == nil {
+func (l *cacheLayer) unanswered(e *Error) (bool, outcome) {
+	o := l.stale
+	if o == nil || l.ch == nil {
 		return false, 0
 	}
 	if e.Code != CodeNoPeers && e.Code != CodeConnectFailed {
 		return false, 0
 	}
-	tx.ch.Land(tx.flight, nil, false)
-	tx.flight = nil
-	if o.MayServeStale(time.Now(), tx.ch.StaleIfDead()) {
-		return true, tx.serveStale(o)
+	l.ch.Land(l.flight, nil, false)
+	l.flight = nil
+	if o.MayServeStale(time.Now(), l.ch.StaleIfDead()) {
+		return true, l.serveStale(o)
 	}
 	if o.ForbidsStale() {
 		e.Status = http.StatusGatewayTimeout
@@ -436,16 +438,17 @@ func (tx *txn) staleInstead(e *Error) (bool, outcome) {
 // invalidate drops the stored responses of the request's URL, and of the
 // Location and Content-Location of the response when they are on the same
 // host (RFC 9111 4.4).
-func (tx *txn) invalidate(ch *cache.Cache, resp *h1.Response) {
+func (l *cacheLayer) invalidate(ch *cache.Cache, resp *h1.Response) {
+	tx := l.tx
 	req := &tx.req
-	key := cache.AppendKey(tx.cq.Key[:0], req.Scheme, req.Host, req.Port, req.PathQuery)
-	tx.cq.Key = key
+	key := cache.AppendKey(l.cq.Key[:0], req.Scheme, req.Host, req.Port, req.PathQuery)
+	l.cq.Key = key
 	ch.Invalidate(key)
 	for _, f := range resp.Fields {
 		if f.Kind != h1.Location && f.Kind != h1.ContentLocation {
 			continue
 		}
-		if k := tx.sameOriginKey(f.Value); k != nil {
+		if k := l.sameOriginKey(f.Value); k != nil {
 			ch.Invalidate(k)
 		}
 	}
@@ -454,7 +457,8 @@ func (tx *txn) invalidate(ch *cache.Cache, resp *h1.Response) {
 // sameOriginKey resolves a Location or Content-Location against the
 // request URL and returns its cache key when it is on the same scheme,
 // host and port; nil otherwise.
-func (tx *txn) sameOriginKey(ref []byte) []byte {
+func (l *cacheLayer) sameOriginKey(ref []byte) []byte {
+	tx := l.tx
 	req := &tx.req
 	if len(ref) == 0 {
 		return nil
@@ -490,13 +494,13 @@ func (tx *txn) sameOriginKey(ref []byte) []byte {
 	}
 }
 
-// cacheStatusForError is the Cache-Status of an answer peerd made itself
+// errorStatus is the Cache-Status of an answer peerd made itself
 // for a request the cache saw.
-func (tx *txn) cacheStatusForError() string {
-	if tx.fwd == fwdNone || tx.cfg == nil {
+func (l *cacheLayer) errorStatus() string {
+	if l.fwd == fwdNone || l.tx == nil || l.tx.cfg == nil {
 		return ""
 	}
-	return "Cache-Status: " + tx.cfg.Name + "; fwd=" + tx.fwd + "\r\n"
+	return "Cache-Status: " + l.tx.cfg.Name + "; fwd=" + l.fwd + "\r\n"
 }
 
 // revalidateInBackground refreshes a stale response that was just served
@@ -504,13 +508,14 @@ func (tx *txn) cacheStatusForError() string {
 // goes through the proxy itself on an in-memory connection, so it walks
 // the plan, is collapsed and stored like any other, and its answer is
 // discarded.
-func (tx *txn) revalidateInBackground(ch *cache.Cache) {
-	key := string(tx.cq.Key)
+func (l *cacheLayer) revalidateInBackground(ch *cache.Cache) {
+	tx := l.tx
+	key := string(l.cq.Key)
 	p := tx.cc.p
 	if !p.background.add() {
 		return // shutting down: the stale answer stands, no refresh
 	}
-	if !ch.StartBackground(tx.cq.Key) {
+	if !ch.StartBackground(l.cq.Key) {
 		p.background.done()
 		return
 	}

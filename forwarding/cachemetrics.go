@@ -12,29 +12,29 @@ import (
 // openBody opens a disk-only object's body for this request (once: a
 // refreshed object reads the same file); false when it is gone, and was
 // dropped: the request is a miss.
-func (tx *txn) openBody(o *cache.Object) bool {
+func (l *cacheLayer) openBody(o *cache.Object) bool {
 	if !o.OnDisk() {
 		return true
 	}
-	if tx.diskBody != nil && tx.diskBody.Serves(o) {
+	if l.diskBody != nil && l.diskBody.Serves(o) {
 		return true
 	}
 	br, err := o.OpenBody()
 	if err != nil {
 		return false
 	}
-	if tx.diskBody != nil {
-		tx.diskBody.Close()
+	if l.diskBody != nil {
+		l.diskBody.Close()
 	}
-	tx.diskBody = br
+	l.diskBody = br
 	return true
 }
 
 // bodyWriter writes a stored body to the client, counting its bytes.
-type bodyWriter struct{ tx *txn }
+type bodyWriter struct{ l *cacheLayer }
 
 func (w bodyWriter) Write(p []byte) (int, error) {
-	if err := w.tx.writeStored(p); err != nil {
+	if err := w.l.writeStored(p); err != nil {
 		return 0, err
 	}
 	return len(p), nil
@@ -81,7 +81,8 @@ func (c cacheCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(diskErrorsDesc, prometheus.CounterValue, float64(s.DiskErrors))
 }
 
-func (tx *txn) writeStored(p []byte) error {
+func (l *cacheLayer) writeStored(p []byte) error {
+	tx := l.tx
 	if _, err := tx.cc.w.Write(p); err != nil {
 		tx.clientGone = true
 		return err
@@ -93,7 +94,8 @@ func (tx *txn) writeStored(p []byte) error {
 // streamObject writes an object's body, following it while it is still
 // arriving for the request that fetches it; a body that broke off there
 // cuts this client off too (it was promised the whole length).
-func (tx *txn) streamObject(o *cache.Object) error {
+func (l *cacheLayer) streamObject(o *cache.Object) error {
+	tx := l.tx
 	next := o.Stream
 	if o.FromDiskWriter() {
 		// A disk-only body being written: read from its file.
@@ -104,7 +106,7 @@ func (tx *txn) streamObject(o *cache.Object) error {
 	for off := int64(0); ; {
 		p, done, failed := next(off)
 		if len(p) > 0 {
-			if err := tx.writeStored(p); err != nil {
+			if err := l.writeStored(p); err != nil {
 				return err
 			}
 			off += int64(len(p))

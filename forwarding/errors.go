@@ -5,11 +5,11 @@ package forwarding
 
 import (
 	"bufio"
-
 	"fmt"
-	"github.com/peerd/peerd/selection"
 	"net/http"
 	"strconv"
+
+	"github.com/peerd/peerd/selection"
 )
 
 // Error is an answer peerd gives itself (contract section 7): a status, the

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/peerd/peerd/cache"
 	"github.com/peerd/peerd/internal/h1"
 	"github.com/peerd/peerd/peers"
 	"github.com/peerd/peerd/selection"
@@ -42,6 +43,10 @@ func (tx *txn) requestHead(hop selection.Hop) []byte {
 	}
 	b = append(b, "\r\n"...)
 	sibling := hop.Peer != nil && hop.Peer.Type() == peers.Sibling
+	var stale *cache.Object
+	if tx.front != nil {
+		stale = tx.front.revalidating()
+	}
 	var via, xff, cc bool
 	for _, f := range req.Fields {
 		switch {
@@ -57,15 +62,15 @@ func (tx *txn) requestHead(hop selection.Hop) []byte {
 		case sibling && f.Kind == h1.CacheControl:
 			cc = true
 			continue
-		case tx.stale != nil && (f.Kind == h1.IfNoneMatch || f.Kind == h1.IfModifiedSince):
+		case stale != nil && (f.Kind == h1.IfNoneMatch || f.Kind == h1.IfModifiedSince):
 			// Revalidating: the cache's own validators go instead, and
 			// the client's preconditions are answered from the result.
 			continue
 		}
 		b = appendField(b, f.Name, f.Value)
 	}
-	if tx.stale != nil {
-		b = tx.stale.AppendConditionals(b)
+	if stale != nil {
+		b = stale.AppendConditionals(b)
 	}
 	b = appendJoined(b, "Via", req.Fields, h1.Via, via, cfg.via)
 	b = appendJoined(b, "X-Forwarded-For", req.Fields, h1.XForwardedFor, xff, tx.cc.remoteStr)
@@ -127,7 +132,9 @@ func (tx *txn) responseHead(b []byte, resp *h1.Response, kind h1.Body, chunked b
 		b = strconv.AppendInt(b, resp.ContentLength, 10)
 		b = append(b, "\r\n"...)
 	}
-	b = tx.appendForwardedCacheStatus(b, resp.Status)
+	if tx.front != nil {
+		b = tx.front.appendStatus(b, resp.Status)
+	}
 	b = tx.appendProxyStatus(b, resp.Status)
 	switch {
 	case !tx.keepAlive:

@@ -23,8 +23,11 @@ func (tx *txn) relay(a *attempt) outcome {
 	if resp.Status == http.StatusSwitchingProtocols {
 		return tx.upgraded(a)
 	}
-	if done, out := tx.admit(a); done {
-		return out
+	f := tx.front
+	if f != nil {
+		if done, out := f.head(a); done {
+			return out
+		}
 	}
 	kind := resp.BodyFor(tx.method == http.MethodHead)
 	chunked := false
@@ -49,15 +52,15 @@ func (tx *txn) relay(a *attempt) outcome {
 	a.head = nil
 	a.body.Reset(c.r, kind, resp.ContentLength, tx.cfg.maxHeader)
 	err := a.copyBody(chunked)
-	if tx.cw != nil {
-		tx.cw.Finish(err == nil && a.body.Done())
-		tx.cw.AwaitDisk(diskCommitWait)
+	settle := false
+	if f != nil {
+		settle = f.end(err == nil && a.body.Done())
 	}
 	if err == nil && chunked {
 		h1.WriteLastChunk(cc.w, a.body.Trailer)
 	}
 	if err == nil {
-		if tx.after() == keepOpen && cc.r.Buffered() == 0 && cc.rio.raw != nil && !tx.cw.Pending() {
+		if tx.after() == keepOpen && cc.r.Buffered() == 0 && cc.rio.raw != nil && !settle {
 			tx.flushLater = true // sent while waiting for the next request
 		} else if cc.w.Flush() != nil {
 			err = errClientGone
@@ -65,7 +68,9 @@ func (tx *txn) relay(a *attempt) outcome {
 	}
 	// A body kept on disk only is visible once committed: the client has
 	// it all, and its next request finds it stored.
-	tx.cw.Settle()
+	if settle {
+		f.settle()
+	}
 	a.end(err == nil && kind != h1.CloseBody, tx.start)
 	if err != nil {
 		// A body that broke halfway: the client must see a cut, never a
@@ -77,10 +82,6 @@ func (tx *txn) relay(a *attempt) outcome {
 	}
 	return tx.after()
 }
-
-// diskCommitWait bounds how long a stored response's last bytes wait for
-// its disk commit (well under a millisecond on a healthy disk).
-const diskCommitWait = 25 * time.Millisecond
 
 var copyBuffers = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
 
@@ -104,11 +105,8 @@ func (a *attempt) copyBody(chunked bool) error {
 		}
 		n, err := a.body.Read(*bufp)
 		if n > 0 {
-			tx.cw.Write((*bufp)[:n])
-			if a.body.Done() && tx.cw != nil {
-				// The last bytes: stored before the client has them all.
-				tx.cw.Finish(true)
-				tx.cw.AwaitDisk(diskCommitWait)
+			if tx.front != nil {
+				tx.front.body((*bufp)[:n], a.body.Done())
 			}
 			var werr error
 			if chunked {

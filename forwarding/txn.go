@@ -14,7 +14,6 @@ import (
 	"unsafe"
 
 	"github.com/peerd/peerd/access"
-	"github.com/peerd/peerd/cache"
 	"github.com/peerd/peerd/internal/h1"
 	"github.com/peerd/peerd/selection"
 )
@@ -78,19 +77,11 @@ type txn struct {
 	denied  *Error // a destination the policy refused on the way: it outranks lastErr
 	logBuf  []byte
 
-	// The cache (see cached.go).
-	ch          *cache.Cache
-	cq          cache.Request
-	keyed       bool              // cq holds this request
-	fwd         string            // why the request went to a next hop (Cache-Status fwd)
-	stale       *cache.Object     // the stored response being revalidated
-	flight      *cache.Flight     // the collapsed flight this request leads
-	cw          *cache.Writer     // storing the response as it is relayed
-	diskBody    *cache.BodyReader // the open body of a disk-only object
-	collapsed   bool              // answered from another request's response
-	swr         bool              // answered stale while it is revalidated
-	staleServed bool
-	cacheResult string // the access log's result code, when the cache made it
+	// The cache layer in front of the forwarder (layer.go), and the
+	// front the forwarder relays through: &cl when the cache sees the
+	// request, nil otherwise.
+	cl    cacheLayer
+	front front
 }
 
 // begin starts a transaction for a request head (nil when the head could
@@ -100,7 +91,7 @@ func (tx *txn) begin(c *runtimeConfig, start time.Time, head []byte) {
 		cc: tx.cc, cfg: c, start: start,
 		head: append(tx.head[:0], head...),
 		req:  tx.req, body: tx.body, buf: tx.buf[:0], out: tx.out[:0],
-		a: attempt{resp: tx.a.resp, body: tx.a.body}, oKey: tx.oKey[:0], target: tx.target[:0], logBuf: tx.logBuf[:0], ctype: tx.ctype[:0], cq: tx.cq,
+		a: attempt{resp: tx.a.resp, body: tx.a.body}, oKey: tx.oKey[:0], target: tx.target[:0], logBuf: tx.logBuf[:0], ctype: tx.ctype[:0], cl: cacheLayer{cq: tx.cl.cq},
 		maxFwd: -1, bodyDone: true,
 	}
 }
@@ -192,11 +183,10 @@ func (tx *txn) serve() outcome {
 		return tx.after()
 	}
 	if ch := cc.p.cache.Load(); ch != nil {
-		if done, out := tx.consult(ch); done {
-			return out
-		}
+		tx.cl.reset(tx, ch)
+		return tx.cl.serve(tx)
 	}
-	return tx.forward()
+	return tx.forward(nil)
 }
 
 // splitLines splits a head into its lines, without CRLF, up to the blank
@@ -221,8 +211,10 @@ func splitLines(head []byte) [][]byte {
 // only hashes it while the plan is built.
 func urlString(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
 
-// forward sends a plain request along its plan and relays the answer.
-func (tx *txn) forward() outcome {
+// forward sends a plain request along its plan and relays the answer,
+// through f when a layer is in front (nil: none).
+func (tx *txn) forward(f front) outcome {
+	tx.front = f
 	p := tx.cc.p
 	c := tx.cfg
 	if err := tx.prepareBody(); err != nil {
@@ -301,8 +293,10 @@ func (tx *txn) forward() outcome {
 		e = errorf(http.StatusServiceUnavailable, CodeNoPeers, "",
 			"no live next hop for %s (all peers dead, unknown, drained or full, and direct = %q)", tx.req.Host, c.Direct)
 	}
-	if done, out := tx.staleInstead(e); done {
-		return out
+	if f != nil {
+		if done, out := f.unanswered(e); done {
+			return out
+		}
 	}
 	tx.fail(e)
 	return tx.after()
@@ -439,7 +433,7 @@ func (tx *txn) fail(e *Error) {
 		// this answer.
 		tx.keepAlive = false
 	}
-	n := writeError(tx.cc.w, e, tx.method == http.MethodHead, tx.keepAlive, tx.proxyStatusForError(e)+tx.cacheStatusForError())
+	n := writeError(tx.cc.w, e, tx.method == http.MethodHead, tx.keepAlive, tx.proxyStatusForError(e)+tx.cl.errorStatus())
 	tx.bytes = int64(n)
 	if tx.cc.w.Flush() != nil {
 		tx.clientGone = true
@@ -449,18 +443,7 @@ func (tx *txn) fail(e *Error) {
 // finish writes the access log line and metrics of the transaction.
 func (tx *txn) finish() {
 	p := tx.cc.p
-	if tx.ch != nil {
-		// A flight this request leads and did not land, or a response it
-		// did not store whole, ends here: the followers go on their own.
-		tx.ch.Land(tx.flight, nil, false)
-		if tx.cw.Stored() {
-			tx.cw.Finish(false)
-		}
-		if tx.diskBody != nil {
-			tx.diskBody.Close()
-			tx.diskBody = nil
-		}
-	}
+	tx.cl.done()
 	if tx.status == 0 && !tx.clientGone {
 		return // nothing was asked (a client that went away idle)
 	}
