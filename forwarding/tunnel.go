@@ -19,39 +19,25 @@ import (
 )
 
 // serveConnect tunnels CONNECT host:port through a parent (by CONNECT to
-// it) or directly, walking the same plan, dial step and in-flight
-// accounting as plain requests. A parent's non-2xx answer is passed to the
-// client and is not a peer failure; a failed connect is, and the next hop
-// is tried.
+// it) or directly, walking the plan in the same loop as plain requests
+// (walk), with the same dial step, in-flight accounting and decide. A
+// parent's non-2xx answer is passed to the client and is not a peer
+// failure; a failed connect is, and so is a reply that never came: the
+// next hop is tried.
 func (tx *txn) serveConnect() outcome {
 	p := tx.cc.p
 	req := &tx.req
 	tx.facts = facts{tunnel: true} // never replayed once begun, never on an idle connection
-	plan := p.planner.Plan(selection.Request{Method: http.MethodConnect, URL: urlString(req.Target), ClientIP: tx.cc.remoteStr,
+	tx.plan = p.planner.Plan(selection.Request{Method: http.MethodConnect, URL: urlString(req.Target), ClientIP: tx.cc.remoteStr,
 		Host: urlString(req.Host), Port: tx.port, User: tx.user})
-	hop, ok := plan.Next()
-	for ok {
-		a := tx.connect(hop, &plan, false)
-		if a == nil {
-			break
-		}
-		if a.hop.Peer == nil {
-			tx.answeredBy(a.hop)
-			return tx.tunnel(a, http.StatusOK, []byte("HTTP/1.1 200 Connection established\r\n\r\n"))
-		}
-		tx.connectVia(a)
-		if tx.clientGone {
-			a.release()
-			return closeConn
-		}
-		class := a.class(false)
-		tx.noteFailure(a, class)
-		if decide(class, tx.facts, false) == nextHop {
-			a.release()
-			p.metrics.retry(class.String())
-			hop, ok = plan.Next()
-			continue
-		}
+	a := tx.walk()
+	switch {
+	case tx.clientGone:
+		return closeConn
+	case a != nil && a.hop.Peer == nil:
+		tx.answeredBy(a.hop)
+		return tx.tunnel(a, http.StatusOK, []byte("HTTP/1.1 200 Connection established\r\n\r\n"))
+	case a != nil:
 		tx.connectAnswer(a)
 		return closeConn
 	}
@@ -68,7 +54,8 @@ func (tx *txn) serveConnect() outcome {
 // parent's final reply head was read (a.final, a.status); a.err says how
 // it broke otherwise. The client is watched while the parent thinks: a
 // client that leaves releases everything at once.
-func (tx *txn) connectVia(a *attempt) {
+func (a *attempt) connectVia() {
+	tx := a.tx
 	c := a.conn
 	cfg := tx.cfg
 	req := &tx.req

@@ -13,7 +13,6 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/peerd/peerd/access"
 	"github.com/peerd/peerd/internal/h1"
 	"github.com/peerd/peerd/selection"
 )
@@ -239,53 +238,11 @@ func (tx *txn) forward(f front) outcome {
 		sr.First, sr.FirstCode, sr.SkipICPSiblings = p.icp.Query(context.Background(), tx.req.Target)
 	}
 	tx.plan = p.planner.Plan(sr)
-	plan := &tx.plan // kept in the txn: a hedge takes its next hop from it
-	hop, ok := plan.Next()
-	pooled := true // the next attempt may ride an idle connection
-	for ok {
-		a := tx.connect(hop, plan, pooled)
-		pooled = true
-		if a == nil {
-			break // every hop left failed to connect
-		}
-		a.exchange()
-		if tx.clientGone {
-			a.release()
-			return closeConn
-		}
-		a.own = a.final && ownError(a)
-		class := a.class(tx.blame(a, c.retryStatus[a.status]))
-		tx.judge(a, class)
-		tx.noteFailure(a, class)
-		costs := costsBudget(class, tx.facts)
-		switch decide(class, tx.facts, costs && p.budget.available()) {
-		case nextHop:
-			next, more := plan.Next()
-			if more && costs && !p.budget.withdraw() {
-				p.metrics.budgetExhausted()
-				more = false
-			}
-			if more {
-				if class != siblingMissed {
-					p.metrics.retry(class.String())
-				}
-				a.release()
-				hop = next
-				continue
-			}
-			if class == siblingMissed {
-				// A miss is no answer: with nothing after it the client
-				// gets the error of no next hop, never the sibling's 504.
-				a.release()
-				ok = false
-				continue
-			}
-		case sameFresh:
-			p.metrics.retry(class.String())
-			a.release()
-			hop, pooled = a.hop, false
-			continue
-		}
+	a := tx.walk()
+	if tx.clientGone {
+		return closeConn
+	}
+	if a != nil {
 		return tx.answer(a)
 	}
 	e := tx.finalError()
@@ -320,50 +277,6 @@ func (tx *txn) answer(a *attempt) outcome {
 	}
 	tx.fail(e)
 	return tx.after()
-}
-
-// finalError is the error the client gets when no hop answered.
-func (tx *txn) finalError() *Error {
-	if tx.denied != nil {
-		return tx.denied
-	}
-	return tx.lastErr
-}
-
-// noteFailure keeps the error the client gets if nothing better follows.
-func (tx *txn) noteFailure(a *attempt, class failure) {
-	if a.err == nil {
-		return // an answer, good or bad: nothing to keep
-	}
-	peer := hopName(a.hop)
-	var denied *access.Denied
-	if errors.As(a.err, &denied) {
-		tx.denied = errorf(http.StatusForbidden, CodeDenied, "", "%v", denied)
-		return
-	}
-	prev := tx.lastErr
-	switch class {
-	case connectFailed:
-		tx.lastErr = errorf(http.StatusBadGateway, CodeConnectFailed, peer, "%w", a.err)
-	case beforeWrite, staleConn:
-		if tx.lastErr == nil || tx.lastErr.Code != CodeConnectFailed {
-			tx.lastErr = errorf(http.StatusBadGateway, CodeBadGateway, peer, "%w", a.err)
-		}
-	case timedOut:
-		tx.lastErr = errorf(http.StatusGatewayTimeout, CodeTimeout, peer, "no response within read_timeout (%s)", tx.cfg.ReadTimeout)
-	case afterWrite:
-		tx.lastErr = errorf(http.StatusBadGateway, CodeBadGateway, peer, "%w", a.err)
-	}
-	if tx.lastErr != prev {
-		tx.lastErr.hop, tx.lastErr.hopSet = a.hop, true
-	}
-}
-
-func hopName(h selection.Hop) string {
-	if h.Peer == nil {
-		return ""
-	}
-	return h.Peer.Name()
 }
 
 // prepareBody reads up to max_retry_body of the request body, so that the
