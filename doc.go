@@ -151,14 +151,32 @@
 //
 // The engine's shape (issue 21).
 //
-//   - forwarding keeps one transaction per request (txn) but its parts
-//     now live apart: reply.go is what the client got (one final head,
-//     refused twice in one place); upstream.go how an attempt gets its
-//     connection (pool, connect, hedged race); exchange.go the attempt's
-//     exchange on it; relay.go the relay of the answer; heads.go the
-//     heads; attempt.go the attempt's facts and decide, the one function
-//     that says what follows every attempt (connect failure, sibling
-//     miss, status retry, broken or late answer, CONNECT reply).
+//   - forwarding keeps one transaction per request (txn: the client's
+//     request, its body, its checks) and its parts live apart: reply.go
+//     is what the client got (one final head, refused twice in one
+//     place); layer.go and cached.go the cache as a layer in front of the
+//     forwarder; walk.go the one forward loop, for plain requests and
+//     CONNECT alike; upstream.go how an attempt gets its connection
+//     (pool, connect, hedged race); attempt.go the attempt and decide,
+//     the one function that says what follows every attempt (connect
+//     failure, sibling miss, status retry, broken or late answer, CONNECT
+//     reply); exchange.go what the attempt does on the connection it
+//     owns (write, read the head, drain, pool or close); relay.go the
+//     relay of the answer to the client; heads.go the heads.
+//   - The attempt owns its upstream connection from the dial (or the
+//     pool) to its release, with the response head and body reader read
+//     there, as net/http's persistConn.roundTrip does; txn never touches
+//     an upstream connection.
+//   - The cache is not hooks in the forwarder: the cache layer
+//     (cacheLayer) sees the request first, answers hits, collapsed
+//     followers and only-if-cached itself, and otherwise calls the
+//     forwarder through a one-method interface (forwarder.forward). The
+//     forwarder sees the layer as a front: it adds the stored validators
+//     to a revalidation, takes the response head (a 304 refresh or
+//     stale-if-error answers from the store instead), is given the body
+//     as it is relayed (the tee into cache.Writer), and may stand in
+//     stale when no hop answered. Without a cache the front is nil and
+//     the forwarder is called directly.
 //   - A connect that timed out stays a timeout error (dialer.TimeoutError)
 //     from the dialer to failures_by_class, Proxy-Status and the access
 //     log, which ends error lines with the RFC 9209 type.

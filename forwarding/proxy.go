@@ -1,8 +1,9 @@
 // Package forwarding is peerd's forward proxy: its own HTTP/1.1 engine on
 // the proxy port (client connections, keep-alive, pipelining, limits and
-// timeouts), the walk over a selection plan with one explicit attempt per
-// hop, the per-hop connection pools, CONNECT and Upgrade tunnels, error
-// answers and the access log.
+// timeouts), the cache as a layer in front of the forwarder, the one walk
+// over a selection plan with one explicit attempt per hop (which owns its
+// connection), the per-hop connection pools, CONNECT and Upgrade tunnels,
+// error answers and the access log.
 //
 // An attempt's progress (dialling, connected, head written, body written,
 // response head read, first byte sent to the client) is a plain field set
