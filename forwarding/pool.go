@@ -40,7 +40,7 @@ func newUpConn(nc net.Conn, pl *pool) *upConn {
 	c.rio = newRawIO(nc, c.r, nil)
 	c.rio.init()
 	c.peekFn = func(fd uintptr) bool {
-		c.peekN, _, c.peekErr = syscall.Recvfrom(int(fd), c.peekBuf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		c.peekN, c.peekErr = rawPeek(fd, c.peekBuf[:])
 		return true
 	}
 	return c

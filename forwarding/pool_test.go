@@ -81,3 +81,56 @@ func TestTaskGroup(t *testing.T) {
 		t.Fatal("an idle group's channel is not closed at once")
 	}
 }
+
+// TestPeekStates: the look at an idle connection (a raw MSG_PEEK) tells a
+// quiet connection from one the peer wrote to unasked and one it closed,
+// and consumes nothing.
+func TestPeekStates(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	dial := func() (*upConn, net.Conn) {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := ln.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return newUpConn(c, &pool{}), s
+	}
+	// poll waits (bounded) for what the peer did to arrive.
+	poll := func(c *upConn, want idleState) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for c.peek() != want {
+			if time.Now().After(deadline) {
+				t.Fatalf("peek = %d; want %d", c.peek(), want)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	quiet, s1 := dial()
+	defer s1.Close()
+	defer quiet.close()
+	if got := quiet.peek(); got != idleOK {
+		t.Fatalf("a quiet connection: peek = %d; want idleOK", got)
+	}
+	extra, s2 := dial()
+	defer s2.Close()
+	defer extra.close()
+	s2.Write([]byte("HTTP/1.1 200 OK\r\n"))
+	poll(extra, idleExtra)
+	buf := make([]byte, 64)
+	extra.nc.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if n, _ := extra.nc.Read(buf); string(buf[:n]) != "HTTP/1.1 200 OK\r\n" {
+		t.Fatalf("the peeked bytes were consumed: read %q", buf[:n])
+	}
+	closed, s3 := dial()
+	defer closed.close()
+	s3.Close()
+	poll(closed, idleClosed)
+}
