@@ -177,6 +177,13 @@
 //     as it is relayed (the tee into cache.Writer), and may stand in
 //     stale when no hop answered. Without a cache the front is nil and
 //     the forwarder is called directly.
+//   - The request path's sockets are read, written and peeked with
+//     RawSyscall (forwarding/rawio.go): they are non-blocking and never
+//     wait, and syscall.Read and Write would wake the runtime's sysmon
+//     out of its deep sleep after every idle spell. At 3,000 req/s that
+//     was a third of the CPU per request (130 -> 86 µs; perf stat: 2.3
+//     futex calls, 1.3 nanosleeps and 5.3 context switches per request
+//     became 0.3, 0.05 and 2.4).
 //   - A connect that timed out stays a timeout error (dialer.TimeoutError)
 //     from the dialer to failures_by_class, Proxy-Status and the access
 //     log, which ends error lines with the RFC 9209 type.

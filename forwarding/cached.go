@@ -1,7 +1,8 @@
 package forwarding
 
-// This file holds the cache in the data path: lookups, collapsing, serving
-// stored responses, admission, stale answers and invalidation.
+// This file holds the cache layer's work (layer.go has its shape): lookups,
+// collapsing, serving stored responses, admission of a relayed response,
+// stale answers and invalidation.
 
 import (
 	"bytes"
