@@ -94,11 +94,12 @@ func (tx *txn) mayHedge() bool {
 		tx.upgrade == nil && !tx.facts.tunnel
 }
 
-// headResult is how one racing attempt's head came out.
+// headResult is how one of the two racing attempts' head came out: the
+// original's, read beside the race, or the hedge's, which is an attempt of
+// its own (sendAlone).
 type headResult struct {
-	hedge     bool
+	hedge     *attempt // nil: the original's
 	head      []byte
-	conn      *upConn
 	err       error
 	gotBytes  bool
 	firstByte time.Duration
@@ -167,14 +168,18 @@ func (tx *txn) hedge(a *attempt, deadline time.Time) bool {
 	results := make(chan headResult, 2)
 	slot := &hedgeSlot{}
 	o, pl, maxHeader := tx.originFor(h), tx.poolFor(h), tx.cfg.maxHeader
+	// The second attempt of the request, in flight beside the first. It
+	// holds h's in-flight slot (taken above) and owns its connection.
+	second := &attempt{hop: h, progress: planned, conn: uc, reused: uc != nil, begun: h.Peer != nil}
 	go func() {
-		results <- runHedge(p, h, uc, o, pl, req, maxHeader, deadline, slot)
+		second.sendAlone(p, o, pl, req, maxHeader, deadline, slot)
+		results <- headResult{hedge: second, head: second.head, err: second.err, gotBytes: second.gotBytes, firstByte: second.firstByte}
 	}()
 	c := a.conn
 	c.dl.setRead(deadline)
 	go func() {
 		head, gotBytes, err := readFinalHead(c, maxHeader)
-		results <- headResult{head: head, conn: c, err: err, gotBytes: gotBytes}
+		results <- headResult{head: head, err: err, gotBytes: gotBytes}
 	}()
 	w := tx.cc.watch(nil)
 	defer w.stop()
@@ -182,7 +187,7 @@ func (tx *txn) hedge(a *attempt, deadline time.Time) bool {
 	for orig == nil || other == nil {
 		select {
 		case r := <-results:
-			if r.hedge {
+			if r.hedge != nil {
 				other = &r
 			} else {
 				orig = &r
@@ -211,7 +216,7 @@ func (tx *txn) hedge(a *attempt, deadline time.Time) bool {
 // raceWon settles a race: the winner's head becomes a's answer.
 func (tx *txn) raceWon(a *attempt, r *headResult, h selection.Hop, slot *hedgeSlot) bool {
 	p := tx.cc.p
-	if !r.hedge {
+	if r.hedge == nil {
 		slot.abandon()
 		tx.releaseHop(h, nil)
 		a.firstByte = r.firstByte
@@ -225,8 +230,9 @@ func (tx *txn) raceWon(a *attempt, r *headResult, h selection.Hop, slot *hedgeSl
 	if a.begun {
 		p.acct.EndRequest(a.hop.Peer)
 	}
-	a.restart(attempt{tx: tx, hop: h, progress: headWritten, conn: r.conn, begun: h.Peer != nil, firstByte: r.firstByte,
-		writtenAt: time.Now().Add(-r.firstByte)})
+	w := r.hedge
+	a.restart(attempt{tx: tx, hop: w.hop, progress: w.progress, conn: w.conn, reused: w.reused, begun: w.begun,
+		firstByte: w.firstByte, writtenAt: w.writtenAt})
 	if h.Peer != nil {
 		p.acct.ObserveAnswer(h.Peer, peers.AnswerOK, r.firstByte, time.Now())
 	}
@@ -255,35 +261,47 @@ func (tx *txn) releaseHop(h selection.Hop, uc *upConn) {
 	}
 }
 
-// runHedge connects (or uses an idle connection), writes the request and
-// reads the final head, skipping interim answers. It runs beside the
-// transaction and touches none of it.
-func runHedge(p *Proxy, h selection.Hop, uc *upConn, o origin, pl *pool, req []byte, maxHeader int, deadline time.Time, slot *hedgeSlot) headResult {
-	if uc == nil {
-		nc, err := p.dialHop(h, o)
+// sendAlone is a hedge's attempt: it connects (or uses the idle
+// connection it was given), writes req (the request head and buffered
+// body, built before it started) and reads the final head, skipping
+// interim answers. It runs beside the transaction and touches none of it;
+// its outcome is in a (conn, progress, head, err, gotBytes, firstByte).
+// A failed attempt's connection is closed.
+func (a *attempt) sendAlone(p *Proxy, o origin, pl *pool, req []byte, maxHeader int, deadline time.Time, slot *hedgeSlot) {
+	if a.conn == nil {
+		a.progress = dialling
+		nc, err := p.dialHop(a.hop, o)
 		if err != nil {
-			return headResult{hedge: true, err: err}
+			a.err = err
+			return
 		}
-		uc = newUpConn(nc, pl)
+		a.conn = newUpConn(nc, pl)
 	}
+	a.progress = connected
+	uc := a.conn
 	if !slot.set(uc) {
-		return headResult{hedge: true, err: errHedgeAbandoned}
+		a.conn, a.err = nil, errHedgeAbandoned
+		return
 	}
 	uc.nc.SetDeadline(deadline)
-	start := time.Now()
+	a.writtenAt = time.Now()
 	if _, err := uc.nc.Write(req); err != nil {
 		uc.close()
-		return headResult{hedge: true, err: err}
+		a.conn, a.err = nil, err
+		return
 	}
+	a.progress = headWritten
 	head, gotBytes, err := readFinalHead(uc, maxHeader)
+	a.gotBytes = gotBytes
 	if err != nil {
 		uc.close()
-		return headResult{hedge: true, err: err, gotBytes: gotBytes}
+		a.conn, a.err = nil, err
+		return
 	}
 	uc.nc.SetWriteDeadline(time.Time{})
 	uc.dl = deadlines{nc: uc.nc}
 	uc.dl.setRead(time.Time{})
-	return headResult{hedge: true, head: head, conn: uc, firstByte: time.Since(start)}
+	a.head, a.firstByte, a.progress = head, time.Since(a.writtenAt), responseHead
 }
 
 var errHedgeAbandoned = errors.New("hedge abandoned: the other attempt answered first")
