@@ -92,7 +92,12 @@ func (x *rawIO) pollOnce(fd uintptr) bool {
 		return true // bytes are waiting in the buffer already
 	}
 	n, err := rawRead(fd, space)
-	if err == syscall.EAGAIN || err == syscall.EINTR {
+	for err == syscall.EINTR {
+		// Interrupted before reading: read again at once (bytes may be
+		// waiting whose readiness was already reported).
+		n, err = rawRead(fd, space)
+	}
+	if err == syscall.EAGAIN {
 		return false
 	}
 	switch {
