@@ -51,9 +51,8 @@ type diskEntry struct {
 	id   uint64
 	size int64
 	//lint:ignore U1000 used through lruLinks
-	links     links[*diskEntry] // in the LRU
-	sib       *diskEntry        // the next (newer) variant of the same key
-	protected bool
+	links links[*diskEntry] // in the LRU
+	sib   *diskEntry        // the next (newer) variant of the same key
 }
 
 // disk is the disk store.
@@ -63,16 +62,15 @@ type disk struct {
 
 	lock *os.File
 
-	mu        sync.Mutex
-	index     map[keyHash]*diskEntry // the oldest variant; sib chains the rest
-	probation lruList[*diskEntry]
-	protected lruList[*diskEntry]
-	capacity  int64
-	bytes     int64
-	objects   int
-	journal   *os.File
-	jsize     int64 // the journal's length: where the next record goes
-	records   int64 // records in the journal
+	mu       sync.Mutex
+	index    map[keyHash]*diskEntry // the oldest variant; sib chains the rest
+	lru      slru[*diskEntry]
+	capacity int64
+	bytes    int64
+	objects  int
+	journal  *os.File
+	jsize    int64 // the journal's length: where the next record goes
+	records  int64 // records in the journal
 	// tomb: keys purged while the index loads, with the first id that
 	// is not purged: the loader drops older records of them.
 	tomb    map[keyHash]uint64
@@ -258,24 +256,10 @@ func (d *disk) touch(key keyHash, sec uint64) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for e := d.index[key]; e != nil; e = e.sib {
-		if e.sec != sec {
-			continue
-		}
-		if e.protected {
-			d.protected.remove(e)
-			d.protected.pushFront(e)
+		if e.sec == sec {
+			d.lru.touch(e, d.capacity*8/10)
 			return
 		}
-		d.probation.remove(e)
-		e.protected = true
-		d.protected.pushFront(e)
-		for d.protected.size > d.capacity*8/10 && d.protected.tail != nil && d.protected.tail != e {
-			c := d.protected.tail
-			d.protected.remove(c)
-			c.protected = false
-			d.probation.pushFront(c)
-		}
-		return
 	}
 }
 
@@ -324,8 +308,7 @@ func (d *disk) chainLen(key keyHash) int {
 // linkLocked adds e to the index and the LRU.
 func (d *disk) linkLocked(e *diskEntry) {
 	d.chainAdd(e)
-	e.protected = false
-	d.probation.pushFront(e)
+	d.lru.add(e)
 	d.bytes += e.size
 	d.objects++
 }
@@ -357,11 +340,7 @@ func (d *disk) insertLocked(e *diskEntry) (dropped []*diskEntry) {
 }
 
 func (d *disk) unlinkLocked(e *diskEntry) {
-	if e.protected {
-		d.protected.remove(e)
-	} else {
-		d.probation.remove(e)
-	}
+	d.lru.remove(e)
 	d.bytes -= e.size
 	d.objects--
 }
@@ -380,10 +359,7 @@ func (d *disk) removeLocked(e *diskEntry) bool {
 // evictLocked picks the victims that bring the bytes under capacity.
 func (d *disk) evictLocked() (victims []*diskEntry) {
 	for d.bytes > d.capacity {
-		v := d.probation.tail
-		if v == nil {
-			v = d.protected.tail
-		}
+		v := d.lru.victim()
 		if v == nil {
 			break
 		}

@@ -204,7 +204,7 @@ func (d *disk) compactLocked() error {
 	path := filepath.Join(d.dir, "journal")
 	b := make([]byte, 0, len(journalHdr)+recordSize*d.objects)
 	b = append(b, journalHdr...)
-	for _, l := range []*lruList[*diskEntry]{&d.probation, &d.protected} {
+	for _, l := range []*lruList[*diskEntry]{&d.lru.probation, &d.lru.protected} {
 		for e := l.tail; e != nil; e = prevOf(e) {
 			b = appendRecord(b, opAdd, e)
 		}

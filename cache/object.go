@@ -22,11 +22,10 @@ type Object struct {
 	secondary string // the Vary selecting values of the request it answered
 	Size      int64
 	//lint:ignore U1000 used through lruLinks
-	links     links[*Object] // in its store shard's LRU
-	protected bool
-	linked    bool          // in the store's lists (under the shard lock)
-	hits      atomic.Uint32 // samples recency refreshes of hot objects
-	diskHits  atomic.Uint32 // samples the disk tier's recency refreshes
+	links    links[*Object] // in its store shard's LRU
+	linked   bool           // in the store's lists (under the shard lock)
+	hits     atomic.Uint32  // samples recency refreshes of hot objects
+	diskHits atomic.Uint32  // samples the disk tier's recency refreshes
 
 	// Status is the stored response's status code.
 	Status int

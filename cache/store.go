@@ -31,14 +31,13 @@ type store struct {
 const nShards = 16
 
 type shard struct {
-	mu        sync.RWMutex
-	byKey     map[string]*variants
-	probation lruList[*Object]
-	protected lruList[*Object]
-	capacity  int64 // bytes
-	protCap   int64
-	size      int64 // bytes stored (both segments)
-	objects   int
+	mu       sync.RWMutex
+	byKey    map[string]*variants
+	lru      slru[*Object]
+	capacity int64 // bytes
+	protCap  int64
+	size     int64 // bytes stored (both segments)
+	objects  int
 }
 
 // variants are the stored responses of one primary key.
@@ -81,7 +80,7 @@ func (s *store) get(key []byte, r *Request) (*Object, int) {
 	// concurrent hits on one hot object do not queue.
 	sh.mu.RLock()
 	o, n := sh.findLocked(key, r)
-	touch := o != nil && (!o.protected || o.hits.Add(1)&15 == 0)
+	touch := o != nil && (!o.links.protected || o.hits.Add(1)&15 == 0)
 	sh.mu.RUnlock()
 	if touch {
 		sh.mu.Lock()
@@ -160,23 +159,7 @@ func (s *store) capacity() int64 {
 	return n
 }
 
-func (sh *shard) touchLocked(o *Object) {
-	if o.protected {
-		sh.protected.remove(o)
-		sh.protected.pushFront(o)
-		return
-	}
-	// A hit in probation: promote, and let protected's coldest fall back.
-	sh.probation.remove(o)
-	o.protected = true
-	sh.protected.pushFront(o)
-	for sh.protected.size > sh.protCap && sh.protected.tail != nil && sh.protected.tail != o {
-		c := sh.protected.tail
-		sh.protected.remove(c)
-		c.protected = false
-		sh.probation.pushFront(c)
-	}
-}
+func (sh *shard) touchLocked(o *Object) { sh.lru.touch(o, sh.protCap) }
 
 // fits reports whether an object of size bytes under key could be
 // stored at all (it is not larger than its shard's share).
@@ -230,29 +213,22 @@ func (s *store) put(o *Object) bool {
 const maxVariants = 64
 
 func (sh *shard) linkLocked(o *Object) {
-	o.protected, o.linked = false, true
-	sh.probation.pushFront(o)
+	o.linked = true
+	sh.lru.add(o)
 	sh.size += o.Size
 	sh.objects++
 }
 
 func (sh *shard) unlinkLocked(o *Object) {
 	o.linked = false
-	if o.protected {
-		sh.protected.remove(o)
-	} else {
-		sh.probation.remove(o)
-	}
+	sh.lru.remove(o)
 	sh.size -= o.Size
 	sh.objects--
 }
 
 func (sh *shard) evictLocked() {
 	for sh.size > sh.capacity {
-		victim := sh.probation.tail
-		if victim == nil {
-			victim = sh.protected.tail
-		}
+		victim := sh.lru.victim()
 		if victim == nil {
 			return
 		}
