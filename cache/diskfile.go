@@ -104,17 +104,14 @@ func (h *headReader) uvarint() uint64 {
 	return v
 }
 
+// varint is binary.Varint's zig-zag decoding of a uvarint.
 func (h *headReader) varint() int64 {
-	if h.err != nil {
-		return 0
+	u := h.uvarint()
+	x := int64(u >> 1)
+	if u&1 != 0 {
+		x = ^x
 	}
-	v, n := binary.Varint(h.b)
-	if n <= 0 {
-		h.err = errCorrupt
-		return 0
-	}
-	h.b = h.b[n:]
-	return v
+	return x
 }
 
 func (h *headReader) bytes() []byte {

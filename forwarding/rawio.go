@@ -119,11 +119,16 @@ func (x *rawIO) pollOnce(fd uintptr) bool {
 // sleep, which then polls every 20 µs until all is idle again: two futex
 // calls, a nanosleep or two and three context switches per request, a
 // third of the CPU a request costs at 3,000 req/s.
-func rawRead(fd uintptr, p []byte) (int, error) {
+func rawRead(fd uintptr, p []byte) (int, error) { return rawIO1(syscall.SYS_READ, fd, p) }
+
+func rawWrite(fd uintptr, p []byte) (int, error) { return rawIO1(syscall.SYS_WRITE, fd, p) }
+
+// rawIO1 is one read(2) or write(2) (trap) of p on fd.
+func rawIO1(trap, fd uintptr, p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
-	n, _, e := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
+	n, _, e := syscall.RawSyscall(trap, fd, uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
 	if e != 0 {
 		return 0, e
 	}
@@ -137,17 +142,6 @@ func rawPeek(fd uintptr, p []byte) (int, error) {
 		syscall.MSG_PEEK|syscall.MSG_DONTWAIT, 0, 0)
 	if e != 0 {
 		return -1, e
-	}
-	return int(n), nil
-}
-
-func rawWrite(fd uintptr, p []byte) (int, error) {
-	if len(p) == 0 {
-		return 0, nil
-	}
-	n, _, e := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
-	if e != 0 {
-		return 0, e
 	}
 	return int(n), nil
 }
