@@ -97,8 +97,8 @@ func (c *Cache) refreshIMS(r *Request) bool {
 }
 
 // fromDisk reads the heads of key's variants on disk into memory and
-// returns the one that answers r (its body too when it fits the memory
-// tier) and how many variants there are.
+// returns the one that answers r (its body too, from the same open file,
+// when it fits the memory tier) and how many variants there are.
 func (c *Cache) fromDisk(r *Request) (*Object, int) {
 	d := c.disk
 	k := hashKey(r.Key)
@@ -108,8 +108,13 @@ func (c *Cache) fromDisk(r *Request) (*Object, int) {
 	}
 	var found, part *Object
 	n := 0
+	maxInMemory := c.cfg().maxInMemory
+	// answers: the variant found is read whole when its body fits.
+	answers := func(o *Object, bodyLen int64) bool {
+		return found == nil && !o.partial && bodyLen <= maxInMemory && o.Key == string(r.Key) && o.matches(r)
+	}
 	for _, e := range es {
-		o, err := c.readEntry(e, false)
+		o, err := c.readEntry(e, answers)
 		if err != nil {
 			continue
 		}
@@ -128,6 +133,12 @@ func (c *Cache) fromDisk(r *Request) (*Object, int) {
 		}
 		c.store.put(o)
 	}
+	if found == nil && part != nil && part.disk.bodyLen <= maxInMemory {
+		// Only a stored part answers: it too is kept whole in memory.
+		if whole, err := c.readEntry(diskEntry{key: k, id: part.disk.id}, func(*Object, int64) bool { return true }); err == nil {
+			part = whole
+		}
+	}
 	if found == nil {
 		found = part
 	} else if part != nil {
@@ -135,11 +146,6 @@ func (c *Cache) fromDisk(r *Request) (*Object, int) {
 	}
 	if found == nil {
 		return nil, n
-	}
-	if found.disk.bodyLen <= c.cfg().maxInMemory {
-		if full, err := c.readEntry(diskEntry{key: k, id: found.disk.id}, true); err == nil {
-			found = full
-		}
 	}
 	c.store.put(found)
 	d.touch(k, hashSecondary(found.secondary))
@@ -153,9 +159,10 @@ func (o *Object) diskID() uint64 {
 	return o.loadedFrom
 }
 
-// readEntry reads an entry's file: its head only (a disk-only object), or
-// with the body in memory. A file that does not check out is dropped.
-func (c *Cache) readEntry(e diskEntry, body bool) (*Object, error) {
+// readEntry reads an entry's file: its head, and the body into memory
+// when body says so for that head (else the object is disk-only). A file
+// that does not check out is dropped.
+func (c *Cache) readEntry(e diskEntry, body func(o *Object, bodyLen int64) bool) (*Object, error) {
 	d := c.disk
 	f, err := os.Open(d.objectPath(e.id))
 	if err != nil {
@@ -165,7 +172,8 @@ func (c *Cache) readEntry(e diskEntry, body bool) (*Object, error) {
 	}
 	defer f.Close()
 	o, ref, err := readObject(f)
-	if err == nil && body {
+	whole := err == nil && body(o, ref.bodyLen)
+	if whole {
 		o.Body, err = ref.readBody(f)
 	}
 	if err != nil {
@@ -174,7 +182,7 @@ func (c *Cache) readEntry(e diskEntry, body bool) (*Object, error) {
 		return nil, err
 	}
 	ref.c, ref.id = c, e.id
-	if body {
+	if whole {
 		o.loadedFrom = e.id
 	} else {
 		o.disk = ref
