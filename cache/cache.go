@@ -320,7 +320,7 @@ func (c *Cache) Refresh(old *Object, r *Request, resp *h1.Response, reqTime, res
 	o.flags, o.swr, o.sie = cc.flags, cc.StaleWhileRevalidate, cc.StaleIfError
 	o.lifetime = c.lifetime(o, &cc, o.Key)
 	o.vary, o.varyValues, o.secondary = old.vary, old.varyValues, old.secondary
-	o.Size = int64(len(o.Key)+len(o.secondary)+len(o.fields)+len(o.Body)) + objectOverhead
+	o.Size = o.sizeWith(int64(len(o.Body)))
 	if cc.has(ccNoStore) || cc.has(ccPrivate) {
 		c.store.remove(old)
 		c.forgetOnDisk(old)

@@ -166,7 +166,7 @@ func (w *diskWriter) committed(ref *diskRef, f *Flight, diskOnly bool) {
 	}
 	ho := w.o.headCopy()
 	ho.disk = ref
-	ho.Size = int64(len(ho.Key)+len(ho.secondary)+len(ho.fields)) + objectOverhead
+	ho.Size = ho.sizeWith(0)
 	c.store.put(ho)
 	c.Land(f, ho, false)
 }

@@ -187,7 +187,7 @@ func (c *Cache) readEntry(e diskEntry, body func(o *Object, bodyLen int64) bool)
 	} else {
 		o.disk = ref
 	}
-	o.Size = int64(len(o.Key)+len(o.secondary)+len(o.fields)+len(o.Body)) + objectOverhead
+	o.Size = o.sizeWith(int64(len(o.Body)))
 	return o, nil
 }
 

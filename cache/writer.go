@@ -51,7 +51,7 @@ func (c *Cache) Admit(r *Request, resp *h1.Response, length int64, reqTime, resp
 	// share) is not copied there; one that would take more than the
 	// in-flight budget allows neither, so memory stays bounded.
 	w.mem = length <= st.maxInMemory &&
-		(length < 0 || c.store.fits(o.Key, int64(len(o.Key)+len(o.secondary)+len(o.fields))+length+objectOverhead)) &&
+		(length < 0 || c.store.fits(o.Key, o.sizeWith(length))) &&
 		(length <= 0 || w.reserve(length))
 	if c.disk != nil {
 		w.dw = c.disk.startWriter(o, c)
@@ -222,7 +222,7 @@ func (w *Writer) Finish(complete bool) {
 		o.length = int64(len(o.Body))
 	}
 	w.unreserve()
-	o.Size = int64(len(o.Key)+len(o.secondary)+len(o.fields)+len(o.Body)) + objectOverhead
+	o.Size = o.sizeWith(int64(len(o.Body)))
 	w.c.put(o)
 	s := o.stream
 	s.mu.Lock()
@@ -244,15 +244,20 @@ func (w *Writer) AwaitDisk(wait time.Duration) {
 	if w == nil || w.dw == nil || !w.dead {
 		return
 	}
+	waitDone(w.dw.done, wait)
+}
+
+// waitDone waits until done is closed, at most d.
+func waitDone(done <-chan struct{}, d time.Duration) {
 	select {
-	case <-w.dw.done:
+	case <-done:
 		return
 	default:
 	}
-	t := time.NewTimer(wait)
+	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
-	case <-w.dw.done:
+	case <-done:
 	case <-t.C:
 	}
 }
@@ -271,12 +276,7 @@ func (w *Writer) Settle() {
 	if w == nil || w.settle == nil {
 		return
 	}
-	t := time.NewTimer(settleWait)
-	defer t.Stop()
-	select {
-	case <-w.settle.done:
-	case <-t.C:
-	}
+	waitDone(w.settle.done, settleWait)
 	w.settle = nil
 }
 
@@ -285,6 +285,12 @@ func (w *Writer) Stored() bool { return w != nil && !w.dead }
 
 // objectOverhead approximates an object's bookkeeping bytes.
 const objectOverhead = 256
+
+// sizeWith is what o weighs in the memory store with a body of bodyLen
+// bytes.
+func (o *Object) sizeWith(bodyLen int64) int64 {
+	return int64(len(o.Key)+len(o.secondary)+len(o.fields)) + bodyLen + objectOverhead
+}
 
 // put stores o; a complete response replaces the partial ones of its
 // variant.
