@@ -27,9 +27,11 @@ import (
 
 const (
 	fileMagic = "PEERDOB1"
-	tailMagic = "PEERDEND"
-	tailSize  = 32
-	blockSize = 64 << 10
+	// prefixSize is the magic and the head length before the head.
+	prefixSize = 8 + 4
+	tailMagic  = "PEERDEND"
+	tailSize   = 32
+	blockSize  = 64 << 10
 	// maxHead bounds a head read from a file (a head is the stored fields
 	// and the key; net/http allows 1 MiB of header).
 	maxHead = 4 << 20
@@ -192,6 +194,17 @@ type tail struct {
 
 func blocksOf(n int64) int64 { return (n + blockSize - 1) / blockSize }
 
+// appendPrefix appends a file's beginning: the magic, the head's length
+// and the head.
+func appendPrefix(b, head []byte) []byte {
+	b = append(b, fileMagic...)
+	b = binary.BigEndian.AppendUint32(b, uint32(len(head)))
+	return append(b, head...)
+}
+
+// bodyOffset is where the body starts after a head of h bytes.
+func bodyOffset(h int64) int64 { return prefixSize + h }
+
 // appendTail appends the block checksums and the tail.
 func appendTail(b []byte, crcs []uint32, t tail) []byte {
 	start := len(b)
@@ -207,7 +220,7 @@ func appendTail(b []byte, crcs []uint32, t tail) []byte {
 }
 
 // fileSize is the size of a file with a head of h bytes and a body of n.
-func fileSize(h, n int64) int64 { return 12 + h + n + 4*blocksOf(n) + tailSize }
+func fileSize(h, n int64) int64 { return bodyOffset(h) + n + 4*blocksOf(n) + tailSize }
 
 // readObject reads an object file's head and checksums (not its body)
 // and checks them: the object, and where its body is.
@@ -217,7 +230,7 @@ func readObject(f *os.File) (*Object, *diskRef, error) {
 		return nil, nil, err
 	}
 	size := st.Size()
-	if size < 12+tailSize {
+	if size < prefixSize+tailSize {
 		return nil, nil, errCorrupt
 	}
 	var tb [tailSize]byte
@@ -234,11 +247,12 @@ func readObject(f *os.File) (*Object, *diskRef, error) {
 	if t.bodyLen < 0 || t.headLen > maxHead || int64(t.blocks) != blocksOf(t.bodyLen) || fileSize(int64(t.headLen), t.bodyLen) != size {
 		return nil, nil, errCorrupt
 	}
-	head := make([]byte, 12+int(t.headLen))
+	head := make([]byte, prefixSize+int(t.headLen))
 	if _, err := f.ReadAt(head, 0); err != nil {
 		return nil, nil, readErr(err)
 	}
-	if string(head[:8]) != fileMagic || binary.BigEndian.Uint32(head[8:]) != t.headLen || crc32.Checksum(head[12:], castagnoli) != t.headCRC {
+	if string(head[:len(fileMagic)]) != fileMagic || binary.BigEndian.Uint32(head[len(fileMagic):]) != t.headLen ||
+		crc32.Checksum(head[prefixSize:], castagnoli) != t.headCRC {
 		return nil, nil, errCorrupt
 	}
 	// The block checksums and the tail up to its own checksum.
@@ -253,14 +267,14 @@ func readObject(f *os.File) (*Object, *diskRef, error) {
 	for i := range crcs {
 		crcs[i] = binary.BigEndian.Uint32(cb[4*i:])
 	}
-	o, err := decodeHead(head[12:])
+	o, err := decodeHead(head[prefixSize:])
 	if err != nil {
 		return nil, nil, err
 	}
 	if o.partial && (o.first < 0 || o.total < o.first+t.bodyLen) {
 		return nil, nil, errCorrupt
 	}
-	return o, &diskRef{bodyOff: 12 + int64(t.headLen), bodyLen: t.bodyLen, crcs: crcs}, nil
+	return o, &diskRef{bodyOff: bodyOffset(int64(t.headLen)), bodyLen: t.bodyLen, crcs: crcs}, nil
 }
 
 func readErr(err error) error {

@@ -9,10 +9,10 @@ package cache
 // after its last byte and checksums are written.
 
 import (
-	"encoding/binary"
 	"errors"
 	"hash/crc32"
 	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -225,7 +225,7 @@ func (w *diskWriter) writeFile() (*diskRef, error) {
 	path := d.objectPath(w.e.id)
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o640)
 	if errors.Is(err, os.ErrNotExist) {
-		if err = os.MkdirAll(dirOf(path), 0o750); err == nil {
+		if err = os.MkdirAll(filepath.Dir(path), 0o750); err == nil {
 			f, err = os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o640)
 		}
 	}
@@ -233,11 +233,7 @@ func (w *diskWriter) writeFile() (*diskRef, error) {
 		return nil, err
 	}
 	defer f.Close()
-	b := make([]byte, 0, 12+len(w.head))
-	b = append(b, fileMagic...)
-	b = binary.BigEndian.AppendUint32(b, uint32(len(w.head)))
-	b = append(b, w.head...)
-	if _, err := f.Write(b); err != nil {
+	if _, err := f.Write(appendPrefix(make([]byte, 0, prefixSize+len(w.head)), w.head)); err != nil {
 		return nil, err
 	}
 	var crcs []uint32
@@ -315,7 +311,7 @@ func (w *diskWriter) writeFile() (*diskRef, error) {
 		return nil, err
 	}
 	w.e.size = fileSize(int64(len(w.head)), n)
-	return &diskRef{c: w.c, id: w.e.id, bodyOff: 12 + int64(len(w.head)), bodyLen: n, crcs: crcs}, nil
+	return &diskRef{c: w.c, id: w.e.id, bodyOff: bodyOffset(int64(len(w.head))), bodyLen: n, crcs: crcs}, nil
 }
 
 // publish journals the written file: from here on it is a stored object.
@@ -351,13 +347,4 @@ func (w *diskWriter) publish(ref *diskRef) (*diskRef, []*diskEntry, error) {
 	}
 	d.maybeCompact()
 	return ref, dropped, nil
-}
-
-func dirOf(p string) string {
-	for i := len(p) - 1; i >= 0; i-- {
-		if p[i] == '/' {
-			return p[:i]
-		}
-	}
-	return "."
 }

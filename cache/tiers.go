@@ -355,7 +355,7 @@ func (b *BodyStream) Next(off int64) (p []byte, done, failed bool) {
 	}
 	k := min(n-off, int64(len(*b.buf)))
 	p = (*b.buf)[:k]
-	if _, err := b.f.ReadAt(p, 12+int64(len(w.head))+off); err != nil {
+	if _, err := b.f.ReadAt(p, bodyOffset(int64(len(w.head)))+off); err != nil {
 		return nil, false, true
 	}
 	return p, done && off+k >= n, false
