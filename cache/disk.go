@@ -15,6 +15,7 @@ package cache
 // found by the checksums when read, and dropped.
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
 	"errors"
@@ -132,18 +133,11 @@ func openDisk(dir string, capacity int64, log logrus.FieldLogger, wait bool) (*d
 }
 
 func trimPID(b []byte) string {
-	n, err := strconv.Atoi(string(trimSpace(b)))
+	n, err := strconv.Atoi(string(bytes.TrimSpace(b)))
 	if err != nil {
 		return "unknown"
 	}
 	return strconv.Itoa(n)
-}
-
-func trimSpace(b []byte) []byte {
-	for len(b) > 0 && (b[len(b)-1] == '\n' || b[len(b)-1] == ' ') {
-		b = b[:len(b)-1]
-	}
-	return b
 }
 
 // waitLock takes the lock over from the process that holds it (an
@@ -406,19 +400,28 @@ func (d *disk) remove(key keyHash, id uint64) {
 // the index loads, older records of key are dropped as they are read.
 func (d *disk) purge(key keyHash) int {
 	d.mu.Lock()
-	var es []*diskEntry
-	for x := d.index[key]; x != nil; x = x.sib {
-		es = append(es, x)
-	}
-	for _, e := range es {
-		d.dropLocked(e)
-	}
+	es := d.dropWhereLocked(key, func(*diskEntry) bool { return true })
 	if d.loading.Load() {
 		d.tomb[key] = d.nextID.Load()
 	}
 	d.mu.Unlock()
 	d.forget(es)
 	return len(es)
+}
+
+// dropWhereLocked takes the entries of key that match out of the index
+// and the LRU and returns them (for forget, once the lock is let go).
+func (d *disk) dropWhereLocked(key keyHash, match func(*diskEntry) bool) []*diskEntry {
+	var es []*diskEntry
+	for x := d.index[key]; x != nil; x = x.sib {
+		if match(x) {
+			es = append(es, x)
+		}
+	}
+	for _, e := range es {
+		d.dropLocked(e)
+	}
+	return es
 }
 
 // resize changes disk_size, evicting at once when it shrank.

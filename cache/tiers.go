@@ -424,17 +424,9 @@ func (c *Cache) forgetOnDisk(o *Object) {
 	if c.disk == nil {
 		return
 	}
-	k, sec := hashKey([]byte(o.Key)), hashSecondary(o.secondary)
-	c.disk.mu.Lock()
-	var es []*diskEntry
-	for x := c.disk.index[k]; x != nil; x = x.sib {
-		if x.sec == sec {
-			es = append(es, x)
-		}
-	}
-	for _, e := range es {
-		c.disk.dropLocked(e)
-	}
-	c.disk.mu.Unlock()
-	c.disk.forget(es)
+	d, sec := c.disk, hashSecondary(o.secondary)
+	d.mu.Lock()
+	es := d.dropWhereLocked(hashKey([]byte(o.Key)), func(e *diskEntry) bool { return e.sec == sec })
+	d.mu.Unlock()
+	d.forget(es)
 }
