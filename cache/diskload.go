@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -106,9 +107,7 @@ func (d *disk) readJournal(rd *os.File, end int64) error {
 		// million keys step by step cost a third of the load.
 		d.mu.Lock()
 		grown := make(map[keyHash]*diskEntry, n)
-		for k, v := range d.index {
-			grown[k] = v
-		}
+		maps.Copy(grown, d.index)
 		d.index = grown
 		d.mu.Unlock()
 	}
@@ -152,33 +151,19 @@ func (d *disk) readJournal(rd *os.File, end int64) error {
 	return nil
 }
 
-// loadLocked applies one add record read from the journal: it does not
-// replace what was stored since the start (a newer id), nor bring back
-// what was purged meanwhile.
+// loadLocked applies one add record read from the journal as a commit
+// does (insertLocked), except that it does not replace what was stored
+// since the start (a newer id), nor bring back what was purged meanwhile.
 func (d *disk) loadLocked(e *diskEntry) (victims []*diskEntry) {
 	if t, ok := d.tomb[e.key]; ok && e.id < t {
 		return []*diskEntry{e}
 	}
-	n := 0
 	for x := d.index[e.key]; x != nil; x = x.sib {
-		n++
-		if x.sec != e.sec {
-			continue
-		}
-		if x.id > e.id {
+		if x.sec == e.sec && x.id > e.id {
 			return []*diskEntry{e}
 		}
-		d.dropLocked(x)
-		d.linkLocked(e)
-		return []*diskEntry{x}
 	}
-	if n >= maxVariants {
-		oldest := d.index[e.key]
-		victims = append(victims, oldest)
-		d.dropLocked(oldest)
-	}
-	d.linkLocked(e)
-	return victims
+	return d.insertLocked(e)
 }
 
 // compactAt is how many records beyond the live objects make the journal
