@@ -96,11 +96,7 @@ func (c *fdCache) drop(id uint64) {
 		return
 	}
 	delete(c.files, id)
-	if o.refs == 0 {
-		o.f.Close()
-	} else {
-		o.dead = true
-	}
+	o.retire()
 }
 
 // closeAll closes every file (the store is closing).
@@ -109,10 +105,16 @@ func (c *fdCache) closeAll() {
 	defer c.mu.Unlock()
 	for id, o := range c.files {
 		delete(c.files, id)
-		if o.refs == 0 {
-			o.f.Close()
-		} else {
-			o.dead = true
-		}
+		o.retire()
+	}
+}
+
+// retire closes a file that left the cache, or has its last reader close
+// it.
+func (o *openFile) retire() {
+	if o.refs == 0 {
+		o.f.Close()
+	} else {
+		o.dead = true
 	}
 }
