@@ -12,7 +12,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -134,10 +133,8 @@ func diskRun(work, peerdBin, squidBin string) *DiskResults {
 
 // fill asks for n distinct objects through addr, 32 at a time.
 func fill(addr string, n int, prefix string) int {
-	u := "http://" + addr
-	tr := &http.Transport{Proxy: func(*http.Request) (*url.URL, error) { return url.Parse(u) }, MaxIdleConnsPerHost: 32}
-	defer tr.CloseIdleConnections()
-	cl := &http.Client{Transport: tr, Timeout: 10 * time.Second}
+	cl := proxyClient(addr, 10*time.Second)
+	defer cl.CloseIdleConnections()
 	var next, ok atomic.Int64
 	var wg sync.WaitGroup
 	deadline := time.Now().Add(5 * time.Minute)
@@ -169,8 +166,8 @@ func fill(addr string, n int, prefix string) int {
 // hitsOf asks again for a sample of what fill stored and counts the hits
 // (Squid's X-Cache, peerd's Cache-Status).
 func hitsOf(addr string, n, sample int, prefix string) int {
-	u := "http://" + addr
-	cl := &http.Client{Transport: &http.Transport{Proxy: func(*http.Request) (*url.URL, error) { return url.Parse(u) }}, Timeout: 10 * time.Second}
+	cl := proxyClient(addr, 10*time.Second)
+	defer cl.CloseIdleConnections()
 	hits := 0
 	for k := range sample {
 		i := 1 + k*(n/sample)
@@ -296,8 +293,7 @@ func largeObject(work, kind, peerdBin, squidBin string) LargeRow {
 		c = startUFSSquid(work, squidBin, store, h)
 	}
 	defer c.stop()
-	u := "http://" + c.addr
-	cl := &http.Client{Transport: &http.Transport{Proxy: func(*http.Request) (*url.URL, error) { return url.Parse(u) }}, Timeout: 5 * time.Minute}
+	cl := proxyClient(c.addr, 5*time.Minute)
 	t0 := time.Now()
 	resp, err := cl.Get("http://origin.bench/large")
 	row := LargeRow{Child: kind, MiB: size >> 20}
@@ -306,21 +302,9 @@ func largeObject(work, kind, peerdBin, squidBin string) LargeRow {
 		resp.Body.Close()
 	}
 	row.Seconds = time.Since(t0).Seconds()
-	row.PeakMiB = peakRSSMiB(c.pid)
+	row.PeakMiB = testbed.PeakRSSMiB(c.pid)
 	fmt.Fprintf(os.Stderr, "  %-6s 1 GiB relayed and stored in %.1f s, peak RSS %.1f MiB\n", kind, row.Seconds, row.PeakMiB)
 	return row
-}
-
-// peakRSSMiB is a process's VmHWM.
-func peakRSSMiB(pid int) float64 {
-	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	for _, l := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(l); len(f) >= 2 && f[0] == "VmHWM:" {
-			kb, _ := strconv.ParseFloat(f[1], 64)
-			return kb / 1024
-		}
-	}
-	return 0
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

@@ -259,18 +259,11 @@ func TestDiskCacheKilledMidWrite(t *testing.T) {
 
 // vmHWM is a process's peak resident memory in bytes.
 func vmHWM(t *testing.T, pid int) int64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		t.Fatal(err)
+	mib := testbed.PeakRSSMiB(pid)
+	if mib == 0 {
+		t.Fatalf("no VmHWM for pid %d", pid)
 	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(l); len(f) >= 2 && f[0] == "VmHWM:" {
-			kb, _ := strconv.ParseInt(f[1], 10, 64)
-			return kb << 10
-		}
-	}
-	t.Fatal("no VmHWM")
-	return 0
+	return int64(mib * (1 << 20))
 }
 
 // TestDiskCacheStreamsLargeObject: a 256 MiB object is relayed and stored

@@ -192,15 +192,22 @@ func (p *Peerd) Stats() Stats {
 	return st
 }
 
-// RSSMiB is a process's resident set size.
-func RSSMiB(pid int) float64 {
+// RSSMiB is a process's resident set size (0 when it cannot be read).
+func RSSMiB(pid int) float64 { return statusMiB(pid, "VmRSS:") }
+
+// PeakRSSMiB is a process's peak resident set size, VmHWM (0 when it
+// cannot be read).
+func PeakRSSMiB(pid int) float64 { return statusMiB(pid, "VmHWM:") }
+
+// statusMiB reads one kB field of /proc/PID/status, in MiB.
+func statusMiB(pid int, field string) float64 {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0
 	}
 	for _, l := range strings.Split(string(b), "\n") {
-		if strings.HasPrefix(l, "VmRSS:") {
-			kb, _ := strconv.ParseFloat(strings.Fields(l)[1], 64)
+		if f := strings.Fields(l); len(f) >= 2 && f[0] == field {
+			kb, _ := strconv.ParseFloat(f[1], 64)
 			return kb / 1024
 		}
 	}
