@@ -1,44 +1,11 @@
 package forwarding
 
-// This file holds the cache's metrics and the writing of stored bodies to
-// the client: from memory, from a file being written, or from the disk
-// tier.
+// This file holds the cache's metrics (peerd_cache_*).
 
 import (
 	"github.com/peerd/peerd/cache"
 	"github.com/prometheus/client_golang/prometheus"
 )
-
-// openBody opens a disk-only object's body for this request (once: a
-// refreshed object reads the same file); false when it is gone, and was
-// dropped: the request is a miss.
-func (l *cacheLayer) openBody(o *cache.Object) bool {
-	if !o.OnDisk() {
-		return true
-	}
-	if l.diskBody != nil && l.diskBody.Serves(o) {
-		return true
-	}
-	br, err := o.OpenBody()
-	if err != nil {
-		return false
-	}
-	if l.diskBody != nil {
-		l.diskBody.Close()
-	}
-	l.diskBody = br
-	return true
-}
-
-// bodyWriter writes a stored body to the client, counting its bytes.
-type bodyWriter struct{ l *cacheLayer }
-
-func (w bodyWriter) Write(p []byte) (int, error) {
-	if err := w.l.writeStored(p); err != nil {
-		return 0, err
-	}
-	return len(p), nil
-}
 
 // CacheCollector exports the cache's metrics (contract section 11).
 func (p *Proxy) CacheCollector() prometheus.Collector { return cacheCollector{p} }
@@ -79,47 +46,4 @@ func (c cacheCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(diskBytesDesc, prometheus.GaugeValue, float64(s.DiskBytes))
 	ch <- prometheus.MustNewConstMetric(diskObjectsDesc, prometheus.GaugeValue, float64(s.DiskObjects))
 	ch <- prometheus.MustNewConstMetric(diskErrorsDesc, prometheus.CounterValue, float64(s.DiskErrors))
-}
-
-func (l *cacheLayer) writeStored(p []byte) error {
-	tx := l.tx
-	if _, err := tx.cc.w.Write(p); err != nil {
-		tx.clientGone = true
-		return err
-	}
-	tx.bytes += int64(len(p))
-	return nil
-}
-
-// streamObject writes an object's body, following it while it is still
-// arriving for the request that fetches it; a body that broke off there
-// cuts this client off too (it was promised the whole length).
-func (l *cacheLayer) streamObject(o *cache.Object) error {
-	tx := l.tx
-	next := o.Stream
-	if o.FromDiskWriter() {
-		// A disk-only body being written: read from its file.
-		bs := o.NewBodyStream()
-		defer bs.Close()
-		next = bs.Next
-	}
-	for off := int64(0); ; {
-		p, done, failed := next(off)
-		if len(p) > 0 {
-			if err := l.writeStored(p); err != nil {
-				return err
-			}
-			off += int64(len(p))
-		}
-		if failed {
-			return errClientGone
-		}
-		if done && off >= o.Length() {
-			return nil
-		}
-		if !done && tx.cc.w.Flush() != nil {
-			tx.clientGone = true
-			return errClientGone
-		}
-	}
 }

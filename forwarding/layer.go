@@ -2,7 +2,9 @@ package forwarding
 
 // This file holds the cache as a layer in front of the forwarder: the
 // two small interfaces between them (forwarder, front), the layer's
-// per-request state, and what it does when the request ends.
+// per-request state, the writing of stored bodies to the client (from
+// memory, from a file being written, or from the disk tier), and what it
+// does when the request ends.
 
 import (
 	"time"
@@ -119,5 +121,79 @@ func (l *cacheLayer) done() {
 	if l.diskBody != nil {
 		l.diskBody.Close()
 		l.diskBody = nil
+	}
+}
+
+// openBody opens a disk-only object's body for this request (once: a
+// refreshed object reads the same file); false when it is gone, and was
+// dropped: the request is a miss.
+func (l *cacheLayer) openBody(o *cache.Object) bool {
+	if !o.OnDisk() {
+		return true
+	}
+	if l.diskBody != nil && l.diskBody.Serves(o) {
+		return true
+	}
+	br, err := o.OpenBody()
+	if err != nil {
+		return false
+	}
+	if l.diskBody != nil {
+		l.diskBody.Close()
+	}
+	l.diskBody = br
+	return true
+}
+
+// bodyWriter writes a stored body to the client, counting its bytes.
+type bodyWriter struct{ l *cacheLayer }
+
+func (w bodyWriter) Write(p []byte) (int, error) {
+	if err := w.l.writeStored(p); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+func (l *cacheLayer) writeStored(p []byte) error {
+	tx := l.tx
+	if _, err := tx.cc.w.Write(p); err != nil {
+		tx.clientGone = true
+		return err
+	}
+	tx.bytes += int64(len(p))
+	return nil
+}
+
+// streamObject writes an object's body, following it while it is still
+// arriving for the request that fetches it; a body that broke off there
+// cuts this client off too (it was promised the whole length).
+func (l *cacheLayer) streamObject(o *cache.Object) error {
+	tx := l.tx
+	next := o.Stream
+	if o.FromDiskWriter() {
+		// A disk-only body being written: read from its file.
+		bs := o.NewBodyStream()
+		defer bs.Close()
+		next = bs.Next
+	}
+	for off := int64(0); ; {
+		p, done, failed := next(off)
+		if len(p) > 0 {
+			if err := l.writeStored(p); err != nil {
+				return err
+			}
+			off += int64(len(p))
+		}
+		if failed {
+			return errClientGone
+		}
+		if done && off >= o.Length() {
+			return nil
+		}
+		if !done && tx.cc.w.Flush() != nil {
+			tx.clientGone = true
+			return errClientGone
+		}
 	}
 }
