@@ -259,11 +259,12 @@
 //     space cannot shrink on a reload; pebble's LSM was not measured: its
 //     write amplification is the price bbolt already loses on. One file
 //     per object costs an open on a cold hit; hot ones keep their file
-//     open (fdcache.go), which made a disk hit 1.25x a memory hit's CPU
-//     (bench section 6). What one file per object does cost is a miss:
-//     creating a file took 60-700 µs of CPU on this machine's ext4, so a
-//     miss stored on disk costs ~236 µs against ~30 in memory (Squid's
-//     ufs, which also makes a file per object: ~506 µs). A log-structured
+//     open (fdcache.go), which made a disk hit 1.25x (1.15-1.32, three
+//     runs of bench section 6) a memory hit's CPU. What one file per
+//     object does cost is a miss: creating a file took 60-700 µs of CPU
+//     on this machine's ext4, so a miss stored on disk costs 236 µs
+//     (220-430) against 33.9 µs (32.2-38.2) in memory (Squid's ufs, which
+//     also makes a file per object: 506 µs, 379-1,074). A log-structured
 //     segment store would not create files; it is the next step if disk
 //     misses matter more than the simplicity of this layout.
 //

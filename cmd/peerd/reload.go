@@ -12,11 +12,10 @@ import (
 	"net"
 	"strings"
 
-	"github.com/peerd/peerd/auth"
-	"github.com/peerd/peerd/cache"
-
 	"github.com/peerd/peerd/access"
 	"github.com/peerd/peerd/admin"
+	"github.com/peerd/peerd/auth"
+	"github.com/peerd/peerd/cache"
 	"github.com/peerd/peerd/forwarding"
 	"github.com/peerd/peerd/icp"
 	"github.com/sirupsen/logrus"
