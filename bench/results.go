@@ -43,6 +43,8 @@ type Throughput struct {
 	// FixedCPUusPerReq is the child's CPU per request over the fixed-rate
 	// run (0: not measured).
 	FixedCPUusPerReq float64 `json:"fixed_rate_cpu_us_per_req"`
+	// FixedSentRPS is the rate the fixed-rate run's requests were sent at.
+	FixedSentRPS float64 `json:"fixed_rate_sent_rps"`
 	// CPU of the child process over the loaded window: share of one core,
 	// and microseconds per request (0: not measured, e.g. direct).
 	CPUPct      float64 `json:"child_cpu_pct"`
@@ -104,6 +106,15 @@ func (r *Results) markdown() string {
 			fixed = fmt.Sprintf("%.1f", t.FixedCPUusPerReq)
 		}
 		fmt.Fprintf(&b, "| %s | %.0f | %s | %s | %.2f | %.2f | %d | %.2f | %.2f | %s |\n", t.Target, t.RPS, cpu, per, t.P50ms, t.P99ms, t.Errors, t.FixedP50ms, t.FixedP99ms, fixed)
+	}
+	var sent []string
+	for _, t := range r.Throughput {
+		if t.FixedSentRPS > 0 {
+			sent = append(sent, fmt.Sprintf("%s %.0f", t.Target, t.FixedSentRPS))
+		}
+	}
+	if len(sent) > 0 {
+		fmt.Fprintf(&b, "\nThe fixed-rate runs' requests were sent at (req/s): %s.\n", strings.Join(sent, "; "))
 	}
 	d, p, s, a := r.tp(targetDirect), r.tp(targetPeerd), r.tp(targetSquid), r.tp(targetATS)
 	if d != nil && p != nil {
