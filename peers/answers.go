@@ -101,15 +101,40 @@ func (a *answerStats) recordHead(d time.Duration) {
 	}
 	if a.n >= autoSamples && a.n%autoSamples == 0 {
 		k := min(a.n, len(a.heads))
-		s := make([]int64, k)
-		copy(s, a.heads[:k])
-		slices.Sort(s)
-		p95 := s[(k*95)/100]
-		if (k*95)%100 == 0 && (k*95)/100 > 0 {
-			p95 = s[(k*95)/100-1]
+		i := (k * 95) / 100 // the 95th percentile's index in sorted order
+		if (k*95)%100 == 0 && i > 0 {
+			i--
 		}
-		a.timeout = max(int64(minFirstByte), p95*autoMargin)
+		a.timeout = max(int64(minFirstByte), nthLargest(a.heads[:k], k-i)*autoMargin)
 	}
+}
+
+// nthLargest is the m-th largest of s (1: the largest), found without
+// sorting or allocating: it runs on the request path every autoSamples
+// answers, and the 95th percentile of 64 heads is the 4th largest.
+func nthLargest(s []int64, m int) int64 {
+	var top [8]int64 // the largest seen so far, largest first
+	if m > len(top) {
+		c := slices.Clone(s)
+		slices.Sort(c)
+		return c[len(c)-m]
+	}
+	n := 0
+	for _, v := range s {
+		if n == m && v <= top[m-1] {
+			continue
+		}
+		if n < m {
+			n++
+		}
+		j := n - 1 // v goes in at j or above; what is below moves down
+		for j > 0 && top[j-1] < v {
+			top[j] = top[j-1]
+			j--
+		}
+		top[j] = v
+	}
+	return top[m-1]
 }
 
 // ObserveAnswer records how a parent answered a request written to it

@@ -2,6 +2,8 @@ package peers
 
 import (
 	"errors"
+	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -134,5 +136,24 @@ func TestAutoFirstByteTimeout(t *testing.T) {
 	r2 := answersRegistry(t, 1, func(h *Config) { h.FirstByteTimeout = FirstByteTimeout{} })
 	if got, hedge := r2.FirstByte(r2.Get("a")); got != 0 || hedge {
 		t.Fatalf("first_byte_timeout = 0s: %v %v; want off", got, hedge)
+	}
+}
+
+// TestNthLargest: the automatic timeout's percentile, found without a
+// sort, is the one a sort finds, for every rank and for ties.
+func TestNthLargest(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for trial := 0; trial < 500; trial++ {
+		s := make([]int64, 1+rng.IntN(64))
+		for i := range s {
+			s[i] = rng.Int64N(20) // small range: many ties
+		}
+		sorted := slices.Clone(s)
+		slices.Sort(sorted)
+		for m := 1; m <= len(s) && m <= 12; m++ {
+			if got, want := nthLargest(s, m), sorted[len(s)-m]; got != want {
+				t.Fatalf("nthLargest(%v, %d) = %d, want %d", s, m, got, want)
+			}
+		}
 	}
 }
