@@ -180,9 +180,11 @@
 //   - The request path's sockets are read, written and peeked with
 //     RawSyscall (forwarding/rawio.go): they are non-blocking and never
 //     wait, and syscall.Read and Write would wake the runtime's sysmon
-//     out of its deep sleep after every idle spell. At 3,000 req/s that
-//     was over a third of the CPU per request: three interleaved runs of
-//     one parent, peerd and an open-loop client, each under perf stat,
+//     out of its deep sleep after every idle spell. At about 1,800 req/s
+//     (what a ticker-paced client asked for 3,000 sent; the bench paces
+//     each request to its due time since 49b2b24) that was over a third
+//     of the CPU per request: three interleaved runs of one parent, peerd
+//     and an open-loop client, each under perf stat,
 //     gave 150 µs (139-152) before and 89 µs (86-94) after, and per
 //     request 2.32 futex calls (2.32-2.33), 1.37 nanosleeps (1.36-1.38)
 //     and 5.39 context switches (5.29-5.40) became 0.30 (0.28-0.31),
