@@ -89,6 +89,19 @@ func (d *deadlines) writeIn(now time.Time, t time.Duration) {
 	}
 }
 
+// readBy makes a read that starts now end at or a little before at (to
+// at - slack): a deadline in force in that window is kept. A read that
+// ends early finds the time not yet come and waits again to at exactly;
+// one that ends at at never waits past it. For the first-byte timeout,
+// which would otherwise move the deadline (a runtime timer update) on
+// every request a parent answers in time.
+func (d *deadlines) readBy(now, at time.Time, slack time.Duration) {
+	if !d.read.After(now) || d.read.After(at) || d.read.Before(at.Add(-slack)) {
+		d.read = at
+		d.nc.SetReadDeadline(at)
+	}
+}
+
 // setRead sets an exact read deadline (zero: none; in the past: now).
 func (d *deadlines) setRead(at time.Time) {
 	d.read = at

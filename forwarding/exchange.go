@@ -98,7 +98,7 @@ func (a *attempt) exchange() {
 			a.writtenAt = now // (its head times judge the parent)
 		}
 		if late, hedgeable := tx.lateAt(a); hedgeable && late.Sub(now) < wait {
-			c.dl.setRead(late) // the wait ends when the head is late: the hedge starts then
+			c.dl.readBy(now, late, lateSlack(a, late)) // the wait ends when the head is late: the hedge starts then
 		} else {
 			c.dl.readIn(now, wait)
 		}
@@ -216,6 +216,12 @@ func (a *attempt) streamBody() error {
 	return c.w.Flush()
 }
 
+// lateSlack is how much earlier than late a's wait for its head may end
+// (see deadlines.readBy): an eighth of its first-byte timeout, so that a
+// pooled connection's deadline moves about once per eighth of that timeout
+// instead of once per request. A wait that ends early waits again.
+func lateSlack(a *attempt, late time.Time) time.Duration { return late.Sub(a.writtenAt) / 8 }
+
 // watchAfter is how long peerd waits for a response head before it also
 // watches the client, so that a client that leaves frees its slot at once
 // even while a next hop thinks for minutes.
@@ -257,8 +263,9 @@ func (a *attempt) receive() {
 		if w == nil && slice > watchAfter {
 			slice = watchAfter
 		}
-		if hedgeable && now.Before(late) && late.Sub(now) <= slice {
-			c.dl.setRead(late) // exact: the hedge starts at the first-byte timeout
+		byLate := hedgeable && now.Before(late) && late.Sub(now) <= slice
+		if byLate {
+			c.dl.readBy(now, late, lateSlack(a, late)) // the hedge starts at the first-byte timeout exactly
 		} else {
 			c.dl.readIn(now, slice)
 		}
@@ -266,8 +273,8 @@ func (a *attempt) receive() {
 		if err != nil {
 			gone := w != nil && w.gone.Load()
 			if now = time.Now(); isTimeout(err) && now.Before(deadline) && !gone {
-				if hedgeable && !now.Before(late) {
-					continue // hedged at the top of the loop
+				if byLate || (hedgeable && !now.Before(late)) {
+					continue // hedged at the top of the loop, or woke early: waits again to late
 				}
 				if w == nil && tx.bodyDone {
 					w = tx.cc.watch(c.nc)

@@ -41,6 +41,28 @@ func TestLateHeadIsHedgedAndJudged(t *testing.T) {
 	})
 }
 
+// TestLateHeadOnReusedConnectionIsHedgedOnTime: a pooled connection
+// keeps the deadline of its last request when it is close enough to the
+// next one's first-byte timeout (deadlines.readBy), so the wait may end a
+// little early; the hedge still starts at the timeout exactly.
+func TestLateHeadOnReusedConnectionIsHedgedOnTime(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := grayRig(t)
+		if rec, took := r.get(t, "GET"); rec.body != "from "+addrA || took != 0 {
+			t.Fatalf("%q after %v; want a at once", rec.body, took)
+		}
+		time.Sleep(10 * time.Millisecond) // within an eighth of the 300ms timeout
+		r.net.answerDelay[addrA] = time.Hour
+		rec, took := r.get(t, "GET")
+		if rec.body != "from "+addrB || took != 300*time.Millisecond {
+			t.Fatalf("%q after %v; want b's answer after the 300ms first-byte timeout", rec.body, took)
+		}
+		if got := r.net.get(r.net.dials, addrA); got != 1 {
+			t.Fatalf("%d connects to a; want 1 (the second request on the pooled connection)", got)
+		}
+	})
+}
+
 func TestLateWithoutFasterHedgeIsNoFailure(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := grayRig(t)
