@@ -102,6 +102,17 @@ func (d *deadlines) readBy(now, at time.Time, slack time.Duration) {
 	}
 }
 
+// clearPassed drops the read and write deadlines if they passed by now.
+func (d *deadlines) clearPassed(now time.Time) {
+	if !d.read.IsZero() && !d.read.After(now) {
+		d.setRead(time.Time{})
+	}
+	if !d.write.IsZero() && !d.write.After(now) {
+		d.write = time.Time{}
+		d.nc.SetWriteDeadline(time.Time{})
+	}
+}
+
 // setRead sets an exact read deadline (zero: none; in the past: now).
 func (d *deadlines) setRead(at time.Time) {
 	d.read = at

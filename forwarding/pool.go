@@ -61,14 +61,22 @@ const (
 // the peer is done with it; bytes mean the next hop answered something
 // nobody asked (Go's Transport calls it an "unsolicited response on idle
 // channel"), and those bytes must never answer the next request. A
-// non-blocking MSG_PEEK; nothing is consumed.
-func (c *upConn) peek() idleState {
+// non-blocking MSG_PEEK; nothing is consumed. now is about the time of
+// the look.
+func (c *upConn) peek(now time.Time) idleState {
 	if c.r.Buffered() > 0 {
 		return idleExtra
 	}
 	if c.rio.raw == nil {
 		return idleOK
 	}
+	// The last exchange's deadlines stay in force while the connection
+	// sits idle (moving them on every request costs a timer update each).
+	// One that passed meanwhile says nothing of the connection, but would
+	// fail this look, or the next short write, at once: a connection idle
+	// for longer than its last first-byte timeout (about a second) was
+	// closed as broken instead of reused within pconn_timeout.
+	c.dl.clearPassed(now)
 	if rerr := c.rio.raw.Read(c.peekFn); rerr != nil {
 		return idleClosed
 	}
@@ -83,7 +91,7 @@ func (c *upConn) peek() idleState {
 }
 
 // closedByPeer reports whether an idle connection is no use any more.
-func (c *upConn) closedByPeer() bool { return c.peek() != idleOK }
+func (c *upConn) closedByPeer(now time.Time) bool { return c.peek(now) != idleOK }
 
 // pool is the idle list of one next hop. The newest connection is reused
 // first, so a steady load keeps few connections warm and the rest expire.
@@ -113,7 +121,7 @@ func (pl *pool) get(now time.Time, maxIdle time.Duration) (c *upConn, extra int)
 		pl.idle = pl.idle[:n-1]
 		pl.mu.Unlock()
 		if now.Sub(c.idleAt) < maxIdle {
-			switch c.peek() {
+			switch c.peek(now) {
 			case idleOK:
 				return c, extra
 			case idleExtra:
@@ -152,7 +160,7 @@ func (pl *pool) expire(now time.Time, maxIdle time.Duration, drop bool) int {
 	pl.gone = pl.gone || drop
 	keep := pl.idle[:0]
 	for _, c := range pl.idle {
-		if !pl.gone && maxIdle > 0 && now.Sub(c.idleAt) < maxIdle && !c.closedByPeer() {
+		if !pl.gone && maxIdle > 0 && now.Sub(c.idleAt) < maxIdle && !c.closedByPeer(now) {
 			keep = append(keep, c)
 		} else {
 			c.close()

@@ -1,6 +1,7 @@
 package forwarding
 
 import (
+	"io"
 	"net"
 	"testing"
 	"time"
@@ -44,7 +45,7 @@ func TestPoolReapsConnectionsThePeerClosed(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	if got, _ := pl.get(time.Now(), time.Minute); got == nil || got.closedByPeer() {
+	if got, _ := pl.get(time.Now(), time.Minute); got == nil || got.closedByPeer(time.Now()) {
 		t.Fatal("the healthy connection did not stay")
 	}
 }
@@ -106,9 +107,9 @@ func TestPeekStates(t *testing.T) {
 	poll := func(c *upConn, want idleState) {
 		t.Helper()
 		deadline := time.Now().Add(5 * time.Second)
-		for c.peek() != want {
+		for c.peek(time.Now()) != want {
 			if time.Now().After(deadline) {
-				t.Fatalf("peek = %d; want %d", c.peek(), want)
+				t.Fatalf("peek = %d; want %d", c.peek(time.Now()), want)
 			}
 			time.Sleep(5 * time.Millisecond)
 		}
@@ -116,7 +117,7 @@ func TestPeekStates(t *testing.T) {
 	quiet, s1 := dial()
 	defer s1.Close()
 	defer quiet.close()
-	if got := quiet.peek(); got != idleOK {
+	if got := quiet.peek(time.Now()); got != idleOK {
 		t.Fatalf("a quiet connection: peek = %d; want idleOK", got)
 	}
 	extra, s2 := dial()
@@ -133,4 +134,53 @@ func TestPeekStates(t *testing.T) {
 	defer closed.close()
 	s3.Close()
 	poll(closed, idleClosed)
+}
+
+// TestPoolReusesConnectionPastItsLastDeadline: the deadlines of a
+// connection's last exchange stay in force while it sits idle. Once they
+// have passed, the connection is still reused within pconn_timeout and
+// kept by the reaper, and a short write on it works: a connection idle
+// past its last first-byte timeout used to be closed as broken.
+func TestPoolReusesConnectionPastItsLastDeadline(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	nc, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	pl := &pool{}
+	c := newUpConn(nc, pl)
+	defer c.close()
+	pass := func() {
+		past := time.Now().Add(-time.Millisecond)
+		c.dl.setRead(past)
+		c.dl.write = past
+		c.nc.SetWriteDeadline(past)
+	}
+	pass()
+	pl.put(c, time.Now())
+	if n := pl.expire(time.Now(), time.Minute, false); n != 1 {
+		t.Fatalf("the reaper kept %d connections; want the idle one", n)
+	}
+	pass()
+	got, _ := pl.get(time.Now(), time.Minute)
+	if got != c {
+		t.Fatal("the idle connection was not reused after its last deadlines passed")
+	}
+	if _, err := got.nc.Write([]byte("ping")); err != nil {
+		t.Fatalf("a short write on the reused connection: %v", err)
+	}
+	s.SetReadDeadline(time.Now().Add(5 * time.Second))
+	buf := make([]byte, 4)
+	if _, err := io.ReadFull(s, buf); err != nil || string(buf) != "ping" {
+		t.Fatalf("the parent read %q, %v; want ping", buf, err)
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -198,6 +199,32 @@ func TestIdleClosingParent(t *testing.T) {
 			}
 		}
 		time.Sleep(1100 * time.Millisecond)
+	}
+}
+
+// TestIdleConnectionReusedWithinPconnTimeout: a keep-alive connection to
+// a parent that sat idle past its last request's first-byte timeout (the
+// automatic one is 1 s before any answer times are known) is still reused
+// within pconn_timeout. It used to be closed as broken: the expired
+// deadline failed the look at it.
+func TestIdleConnectionReusedWithinPconnTimeout(t *testing.T) {
+	a := newFakeParent(t, "a")
+	p := startPeerd(t, baseConfig+peerBlock("", a))
+	c := p.client()
+	for i, idle := range []time.Duration{0, 1500 * time.Millisecond} {
+		time.Sleep(idle) // the idle spell under test, not a wait for something to happen
+		if r := do(c, "GET", fmt.Sprintf("http://origin.test/idle%d", i), ""); r.String() != "200 from a" {
+			t.Fatalf("GET %d: %s", i, r)
+		}
+	}
+	var carried []int
+	for _, r := range a.records() {
+		if slices.Contains(r.Methods, "GET") {
+			carried = append(carried, r.Requests)
+		}
+	}
+	if len(carried) != 1 || carried[0] != 2 {
+		t.Fatalf("GETs per parent connection %v; want both GETs on one connection", carried)
 	}
 }
 
