@@ -4,6 +4,7 @@ package forwarding
 
 import (
 	"bufio"
+	"crypto/tls"
 	"net"
 	"sync"
 	"syscall"
@@ -27,8 +28,14 @@ type upConn struct {
 
 	rio rawIO
 
+	// tc is the TLS layer of a connection that speaks TLS (to a peer with
+	// tls, or an https origin); nil in the clear.
+	tc *tls.Conn
+
 	// The non-blocking peek of an idle connection, made once per
-	// connection so that a reuse allocates nothing.
+	// connection so that a reuse allocates nothing. peekRaw is the socket
+	// (under the TLS layer, if any); nil when there is none.
+	peekRaw syscall.RawConn
 	peekFn  func(fd uintptr) bool
 	peekN   int
 	peekErr error
@@ -39,6 +46,13 @@ func newUpConn(nc net.Conn, pl *pool) *upConn {
 	c := &upConn{nc: nc, r: h1.NewReader(nc, 4<<10), w: bufio.NewWriterSize(nc, 4<<10), pool: pl, dl: deadlines{nc: nc}}
 	c.rio = newRawIO(nc, c.r, nil)
 	c.rio.init()
+	c.peekRaw = c.rio.raw
+	if tc, ok := nc.(*tls.Conn); ok {
+		c.tc = tc
+		if sc, ok := tc.NetConn().(syscall.Conn); ok {
+			c.peekRaw, _ = sc.SyscallConn()
+		}
+	}
 	c.peekFn = func(fd uintptr) bool {
 		c.peekN, c.peekErr = rawPeek(fd, c.peekBuf[:])
 		return true
@@ -63,11 +77,21 @@ const (
 // channel"), and those bytes must never answer the next request. A
 // non-blocking MSG_PEEK; nothing is consumed. now is about the time of
 // the look.
-func (c *upConn) peek(now time.Time) idleState {
+func (c *upConn) peek(now time.Time) idleState { return c.look(now, true) }
+
+// closedByPeer reports whether an idle connection is no use any more. It
+// never waits (the reaper looks under the pool's lock): bytes on an idle
+// TLS connection close it unclassified.
+func (c *upConn) closedByPeer(now time.Time) bool { return c.look(now, false) != idleOK }
+
+// look is peek; classify lets it read for up to tlsLookWait what arrived
+// on an idle TLS connection, to tell an answer nobody asked for (counted)
+// from a close_notify.
+func (c *upConn) look(now time.Time, classify bool) idleState {
 	if c.r.Buffered() > 0 {
 		return idleExtra
 	}
-	if c.rio.raw == nil {
+	if c.peekRaw == nil {
 		return idleOK
 	}
 	// The last exchange's deadlines stay in force while the connection
@@ -77,11 +101,29 @@ func (c *upConn) peek(now time.Time) idleState {
 	// for longer than its last first-byte timeout (about a second) was
 	// closed as broken instead of reused within pconn_timeout.
 	c.dl.clearPassed(now)
-	if rerr := c.rio.raw.Read(c.peekFn); rerr != nil {
+	if c.tc != nil {
+		// What the TLS layer holds already (decrypted, or received
+		// past the answer's last record) is invisible to the socket.
+		if st := c.tlsRead(time.Unix(1, 0)); st != idleOK {
+			return st
+		}
+	}
+	if rerr := c.peekRaw.Read(c.peekFn); rerr != nil {
 		return idleClosed
 	}
 	n, err := c.peekN, c.peekErr
 	switch {
+	case n > 0 && c.tc != nil:
+		// A TLS record: an answer nobody asked for, a close_notify, or
+		// a late handshake message. Only an answer is counted; either
+		// way the connection is not reused (a record cut short could
+		// not be told from a message that is done).
+		if classify {
+			if st := c.tlsRead(time.Now().Add(tlsLookWait)); st == idleExtra {
+				return idleExtra
+			}
+		}
+		return idleClosed
 	case n > 0:
 		return idleExtra
 	case n < 0 && (err == syscall.EAGAIN || err == syscall.EWOULDBLOCK):
@@ -90,8 +132,25 @@ func (c *upConn) peek(now time.Time) idleState {
 	return idleClosed // EOF (n == 0) or an error
 }
 
-// closedByPeer reports whether an idle connection is no use any more.
-func (c *upConn) closedByPeer(now time.Time) bool { return c.peek(now) != idleOK }
+// tlsLookWait bounds the read of a record found on an idle TLS connection.
+const tlsLookWait = time.Millisecond
+
+// tlsRead reads one byte through the TLS layer until deadline (in the
+// past: only what the layer holds, without touching the socket): idleOK
+// when nothing came, idleExtra for an answer's byte, idleClosed for an end
+// or an error. The read deadline is none afterwards.
+func (c *upConn) tlsRead(deadline time.Time) idleState {
+	c.dl.setRead(deadline)
+	n, err := c.tc.Read(c.peekBuf[:])
+	c.dl.setRead(time.Time{})
+	switch {
+	case n > 0:
+		return idleExtra
+	case isTimeout(err):
+		return idleOK
+	}
+	return idleClosed
+}
 
 // pool is the idle list of one next hop. The newest connection is reused
 // first, so a steady load keeps few connections warm and the rest expire.

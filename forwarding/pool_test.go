@@ -1,7 +1,13 @@
 package forwarding
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
 	"io"
+	"math/big"
 	"net"
 	"testing"
 	"time"
@@ -182,5 +188,114 @@ func TestPoolReusesConnectionPastItsLastDeadline(t *testing.T) {
 	buf := make([]byte, 4)
 	if _, err := io.ReadFull(s, buf); err != nil || string(buf) != "ping" {
 		t.Fatalf("the parent read %q, %v; want ping", buf, err)
+	}
+}
+
+// tlsPair is a TLS connection pair over loopback TCP: the client side as
+// an upConn (verifying a throwaway self-signed certificate) and the server
+// side.
+func tlsPair(t *testing.T) (*upConn, *tls.Conn) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, KeyUsage: x509.KeyUsageDigitalSignature}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AddCert(leaf)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	nc, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := tls.Server(sc, &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}})
+	cli := tls.Client(nc, &tls.Config{RootCAs: roots, ServerName: "127.0.0.1"})
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Handshake() }()
+	if err := cli.Handshake(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	c := newUpConn(cli, &pool{})
+	t.Cleanup(func() { c.close(); srv.Close() })
+	return c, srv
+}
+
+// TestPeekStatesTLS: the look at an idle TLS connection sees through the
+// TLS layer. A quiet connection stays usable; an answer nobody asked for
+// is found whether it waits on the socket or already inside the TLS layer
+// (it came in the record of the last answer); a close_notify ends it.
+func TestPeekStatesTLS(t *testing.T) {
+	// Quiet: reusable, and an exchange after the look works.
+	quiet, s := tlsPair(t)
+	if got := quiet.peek(time.Now()); got != idleOK {
+		t.Fatalf("a quiet TLS connection: peek = %d; want idleOK", got)
+	}
+	go func() {
+		buf := make([]byte, 4)
+		if _, err := io.ReadFull(s, buf); err == nil {
+			s.Write([]byte("pong"))
+		}
+	}()
+	quiet.nc.SetDeadline(time.Now().Add(5 * time.Second))
+	buf := make([]byte, 4)
+	if _, err := quiet.nc.Write([]byte("ping")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(quiet.nc, buf); err != nil || string(buf) != "pong" {
+		t.Fatalf("after the look the connection read %q, %v", buf, err)
+	}
+
+	// Unsolicited bytes that arrive on the socket later.
+	late, s2 := tlsPair(t)
+	s2.Write([]byte("HTTP/1.1 200 OK\r\n"))
+	deadline := time.Now().Add(5 * time.Second)
+	for late.peek(time.Now()) != idleExtra {
+		if time.Now().After(deadline) {
+			t.Fatal("an answer nobody asked for on an idle TLS connection was not seen")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+
+	// Unsolicited bytes in the record of the last answer: the answer was
+	// read, its extra bytes wait inside the TLS layer.
+	inside, s3 := tlsPair(t)
+	s3.Write([]byte("answerEXTRA"))
+	inside.nc.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.ReadFull(inside.nc, make([]byte, len("answer"))); err != nil {
+		t.Fatal(err)
+	}
+	if got := inside.peek(time.Now()); got != idleExtra {
+		t.Fatalf("bytes held inside the TLS layer: peek = %d; want idleExtra", got)
+	}
+
+	// close_notify: the peer is done.
+	closed, s4 := tlsPair(t)
+	s4.Close()
+	deadline = time.Now().Add(5 * time.Second)
+	for closed.peek(time.Now()) != idleClosed {
+		if time.Now().After(deadline) {
+			t.Fatal("a TLS connection the peer closed was not seen closed")
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }

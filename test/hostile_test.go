@@ -7,6 +7,7 @@ package e2e
 
 import (
 	"bufio"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
@@ -17,6 +18,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/peerd/peerd/internal/testbed"
 )
 
 // rawParent is a parent proxy on loopback whose answers are raw bytes: a
@@ -568,5 +571,108 @@ func TestPlanShowsDenials(t *testing.T) {
 		if (want == "") != (len(got.Hops) > 0) {
 			t.Fatalf("%s: hops %+v with denial %q", q, got.Hops, got.Denied)
 		}
+	}
+}
+
+// lateParent answers every request with "real:PATH"; after its answer to
+// /extra it waits for release and then sends a second, cacheable answer
+// nobody asked for (written is closed once it was sent): bytes that reach
+// an idle pooled connection well after the answer, not in the same read.
+type lateParent struct {
+	name             string
+	ln               net.Listener
+	release, written chan struct{}
+}
+
+func newLateParent(t *testing.T, name string, cfg *tls.Config) *lateParent {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	lp := &lateParent{name: name, ln: ln, release: make(chan struct{}), written: make(chan struct{})}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			if cfg != nil {
+				c = tls.Server(c, cfg)
+			}
+			go func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				for {
+					req, err := http.ReadRequest(br)
+					if err != nil {
+						return
+					}
+					if _, err := io.WriteString(c, okAnswer("Cache-Control: no-store\r\n", "real:"+req.URL.Path)); err != nil {
+						return
+					}
+					if req.URL.Path == "/extra" {
+						<-lp.release
+						io.WriteString(c, okAnswer("Cache-Control: max-age=3600\r\n", "POISON"))
+						close(lp.written)
+					}
+				}
+			}()
+		}
+	}()
+	return lp
+}
+
+func (lp *lateParent) peerName() string { return lp.name }
+func (lp *lateParent) port() string {
+	_, p, _ := net.SplitHostPort(lp.ln.Addr().String())
+	return p
+}
+
+// TestLateExtraBytesNeverAnswer: an answer a parent sends on an idle
+// keep-alive connection, long after the answer before it, never answers
+// the next request, over TLS to the parent as well as in the clear: the
+// connection is closed and counted (the look at an idle TLS connection
+// used to see nothing, and took its bytes for the next answer).
+func TestLateExtraBytesNeverAnswer(t *testing.T) {
+	caPath, certPath, keyPath, err := testbed.WriteCA(t.TempDir(), "localhost")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := tls.LoadX509KeyPair(certPath, keyPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		tls  *tls.Config
+		keys string
+	}{
+		{"clear", nil, ""},
+		{"tls", &tls.Config{Certificates: []tls.Certificate{cert}}, fmt.Sprintf("tls = true\ntls_ca = %q\n", caPath)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			par := newLateParent(t, "a", tc.tls)
+			p := startPeerd(t, baseConfig+peerBlock(tc.keys, par))
+			c := p.client()
+			if _, b := get(t, c, "http://o.test/extra"); b != "real:/extra" {
+				t.Fatalf("/extra answered %q", b)
+			}
+			close(par.release)
+			select {
+			case <-par.written:
+			case <-time.After(5 * time.Second):
+				t.Fatal("the parent did not send its extra answer")
+			}
+			for _, path := range []string{"/u1", "/u2"} {
+				if _, b := get(t, c, "http://o.test"+path); b != "real:"+path {
+					t.Fatalf("GET %s answered %q; the parent's late extra answer answered it", path, b)
+				}
+			}
+			waitFor(t, "the extra bytes counted", 5*time.Second, func() bool {
+				return strings.Contains(p.adminMetrics(), `peerd_unsolicited_responses_total{hop="a"}`)
+			})
+		})
 	}
 }
