@@ -159,7 +159,7 @@ func (d *Dialer) handshake(ctx context.Context, p *peers.Peer, conn net.Conn) (n
 		conn.Close()
 		return nil, fmt.Errorf("tls: no TLS configuration for peer %s", p.Name())
 	}
-	tc := tls.Client(conn, cfg)
+	tc := TLSClient(conn, cfg)
 	if err := tc.HandshakeContext(ctx); err != nil {
 		conn.Close()
 		if ctx.Err() != nil {

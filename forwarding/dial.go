@@ -103,7 +103,7 @@ func (p *Proxy) dialOrigin(o origin) (net.Conn, error) {
 	if err != nil || !o.tls {
 		return conn, err
 	}
-	tc := tls.Client(conn, &tls.Config{ServerName: o.host})
+	tc := dialer.TLSClient(conn, &tls.Config{ServerName: o.host})
 	if err := tc.HandshakeContext(ctx); err != nil {
 		conn.Close()
 		return nil, err

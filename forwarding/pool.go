@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/peerd/peerd/dialer"
 	"github.com/peerd/peerd/internal/h1"
 	"github.com/peerd/peerd/peers"
 )
@@ -29,8 +30,10 @@ type upConn struct {
 	rio rawIO
 
 	// tc is the TLS layer of a connection that speaks TLS (to a peer with
-	// tls, or an https origin); nil in the clear.
-	tc *tls.Conn
+	// tls, or an https origin); nil in the clear. sock is the TCP
+	// connection under it, when it is a dialer.Socket.
+	tc   *tls.Conn
+	sock *dialer.Socket
 
 	// The non-blocking peek of an idle connection, made once per
 	// connection so that a reuse allocates nothing. peekRaw is the socket
@@ -49,6 +52,7 @@ func newUpConn(nc net.Conn, pl *pool) *upConn {
 	c.peekRaw = c.rio.raw
 	if tc, ok := nc.(*tls.Conn); ok {
 		c.tc = tc
+		c.sock, _ = tc.NetConn().(*dialer.Socket)
 		if sc, ok := tc.NetConn().(syscall.Conn); ok {
 			c.peekRaw, _ = sc.SyscallConn()
 		}
@@ -104,7 +108,7 @@ func (c *upConn) look(now time.Time, classify bool) idleState {
 	if c.tc != nil {
 		// What the TLS layer holds already (decrypted, or received
 		// past the answer's last record) is invisible to the socket.
-		if st := c.tlsRead(time.Unix(1, 0)); st != idleOK {
+		if st := c.tlsHeld(); st != idleOK {
 			return st
 		}
 	}
@@ -135,14 +139,33 @@ func (c *upConn) look(now time.Time, classify bool) idleState {
 // tlsLookWait bounds the read of a record found on an idle TLS connection.
 const tlsLookWait = time.Millisecond
 
+// tlsHeld reads one byte of what the TLS layer holds, without reading the
+// socket: through the dialer.Socket under it, or with a deadline in the
+// past.
+func (c *upConn) tlsHeld() idleState {
+	if c.sock == nil {
+		return c.tlsRead(time.Unix(1, 0))
+	}
+	c.sock.Holding = true
+	n, err := c.tc.Read(c.peekBuf[:])
+	c.sock.Holding = false
+	return readState(n, err)
+}
+
 // tlsRead reads one byte through the TLS layer until deadline (in the
-// past: only what the layer holds, without touching the socket): idleOK
-// when nothing came, idleExtra for an answer's byte, idleClosed for an end
-// or an error. The read deadline is none afterwards.
+// past: only what the layer holds, without touching the socket). The
+// read deadline is none afterwards.
 func (c *upConn) tlsRead(deadline time.Time) idleState {
 	c.dl.setRead(deadline)
 	n, err := c.tc.Read(c.peekBuf[:])
 	c.dl.setRead(time.Time{})
+	return readState(n, err)
+}
+
+// readState is what a one-byte read of an idle connection found: idleOK
+// when nothing came, idleExtra for an answer's byte, idleClosed for an end
+// or an error.
+func readState(n int, err error) idleState {
 	switch {
 	case n > 0:
 		return idleExtra

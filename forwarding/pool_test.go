@@ -6,11 +6,14 @@ import (
 	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
+	"fmt"
 	"io"
 	"math/big"
 	"net"
 	"testing"
 	"time"
+
+	"github.com/peerd/peerd/dialer"
 )
 
 // TestPoolReapsConnectionsThePeerClosed: an idle connection whose peer
@@ -192,9 +195,9 @@ func TestPoolReusesConnectionPastItsLastDeadline(t *testing.T) {
 }
 
 // tlsPair is a TLS connection pair over loopback TCP: the client side as
-// an upConn (verifying a throwaway self-signed certificate) and the server
-// side.
-func tlsPair(t *testing.T) (*upConn, *tls.Conn) {
+// an upConn (verifying a throwaway self-signed certificate), over a
+// dialer.Socket when socket is set, and the server side.
+func tlsPair(t *testing.T, socket bool) (*upConn, *tls.Conn) {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -226,7 +229,11 @@ func tlsPair(t *testing.T) (*upConn, *tls.Conn) {
 		t.Fatal(err)
 	}
 	srv := tls.Server(sc, &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}})
-	cli := tls.Client(nc, &tls.Config{RootCAs: roots, ServerName: "127.0.0.1"})
+	cfg := &tls.Config{RootCAs: roots, ServerName: "127.0.0.1"}
+	cli := tls.Client(nc, cfg)
+	if socket {
+		cli = dialer.TLSClient(nc, cfg)
+	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Handshake() }()
 	if err := cli.Handshake(); err != nil {
@@ -244,9 +251,16 @@ func tlsPair(t *testing.T) (*upConn, *tls.Conn) {
 // TLS layer. A quiet connection stays usable; an answer nobody asked for
 // is found whether it waits on the socket or already inside the TLS layer
 // (it came in the record of the last answer); a close_notify ends it.
+// Over a dialer.Socket (as peerd dials) and over a plain TCP connection.
 func TestPeekStatesTLS(t *testing.T) {
+	for _, socket := range []bool{true, false} {
+		t.Run(fmt.Sprintf("socket=%v", socket), func(t *testing.T) { peekStatesTLS(t, socket) })
+	}
+}
+
+func peekStatesTLS(t *testing.T, socket bool) {
 	// Quiet: reusable, and an exchange after the look works.
-	quiet, s := tlsPair(t)
+	quiet, s := tlsPair(t, socket)
 	if got := quiet.peek(time.Now()); got != idleOK {
 		t.Fatalf("a quiet TLS connection: peek = %d; want idleOK", got)
 	}
@@ -266,7 +280,7 @@ func TestPeekStatesTLS(t *testing.T) {
 	}
 
 	// Unsolicited bytes that arrive on the socket later.
-	late, s2 := tlsPair(t)
+	late, s2 := tlsPair(t, socket)
 	s2.Write([]byte("HTTP/1.1 200 OK\r\n"))
 	deadline := time.Now().Add(5 * time.Second)
 	for late.peek(time.Now()) != idleExtra {
@@ -278,7 +292,7 @@ func TestPeekStatesTLS(t *testing.T) {
 
 	// Unsolicited bytes in the record of the last answer: the answer was
 	// read, its extra bytes wait inside the TLS layer.
-	inside, s3 := tlsPair(t)
+	inside, s3 := tlsPair(t, socket)
 	s3.Write([]byte("answerEXTRA"))
 	inside.nc.SetReadDeadline(time.Now().Add(5 * time.Second))
 	if _, err := io.ReadFull(inside.nc, make([]byte, len("answer"))); err != nil {
@@ -289,7 +303,7 @@ func TestPeekStatesTLS(t *testing.T) {
 	}
 
 	// close_notify: the peer is done.
-	closed, s4 := tlsPair(t)
+	closed, s4 := tlsPair(t, socket)
 	s4.Close()
 	deadline = time.Now().Add(5 * time.Second)
 	for closed.peek(time.Now()) != idleClosed {
