@@ -96,20 +96,8 @@ func TestTaskGroup(t *testing.T) {
 // quiet connection from one the peer wrote to unasked and one it closed,
 // and consumes nothing.
 func TestPeekStates(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
 	dial := func() (*upConn, net.Conn) {
-		c, err := net.Dial("tcp", ln.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		s, err := ln.Accept()
-		if err != nil {
-			t.Fatal(err)
-		}
+		c, s := tcpPair(t)
 		return newUpConn(c, &pool{}), s
 	}
 	// poll waits (bounded) for what the peer did to arrive.
@@ -151,20 +139,7 @@ func TestPeekStates(t *testing.T) {
 // kept by the reaper, and a short write on it works: a connection idle
 // past its last first-byte timeout used to be closed as broken.
 func TestPoolReusesConnectionPastItsLastDeadline(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	nc, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := ln.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	nc, s := tcpPair(t)
 	pl := &pool{}
 	c := newUpConn(nc, pl)
 	defer c.close()
@@ -215,19 +190,7 @@ func tlsPair(t *testing.T, socket bool) (*upConn, *tls.Conn) {
 	}
 	roots := x509.NewCertPool()
 	roots.AddCert(leaf)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	nc, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	sc, err := ln.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
+	nc, sc := tcpPair(t)
 	srv := tls.Server(sc, &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}})
 	cfg := &tls.Config{RootCAs: roots, ServerName: "127.0.0.1"}
 	cli := tls.Client(nc, cfg)
@@ -312,4 +275,23 @@ func peekStatesTLS(t *testing.T, socket bool) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// tcpPair is a connected pair of loopback TCP connections, closed when
+// the test ends.
+func tcpPair(t *testing.T) (client, server net.Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	if client, err = net.Dial("tcp", ln.Addr().String()); err != nil {
+		t.Fatal(err)
+	}
+	if server, err = ln.Accept(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close(); server.Close() })
+	return client, server
 }

@@ -35,6 +35,13 @@ type rawParent struct {
 
 func newRawParent(t testing.TB, name string, answer func(r *http.Request) string) *rawParent {
 	t.Helper()
+	return newRawParentWith(t, name, nil, func(r *http.Request, _ io.Writer) string { return answer(r) })
+}
+
+// newRawParentWith is newRawParent speaking TLS with cfg (nil: in the
+// clear), whose script may also write to the connection itself.
+func newRawParentWith(t testing.TB, name string, cfg *tls.Config, answer func(r *http.Request, w io.Writer) string) *rawParent {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -48,6 +55,9 @@ func newRawParent(t testing.TB, name string, answer func(r *http.Request) string
 				return
 			}
 			rp.conn.Add(1)
+			if cfg != nil {
+				c = tls.Server(c, cfg)
+			}
 			go func() {
 				defer c.Close()
 				br := bufio.NewReader(c)
@@ -60,7 +70,7 @@ func newRawParent(t testing.TB, name string, answer func(r *http.Request) string
 					rp.mu.Lock()
 					rp.urls = append(rp.urls, req.Method+" "+req.URL.String())
 					rp.mu.Unlock()
-					out := answer(req)
+					out := answer(req, c)
 					if out == "" {
 						return
 					}
@@ -574,62 +584,6 @@ func TestPlanShowsDenials(t *testing.T) {
 	}
 }
 
-// lateParent answers every request with "real:PATH"; after its answer to
-// /extra it waits for release and then sends a second, cacheable answer
-// nobody asked for (written is closed once it was sent): bytes that reach
-// an idle pooled connection well after the answer, not in the same read.
-type lateParent struct {
-	name             string
-	ln               net.Listener
-	release, written chan struct{}
-}
-
-func newLateParent(t *testing.T, name string, cfg *tls.Config) *lateParent {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	lp := &lateParent{name: name, ln: ln, release: make(chan struct{}), written: make(chan struct{})}
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			if cfg != nil {
-				c = tls.Server(c, cfg)
-			}
-			go func() {
-				defer c.Close()
-				br := bufio.NewReader(c)
-				for {
-					req, err := http.ReadRequest(br)
-					if err != nil {
-						return
-					}
-					if _, err := io.WriteString(c, okAnswer("Cache-Control: no-store\r\n", "real:"+req.URL.Path)); err != nil {
-						return
-					}
-					if req.URL.Path == "/extra" {
-						<-lp.release
-						io.WriteString(c, okAnswer("Cache-Control: max-age=3600\r\n", "POISON"))
-						close(lp.written)
-					}
-				}
-			}()
-		}
-	}()
-	return lp
-}
-
-func (lp *lateParent) peerName() string { return lp.name }
-func (lp *lateParent) port() string {
-	_, p, _ := net.SplitHostPort(lp.ln.Addr().String())
-	return p
-}
-
 // TestLateExtraBytesNeverAnswer: an answer a parent sends on an idle
 // keep-alive connection, long after the answer before it, never answers
 // the next request, over TLS to the parent as well as in the clear: the
@@ -653,15 +607,29 @@ func TestLateExtraBytesNeverAnswer(t *testing.T) {
 		{"tls", &tls.Config{Certificates: []tls.Certificate{cert}}, fmt.Sprintf("tls = true\ntls_ca = %q\n", caPath)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			par := newLateParent(t, "a", tc.tls)
+			// The answer to /extra is followed, on release, by a second,
+			// cacheable one nobody asked for: bytes that reach an idle
+			// pooled connection well after the answer, not in its read.
+			release, written := make(chan struct{}), make(chan struct{})
+			par := newRawParentWith(t, "a", tc.tls, func(r *http.Request, w io.Writer) string {
+				answer := okAnswer("Cache-Control: no-store\r\n", "real:"+r.URL.Path)
+				if r.URL.Path != "/extra" {
+					return answer
+				}
+				io.WriteString(w, answer)
+				<-release
+				io.WriteString(w, okAnswer("Cache-Control: max-age=3600\r\n", "POISON"))
+				close(written)
+				return "" // the connection ends here
+			})
 			p := startPeerd(t, baseConfig+peerBlock(tc.keys, par))
 			c := p.client()
 			if _, b := get(t, c, "http://o.test/extra"); b != "real:/extra" {
 				t.Fatalf("/extra answered %q", b)
 			}
-			close(par.release)
+			close(release)
 			select {
-			case <-par.written:
+			case <-written:
 			case <-time.After(5 * time.Second):
 				t.Fatal("the parent did not send its extra answer")
 			}
