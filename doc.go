@@ -189,6 +189,14 @@
 //     request 2.32 futex calls (2.32-2.33), 1.37 nanosleeps (1.36-1.38)
 //     and 5.39 context switches (5.29-5.40) became 0.30 (0.28-0.31),
 //     0.04 (0.03-0.04) and 2.45 (2.45-2.48).
+//   - An idle pooled connection is looked at before it is reused
+//     (upConn.look, forwarding/pool.go): bytes a next hop sent unasked
+//     close it, never answer the next request. Over TLS the look first
+//     reads what the TLS layer holds through dialer.Socket (the TCP
+//     connection under every TLS client connection peerd makes, whose
+//     reads fail at once while Holding), then peeks the socket under it.
+//     Deadlines left from the last request that passed while it sat idle
+//     are dropped first, so it is reused within pconn_timeout.
 //   - A connect that timed out stays a timeout error (dialer.TimeoutError)
 //     from the dialer to failures_by_class, Proxy-Status and the access
 //     log, which ends error lines with the RFC 9209 type.
