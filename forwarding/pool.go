@@ -78,9 +78,9 @@ const (
 // peek looks at an idle connection without reading: EOF or an error means
 // the peer is done with it; bytes mean the next hop answered something
 // nobody asked (Go's Transport calls it an "unsolicited response on idle
-// channel"), and those bytes must never answer the next request. A
-// non-blocking MSG_PEEK; nothing is consumed. now is about the time of
-// the look.
+// channel"), and those bytes must never answer the next request. In the
+// clear it is a non-blocking MSG_PEEK and consumes nothing; over TLS see
+// look. now is about the time of the look.
 func (c *upConn) peek(now time.Time) idleState { return c.look(now, true) }
 
 // closedByPeer reports whether an idle connection is no use any more. It
