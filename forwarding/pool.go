@@ -80,18 +80,18 @@ const (
 // nobody asked (Go's Transport calls it an "unsolicited response on idle
 // channel"), and those bytes must never answer the next request. In the
 // clear it is a non-blocking MSG_PEEK and consumes nothing; over TLS see
-// look. now is about the time of the look.
-func (c *upConn) peek(now time.Time) idleState { return c.look(now, true) }
+// look.
+func (c *upConn) peek() idleState { return c.look(true) }
 
 // closedByPeer reports whether an idle connection is no use any more. It
 // never waits (the reaper looks under the pool's lock): bytes on an idle
 // TLS connection close it unclassified.
-func (c *upConn) closedByPeer(now time.Time) bool { return c.look(now, false) != idleOK }
+func (c *upConn) closedByPeer() bool { return c.look(false) != idleOK }
 
 // look is peek; classify lets it read for up to tlsLookWait what arrived
 // on an idle TLS connection, to tell an answer nobody asked for (counted)
 // from a close_notify.
-func (c *upConn) look(now time.Time, classify bool) idleState {
+func (c *upConn) look(classify bool) idleState {
 	if c.r.Buffered() > 0 {
 		return idleExtra
 	}
@@ -103,8 +103,10 @@ func (c *upConn) look(now time.Time, classify bool) idleState {
 	// One that passed meanwhile says nothing of the connection, but would
 	// fail this look, or the next short write, at once: a connection idle
 	// for longer than its last first-byte timeout (about a second) was
-	// closed as broken instead of reused within pconn_timeout.
-	c.dl.clearPassed(now)
+	// closed as broken instead of reused within pconn_timeout. The time
+	// is read here: the janitor's tick, or the request's start, can be
+	// older than a deadline that has passed by now.
+	c.dl.clearPassed(time.Now())
 	if c.tc != nil {
 		// What the TLS layer holds already (decrypted, or received
 		// past the answer's last record) is invisible to the socket.
@@ -112,7 +114,13 @@ func (c *upConn) look(now time.Time, classify bool) idleState {
 			return st
 		}
 	}
-	if rerr := c.peekRaw.Read(c.peekFn); rerr != nil {
+	rerr := c.peekRaw.Read(c.peekFn)
+	if isTimeout(rerr) {
+		// The read deadline passed just now: it is not the peer's doing.
+		c.dl.setRead(time.Time{})
+		rerr = c.peekRaw.Read(c.peekFn)
+	}
+	if rerr != nil {
 		return idleClosed
 	}
 	n, err := c.peekN, c.peekErr
@@ -203,7 +211,7 @@ func (pl *pool) get(now time.Time, maxIdle time.Duration) (c *upConn, extra int)
 		pl.idle = pl.idle[:n-1]
 		pl.mu.Unlock()
 		if now.Sub(c.idleAt) < maxIdle {
-			switch c.peek(now) {
+			switch c.peek() {
 			case idleOK:
 				return c, extra
 			case idleExtra:
@@ -242,7 +250,7 @@ func (pl *pool) expire(now time.Time, maxIdle time.Duration, drop bool) int {
 	pl.gone = pl.gone || drop
 	keep := pl.idle[:0]
 	for _, c := range pl.idle {
-		if !pl.gone && maxIdle > 0 && now.Sub(c.idleAt) < maxIdle && !c.closedByPeer(now) {
+		if !pl.gone && maxIdle > 0 && now.Sub(c.idleAt) < maxIdle && !c.closedByPeer() {
 			keep = append(keep, c)
 		} else {
 			c.close()
