@@ -145,7 +145,10 @@ func (c *upConn) look(classify bool) idleState {
 }
 
 // tlsLookWait bounds the read of a record found on an idle TLS connection.
-const tlsLookWait = time.Millisecond
+// A whole record is read at once; the wait is spent only on one cut short
+// or on a late handshake message, and it leaves room for a loaded machine
+// to get from setting the deadline to the read.
+const tlsLookWait = 20 * time.Millisecond
 
 // tlsHeld reads one byte of what the TLS layer holds, without reading the
 // socket: through the dialer.Socket under it, or with a deadline in the
