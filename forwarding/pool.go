@@ -39,7 +39,7 @@ type upConn struct {
 	// connection so that a reuse allocates nothing. peekRaw is the socket
 	// (under the TLS layer, if any); nil when there is none.
 	peekRaw syscall.RawConn
-	peekFn  func(fd uintptr) bool
+	peekFn  func(fd uintptr)
 	peekN   int
 	peekErr error
 	peekBuf [1]byte
@@ -57,10 +57,7 @@ func newUpConn(nc net.Conn, pl *pool) *upConn {
 			c.peekRaw, _ = sc.SyscallConn()
 		}
 	}
-	c.peekFn = func(fd uintptr) bool {
-		c.peekN, c.peekErr = rawPeek(fd, c.peekBuf[:])
-		return true
-	}
+	c.peekFn = func(fd uintptr) { c.peekN, c.peekErr = rawPeek(fd, c.peekBuf[:]) }
 	return c
 }
 
@@ -98,15 +95,6 @@ func (c *upConn) look(classify bool) idleState {
 	if c.peekRaw == nil {
 		return idleOK
 	}
-	// The last exchange's deadlines stay in force while the connection
-	// sits idle (moving them on every request costs a timer update each).
-	// One that passed meanwhile says nothing of the connection, but would
-	// fail this look, or the next short write, at once: a connection idle
-	// for longer than its last first-byte timeout (about a second) was
-	// closed as broken instead of reused within pconn_timeout. The time
-	// is read here: the janitor's tick, or the request's start, can be
-	// older than a deadline that has passed by now.
-	c.dl.clearPassed(time.Now())
 	if c.tc != nil {
 		// What the TLS layer holds already (decrypted, or received
 		// past the answer's last record) is invisible to the socket.
@@ -114,13 +102,12 @@ func (c *upConn) look(classify bool) idleState {
 			return st
 		}
 	}
-	rerr := c.peekRaw.Read(c.peekFn)
-	if isTimeout(rerr) {
-		// The read deadline passed just now: it is not the peer's doing.
-		c.dl.setRead(time.Time{})
-		rerr = c.peekRaw.Read(c.peekFn)
-	}
-	if rerr != nil {
+	// Control, not Read: the peek never waits, and the last exchange's
+	// deadlines, which stay in force while the connection sits idle, must
+	// not fail it (Read checks them first). A connection idle past its
+	// last first-byte timeout (about a second) was closed as broken
+	// instead of reused within pconn_timeout.
+	if c.peekRaw.Control(c.peekFn) != nil {
 		return idleClosed
 	}
 	n, err := c.peekN, c.peekErr
@@ -216,6 +203,9 @@ func (pl *pool) get(now time.Time, maxIdle time.Duration) (c *upConn, extra int)
 		if now.Sub(c.idleAt) < maxIdle {
 			switch c.peek() {
 			case idleOK:
+				// A deadline of its last exchange that has passed
+				// would fail the next short write at once.
+				c.dl.clearPassed(now)
 				return c, extra
 			case idleExtra:
 				extra++

@@ -167,9 +167,9 @@ func TestPoolReusesConnectionPastItsLastDeadline(t *testing.T) {
 	if _, err := io.ReadFull(s, buf); err != nil || string(buf) != "ping" {
 		t.Fatalf("the parent read %q, %v; want ping", buf, err)
 	}
-	// A deadline that passes between the look's reading of the clock and
-	// its peek (the janitor's tick can be late): the look's own read
-	// fails on it, and that is not the peer's doing either.
+	// A deadline that has passed although the deadline cache says it has
+	// not (the janitor's tick, and its idea of the time, can be late): the
+	// peek does not depend on deadlines at all.
 	pl.put(c, time.Now())
 	c.nc.SetReadDeadline(time.Now().Add(-time.Millisecond))
 	c.dl.read = time.Now().Add(time.Hour) // what the look believes is in force
