@@ -1,9 +1,10 @@
 package main
 
 // This file holds the benchmark machinery: the machine description, the
-// parents, and starting each child under test (peerd, Squid, ATS).
+// parents, and starting each child under test (peerd, Squid, ATS, the floors).
 
 import (
+	"bufio"
 	"fmt"
 	"net"
 	"os"
@@ -134,6 +135,21 @@ func startPeerdWith(work, bin string, parents []hop, extra, peerExtra string) *c
 	pd, err := testbed.StartPeerd(bin, dir, b.String(), env...)
 	must(err)
 	return &child{kind: "peerd", addr: pd.Proxy, admin: pd.Admin, dir: dir, pid: pd.Cmd.Process.Pid, stop: pd.Stop}
+}
+
+// startFloor runs bench/floor in the given loop mode in front of parent.
+func startFloor(bin, mode, parent string) *child {
+	cmd := exec.Command(bin, "-loop", mode, parent)
+	out, err := cmd.StdoutPipe()
+	must(err)
+	cmd.Stderr = os.Stderr
+	must(cmd.Start())
+	line, err := bufio.NewReader(out).ReadString('\n')
+	must(err)
+	return &child{kind: "floor", addr: strings.TrimSpace(line), pid: cmd.Process.Pid, stop: func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	}}
 }
 
 // startSquid runs Squid as the child with the given parents (round-robin,

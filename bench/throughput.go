@@ -29,6 +29,10 @@ const (
 	targetPeerd  = "client → peerd → parent"
 	targetSquid  = "client → squid → parent"
 	targetATS    = "client → ats → parent"
+	// The floors (bench/floor): the least a Go proxy does per request in
+	// peerd's I/O model and in an event loop's; references, not products.
+	targetFloorG = "client → Go floor, goroutines → parent"
+	targetFloorE = "client → Go floor, epoll → parent"
 )
 
 func throughput(work, peerdBin, squidBin, atsBin string) []Throughput {
@@ -44,6 +48,13 @@ func throughput(work, peerdBin, squidBin, atsBin string) []Throughput {
 	}
 	if atsBin != "" {
 		targets = append(targets, tgt{name: targetATS, start: func() *child { return startATS(work, atsBin, hops) }})
+	}
+	floorBin := filepath.Join(work, "floor")
+	build := exec.Command("go", "build", "-o", floorBin, "./bench/floor")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	must(build.Run())
+	for _, loop := range []struct{ name, mode string }{{targetFloorG, "goroutine"}, {targetFloorE, "epoll"}} {
+		targets = append(targets, tgt{name: loop.name, start: func() *child { return startFloor(floorBin, loop.mode, par.Addr) }})
 	}
 	return runRounds(targets, par.Addr, true)
 }
@@ -267,6 +278,10 @@ func (r *Results) goals() string {
 	}
 	if lp != nil && ls != nil {
 		row(fmt.Sprintf("peerd p50 at %d req/s via Squid parents ≤ Squid's", *lowRate), fmt.Sprintf("%.2f ms (squid %.2f)", lp.FixedP50ms, ls.FixedP50ms), lp.FixedP50ms <= ls.FixedP50ms)
+	}
+	if g, e := r.tp(targetFloorG), r.tp(targetFloorE); g != nil && e != nil && a.CPUusPerReq > 0 && g.CPUusPerReq > 0 {
+		fmt.Fprintf(&b, "\nThe floors (bench/floor), CPU per request at saturation: goroutine per connection %.1f µs = %.2f × ATS; one epoll loop %.1f µs = %.2f × ATS. peerd is %.2f × the goroutine floor.\n",
+			g.CPUusPerReq, g.CPUusPerReq/a.CPUusPerReq, e.CPUusPerReq, e.CPUusPerReq/a.CPUusPerReq, p.CPUusPerReq/g.CPUusPerReq)
 	}
 	return b.String()
 }
