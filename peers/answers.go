@@ -213,15 +213,14 @@ func (r *Registry) dieByAnswers(p *Peer, class AnswerClass, n int64, fbt time.Du
 	if p.noteDeath(at.UnixNano(), h.FlapWindow, h.FlapLimit) {
 		nl.flapping = true
 	}
-	if !r.commitTxn(txn, p, &nl) {
+	why := fmt.Sprintf("%d consecutive answer failures (last: %s)", n, class)
+	if !r.commitTxn(txn, p, &nl, &Transition{At: at, From: Alive.String(), To: Dead.String(), Cause: CauseAnswerFailures, Error: why}) {
 		return
 	}
 	p.rampUntil.Store(0)
 	p.answers.mu.Lock()
 	p.answers.capLogged = false
 	p.answers.mu.Unlock()
-	why := fmt.Sprintf("%d consecutive answer failures (last: %s)", n, class)
-	p.record(Transition{At: at, From: Alive.String(), To: Dead.String(), Cause: CauseAnswerFailures, Error: why})
 	entry := r.log.WithFields(logrus.Fields{"peer": p.Name(), "from": "alive", "to": "dead", "err": why, "answer_failures": n})
 	if nl.flapping && !cur.flapping {
 		entry = entry.WithField("flapping", true)
@@ -244,7 +243,7 @@ func (r *Registry) ObserveHTTPProbe(p *Peer, ok bool, err error, class AnswerCla
 		}
 		switch {
 		case l.state == Dead && l.good > 0:
-			r.holdProbe(p, 0)
+			r.holdProbe(p, 0, nil)
 		case l.state == Alive && l.httpSettle:
 			r.ObserveAnswer(p, class, 0, at)
 		}
@@ -252,17 +251,18 @@ func (r *Registry) ObserveHTTPProbe(p *Peer, ok bool, err error, class AnswerCla
 	}
 	switch {
 	case l.state == Alive && l.httpSettle:
-		r.setSuspect(p, false)
+		r.setSuspectBy(p, false, "", func(cur *liveness) *Transition {
+			if cur.suspectBy == "" {
+				return nil
+			}
+			return &Transition{At: at, From: "suspect", To: Alive.String(), Cause: CauseProbe,
+				Error: "own HTTP probe answered (suspected by " + cur.suspectBy + ")"}
+		})
 		p.answerConsec.Store(0)
-		if l.suspectBy != "" {
-			p.record(Transition{At: at, From: "suspect", To: Alive.String(), Cause: CauseProbe,
-				Error: "own HTTP probe answered (suspected by " + l.suspectBy + ")"})
-		}
 	case l.state == Dead && l.answerDead:
 		if l.flapping {
 			if need := r.opts.Load().Health.FlapLimit; l.good+1 < need {
-				r.holdProbe(p, l.good+1)
-				p.record(Transition{At: at, From: l.state.String(), To: l.state.String(), Cause: CauseFlapHold,
+				r.holdProbe(p, l.good+1, &Transition{At: at, From: l.state.String(), To: l.state.String(), Cause: CauseFlapHold,
 					Error: fmt.Sprintf("flapping: good HTTP probe %d of %d held", l.good+1, need)})
 				return
 			}
@@ -279,7 +279,6 @@ func (r *Registry) SuspectAnswers(p *Peer, cause, detail string) bool {
 	if !r.suspectByAnswers(p, cause, detail) {
 		return false
 	}
-	p.record(Transition{At: r.now(), From: Alive.String(), To: "suspect", Cause: cause, Error: detail})
 	r.log.WithFields(logrus.Fields{"peer": p.Name(), "cause": cause, "detail": detail}).
 		Warnf("%s %s is suspect: %s; probing it over HTTP", p.Type().Label(), p.Name(), detail)
 	return true
@@ -299,7 +298,7 @@ func (r *Registry) suspectByAnswers(p *Peer, cause, detail string) bool {
 	if cause != "" {
 		nl.suspectBy = cause
 	}
-	return r.commitTxn(txn, p, &nl)
+	return r.commitTxn(txn, p, &nl, &Transition{At: r.now(), From: Alive.String(), To: "suspect", Cause: cause, Error: detail})
 }
 
 // DeadCause is "connect" or "answer" for a dead peer, "" otherwise.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"runtime"
 	"syscall"
 	"testing"
 	"testing/synctest"
@@ -259,5 +260,71 @@ func TestSuspectFromOutside(t *testing.T) {
 	}
 	if p1.State() != Dead {
 		t.Fatalf("p1 %v after 3 failed probes while suspect; want dead", p1.State())
+	}
+}
+
+// A change is in the peer's history before anyone can see it. The prober
+// settles a fleet suspicion the moment it sees it: were the suspicion
+// written to the history after it became visible, the probe's "settled"
+// entry could come first and the history would end with a suspect peer
+// that is healthy (seen in the end-to-end fleet test on a loaded machine).
+// Holding a feed's lock stops each writer after its change is visible and
+// before it returns, where the old code had not yet written the history.
+func TestHistoryWrittenBeforeChangeIsSeen(t *testing.T) {
+	r, _ := newTestRegistry(t, 3, parent("p1", 1))
+	p := r.Get("p1")
+	succeed(r, p, true)
+	feed := r.Subscribe()
+	feed.Take()
+	last := func() Transition { h := p.History(); return h[len(h)-1] }
+	wait := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s", what)
+			}
+			runtime.Gosched()
+		}
+	}
+
+	feed.mu.Lock()
+	done := make(chan struct{})
+	go func() { r.Suspect(p, CauseFleet, "node-a reported p1 dead"); close(done) }()
+	wait("p1 suspect", p.Suspect)
+	if h := last(); h.To != "suspect" || h.Cause != CauseFleet {
+		t.Errorf("p1 is suspect, but its history ends with %+v", h)
+	}
+	feed.mu.Unlock()
+	<-done
+
+	feed.mu.Lock()
+	done = make(chan struct{})
+	go func() { succeed(r, p, true); close(done) }()
+	wait("p1 settled", func() bool { return !p.Suspect() })
+	if h := last(); h.From != "suspect" || h.To != "alive" || h.Cause != CauseProbe {
+		t.Errorf("p1's own probe settled it, but its history ends with %+v", h)
+	}
+	feed.mu.Unlock()
+	<-done
+
+	// A death by connects (the first two failures, which make it
+	// suspect, before the lock), and the revival.
+	fail(r, p, false)
+	fail(r, p, false)
+	feed.Take()
+	for _, step := range []struct {
+		to  State
+		act func()
+	}{{Dead, func() { fail(r, p, false) }}, {Alive, func() { succeed(r, p, true) }}} {
+		feed.mu.Lock()
+		done = make(chan struct{})
+		go func() { step.act(); close(done) }()
+		wait("p1 "+step.to.String(), func() bool { return p.State() == step.to })
+		if h := last(); h.To != step.to.String() {
+			t.Errorf("p1 is %v, but its history ends with %+v", step.to, h)
+		}
+		feed.mu.Unlock()
+		<-done
 	}
 }

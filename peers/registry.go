@@ -231,7 +231,7 @@ func (r *Registry) Observe(p *Peer, o Observation) {
 		}
 	case Dead:
 		if o.Probe && p.live.Load().good > 0 {
-			r.holdProbe(p, 0) // a failed probe starts the held run over
+			r.holdProbe(p, 0, nil) // a failed probe starts the held run over
 		}
 	}
 }
@@ -277,13 +277,15 @@ func (r *Registry) observeSuccess(p *Peer, o Observation, at int64) {
 			p.consecutive.Store(0)
 		}
 		if l.suspect && !l.httpSettle { // (a connect never settles an answer suspicion)
-			r.setSuspect(p, false) // suspect -> healthy
-			if l.suspectBy != "" && o.Probe {
-				// The suspicion came from outside (the fleet); the
-				// history says that this peer's own probe settled it.
-				p.record(Transition{At: o.At, From: "suspect", To: Alive.String(), Cause: CauseProbe,
-					Error: "own probe connected (suspected by " + l.suspectBy + ")"})
-			}
+			// suspect -> healthy. A suspicion from outside (the fleet):
+			// the history says that this peer's own probe settled it.
+			r.setSuspectBy(p, false, "", func(cur *liveness) *Transition {
+				if cur.suspectBy == "" || !o.Probe {
+					return nil
+				}
+				return &Transition{At: o.At, From: "suspect", To: Alive.String(), Cause: CauseProbe,
+					Error: "own probe connected (suspected by " + cur.suspectBy + ")"}
+			})
 		}
 		return
 	}
@@ -296,8 +298,7 @@ func (r *Registry) observeSuccess(p *Peer, o Observation, at int64) {
 	}
 	if l.flapping {
 		if need := r.opts.Load().Health.FlapLimit; l.good+1 < need {
-			r.holdProbe(p, l.good+1)
-			p.record(Transition{At: o.At, From: l.state.String(), To: l.state.String(), Cause: CauseFlapHold,
+			r.holdProbe(p, l.good+1, &Transition{At: o.At, From: l.state.String(), To: l.state.String(), Cause: CauseFlapHold,
 				Error: fmt.Sprintf("flapping: good probe %d of %d held", l.good+1, need)})
 			return
 		}
@@ -306,7 +307,7 @@ func (r *Registry) observeSuccess(p *Peer, o Observation, at int64) {
 }
 
 // holdProbe records a flapping peer's run of good probes.
-func (r *Registry) holdProbe(p *Peer, good int) {
+func (r *Registry) holdProbe(p *Peer, good int, note *Transition) {
 	txn := r.writeTxn()
 	defer txn.Abort()
 	cur := p.live.Load()
@@ -315,7 +316,7 @@ func (r *Registry) holdProbe(p *Peer, good int) {
 	}
 	nl := *cur
 	nl.good = good
-	r.commitTxn(txn, p, &nl)
+	r.commitTxn(txn, p, &nl, note)
 }
 
 // transition moves p from one state to another. Exactly one caller wins a
@@ -352,7 +353,7 @@ func (r *Registry) transition(p *Peer, from, to State, cause error, at time.Time
 			nl.revived++
 		}
 	}
-	if !r.commitTxn(txn, p, &nl) {
+	if !r.commitTxn(txn, p, &nl, &Transition{At: at, From: from.String(), To: to.String(), Cause: why, Error: errString(cause)}) {
 		return false
 	}
 	if to == Alive && from == Dead && p.settings().slowStart > 0 && p.Type() == Parent {
@@ -361,7 +362,6 @@ func (r *Registry) transition(p *Peer, from, to State, cause error, at time.Time
 	if to == Dead {
 		p.rampUntil.Store(0)
 	}
-	p.record(Transition{At: at, From: from.String(), To: to.String(), Cause: why, Error: errString(cause)})
 	entry := r.log.WithFields(logrus.Fields{"peer": p.Name(), "from": from.String(), "to": to.String()})
 	switch {
 	case to == Dead:
@@ -387,11 +387,13 @@ func errString(err error) string {
 
 // setSuspect turns an alive peer suspect or healthy again; a change wakes
 // watchers (the prober settles a suspect peer by probing it).
-func (r *Registry) setSuspect(p *Peer, suspect bool) { r.setSuspectBy(p, suspect, "") }
+func (r *Registry) setSuspect(p *Peer, suspect bool) { r.setSuspectBy(p, suspect, "", nil) }
 
 // setSuspectBy changes an alive peer's suspicion, with its outside cause
-// ("" for the peer's own connects); it reports whether it changed.
-func (r *Registry) setSuspectBy(p *Peer, suspect bool, by string) bool {
+// ("" for the peer's own connects); it reports whether it changed. note,
+// if not nil, gives the history entry of the change from the liveness it
+// replaces (nil: none).
+func (r *Registry) setSuspectBy(p *Peer, suspect bool, by string, note func(cur *liveness) *Transition) bool {
 	txn := r.writeTxn()
 	defer txn.Abort()
 	cur := p.live.Load()
@@ -403,7 +405,11 @@ func (r *Registry) setSuspectBy(p *Peer, suspect bool, by string) bool {
 	if !suspect {
 		nl.httpSettle = false
 	}
-	return r.commitTxn(txn, p, &nl)
+	var t *Transition
+	if note != nil {
+		t = note(cur)
+	}
+	return r.commitTxn(txn, p, &nl, t)
 }
 
 // Suspect marks an alive, healthy peer suspect for a reason that is not
@@ -414,18 +420,19 @@ func (r *Registry) setSuspectBy(p *Peer, suspect bool, by string) bool {
 // already suspect peer alone. It reports whether p turned suspect; the
 // change is logged and is in p's history with cause.
 func (r *Registry) Suspect(p *Peer, cause, detail string) bool {
-	if !r.setSuspectBy(p, true, cause) {
+	if !r.setSuspectBy(p, true, cause, func(*liveness) *Transition {
+		return &Transition{At: r.now(), From: Alive.String(), To: "suspect", Cause: cause, Error: detail}
+	}) {
 		return false
 	}
-	p.record(Transition{At: r.now(), From: Alive.String(), To: "suspect", Cause: cause, Error: detail})
 	r.log.WithFields(logrus.Fields{"peer": p.Name(), "cause": cause, "detail": detail}).
 		Warnf("%s %s is suspect: %s; probing it", p.Type().Label(), p.Name(), detail)
 	return true
 }
 
-// commitTxn writes nl as p's liveness: into its row, then to its handle,
-// then commits. A peer a reload removed has no row and is left alone.
-func (r *Registry) commitTxn(txn *memdb.Txn, p *Peer, nl *liveness) bool {
+// commitTxn writes nl as p's liveness: into its row, note (if any) into
+// p's history, nl to its handle, then commits. A peer a reload removed has no row and is left alone.
+func (r *Registry) commitTxn(txn *memdb.Txn, p *Peer, nl *liveness, note *Transition) bool {
 	raw, err := txn.First(tablePeers, indexID, p.Name())
 	if err != nil || raw == nil || raw.(*row).Peer != p {
 		return false
@@ -435,6 +442,13 @@ func (r *Registry) commitTxn(txn *memdb.Txn, p *Peer, nl *liveness) bool {
 	if err := txn.Insert(tablePeers, &nr); err != nil {
 		r.log.WithError(err).WithField("peer", p.Name()).Error("peers: registry update failed")
 		return false
+	}
+	if note != nil {
+		// Into the history before anyone can see the change, and under
+		// the write lock: a change that follows this one (a probe
+		// settling what this made suspect, a revival after this death)
+		// cannot be written ahead of it.
+		p.record(*note)
 	}
 	p.live.Store(nl)
 	r.commit(txn, false)
@@ -493,7 +507,11 @@ func (r *Registry) setAdmin(name string, s AdminState, reason string, until int6
 	if *cur == nl {
 		return p, old, nil
 	}
-	if !r.commitTxn(txn, p, &nl) {
+	var note *Transition
+	if old != s && record {
+		note = &Transition{At: now, From: old.String(), To: s.String(), Cause: CauseAdmin, Error: reason}
+	}
+	if !r.commitTxn(txn, p, &nl, note) {
 		return nil, 0, fmt.Errorf("%w %q", ErrUnknownPeer, name)
 	}
 	if nl.until != 0 {
@@ -501,9 +519,6 @@ func (r *Registry) setAdmin(name string, s AdminState, reason string, until int6
 		r.overrides.set(name, time.AfterFunc(time.Duration(until-now.UnixNano()), func() { r.expireAdmin(p, until) }))
 	} else {
 		r.overrides.set(name, nil)
-	}
-	if old != s && record {
-		p.record(Transition{At: now, From: old.String(), To: s.String(), Cause: CauseAdmin, Error: reason})
 	}
 	fields := logrus.Fields{"peer": name, "from": old.String(), "to": s.String()}
 	if reason != "" {
@@ -528,10 +543,9 @@ func (r *Registry) expireAdmin(p *Peer, until int64) {
 	old := cur.admin
 	nl := *cur
 	nl.admin, nl.reason, nl.until = Enabled, "", 0
-	if !r.commitTxn(txn, p, &nl) {
+	if !r.commitTxn(txn, p, &nl, &Transition{At: r.now(), From: old.String(), To: Enabled.String(), Cause: CauseAdmin, Error: "ttl ended"}) {
 		return
 	}
-	p.record(Transition{At: r.now(), From: old.String(), To: Enabled.String(), Cause: CauseAdmin, Error: "ttl ended"})
 	r.log.WithFields(logrus.Fields{"peer": p.Name(), "from": old.String(), "to": Enabled.String(), "reason": cur.reason}).
 		Warnf("Admin state of %s %s returned to enabled: its ttl ended", p.Type().Label(), p.Name())
 }
