@@ -91,7 +91,10 @@ func (e *events) NotifyConflict(existing, other *memberlist.Node) {
 
 // logWriter sends memberlist's log lines ("[WARN] memberlist: ...") to
 // logrus at their level.
-type logWriter struct{ l logrus.FieldLogger }
+type logWriter struct {
+	l      logrus.FieldLogger
+	failed *decryptFailures // where undecryptable datagrams are counted
+}
 
 func (w logWriter) Write(b []byte) (int, error) {
 	s := strings.TrimSpace(string(b))
@@ -105,7 +108,7 @@ func (w logWriter) Write(b []byte) (int, error) {
 		// A datagram under another key (or garbage): anyone can send
 		// those, so each is a debug line and the warning is a summary.
 		w.l.Debug(msg)
-		undecryptable.note(w.l)
+		w.failed.note(w.l)
 		return len(b), nil
 	}
 	switch level {

@@ -46,6 +46,8 @@ import (
 type Fleet struct {
 	reg *peers.Registry
 	log logrus.FieldLogger
+	// undecryptable counts the gossip datagrams this member dropped.
+	undecryptable decryptFailures
 
 	// cur is the running memberlist instance; nil when off.
 	cur atomic.Pointer[member]
@@ -189,7 +191,7 @@ func (f *Fleet) start(cfg Config, node string) (*member, error) {
 	mc.Delegate = (*delegate)(m)
 	mc.Events = (*events)(m)
 	mc.Conflict = (*events)(m)
-	mc.Logger = log.New(logWriter{f.log}, "", 0)
+	mc.Logger = log.New(logWriter{f.log, &f.undecryptable}, "", 0)
 	m.queue = &memberlist.TransmitLimitedQueue{NumNodes: m.numNodes, RetransmitMult: mc.RetransmitMult}
 	ml, err := memberlist.Create(mc)
 	if err != nil {

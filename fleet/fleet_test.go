@@ -335,12 +335,10 @@ func FuzzDecode(f *testing.F) {
 // TestUndecryptableSummed: datagrams under another key are debug lines,
 // summed up by one warning, however many arrive.
 func TestUndecryptableSummed(t *testing.T) {
-	undecryptable.mu.Lock()
-	undecryptable.last = time.Time{}
-	undecryptable.mu.Unlock()
+	var undecryptable decryptFailures
 	log, hook := test.NewNullLogger()
 	log.SetLevel(logrus.DebugLevel)
-	w := logWriter{log}
+	w := logWriter{log, &undecryptable}
 	for i := 0; i < 50; i++ {
 		w.Write([]byte("[ERR] memberlist: Decrypt packet failed: cipher: message authentication failed from=127.0.0.1:7946\n"))
 	}
@@ -406,7 +404,7 @@ func TestConfigValidate(t *testing.T) {
 func TestLogWriterLevels(t *testing.T) {
 	log, hook := test.NewNullLogger()
 	log.SetLevel(logrus.DebugLevel)
-	w := logWriter{log}
+	w := logWriter{log, new(decryptFailures)}
 	for _, line := range []string{"[ERR] memberlist: a", "[WARN] memberlist: b", "[INFO] memberlist: c", "[DEBUG] memberlist: d", "plain"} {
 		w.Write([]byte(line + "\n"))
 	}

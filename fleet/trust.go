@@ -240,13 +240,11 @@ func (f *Fleet) forget(node string) {
 	}
 }
 
-// undecryptable counts gossip datagrams that could not be decrypted:
+// decryptFailures counts gossip datagrams that could not be decrypted:
 // each is a debug line, and one warning a minute at most sums up those of
 // the minute before (a member with the wrong key says so itself, once,
 // when its join fails; anyone can send datagrams, so they never flood the
 // log).
-var undecryptable decryptFailures
-
 type decryptFailures struct {
 	mu   sync.Mutex
 	n    atomic.Int64
