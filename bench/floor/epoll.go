@@ -99,10 +99,13 @@ func epoll(parent *net.TCPAddr) error {
 func accept(ep, lfd int, to *syscall.SockaddrInet4, sides map[int]*side) error {
 	for {
 		cfd, _, err := syscall.Accept4(lfd, syscall.SOCK_NONBLOCK|syscall.SOCK_CLOEXEC)
-		if err == syscall.EAGAIN {
+		switch err {
+		case nil:
+		case syscall.EAGAIN:
 			return nil
-		}
-		if err != nil {
+		case syscall.EINTR, syscall.ECONNABORTED:
+			continue // a client that reset before it was taken
+		default:
 			return err
 		}
 		ufd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
