@@ -13,6 +13,7 @@ import (
 	"net/netip"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -233,6 +234,7 @@ func (d *decoder) table(section string, prim toml.Primitive, target any) {
 		d.at[path] = line
 		f, ok := fields[key]
 		if !ok {
+			path := section + "." + tomlKey(key)
 			d.add(line, path, "%s: unknown key", path)
 			continue
 		}
@@ -267,7 +269,7 @@ func (d *decoder) peers(prim toml.Primitive) []peers.Spec {
 			d.peerKeys[i][key] = true
 			f, ok := fields[key]
 			if !ok {
-				d.add(line, "peer."+key, "peer.%s: unknown key", key)
+				d.add(line, "peer."+tomlKey(key), "peer.%s: unknown key", tomlKey(key))
 				continue
 			}
 			if msg := d.decodeErr(p, f); msg != "" {
@@ -328,15 +330,26 @@ func (d *decoder) decodeErr(p toml.Primitive, f reflect.Value) string {
 // unknown reports a top-level key or section nobody owns.
 func (d *decoder) unknown(name string, prim toml.Primitive) {
 	var keys map[string]toml.Primitive
+	n := tomlKey(name)
 	if d.md.PrimitiveDecode(prim, &keys) == nil {
 		line := d.tableLine(name)
-		d.add(line, name, "%s: unknown key", name)
+		d.add(line, n, "%s: unknown key", n)
 		for key, p := range keys {
-			d.add(d.line(p), name+"."+key, "%s.%s: unknown key", name, key)
+			d.add(d.line(p), n+"."+tomlKey(key), "%s.%s: unknown key", n, tomlKey(key))
 		}
 		return
 	}
-	d.add(d.line(prim), name, "%s: unknown key", name)
+	d.add(d.line(prim), n, "%s: unknown key", n)
+}
+
+// tomlKey is key as a problem names it: bare when TOML allows it bare,
+// else quoted (an empty key, or one with dots or spaces in it, would
+// otherwise read as no key or as another one).
+func tomlKey(key string) string {
+	if key == "" || strings.TrimLeft(key, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-") != "" {
+		return strconv.Quote(key)
+	}
+	return key
 }
 
 // report files a validation error at its key's line.

@@ -61,6 +61,7 @@ func TestConfigProblems(t *testing.T) {
 		{"unknown key", "[proxy]\nlisten = \"127.0.0.1:1\"\nlistne = \"x\"\n", []string{"line 3: proxy.listne: unknown key"}},
 		{"unknown section", "[proxi]\nlisten = \"x\"\n", []string{"proxi: unknown key", "proxi.listen: unknown key"}},
 		{"unknown peer key", "[[peer]]\nhost = \"h\"\nwieght = 2\n", []string{"line 3: peer.wieght: unknown key"}},
+		{"unknown keys that are not bare", "[\"\"]\nx = 1\n[proxy]\n\"a.b\" = 1\n", []string{`"": unknown key`, `"".x: unknown key`, `line 4: proxy."a.b": unknown key`}},
 		{"missing host", "[[peer]]\nname = \"a\"\nport = 1\n", []string{`line 1: peer[0] "a": host: is required`}},
 		{"duplicate names", "[[peer]]\nname = \"a\"\nhost = \"h\"\n[[peer]]\nname = \"a\"\nhost = \"i\"\n", []string{`line 5: peer[1] "a": name: duplicate peer name (also peer[0])`}},
 		{"bad port", "[[peer]]\nhost = \"h\"\nport = 0\n", []string{`line 3: peer[0] "h:0": port: must be 1-65535, got 0`}},

@@ -44,7 +44,7 @@ func (d *decoder) arrayTables(name string, prim toml.Primitive, out any) {
 			d.at[fmt.Sprintf("%s[%d].%s", name, i, key)] = line
 			f, ok := fields[key]
 			if !ok {
-				d.report(&conf.Error{Section: name, Index: i, Key: key, Msg: "unknown key"})
+				d.report(&conf.Error{Section: name, Index: i, Key: tomlKey(key), Msg: "unknown key"})
 				continue
 			}
 			if msg := d.decodeErr(p, f); msg != "" {
