@@ -431,7 +431,8 @@ func (r *Registry) Suspect(p *Peer, cause, detail string) bool {
 }
 
 // commitTxn writes nl as p's liveness: into its row, note (if any) into
-// p's history, nl to its handle, then commits. A peer a reload removed has no row and is left alone.
+// p's history, nl to its handle, then commits. A peer a reload removed
+// has no row and is left alone.
 func (r *Registry) commitTxn(txn *memdb.Txn, p *Peer, nl *liveness, note *Transition) bool {
 	raw, err := txn.First(tablePeers, indexID, p.Name())
 	if err != nil || raw == nil || raw.(*row).Peer != p {
