@@ -83,3 +83,10 @@ func TestFloorsRelay(t *testing.T) {
 		})
 	}
 }
+
+func TestAnswerLenAllocatesNothing(t *testing.T) {
+	b := []byte("HTTP/1.1 200 OK\r\nServer: x\r\nContent-Type: text/plain\r\nContent-Length: 512\r\n\r\n")
+	if n := testing.AllocsPerRun(100, func() { answerLen(b) }); n != 0 {
+		t.Errorf("answerLen allocates %v times per answer; want 0", n)
+	}
+}

@@ -48,15 +48,14 @@ func relay(c net.Conn, parent *net.TCPAddr) {
 			return
 		}
 		answer = answer[:0]
-		n := 0
-		for n == 0 {
+		for len(answer) < 4 || string(answer[len(answer)-4:]) != string(headEnd) {
 			line, err := ur.ReadSlice('\n')
 			if err != nil {
 				return
 			}
 			answer = append(answer, line...)
-			n = answerLen(answer)
 		}
+		n := answerLen(answer)
 		if n < 0 {
 			return
 		}
