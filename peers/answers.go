@@ -251,13 +251,7 @@ func (r *Registry) ObserveHTTPProbe(p *Peer, ok bool, err error, class AnswerCla
 	}
 	switch {
 	case l.state == Alive && l.httpSettle:
-		r.setSuspectBy(p, false, "", func(cur *liveness) *Transition {
-			if cur.suspectBy == "" {
-				return nil
-			}
-			return &Transition{At: at, From: "suspect", To: Alive.String(), Cause: CauseProbe,
-				Error: "own HTTP probe answered (suspected by " + cur.suspectBy + ")"}
-		})
+		r.setSuspectBy(p, false, "", settledByProbe(at, "own HTTP probe answered"))
 		p.answerConsec.Store(0)
 	case l.state == Dead && l.answerDead:
 		if l.flapping {
@@ -269,6 +263,19 @@ func (r *Registry) ObserveHTTPProbe(p *Peer, ok bool, err error, class AnswerCla
 		}
 		p.answerConsec.Store(0)
 		r.transition(p, Dead, Alive, nil, at, CauseProbe)
+	}
+}
+
+// settledByProbe gives the history entry of a suspicion from outside (the
+// fleet) that the peer's own probe settled (how says what the probe did);
+// none for a suspicion of the peer's own connects.
+func settledByProbe(at time.Time, how string) func(cur *liveness) *Transition {
+	return func(cur *liveness) *Transition {
+		if cur.suspectBy == "" {
+			return nil
+		}
+		return &Transition{At: at, From: "suspect", To: Alive.String(), Cause: CauseProbe,
+			Error: how + " (suspected by " + cur.suspectBy + ")"}
 	}
 }
 

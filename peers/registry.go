@@ -277,15 +277,12 @@ func (r *Registry) observeSuccess(p *Peer, o Observation, at int64) {
 			p.consecutive.Store(0)
 		}
 		if l.suspect && !l.httpSettle { // (a connect never settles an answer suspicion)
-			// suspect -> healthy. A suspicion from outside (the fleet):
-			// the history says that this peer's own probe settled it.
-			r.setSuspectBy(p, false, "", func(cur *liveness) *Transition {
-				if cur.suspectBy == "" || !o.Probe {
-					return nil
-				}
-				return &Transition{At: o.At, From: "suspect", To: Alive.String(), Cause: CauseProbe,
-					Error: "own probe connected (suspected by " + cur.suspectBy + ")"}
-			})
+			// suspect -> healthy
+			var note func(*liveness) *Transition
+			if o.Probe {
+				note = settledByProbe(o.At, "own probe connected")
+			}
+			r.setSuspectBy(p, false, "", note)
 		}
 		return
 	}
