@@ -192,13 +192,14 @@
 //   - The I/O model stays a goroutine per client connection. bench/floor
 //     measures what that model costs with none of peerd's work, beside
 //     an epoll loop's floor, in the bench's own rounds: at saturation,
-//     three runs at 2070c97, the goroutine floor is 0.60 x ATS's CPU per
-//     request (0.59-0.61), the epoll floor 0.45 (0.44-0.46), and peerd
-//     1.05 x the goroutine floor (0.97-1.17). The goal of 0.5 x ATS is
+//     three runs at c3a2761, the goroutine floor is 0.62 x ATS's CPU per
+//     request (0.55-0.62), the epoll floor 0.45 (0.43-0.49), and peerd
+//     0.99 x the goroutine floor (0.95-1.03). The goal of 0.5 x ATS is
 //     below the first floor; reaching it means an event loop of our own,
 //     which crypto/tls, the hedge's second attempt and the cache's tee
 //     (all written against blocking connections) would have to follow.
-//     At 3,000 req/s peerd costs no more than either floor.
+//     At 3,000 req/s peerd is 0.79 x the goroutine floor (0.66-0.82) and
+//     1.04 x the epoll one (0.71-1.09).
 //   - An idle pooled connection is looked at before it is reused
 //     (upConn.look, forwarding/pool.go): bytes a next hop sent unasked
 //     close it, never answer the next request. Over TLS the look first
