@@ -36,24 +36,14 @@ func relay(c net.Conn, parent *net.TCPAddr) {
 	cr, ur := bufio.NewReaderSize(c, 4096), bufio.NewReaderSize(u, 4096)
 	head, answer := make([]byte, 0, 4096), make([]byte, 0, 8192)
 	for {
-		head = head[:0]
-		for len(head) < 4 || string(head[len(head)-4:]) != string(headEnd) {
-			line, err := cr.ReadSlice('\n')
-			if err != nil {
-				return
-			}
-			head = append(head, line...)
+		if head, err = readHead(cr, head[:0]); err != nil {
+			return
 		}
 		if _, err := u.Write(head); err != nil {
 			return
 		}
-		answer = answer[:0]
-		for len(answer) < 4 || string(answer[len(answer)-4:]) != string(headEnd) {
-			line, err := ur.ReadSlice('\n')
-			if err != nil {
-				return
-			}
-			answer = append(answer, line...)
+		if answer, err = readHead(ur, answer[:0]); err != nil {
+			return
 		}
 		n := answerLen(answer)
 		if n < 0 {
@@ -68,4 +58,17 @@ func relay(c net.Conn, parent *net.TCPAddr) {
 			return
 		}
 	}
+}
+
+// readHead appends a message head from r to dst, up to and with its
+// empty line.
+func readHead(r *bufio.Reader, dst []byte) ([]byte, error) {
+	for len(dst) < 4 || string(dst[len(dst)-4:]) != string(headEnd) {
+		line, err := r.ReadSlice('\n')
+		if err != nil {
+			return dst, err
+		}
+		dst = append(dst, line...)
+	}
+	return dst, nil
 }
