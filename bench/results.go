@@ -49,6 +49,10 @@ type Throughput struct {
 	// and microseconds per request (0: not measured, e.g. direct).
 	CPUPct      float64 `json:"child_cpu_pct"`
 	CPUusPerReq float64 `json:"child_cpu_us_per_request"`
+	// CPUUserUsPerReq is the part of CPUusPerReq spent in user space; the
+	// rest is the kernel's (system calls, and the loopback TCP work they
+	// do for the receiving end).
+	CPUUserUsPerReq float64 `json:"child_cpu_user_us_per_request"`
 	// Rounds are the single runs a median was taken over.
 	Rounds []Throughput `json:"rounds,omitempty"`
 }

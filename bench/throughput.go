@@ -83,16 +83,18 @@ func runRounds(targets []tgt, directAddr string, fixed bool) []Throughput {
 			}
 			// Warm up, then measure, with the child's CPU over the window.
 			loadURLs(wrkBin, addr, time.Second, t.unique)
-			var before time.Duration
+			var userBefore, kernelBefore time.Duration
 			if c != nil {
-				before = testbed.CPU(c.pid)
+				userBefore, kernelBefore = testbed.CPUSplit(c.pid)
 			}
 			r := loadURLs(wrkBin, addr, *duration, t.unique)
 			if c != nil {
-				used := testbed.CPU(c.pid) - before
+				u, k := testbed.CPUSplit(c.pid)
+				user, used := u-userBefore, u-userBefore+k-kernelBefore
 				r.CPUPct = 100 * used.Seconds() / duration.Seconds()
 				if n := r.RPS * duration.Seconds(); n > 0 {
 					r.CPUusPerReq = float64(used) / float64(time.Microsecond) / n
+					r.CPUUserUsPerReq = float64(user) / float64(time.Microsecond) / n
 				}
 			}
 			r.Target = t.name
@@ -195,6 +197,7 @@ func medianOf(rs []Throughput) Throughput {
 	out.FixedP99ms = med(func(t Throughput) float64 { return t.FixedP99ms })
 	out.CPUPct = med(func(t Throughput) float64 { return t.CPUPct })
 	out.CPUusPerReq = med(func(t Throughput) float64 { return t.CPUusPerReq })
+	out.CPUUserUsPerReq = med(func(t Throughput) float64 { return t.CPUUserUsPerReq })
 	out.FixedCPUusPerReq = med(func(t Throughput) float64 { return t.FixedCPUusPerReq })
 	out.FixedSentRPS = med(func(t Throughput) float64 { return t.FixedSentRPS })
 	for _, r := range rs {
@@ -282,6 +285,13 @@ func (r *Results) goals() string {
 	if g, e := r.tp(targetFloorG), r.tp(targetFloorE); g != nil && e != nil && a.CPUusPerReq > 0 && g.CPUusPerReq > 0 {
 		fmt.Fprintf(&b, "\nThe floors (bench/floor), CPU per request at saturation: goroutine per connection %.1f µs = %.2f × ATS; one epoll loop %.1f µs = %.2f × ATS. peerd is %.2f × the goroutine floor.\n",
 			g.CPUusPerReq, g.CPUusPerReq/a.CPUusPerReq, e.CPUusPerReq, e.CPUusPerReq/a.CPUusPerReq, p.CPUusPerReq/g.CPUusPerReq)
+		b.WriteString("\nThe same, split into user space + kernel, µs per request:")
+		for i, t := range []*Throughput{p, g, e, a} {
+			name := [...]string{"peerd", "goroutine floor", "epoll floor", "ATS"}[i]
+			fmt.Fprintf(&b, " %s %.1f + %.1f;", name, t.CPUUserUsPerReq, t.CPUusPerReq-t.CPUUserUsPerReq)
+		}
+		fmt.Fprintf(&b, " so a CPU-per-request goal of %.1f µs (0.5 × ATS) leaves peerd %.1f µs of user space beside its kernel time.\n",
+			a.CPUusPerReq/2, a.CPUusPerReq/2-(p.CPUusPerReq-p.CPUUserUsPerReq))
 	}
 	return b.String()
 }

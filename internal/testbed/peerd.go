@@ -216,19 +216,27 @@ func statusMiB(pid int, field string) float64 {
 
 // CPU is a process's user+system CPU time, from /proc/PID/stat.
 func CPU(pid int) time.Duration {
+	u, k := CPUSplit(pid)
+	return u + k
+}
+
+// CPUSplit is a process's CPU time in user space and in the kernel, from
+// /proc/PID/stat (zero when the process is gone).
+func CPUSplit(pid int) (user, kernel time.Duration) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
-		return 0
+		return 0, 0
 	}
 	// The command name (field 2) may hold spaces: count from its ")".
 	s := string(b)
 	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
 	if len(f) < 13 {
-		return 0
+		return 0, 0
 	}
 	ut, _ := strconv.ParseInt(f[11], 10, 64)
 	st, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(ut+st) * time.Second / time.Duration(clkTck())
+	tick := time.Second / time.Duration(clkTck())
+	return time.Duration(ut) * tick, time.Duration(st) * tick
 }
 
 var clkTck = sync.OnceValue(func() int64 {
