@@ -191,15 +191,20 @@
 //     0.04 (0.03-0.04) and 2.45 (2.45-2.48).
 //   - The I/O model stays a goroutine per client connection. bench/floor
 //     measures what that model costs with none of peerd's work, beside
-//     an epoll loop's floor, in the bench's own rounds: at saturation,
-//     three runs at c3a2761, the goroutine floor is 0.62 x ATS's CPU per
-//     request (0.55-0.62), the epoll floor 0.45 (0.43-0.49), and peerd
-//     0.99 x the goroutine floor (0.95-1.03). The goal of 0.5 x ATS is
-//     below the first floor; reaching it means an event loop of our own,
-//     which crypto/tls, the hedge's second attempt and the cache's tee
-//     (all written against blocking connections) would have to follow.
-//     At 3,000 req/s peerd is 0.79 x the goroutine floor (0.66-0.82) and
-//     1.04 x the epoll one (0.71-1.09).
+//     an epoll loop's floor, in the bench's own rounds, and the bench
+//     splits each child's CPU into user space and kernel. Three runs at
+//     5862bfa, at saturation, median and range, µs per request (user +
+//     kernel): peerd 6.6 + 18.8, the goroutine floor 4.0 + 20.8, the
+//     epoll floor 1.6 + 18.2, ATS 23.1 + 23.5. peerd's kernel time is
+//     already the epoll floor's (its raw system calls do not wake
+//     sysmon), so an event loop would save only part of peerd's user
+//     space (the scheduler's and the netpoll wrappers' share, about a
+//     quarter of it). The goal of 0.5 x ATS (0.55 here, 0.52-0.57)
+//     leaves 3.5-6.0 µs of user space: about 40 % less of peerd's own
+//     work per request, whatever the I/O model; against a cheaper ATS
+//     run (38.8 µs, the previous set) it leaves about none.
+//     At 3,000 req/s peerd is 0.85 x the goroutine floor (0.80-0.85) and
+//     0.97 x the epoll one (0.93-1.10).
 //   - An idle pooled connection is looked at before it is reused
 //     (upConn.look, forwarding/pool.go): bytes a next hop sent unasked
 //     close it, never answer the next request. Over TLS the look first
