@@ -46,6 +46,9 @@ fuzz:
 	$(GO) test -run XXX -fuzz '^FuzzRange$$' -fuzztime $(FUZZTIME) ./cache/
 	$(GO) test -run XXX -fuzz '^FuzzCacheControl$$' -fuzztime $(FUZZTIME) ./cache/
 	$(GO) test -run XXX -fuzz '^FuzzStoredResponse$$' -fuzztime $(FUZZTIME) ./cache/
+	$(GO) test -run XXX -fuzz '^FuzzObjectFile$$' -fuzztime $(FUZZTIME) ./cache/
+	$(GO) test -run XXX -fuzz '^FuzzJournalRecord$$' -fuzztime $(FUZZTIME) ./cache/
+	$(GO) test -run XXX -fuzz '^FuzzDecodeHead$$' -fuzztime $(FUZZTIME) ./cache/
 	$(GO) test -run XXX -fuzz '^FuzzProxyStatus$$' -fuzztime $(FUZZTIME) ./forwarding/
 	$(GO) test -run XXX -fuzz '^FuzzImportSquid$$' -fuzztime $(FUZZTIME) ./cmd/peerd/
 	$(GO) test -run XXX -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./fleet/
