@@ -286,9 +286,11 @@ func (r *Results) goals() string {
 		fmt.Fprintf(&b, "\nThe floors (bench/floor), CPU per request at saturation: goroutine per connection %.1f µs = %.2f × ATS; one epoll loop %.1f µs = %.2f × ATS. peerd is %.2f × the goroutine floor.\n",
 			g.CPUusPerReq, g.CPUusPerReq/a.CPUusPerReq, e.CPUusPerReq, e.CPUusPerReq/a.CPUusPerReq, p.CPUusPerReq/g.CPUusPerReq)
 		b.WriteString("\nThe same, split into user space + kernel, µs per request:")
-		for i, t := range []*Throughput{p, g, e, a} {
-			name := [...]string{"peerd", "goroutine floor", "epoll floor", "ATS"}[i]
-			fmt.Fprintf(&b, " %s %.1f + %.1f;", name, t.CPUUserUsPerReq, t.CPUusPerReq-t.CPUUserUsPerReq)
+		for _, c := range []struct {
+			name string
+			t    *Throughput
+		}{{"peerd", p}, {"goroutine floor", g}, {"epoll floor", e}, {"ATS", a}} {
+			fmt.Fprintf(&b, " %s %.1f + %.1f;", c.name, c.t.CPUUserUsPerReq, c.t.CPUusPerReq-c.t.CPUUserUsPerReq)
 		}
 		fmt.Fprintf(&b, " so a CPU-per-request goal of %.1f µs (0.5 × ATS) leaves peerd %.1f µs of user space beside its kernel time.\n",
 			a.CPUusPerReq/2, a.CPUusPerReq/2-(p.CPUusPerReq-p.CPUUserUsPerReq))

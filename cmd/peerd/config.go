@@ -234,8 +234,8 @@ func (d *decoder) table(section string, prim toml.Primitive, target any) {
 		d.at[path] = line
 		f, ok := fields[key]
 		if !ok {
-			path := section + "." + tomlKey(key)
-			d.add(line, path, "%s: unknown key", path)
+			named := section + "." + tomlKey(key) // as the operator wrote it
+			d.add(line, named, "%s: unknown key", named)
 			continue
 		}
 		d.decode(path, line, p, f)
@@ -269,7 +269,8 @@ func (d *decoder) peers(prim toml.Primitive) []peers.Spec {
 			d.peerKeys[i][key] = true
 			f, ok := fields[key]
 			if !ok {
-				d.add(line, "peer."+tomlKey(key), "peer.%s: unknown key", tomlKey(key))
+				named := "peer." + tomlKey(key)
+				d.add(line, named, "%s: unknown key", named)
 				continue
 			}
 			if msg := d.decodeErr(p, f); msg != "" {
