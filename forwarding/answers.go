@@ -69,7 +69,11 @@ func (tx *txn) judge(a *attempt, class failure) {
 	default:
 		return
 	}
-	tx.cc.p.acct.ObserveAnswer(pe, c, a.firstByte, time.Now())
+	at := a.headAt // a complete answer is timed by its head, a clock read saved
+	if c != peers.AnswerOK || at.IsZero() {
+		at = time.Now()
+	}
+	tx.cc.p.acct.ObserveAnswer(pe, c, a.firstByte, at)
 }
 
 // lateAt is when a's head is late (zero: never): after the parent's
@@ -301,7 +305,8 @@ func (a *attempt) sendAlone(p *Proxy, o origin, pl *pool, req []byte, maxHeader 
 	uc.nc.SetWriteDeadline(time.Time{})
 	uc.dl = deadlines{nc: uc.nc}
 	uc.dl.setRead(time.Time{})
-	a.head, a.firstByte, a.progress = head, time.Since(a.writtenAt), responseHead
+	a.headAt = time.Now()
+	a.head, a.firstByte, a.progress = head, a.headAt.Sub(a.writtenAt), responseHead
 }
 
 var errHedgeAbandoned = errors.New("hedge abandoned: the other attempt answered first")

@@ -58,9 +58,10 @@ type attempt struct {
 	// own: a final 5xx the parent blames on itself (Proxy-Status
 	// proxy_internal_error and kin, or Squid's ERR_SHUTTING_DOWN).
 	own bool
-	// writtenAt is when the request went out; firstByte how long its
-	// final head took after that.
+	// writtenAt is when the request went out (to a peer); headAt when
+	// its final head was read; firstByte how long that took.
 	writtenAt time.Time
+	headAt    time.Time
 	firstByte time.Duration
 
 	conn  *upConn

@@ -147,8 +147,9 @@ func (l *cacheLayer) collapse(ch *cache.Cache) (bool, outcome) {
 	tx := l.tx
 	cq := &l.cq
 	deadline := tx.start.Add(tx.cfg.ReadTimeout)
+	now := tx.start // the first join as of the request's arrival, a clock read saved
 	for {
-		f, leader := ch.Join(cq, time.Now())
+		f, leader := ch.Join(cq, now)
 		if f == nil {
 			return false, 0
 		}
@@ -171,8 +172,10 @@ func (l *cacheLayer) collapse(ch *cache.Cache) (bool, outcome) {
 			}
 			ch.Count(cache.OutcomeHit, true)
 			return true, l.serveObject(obj, resultMemHit)
-		case end == cache.Failed && time.Now().Before(deadline):
-			continue // elect a new leader
+		case end == cache.Failed:
+			if now = time.Now(); now.Before(deadline) {
+				continue // elect a new leader
+			}
 		}
 		// The response could not be shared: this request goes on its own.
 		return false, 0
@@ -370,7 +373,10 @@ func (l *cacheLayer) head(a *attempt) (bool, outcome) {
 	if !l.keyed || l.fwd == fwdRequest || st < 200 || st == http.StatusSwitchingProtocols {
 		return false, 0
 	}
-	now := time.Now()
+	now := a.headAt // the response time (RFC 9111 4.2.3): when its head arrived
+	if now.IsZero() {
+		now = time.Now()
+	}
 	cq := &l.cq
 	if o := l.stale; o != nil {
 		switch {

@@ -127,8 +127,9 @@ func (a *attempt) exchange() {
 			a.progress = bodyWritten
 		}
 		// What arrived is buffered; receive reads the rest (or finds the
-		// connection closed, or the deadline passed, again).
-		a.receive()
+		// connection closed, or the deadline passed, again), its
+		// deadlines counted from when the request went out.
+		a.receive(now)
 		return
 	}
 	if tx.bodyState != noBody || len(out) > 8<<10 {
@@ -163,10 +164,11 @@ func (a *attempt) exchange() {
 	if tx.bodyState != noBody {
 		a.progress = bodyWritten
 	}
+	now := time.Now()
 	if a.hop.Peer != nil {
-		a.writtenAt = time.Now()
+		a.writtenAt = now
 	}
-	a.receive()
+	a.receive(now)
 }
 
 // errClientBody: the client's request body broke while it was relayed.
@@ -229,11 +231,12 @@ const watchAfter = time.Second
 
 // receive reads the final response head, relaying interim (1xx) ones to
 // an HTTP/1.1 client, except 100 Continue: peerd answered that itself.
-func (a *attempt) receive() {
+// sent is when the request went out: read_timeout counts from there.
+func (a *attempt) receive(sent time.Time) {
 	tx := a.tx
 	c := a.conn
 	cfg := tx.cfg
-	now := time.Now()
+	now := sent
 	deadline := now.Add(cfg.ReadTimeout)
 	// late: when the head is late and the request may be hedged.
 	late, hedgeable := tx.lateAt(a)
@@ -298,8 +301,9 @@ func (a *attempt) receive() {
 		st := a.resp.Status
 		if st >= 200 || (st == http.StatusSwitchingProtocols && tx.upgrade != nil) {
 			a.final, a.status, a.head = true, st, head
+			a.headAt = time.Now()
 			if !a.writtenAt.IsZero() {
-				a.firstByte = time.Since(a.writtenAt)
+				a.firstByte = a.headAt.Sub(a.writtenAt)
 			}
 			if a.progress < responseHead {
 				a.progress = responseHead

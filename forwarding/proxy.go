@@ -72,7 +72,7 @@ func (p *Proxy) SetAuth(a Authenticator) {
 // Accounting tracks in-flight requests per peer and hears of slow
 // connects; *peers.Registry is one.
 type Accounting interface {
-	BeginRequest(p *peers.Peer) bool
+	BeginRequest(p *peers.Peer, now time.Time) bool
 	EndRequest(p *peers.Peer)
 	MarkSlow(p *peers.Peer)
 	// ObserveAnswer reports how a parent answered a request written to

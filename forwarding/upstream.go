@@ -24,7 +24,7 @@ var (
 func (tx *txn) take(hop selection.Hop, plan *selection.Plan, pooled bool) (selection.Hop, *upConn, bool) {
 	p := tx.cc.p
 	for {
-		if hop.Peer == nil || p.acct.BeginRequest(hop.Peer) {
+		if hop.Peer == nil || p.acct.BeginRequest(hop.Peer, tx.start) {
 			break
 		}
 		var ok bool

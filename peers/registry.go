@@ -550,8 +550,9 @@ func (r *Registry) expireAdmin(p *Peer, until int64) {
 
 // BeginRequest accounts a request about to be sent to p. It returns false,
 // accounting nothing, when p is at max_conn: such a peer is skipped, not
-// failed.
-func (r *Registry) BeginRequest(p *Peer) bool {
+// failed. now is the request's start (the caller has read the clock
+// already): the peer's last use, for idle_probe.
+func (r *Registry) BeginRequest(p *Peer, now time.Time) bool {
 	max := int64(p.settings().spec.MaxConn)
 	for {
 		n := p.inFlight.Load()
@@ -565,7 +566,7 @@ func (r *Registry) BeginRequest(p *Peer) bool {
 	p.requests.Add(1)
 	// lastUsed only feeds idle_probe; millisecond precision is plenty and
 	// skipping most stores keeps this per-request path uncontended.
-	if now := r.now().UnixNano(); now-p.lastUsed.Load() > int64(time.Millisecond) {
+	if now := now.UnixNano(); now-p.lastUsed.Load() > int64(time.Millisecond) {
 		storeLater(&p.lastUsed, now)
 	}
 	return true

@@ -228,11 +228,11 @@ func TestMaxConnSkipsWithoutFailing(t *testing.T) {
 	p := r.Get("p1")
 	succeed(r, p, true)
 	for i := 0; i < 2; i++ {
-		if !r.BeginRequest(p) {
+		if !r.BeginRequest(p, time.Now()) {
 			t.Fatalf("request %d refused below max_conn", i+1)
 		}
 	}
-	if r.BeginRequest(p) {
+	if r.BeginRequest(p, time.Now()) {
 		t.Fatal("third request admitted past max_conn 2")
 	}
 	if p.Eligible() || p.State() != Alive {

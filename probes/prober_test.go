@@ -313,7 +313,7 @@ func TestIdleProbeFindsDeadIdlePeer(t *testing.T) {
 		}
 		// Traffic keeps it from being probed.
 		for i := 0; i < 5; i++ {
-			e.reg.BeginRequest(p)
+			e.reg.BeginRequest(p, time.Now())
 			e.reg.EndRequest(p)
 			time.Sleep(5 * time.Second)
 			synctest.Wait()

@@ -129,7 +129,7 @@ func TestIneligiblePeersNeverInPlan(t *testing.T) {
 	f := newFixture(t, "p1", "p2:m1", "p3", "p4", "p5")
 	f.kill("p1")
 	f.reg.Get("p2")
-	if !f.reg.BeginRequest(f.reg.Get("p2")) { // p2 now at max_conn 1
+	if !f.reg.BeginRequest(f.reg.Get("p2"), time.Now()) { // p2 now at max_conn 1
 		t.Fatal("BeginRequest")
 	}
 	f.reg.SetAdminState("p3", peers.Drain)
