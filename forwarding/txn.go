@@ -85,14 +85,21 @@ type txn struct {
 
 // begin starts a transaction for a request head (nil when the head could
 // not be read). head is copied: the connection's buffer moves on.
+//
+// Everything but the kept buffers is zeroed in place: a composite literal
+// assigned through the pointer would be built in a temporary and copied,
+// two passes over the whole txn per request.
 func (tx *txn) begin(c *runtimeConfig, start time.Time, head []byte) {
-	*tx = txn{
-		cc: tx.cc, cfg: c, start: start,
-		head: append(tx.head[:0], head...),
-		req:  tx.req, body: tx.body, buf: tx.buf[:0], out: tx.out[:0],
-		a: attempt{resp: tx.a.resp, body: tx.a.body}, oKey: tx.oKey[:0], target: tx.target[:0], logBuf: tx.logBuf[:0], ctype: tx.ctype[:0], cl: cacheLayer{cq: tx.cl.cq},
-		maxFwd: -1, bodyDone: true,
-	}
+	cc, hd, buf, out, oKey, target, logBuf, ctype := tx.cc, tx.head[:0], tx.buf[:0], tx.out[:0], tx.oKey[:0], tx.target[:0], tx.logBuf[:0], tx.ctype[:0]
+	req, body, resp, abody, cq := tx.req, tx.body, tx.a.resp, tx.a.body, tx.cl.cq
+	*tx = txn{}
+	tx.cc, tx.cfg, tx.start = cc, c, start
+	tx.head = append(hd, head...)
+	tx.req, tx.body, tx.buf, tx.out = req, body, buf, out
+	tx.a.resp, tx.a.body = resp, abody
+	tx.oKey, tx.target, tx.logBuf, tx.ctype = oKey, target, logBuf, ctype
+	tx.cl.cq = cq
+	tx.maxFwd, tx.bodyDone = -1, true
 }
 
 var methods = [...]string{"GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS", "TRACE", "PATCH", "CONNECT"}
