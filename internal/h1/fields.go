@@ -75,11 +75,15 @@ func KindOf(name []byte) Kind { return kindOf(name) }
 
 // kindOf classifies a field name.
 func kindOf(name []byte) Kind {
-	if len(name) >= len(byLength) {
+	if len(name) == 0 || len(name) >= len(byLength) {
 		return Other
 	}
+	// Every kind's name starts with a letter: comparing the first bytes
+	// folded (|0x20) rules out all but the likely one before the whole
+	// name is compared.
+	first := name[0] | 0x20
 	for _, k := range byLength[len(name)] {
-		if EqualFold(name, kindNames[k]) {
+		if n := kindNames[k]; n[0]|0x20 == first && EqualFold(name, n) {
 			return k
 		}
 	}

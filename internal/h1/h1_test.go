@@ -195,3 +195,29 @@ func BenchmarkParseResponse(b *testing.B) {
 		}
 	}
 }
+
+// TestKindOfAnyCase: a field is classified by its name in any case, a
+// name that differs in one letter is Other, and no name (empty, too long)
+// panics.
+func TestKindOfAnyCase(t *testing.T) {
+	for k := Kind(1); k < kinds; k++ {
+		n := kindNames[k]
+		for _, name := range []string{n, strings.ToLower(n), strings.ToUpper(n)} {
+			if got := KindOf([]byte(name)); got != k {
+				t.Errorf("KindOf(%q) = %d; want %d", name, got, k)
+			}
+		}
+		for i := range len(n) {
+			b := []byte(n)
+			b[i] = 'q' // no kind's name has a q
+			if got := KindOf(b); got != Other {
+				t.Errorf("KindOf(%q) = %s; want Other", b, kindNames[got])
+			}
+		}
+	}
+	for _, name := range []string{"", "-", "0ontent-Length", strings.Repeat("x", 40), "@ost", "`ost"} {
+		if got := KindOf([]byte(name)); got != Other {
+			t.Errorf("KindOf(%q) = %s; want Other", name, kindNames[got])
+		}
+	}
+}
