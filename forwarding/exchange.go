@@ -97,7 +97,8 @@ func (a *attempt) exchange() {
 		if a.hop.Peer != nil {
 			a.writtenAt = now // (its head times judge the parent)
 		}
-		if late, hedgeable := tx.lateAt(a); hedgeable && late.Sub(now) < wait {
+		late, hedgeable := tx.lateAt(a)
+		if hedgeable && late.Sub(now) < wait {
 			c.dl.readBy(now, late, lateSlack(a, late)) // the wait ends when the head is late: the hedge starts then
 		} else {
 			c.dl.readIn(now, wait)
@@ -129,7 +130,7 @@ func (a *attempt) exchange() {
 		// What arrived is buffered; receive reads the rest (or finds the
 		// connection closed, or the deadline passed, again), its
 		// deadlines counted from when the request went out.
-		a.receive(now)
+		a.receive(now, late, hedgeable)
 		return
 	}
 	if tx.bodyState != noBody || len(out) > 8<<10 {
@@ -168,7 +169,8 @@ func (a *attempt) exchange() {
 	if a.hop.Peer != nil {
 		a.writtenAt = now
 	}
-	a.receive(now)
+	late, hedgeable := tx.lateAt(a)
+	a.receive(now, late, hedgeable)
 }
 
 // errClientBody: the client's request body broke while it was relayed.
@@ -232,14 +234,14 @@ const watchAfter = time.Second
 // receive reads the final response head, relaying interim (1xx) ones to
 // an HTTP/1.1 client, except 100 Continue: peerd answered that itself.
 // sent is when the request went out: read_timeout counts from there.
-func (a *attempt) receive(sent time.Time) {
+// late is when the head is late, and hedgeable whether the request may
+// then be hedged (tx.lateAt).
+func (a *attempt) receive(sent, late time.Time, hedgeable bool) {
 	tx := a.tx
 	c := a.conn
 	cfg := tx.cfg
 	now := sent
 	deadline := now.Add(cfg.ReadTimeout)
-	// late: when the head is late and the request may be hedged.
-	late, hedgeable := tx.lateAt(a)
 	var w *watcher
 	defer func() {
 		if w != nil {
