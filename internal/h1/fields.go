@@ -60,13 +60,24 @@ var kindNames = [kinds]string{"", "Host", "Content-Length", "Transfer-Encoding",
 	"Content-Location", "Content-Language", "Content-Range", "Range", "If-None-Match", "If-Modified-Since",
 	"If-Range", "If-Match", "If-Unmodified-Since", "Proxy-Authentication-Info", "Set-Cookie", "Set-Cookie2"}
 
-// byLength lists the kinds by the length of their names.
-var byLength [32][]Kind
+// kindTable finds a kind by its name's length and folded first and last
+// bytes, which no two kinds share: one load from a 256-byte table, and one
+// comparison of the whole name to confirm it (a lookup per field of every
+// head). init checks that no two kinds collide.
+var kindTable [256]Kind
+
+func kindSlot(n int, first, last byte) uint8 {
+	return uint8(n*5 + int(first|0x20)*15 + int(last|0x20))
+}
 
 func init() {
 	for k := Kind(1); k < kinds; k++ {
-		n := len(kindNames[k])
-		byLength[n] = append(byLength[n], k)
+		n := kindNames[k]
+		s := kindSlot(len(n), n[0], n[len(n)-1])
+		if kindTable[s] != Other {
+			panic("h1: " + n + " and " + kindNames[kindTable[s]] + " share a kind slot")
+		}
+		kindTable[s] = k
 	}
 }
 
@@ -75,17 +86,12 @@ func KindOf(name []byte) Kind { return kindOf(name) }
 
 // kindOf classifies a field name.
 func kindOf(name []byte) Kind {
-	if len(name) == 0 || len(name) >= len(byLength) {
+	if len(name) == 0 {
 		return Other
 	}
-	// Every kind's name starts with a letter: comparing the first bytes
-	// folded (|0x20) rules out all but the likely one before the whole
-	// name is compared.
-	first := name[0] | 0x20
-	for _, k := range byLength[len(name)] {
-		if n := kindNames[k]; n[0]|0x20 == first && EqualFold(name, n) {
-			return k
-		}
+	k := kindTable[kindSlot(len(name), name[0], name[len(name)-1])]
+	if k != Other && EqualFold(name, kindNames[k]) {
+		return k
 	}
 	return Other
 }
