@@ -8,6 +8,7 @@ package peers
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -49,8 +50,9 @@ type answerStats struct {
 	n     int
 	next  int
 	// timeout is the first_byte_timeout in force, recomputed every few
-	// heads (ns); 0 before any.
-	timeout int64
+	// heads (ns) under mu; 0 before any. Every request reads it, without
+	// the lock.
+	timeout atomic.Int64
 	smooth  float64 // smoothed head time, ms
 	// capLogged: the max_answer_dead cap held this peer alive, logged.
 	capLogged bool
@@ -72,9 +74,7 @@ func (p *Peer) FirstByteTimeout(h Config, readTimeout time.Duration) time.Durati
 	if !h.FirstByteTimeout.Auto {
 		return h.FirstByteTimeout.D
 	}
-	p.answers.mu.Lock()
-	t := time.Duration(p.answers.timeout)
-	p.answers.mu.Unlock()
+	t := time.Duration(p.answers.timeout.Load())
 	if t == 0 {
 		t = unknownFirstByte
 	}
@@ -104,7 +104,7 @@ func (a *answerStats) recordHead(d time.Duration) {
 		if (k*95)%100 == 0 && i > 0 {
 			i--
 		}
-		a.timeout = max(int64(minFirstByte), nthLargest(a.heads[:k], k-i)*autoMargin)
+		a.timeout.Store(max(int64(minFirstByte), nthLargest(a.heads[:k], k-i)*autoMargin))
 	}
 }
 

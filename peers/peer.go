@@ -180,22 +180,32 @@ type liveness struct {
 // address. Its questions (State, Eligible, ...) are lock-free and
 // allocation-free; it changes only through the Registry.
 type Peer struct {
+	// Read by every request and written seldom, these sit on a cache line
+	// of their own, away from the counters every request writes: sharing
+	// one, each request's write on one core made the next read of the
+	// peer's settings on the other miss.
+	_    cacheLinePad
 	cfg  atomic.Pointer[settings]
 	live atomic.Pointer[liveness] // the committed row's; see liveness
+	_    cacheLinePad
+
+	// Written by every request sent to the peer. lastUsed is in Unix
+	// nanoseconds, 0 for never.
+	requests atomic.Int64
+	inFlight atomic.Int64
+	lastUsed atomic.Int64
+	_        cacheLinePad
 
 	// Hot counters: atomics, never written to a row.
 	consecutive     atomic.Int64
 	connects        atomic.Int64
 	connectFailures atomic.Int64
-	requests        atomic.Int64
-	inFlight        atomic.Int64
 	probes          atomic.Int64
 	probeFailures   atomic.Int64
 
 	// Times in Unix nanoseconds; 0 means never.
 	lastFailure atomic.Int64
 	lastSuccess atomic.Int64
-	lastUsed    atomic.Int64
 	nextProbe   atomic.Int64
 
 	lastError atomic.Pointer[string]
@@ -214,7 +224,9 @@ type Peer struct {
 	answerConsec  atomic.Int64
 	answerByClass [answerClasses]atomic.Int64
 	hedged        atomic.Int64
-	answers       answerStats
+	_             cacheLinePad
+	answers       answerStats // locked by every answer
+	_             cacheLinePad
 	icp           ICPCounters
 	rampUntil     atomic.Int64 // slow start ends (Unix ns); 0: not ramping
 
@@ -224,6 +236,9 @@ type Peer struct {
 	upstream   map[string]int64
 	deathTimes []int64
 }
+
+// cacheLinePad keeps what is on either side of it off one cache line.
+type cacheLinePad struct{ _ [64]byte }
 
 func newPeer(s *settings) *Peer {
 	p := &Peer{}

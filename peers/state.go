@@ -62,7 +62,7 @@ func (r *Registry) ExportState(now time.Time) SavedState {
 		p.opsMu.Unlock()
 		p.answers.mu.Lock()
 		ps.FirstByteMs = p.answers.smooth
-		ps.FirstByteTimeoutMs = float64(p.answers.timeout) / float64(time.Millisecond)
+		ps.FirstByteTimeoutMs = float64(p.answers.timeout.Load()) / float64(time.Millisecond)
 		p.answers.mu.Unlock()
 		st.Peers[p.Name()] = ps
 	}
@@ -150,7 +150,7 @@ func (r *Registry) ImportState(st SavedState, now time.Time) (restored []string,
 			p.answers.smooth = ps.FirstByteMs
 		}
 		if ps.FirstByteTimeoutMs > 0 {
-			p.answers.timeout = int64(ps.FirstByteTimeoutMs * float64(time.Millisecond))
+			p.answers.timeout.Store(int64(ps.FirstByteTimeoutMs * float64(time.Millisecond)))
 		}
 		p.answers.mu.Unlock()
 		restored = append(restored, name)
