@@ -138,8 +138,8 @@ func (q *Querier) Stray() int64     { return q.stray.Load() }
 // queried: ICP revives no one.
 func (q *Querier) Query(ctx context.Context, url []byte) (first *peers.Peer, code string, asked bool) {
 	var targets []*peers.Peer
-	for _, p := range q.reg.Peers() {
-		if p.ICPPort() != 0 && p.State() == peers.Alive && p.AdminState() == peers.Enabled {
+	for _, p := range q.reg.Set().ICP {
+		if p.State() == peers.Alive && p.AdminState() == peers.Enabled {
 			targets = append(targets, p)
 		}
 	}

@@ -59,7 +59,13 @@ func (r *Registry) Reconcile(opts Options, specs []Spec) error {
 	}
 	o := opts
 	r.opts.Store(&o)
-	r.set.Store(&Set{List: next})
+	set := &Set{List: next}
+	for _, p := range next {
+		if p.ICPPort() != 0 {
+			set.ICP = append(set.ICP, p)
+		}
+	}
+	r.set.Store(set)
 	r.commit(txn, true)
 	r.started = true
 	return nil

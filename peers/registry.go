@@ -98,6 +98,9 @@ func New(opts Options, specs []Spec) (*Registry, error) {
 // built from it whether it is current.
 type Set struct {
 	List []*Peer
+	// ICP is the peers of List with an icp_port, in the same order: what
+	// every GET asks about, usually none.
+	ICP []*Peer
 }
 
 // Set returns the current peer set.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -426,4 +427,29 @@ func BenchmarkEligible(b *testing.B) {
 			}
 		}
 	})
+}
+
+// TestSetICPFollowsReloads: the set's ICP list is the peers with an
+// icp_port, in config order, and a reload that gives or takes one moves
+// it in or out.
+func TestSetICPFollowsReloads(t *testing.T) {
+	a, b, c := parent("a", 1), parent("b", 2), parent("c", 3)
+	b.ICPPort, c.ICPPort = 3130, 3131
+	r, _ := newTestRegistry(t, 1, a, b, c)
+	names := func() (n []string) {
+		for _, p := range r.Set().ICP {
+			n = append(n, p.Name())
+		}
+		return n
+	}
+	if got := names(); !slices.Equal(got, []string{"b", "c"}) {
+		t.Fatalf("ICP peers = %v; want [b c]", got)
+	}
+	a.ICPPort, b.ICPPort = 3132, 0
+	if err := r.Reconcile(*r.opts.Load(), []Spec{a, b, c}); err != nil {
+		t.Fatal(err)
+	}
+	if got := names(); !slices.Equal(got, []string{"a", "c"}) {
+		t.Fatalf("after the reload, ICP peers = %v; want [a c]", got)
+	}
 }
