@@ -193,18 +193,22 @@
 //     measures what that model costs with none of peerd's work, beside
 //     an epoll loop's floor, in the bench's own rounds, and the bench
 //     splits each child's CPU into user space and kernel. Three runs at
-//     5862bfa, at saturation, median and range, µs per request (user +
-//     kernel): peerd 6.6 + 18.8, the goroutine floor 4.0 + 20.8, the
-//     epoll floor 1.6 + 18.2, ATS 23.1 + 23.5. peerd's kernel time is
-//     already the epoll floor's (its raw system calls do not wake
-//     sysmon), so an event loop would save only part of peerd's user
-//     space (the scheduler's and the netpoll wrappers' share, about a
-//     quarter of it). The goal of 0.5 x ATS (0.55 here, 0.52-0.57)
-//     leaves 3.5-6.0 µs of user space: about 40 % less of peerd's own
-//     work per request, whatever the I/O model; against a cheaper ATS
-//     run (38.8 µs, the previous set) it leaves about none.
-//     At 3,000 req/s peerd is 0.85 x the goroutine floor (0.80-0.85) and
-//     0.97 x the epoll one (0.93-1.10).
+//     b8cff11, at saturation, median and range, µs per request (user +
+//     kernel): peerd 6.6 + 19.9, the goroutine floor 3.9 + 21.4, the
+//     epoll floor 1.6 + 17.2, ATS 21.0 + 21.9 (at 5862bfa: 6.6 + 18.8,
+//     4.0 + 20.8, 1.6 + 18.2, 23.1 + 23.5). peerd's kernel time is close
+//     to the epoll floor's (its raw system calls do not wake sysmon), so
+//     an event loop would save only part of peerd's user space (the
+//     scheduler's and the netpoll wrappers' share, about a quarter of
+//     it). The goal of 0.5 x ATS (0.61 here, 0.57-0.62; 0.55 at 5862bfa)
+//     leaves 1.1-2.9 µs of user space here and 3.5-6.0 there; the
+//     goroutine floor, with none of peerd's work, was 0.58-0.68 x ATS.
+//     The user-space cuts between the two sets (shared clock reads, the
+//     txn zeroed in place, header kinds by table, a peer's read-mostly
+//     fields off the lines requests write; README, "The floors") halved
+//     time.Now per request (8.00 to 4.00) and are below what the bench
+//     resolves. At 3,000 req/s peerd is 0.78 x the goroutine floor
+//     (0.65-0.82) and 0.98 x the epoll one (0.93-1.15).
 //   - An idle pooled connection is looked at before it is reused
 //     (upConn.look, forwarding/pool.go): bytes a next hop sent unasked
 //     close it, never answer the next request. Over TLS the look first
