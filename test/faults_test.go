@@ -126,6 +126,30 @@ probe_max_interval = "1m"
 	}
 }
 
+// TestReadTimeoutCountsFromTheRequest: a parent that takes a request and
+// says nothing is given up read_timeout after the request went out, as
+// the contract words it ("no bytes from the next hop for this long"). It
+// was read_timeout after the first second of waiting: 2.5 s here.
+func TestReadTimeoutCountsFromTheRequest(t *testing.T) {
+	bad := newFakeParent(t, "bad")
+	p := startPeerd(t, withProxy(baseConfig, `read_timeout = "1500ms"`)+`
+[health]
+answer_fail_limit = 0
+`+peerBlock("", bad))
+	bad.setMode("silent")
+	c := p.client()
+	c.Timeout = 10 * time.Second
+	start := time.Now()
+	got := do(c, "POST", "http://origin.test/p", "payload").String()
+	took := time.Since(start)
+	if got != "504 timeout" {
+		t.Fatalf("POST to a silent parent: %s; want 504 timeout", got)
+	}
+	if took < 1500*time.Millisecond || took > 2200*time.Millisecond {
+		t.Fatalf("504 after %v; want read_timeout (1.5s) after the request went out", took)
+	}
+}
+
 // TestBlackholedParent: connects to a parent that drops SYNs time out
 // after its connect_timeout, count as connect failures, and the request is
 // served by the next parent.
