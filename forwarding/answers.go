@@ -196,7 +196,8 @@ func (tx *txn) hedge(a *attempt, deadline time.Time) bool {
 			} else {
 				orig = &r
 				if r.err == nil {
-					r.firstByte = time.Since(a.writtenAt)
+					a.headAt = time.Now()
+					r.firstByte = a.headAt.Sub(a.writtenAt)
 				}
 			}
 			if r.err == nil {
@@ -236,9 +237,9 @@ func (tx *txn) raceWon(a *attempt, r *headResult, h selection.Hop, slot *hedgeSl
 	}
 	w := r.hedge
 	a.restart(attempt{tx: tx, hop: w.hop, progress: w.progress, conn: w.conn, reused: w.reused, begun: w.begun,
-		firstByte: w.firstByte, writtenAt: w.writtenAt})
+		firstByte: w.firstByte, writtenAt: w.writtenAt, headAt: w.headAt})
 	if h.Peer != nil {
-		p.acct.ObserveAnswer(h.Peer, peers.AnswerOK, r.firstByte, time.Now())
+		p.acct.ObserveAnswer(h.Peer, peers.AnswerOK, r.firstByte, a.headAt)
 	}
 	return a.takeHead(r.head)
 }

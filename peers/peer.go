@@ -196,7 +196,7 @@ type Peer struct {
 	lastUsed atomic.Int64
 	_        cacheLinePad
 
-	// Hot counters: atomics, never written to a row.
+	// Connect and probe counters: atomics, never written to a row.
 	consecutive     atomic.Int64
 	connects        atomic.Int64
 	connectFailures atomic.Int64
