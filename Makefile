@@ -36,27 +36,28 @@ lint: vet
 # Short fuzz runs; a release wants each target for 10 minutes or more
 # (FUZZTIME=10m make fuzz).
 FUZZTIME ?= 30s
+FUZZ1    := GO=$(GO) .ci/fuzz1
 fuzz:
-	$(GO) test -run XXX -fuzz '^FuzzRequest$$' -fuzztime $(FUZZTIME) ./internal/h1/
-	$(GO) test -run XXX -fuzz '^FuzzResponse$$' -fuzztime $(FUZZTIME) ./internal/h1/
-	$(GO) test -run XXX -fuzz FuzzPlanner -fuzztime $(FUZZTIME) ./selection/
-	$(GO) test -run XXX -fuzz FuzzParseConfig -fuzztime $(FUZZTIME) ./cmd/peerd/
-	$(GO) test -run XXX -fuzz FuzzStateBody -fuzztime $(FUZZTIME) ./admin/
-	$(GO) test -run XXX -fuzz '^FuzzHTTPDate$$' -fuzztime $(FUZZTIME) ./cache/
-	$(GO) test -run XXX -fuzz '^FuzzRange$$' -fuzztime $(FUZZTIME) ./cache/
-	$(GO) test -run XXX -fuzz '^FuzzCacheControl$$' -fuzztime $(FUZZTIME) ./cache/
-	$(GO) test -run XXX -fuzz '^FuzzStoredResponse$$' -fuzztime $(FUZZTIME) ./cache/
-	$(GO) test -run XXX -fuzz '^FuzzObjectFile$$' -fuzztime $(FUZZTIME) ./cache/
-	$(GO) test -run XXX -fuzz '^FuzzJournalRecord$$' -fuzztime $(FUZZTIME) ./cache/
-	$(GO) test -run XXX -fuzz '^FuzzDecodeHead$$' -fuzztime $(FUZZTIME) ./cache/
-	$(GO) test -run XXX -fuzz '^FuzzProxyStatus$$' -fuzztime $(FUZZTIME) ./forwarding/
-	$(GO) test -run XXX -fuzz '^FuzzImportSquid$$' -fuzztime $(FUZZTIME) ./cmd/peerd/
-	$(GO) test -run XXX -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./fleet/
-	$(GO) test -run XXX -fuzz '^FuzzForgedVerdicts$$' -fuzztime $(FUZZTIME) ./fleet/
-	$(GO) test -run XXX -fuzz '^FuzzCanonicalHost$$' -fuzztime $(FUZZTIME) ./access/
-	$(GO) test -run XXX -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./icp/
-	$(GO) test -run XXX -fuzz '^FuzzParseBasic$$' -fuzztime $(FUZZTIME) ./auth/
-	$(GO) test -run XXX -fuzz '^FuzzHtpasswd$$' -fuzztime $(FUZZTIME) ./auth/
+	$(FUZZ1) -run XXX -fuzz '^FuzzRequest$$' -fuzztime $(FUZZTIME) ./internal/h1/
+	$(FUZZ1) -run XXX -fuzz '^FuzzResponse$$' -fuzztime $(FUZZTIME) ./internal/h1/
+	$(FUZZ1) -run XXX -fuzz FuzzPlanner -fuzztime $(FUZZTIME) ./selection/
+	$(FUZZ1) -run XXX -fuzz FuzzParseConfig -fuzztime $(FUZZTIME) ./cmd/peerd/
+	$(FUZZ1) -run XXX -fuzz FuzzStateBody -fuzztime $(FUZZTIME) ./admin/
+	$(FUZZ1) -run XXX -fuzz '^FuzzHTTPDate$$' -fuzztime $(FUZZTIME) ./cache/
+	$(FUZZ1) -run XXX -fuzz '^FuzzRange$$' -fuzztime $(FUZZTIME) ./cache/
+	$(FUZZ1) -run XXX -fuzz '^FuzzCacheControl$$' -fuzztime $(FUZZTIME) ./cache/
+	$(FUZZ1) -run XXX -fuzz '^FuzzStoredResponse$$' -fuzztime $(FUZZTIME) ./cache/
+	$(FUZZ1) -run XXX -fuzz '^FuzzObjectFile$$' -fuzztime $(FUZZTIME) ./cache/
+	$(FUZZ1) -run XXX -fuzz '^FuzzJournalRecord$$' -fuzztime $(FUZZTIME) ./cache/
+	$(FUZZ1) -run XXX -fuzz '^FuzzDecodeHead$$' -fuzztime $(FUZZTIME) ./cache/
+	$(FUZZ1) -run XXX -fuzz '^FuzzProxyStatus$$' -fuzztime $(FUZZTIME) ./forwarding/
+	$(FUZZ1) -run XXX -fuzz '^FuzzImportSquid$$' -fuzztime $(FUZZTIME) ./cmd/peerd/
+	$(FUZZ1) -run XXX -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./fleet/
+	$(FUZZ1) -run XXX -fuzz '^FuzzForgedVerdicts$$' -fuzztime $(FUZZTIME) ./fleet/
+	$(FUZZ1) -run XXX -fuzz '^FuzzCanonicalHost$$' -fuzztime $(FUZZTIME) ./access/
+	$(FUZZ1) -run XXX -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./icp/
+	$(FUZZ1) -run XXX -fuzz '^FuzzParseBasic$$' -fuzztime $(FUZZTIME) ./auth/
+	$(FUZZ1) -run XXX -fuzz '^FuzzHtpasswd$$' -fuzztime $(FUZZTIME) ./auth/
 
 # Micro-benchmarks, then the comparison against direct and Squid.
 bench:
