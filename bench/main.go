@@ -32,6 +32,7 @@ var (
 	fixedFor   = flag.Duration("fixedfor", 3*time.Second, "length of each fixed-rate run")
 	cpuProfDir = flag.String("cpuprofile", "", "directory for a CPU profile of every peerd child (PEERD_CPUPROFILE)")
 	rate       = flag.Int("rate", 3000, "requests per second for the fixed-rate runs (latency and CPU per request)")
+	fixedConns = flag.Int("fixedconns", 0, "connections each fixed-rate run may open (0: as many as the pace needs); with e.g. 16, requests that find every connection busy wait for one, and the wait counts in their latency")
 	pin        = flag.Bool("pin", false, "give the child core 0 and wrk core 1 (taskset; use with -threads 1): latency without the load generator and the child sharing cores")
 )
 

@@ -412,11 +412,17 @@ func goLoad(addr string, d time.Duration, unique bool) Throughput {
 }
 
 // fixedRate sends rps requests per second for d (open loop: a slow answer
-// does not delay the next request) and returns p50 and p99 latency and
-// the rate the requests were sent at.
+// does not delay the next request; with -fixedconns the request may wait
+// for a connection, and that wait is in its latency) and returns p50 and
+// p99 latency and the rate the requests were sent at.
 func fixedRate(addr, target string, rps int, d time.Duration) (p50, p99 float64, errs int, sentRate float64) {
 	c := proxyClient(addr, 10*time.Second)
 	defer c.CloseIdleConnections()
+	// With no cap, a stall near the machine's capacity draws a new
+	// connection per request due, and the storm overflows listen queues
+	// (SYNs retried after 1 s and 3 s): at 9,000 req/s on two cores every
+	// child's latency collapsed after the first such stall.
+	c.Transport.(*http.Transport).MaxConnsPerHost = *fixedConns
 	n := int(d.Seconds() * float64(rps))
 	lat := make([]time.Duration, n)
 	// Request i is due at start + i/rps. A ticker cannot keep this pace:
