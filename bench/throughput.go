@@ -419,9 +419,9 @@ func fixedRate(addr, target string, rps int, d time.Duration) (p50, p99 float64,
 	c := proxyClient(addr, 10*time.Second)
 	defer c.CloseIdleConnections()
 	// With no cap, a stall near the machine's capacity draws a new
-	// connection per request due, and the storm overflows listen queues
-	// (SYNs retried after 1 s and 3 s): at 9,000 req/s on two cores every
-	// child's latency collapsed after the first such stall.
+	// connection per request due: at 9,000 req/s on two cores that ran
+	// this process (the parent's side too) and a floor out of file
+	// descriptors, and every later child's run failed.
 	c.Transport.(*http.Transport).MaxConnsPerHost = *fixedConns
 	n := int(d.Seconds() * float64(rps))
 	lat := make([]time.Duration, n)

@@ -128,8 +128,9 @@ probe_max_interval = "1m"
 
 // TestReadTimeoutCountsFromTheRequest: a parent that takes a request and
 // says nothing is given up read_timeout after the request went out, as
-// the contract words it ("no bytes from the next hop for this long"). It
-// was read_timeout after the first second of waiting: 2.5 s here.
+// the contract words it ("no bytes from the next hop for this long"), not
+// from the end of the first wait (watchAfter, a second), which would give
+// 2.5 s here.
 func TestReadTimeoutCountsFromTheRequest(t *testing.T) {
 	bad := newFakeParent(t, "bad")
 	p := startPeerd(t, withProxy(baseConfig, `read_timeout = "1500ms"`)+`
