@@ -34,6 +34,7 @@ func TestDependencyDirection(t *testing.T) {
 		"internal/conf":       {},
 		"internal/atomicfile": {},
 		"internal/match":      {},
+		"internal/procs":      {},
 		"admin":               {"peers", "selection", "internal/match", "cache", "fleet", "internal/h1", "internal/conf", "internal/atomicfile"},
 		"fleet":               {"peers", "internal/conf"},
 		"icp":                 {"peers", "internal/conf"},

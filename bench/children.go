@@ -115,6 +115,12 @@ func startPeerd(work, bin string, parents []hop, extra string) *child {
 
 // startPeerdWith is startPeerd with keys added to every [[peer]].
 func startPeerdWith(work, bin string, parents []hop, extra, peerExtra string) *child {
+	return startPeerdThreads(work, bin, parents, extra, peerExtra, *threads)
+}
+
+// startPeerdThreads is startPeerdWith with GOMAXPROCS=threads in peerd's
+// environment (0: none, so peerd sizes its threads to the load).
+func startPeerdThreads(work, bin string, parents []hop, extra, peerExtra string, threads int) *child {
 	dir, _ := os.MkdirTemp(work, "peerd-")
 	var b strings.Builder
 	fmt.Fprintf(&b, "[proxy]\nlisten = \"127.0.0.1:0\"\nconnect_timeout = \"1s\"\n%s\n[admin]\nlisten = \"127.0.0.1:0\"\n[log]\nlevel = \"info\"\n", extra)
@@ -126,8 +132,8 @@ func startPeerdWith(work, bin string, parents []hop, extra, peerExtra string) *c
 		fmt.Fprintf(&b, "[[peer]]\nname = %q\nhost = \"127.0.0.1\"\nport = %s\n%s", p.name, p.port, peerExtra)
 	}
 	var env []string
-	if *threads > 0 {
-		env = append(env, fmt.Sprintf("GOMAXPROCS=%d", *threads))
+	if threads > 0 {
+		env = append(env, fmt.Sprintf("GOMAXPROCS=%d", threads))
 	}
 	if *cpuProfDir != "" {
 		env = append(env, "PEERD_CPUPROFILE="+filepath.Join(*cpuProfDir, filepath.Base(dir)+".pprof"))

@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -27,8 +28,11 @@ import (
 const (
 	targetDirect = "client → parent (direct)"
 	targetPeerd  = "client → peerd → parent"
-	targetSquid  = "client → squid → parent"
-	targetATS    = "client → ats → parent"
+	// peerd with GOMAXPROCS set to one per core (-fixedthreads), beside
+	// the default, which sizes its threads to the load (internal/procs).
+	targetPeerdFixed = "client → peerd, fixed threads → parent"
+	targetSquid      = "client → squid → parent"
+	targetATS        = "client → ats → parent"
 	// The floors (bench/floor): the least a Go proxy does per request in
 	// peerd's I/O model and in an event loop's; references, not products.
 	targetFloorG = "client → Go floor, goroutines → parent"
@@ -42,6 +46,10 @@ func throughput(work, peerdBin, squidBin, atsBin string) []Throughput {
 	targets := []tgt{
 		{name: targetDirect},
 		{name: targetPeerd, start: func() *child { return startPeerd(work, peerdBin, hops, "") }},
+	}
+	if *fixedThreads {
+		n := runtime.NumCPU()
+		targets = append(targets, tgt{name: targetPeerdFixed, start: func() *child { return startPeerdThreads(work, peerdBin, hops, "", "", n) }})
 	}
 	if squidBin != "" {
 		targets = append(targets, tgt{name: targetSquid, start: func() *child { return startSquid(work, squidBin, hops) }})

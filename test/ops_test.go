@@ -8,6 +8,7 @@ import (
 	"os"
 	osexec "os/exec"
 	"regexp"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -432,5 +433,29 @@ func TestSecondSignalExitsAtOnce(t *testing.T) {
 	}
 	if d := time.Since(start); d > 3*time.Second {
 		t.Fatalf("second signal took %v", d)
+	}
+}
+
+// TestWorkerThreadsFollowTheLoad: an idle peerd on more than one core
+// gives up all but one worker thread (internal/procs), and says so in
+// the Go collector's gauge, without the operator setting GOMAXPROCS.
+// The way back up is internal/procs' own test, on a fake clock.
+func TestWorkerThreadsFollowTheLoad(t *testing.T) {
+	if runtime.NumCPU() < 2 {
+		t.Skip("one core: there is no thread to give up")
+	}
+	a := newFakeParent(t, "a")
+	p := startPeerd(t, baseConfig+peerBlock("", a))
+	if r := do(p.client(), "GET", "http://o.test/before", ""); r.status != http.StatusOK {
+		t.Fatalf("GET before: %v", r)
+	}
+	waitFor(t, "go_sched_gomaxprocs_threads 1 when idle", 10*time.Second, func() bool {
+		return metricValue(p.adminMetrics(), "go_sched_gomaxprocs_threads") == 1
+	})
+	if !strings.Contains(p.logs(), "worker threads follow the load") {
+		t.Errorf("no debug line on the change in the log")
+	}
+	if r := do(p.client(), "GET", "http://o.test/after", ""); r.status != http.StatusOK {
+		t.Errorf("GET on one thread: %v", r)
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/peerd/peerd/auth"
+	"github.com/peerd/peerd/internal/procs"
 
 	"github.com/peerd/peerd/admin"
 	"github.com/peerd/peerd/cache"
@@ -300,6 +301,16 @@ func (s *server) serve(ctx context.Context) error {
 	probesDone := make(chan struct{})
 	go func() { s.prober.Run(probeCtx); close(probesDone) }()
 	defer func() { stopProbes(); <-probesDone }()
+
+	if sz := procs.New(); sz != nil {
+		sz.Changed = func(from, to int, busy float64) {
+			s.log.WithFields(logrus.Fields{"from": from, "to": to, "busy_cores": fmt.Sprintf("%.2f", busy)}).Debug("worker threads follow the load")
+		}
+		sizeCtx, stopSizing := context.WithCancel(context.Background())
+		sizeDone := make(chan struct{})
+		go func() { sz.Run(sizeCtx); close(sizeDone) }()
+		defer func() { stopSizing(); <-sizeDone }()
+	}
 
 	if err := s.fleet.Apply(cfg.Fleet, s.fleetNode(cfg)); err != nil {
 		if !s.upg.inherited() {
