@@ -7,10 +7,11 @@
 // thread every request that wakes a goroutine can wake a second thread to
 // run it, and idle threads spin looking for work to steal. Below a core's
 // worth of load that buys nothing and costs CPU: in the bench (README,
-// "Threads follow the load"), one thread cost 0.81–0.88 × the CPU per
-// request of two at saturation and at 3,000 req/s, at the same req/s. An
-// event loop gets the same effect by having one thread until it is busy;
-// this gets it without giving up the goroutine model.
+// "Threads follow the load"), peerd cost 0.83 × the CPU per request of the
+// same binary with two fixed threads at saturation, 0.77 × at 3,000 req/s
+// and 0.88 × at 9,000, at the same req/s (medians of three runs). An event
+// loop gets the same effect by having one thread until it is busy; this
+// gets it without giving up the goroutine model.
 //
 // An operator who sets GOMAXPROCS in the environment gets exactly that, as
 // with any Go program: the sizer does not run.
