@@ -16,6 +16,11 @@
 // An operator who sets GOMAXPROCS in the environment gets exactly that, as
 // with any Go program: the sizer does not run.
 //
+// The ceiling is read once, at start. Go (1.25 and later) follows a cgroup
+// CPU limit that changes while a program runs, but only for a program that
+// never sets GOMAXPROCS itself; this one does, so a limit changed later
+// takes effect at the next restart or binary upgrade.
+//
 // This file holds the decision (next) and the loop that samples the
 // process's CPU time and applies it.
 package procs
