@@ -93,7 +93,16 @@ type disk struct {
 	// ready is closed when the index is loaded (or loading was given up),
 	// swept when leftover files are removed.
 	ready, swept chan struct{}
+	// journalOpen is closed once the journal takes records (or loading
+	// was given up): a commit that comes sooner waits for it, as it may
+	// in the first moments after start or while an upgrade's old process
+	// still holds the store.
+	journalOpen     chan struct{}
+	journalOpenOnce sync.Once
 }
+
+// journalOpened closes journalOpen, once.
+func (d *disk) journalOpened() { d.journalOpenOnce.Do(func() { close(d.journalOpen) }) }
 
 // pauseFor is how long a disk fault stops the store from taking objects.
 const pauseFor = 10 * time.Second
@@ -116,7 +125,8 @@ func openDisk(dir string, capacity int64, log logrus.FieldLogger, wait bool) (*d
 		return nil, fmt.Errorf("cache disk %s: %w", dir, err)
 	}
 	d := &disk{dir: dir, log: log, lock: lock, index: map[keyHash]*diskEntry{}, tomb: map[keyHash]uint64{},
-		capacity: capacity, stop: make(chan struct{}), ready: make(chan struct{}), swept: make(chan struct{})}
+		capacity: capacity, stop: make(chan struct{}), ready: make(chan struct{}), swept: make(chan struct{}),
+		journalOpen: make(chan struct{})}
 	d.nextID.Store(uint64(time.Now().UnixNano()))
 	d.loading.Store(true)
 	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
@@ -149,6 +159,7 @@ func (d *disk) waitLock() {
 		select {
 		case <-d.stop:
 			d.loading.Store(false)
+			d.journalOpened()
 			close(d.ready)
 			close(d.swept)
 			return

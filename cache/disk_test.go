@@ -357,6 +357,33 @@ func TestDiskIndexLoad(t *testing.T) {
 	}
 }
 
+// Requests that miss store objects while the index is still loading: the
+// loader and the writer share the index under one lock (run with -race;
+// the loader once sized the index without the lock), and both the loaded
+// objects and the new one are there at the end.
+func TestDiskStoreWhileIndexLoads(t *testing.T) {
+	dir := t.TempDir()
+	const n = 50_000
+	if err := WriteSyntheticIndex(dir, n, 1000); err != nil {
+		t.Fatal(err)
+	}
+	cfg := DefaultConfig()
+	cfg.Disk, cfg.DiskSize, cfg.MaxObject = dir, 1<<40, 32<<20
+	c, err := Open(cfg, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	storeOn(t, c, "http://example.com/during-load", body(100, 3), 100)
+	<-c.disk.ready
+	if s := c.Stats(); s.DiskObjects != n+1 {
+		t.Fatalf("after the load: %d objects on disk, want %d (%d disk errors)", s.DiskObjects, n+1, s.DiskErrors)
+	}
+	if v, fromDisk, got := served(t, c, "http://example.com/during-load"); v != Hit || !bytes.Equal(got, body(100, 3)) {
+		t.Fatalf("object stored during the load: %v (from disk %v), %d bytes", v, fromDisk, len(got))
+	}
+}
+
 // BenchmarkDiskIndexLoad reports the index load rate at 1M objects.
 func BenchmarkDiskIndexLoad(b *testing.B) {
 	dir := b.TempDir()

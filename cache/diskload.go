@@ -28,6 +28,7 @@ func (d *disk) load() error {
 		d.tomb = map[keyHash]uint64{}
 		victims := d.evictLocked()
 		d.mu.Unlock()
+		d.journalOpened() // if it never opened: commits fail, as they did
 		d.forget(victims)
 		d.maybeCompact()
 		close(d.ready)
@@ -91,6 +92,7 @@ func (d *disk) load() error {
 	}
 	d.journal, d.jsize = app, whole
 	d.mu.Unlock()
+	d.journalOpened()
 	return d.readJournal(rd, whole)
 }
 
@@ -102,15 +104,16 @@ func (d *disk) readJournal(rd *os.File, end int64) error {
 	off := int64(len(journalHdr))
 	slab := make([]diskEntry, 0, batch)
 	var bad int64
+	// Sized once for the journal's records: growing a map of a million
+	// keys step by step cost a third of the load. The index is read under
+	// the lock: requests that miss are storing objects in it already.
+	d.mu.Lock()
 	if n := int((end - off) / recordSize); n > len(d.index) {
-		// Sized once for the journal's records: growing a map of a
-		// million keys step by step cost a third of the load.
-		d.mu.Lock()
 		grown := make(map[keyHash]*diskEntry, n)
 		maps.Copy(grown, d.index)
 		d.index = grown
-		d.mu.Unlock()
 	}
+	d.mu.Unlock()
 	for off < end {
 		n := min(int64(len(buf)), end-off)
 		if _, err := io.ReadFull(io.NewSectionReader(rd, off, n), buf[:n]); err != nil {

@@ -321,6 +321,10 @@ func (w *diskWriter) publish(ref *diskRef) (*diskRef, []*diskEntry, error) {
 	final := d.objectPath(w.e.id)
 	e := new(diskEntry)
 	*e = w.e
+	select { // the journal opens moments after start
+	case <-d.journalOpen:
+	case <-d.stop:
+	}
 	d.mu.Lock()
 	if d.closed {
 		d.mu.Unlock()
