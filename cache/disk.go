@@ -84,6 +84,7 @@ type disk struct {
 
 	fsync       atomic.Bool  // disk_fsync
 	pausedUntil atomic.Int64 // Unix nanoseconds; 0: storing
+	noJournal   atomic.Bool  // the journal could not be opened: not storing
 	errors      atomic.Int64
 	hits        atomic.Int64
 
@@ -178,7 +179,15 @@ func (d *disk) start() {
 	d.lock.Truncate(0)
 	d.lock.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
 	if err := d.load(); err != nil {
-		d.log.WithError(err).WithField("disk", d.dir).Warn("cache disk: cannot load the index; storing from empty")
+		d.mu.Lock()
+		open := d.journal != nil
+		d.mu.Unlock()
+		msg := "cache disk: cannot load the whole index; what was read is kept, and new objects are stored"
+		if !open {
+			d.noJournal.Store(true)
+			msg = "cache disk: cannot open the journal; nothing is stored on disk until a restart (memory caching goes on)"
+		}
+		d.log.WithError(err).WithField("disk", d.dir).Error(msg)
 		d.errors.Add(1)
 	}
 }
@@ -450,6 +459,9 @@ func (d *disk) resize(capacity int64) {
 // storing reports whether the store takes new objects now: not while a
 // fault pauses it (the first call after the pause says it resumes).
 func (d *disk) storing() bool {
+	if d.noJournal.Load() {
+		return false
+	}
 	until := d.pausedUntil.Load()
 	if until == 0 {
 		return true

@@ -384,6 +384,51 @@ func TestDiskStoreWhileIndexLoads(t *testing.T) {
 	}
 }
 
+// A journal that is not a peerd journal is moved aside, kept as it was,
+// and the store starts empty and stores.
+func TestDiskForeignJournalMovedAside(t *testing.T) {
+	dir := t.TempDir()
+	foreign := []byte("not a journal of ours\n")
+	if err := os.WriteFile(filepath.Join(dir, "journal"), foreign, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	c := diskCache(t, dir, nil)
+	storeOn(t, c, "http://example.com/after", body(100, 5), 100)
+	if s := c.Stats(); s.DiskObjects != 1 || s.DiskErrors != 0 {
+		t.Fatalf("after storing on a foreign journal's store: %d objects, %d errors; want 1, 0", s.DiskObjects, s.DiskErrors)
+	}
+	aside, _ := filepath.Glob(filepath.Join(dir, "journal.unreadable-*"))
+	if len(aside) != 1 {
+		t.Fatalf("moved aside: %v; want one file", aside)
+	}
+	if got, _ := os.ReadFile(aside[0]); !bytes.Equal(got, foreign) {
+		t.Errorf("the file moved aside holds %q; want %q", got, foreign)
+	}
+}
+
+// A journal that cannot be opened turns the disk store off, with one
+// error, not one per object; memory caching goes on.
+func TestDiskJournalCannotOpen(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "journal"), 0o750); err != nil { // a directory where the file goes
+		t.Fatal(err)
+	}
+	c := diskCache(t, dir, nil)
+	if c.disk.storing() {
+		t.Fatal("the store takes objects with no journal to name them in")
+	}
+	for i := range 3 {
+		u := fmt.Sprintf("http://example.com/%d", i)
+		storeOn(t, c, u, body(100, byte(i)), 100)
+		if v, fromDisk, got := served(t, c, u); v != Hit || fromDisk || !bytes.Equal(got, body(100, byte(i))) {
+			t.Fatalf("%s: %v, from disk %v, %d bytes; want a hit from memory", u, v, fromDisk, len(got))
+		}
+	}
+	if s := c.Stats(); s.DiskObjects != 0 || s.DiskErrors != 1 {
+		t.Errorf("%d objects on disk, %d disk errors; want 0 and 1", s.DiskObjects, s.DiskErrors)
+	}
+}
+
 // BenchmarkDiskIndexLoad reports the index load rate at 1M objects.
 func BenchmarkDiskIndexLoad(b *testing.B) {
 	dir := b.TempDir()

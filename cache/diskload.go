@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"time"
 
 	"github.com/peerd/peerd/internal/atomicfile"
 	"github.com/sirupsen/logrus"
@@ -28,12 +29,18 @@ func (d *disk) load() error {
 		d.tomb = map[keyHash]uint64{}
 		victims := d.evictLocked()
 		d.mu.Unlock()
-		d.journalOpened() // if it never opened: commits fail, as they did
+		d.journalOpened() // if it never opened, start turns the store off
 		d.forget(victims)
 		d.maybeCompact()
 		close(d.ready)
 		d.sweep(start)
 	}()
+	return d.openJournal(true)
+}
+
+// openJournal opens the journal and reads the index from it; first, a
+// file that is not a peerd journal is moved aside and a new one started.
+func (d *disk) openJournal(first bool) error {
 	path := filepath.Join(d.dir, "journal")
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o640)
 	if err != nil {
@@ -60,8 +67,19 @@ func (d *disk) load() error {
 		size = int64(len(journalHdr))
 	default:
 		if _, err := f.ReadAt(hdr, 0); err != nil || string(hdr) != journalHdr {
+			// Not ours (or its first bytes are gone): keep it aside, as
+			// the operator may want it, and start a journal of our own.
+			// The object files it named are swept as unnamed ones.
 			f.Close()
-			return fmt.Errorf("%s is not a peerd journal", path)
+			if !first {
+				return fmt.Errorf("%s is not a peerd journal", path)
+			}
+			aside := path + ".unreadable-" + strconv.FormatInt(time.Now().Unix(), 10)
+			if err := os.Rename(path, aside); err != nil {
+				return fmt.Errorf("%s is not a peerd journal, and cannot be moved aside: %w", path, err)
+			}
+			d.log.WithField("disk", d.dir).WithField("moved_to", aside).Error("cache disk: the journal is not a peerd journal; it was moved aside and the store starts empty")
+			return d.openJournal(false)
 		}
 	}
 	// A record cut short (a power loss in its write) is dropped, so that
