@@ -179,12 +179,8 @@ func (d *disk) start() {
 	d.lock.Truncate(0)
 	d.lock.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
 	if err := d.load(); err != nil {
-		d.mu.Lock()
-		open := d.journal != nil
-		d.mu.Unlock()
 		msg := "cache disk: cannot load the whole index; what was read is kept, and new objects are stored"
-		if !open {
-			d.noJournal.Store(true)
+		if d.noJournal.Load() {
 			msg = "cache disk: cannot open the journal; nothing is stored on disk until a restart (memory caching goes on)"
 		}
 		d.log.WithError(err).WithField("disk", d.dir).Error(msg)

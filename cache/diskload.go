@@ -27,9 +27,10 @@ func (d *disk) load() error {
 		d.mu.Lock()
 		d.loading.Store(false)
 		d.tomb = map[keyHash]uint64{}
+		d.noJournal.Store(d.journal == nil) // never opened: the store is off
 		victims := d.evictLocked()
 		d.mu.Unlock()
-		d.journalOpened() // if it never opened, start turns the store off
+		d.journalOpened()
 		d.forget(victims)
 		d.maybeCompact()
 		close(d.ready)

@@ -326,7 +326,7 @@ func (w *diskWriter) publish(ref *diskRef) (*diskRef, []*diskEntry, error) {
 	case <-d.stop:
 	}
 	d.mu.Lock()
-	if d.closed {
+	if d.closed || d.closing && d.journal == nil { // closing before it opened: nowhere to commit
 		d.mu.Unlock()
 		os.Remove(final)
 		return nil, nil, errAbandoned

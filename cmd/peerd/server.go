@@ -20,15 +20,14 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/peerd/peerd/auth"
-	"github.com/peerd/peerd/internal/procs"
-
 	"github.com/peerd/peerd/admin"
+	"github.com/peerd/peerd/auth"
 	"github.com/peerd/peerd/cache"
 	"github.com/peerd/peerd/dialer"
 	"github.com/peerd/peerd/fleet"
 	"github.com/peerd/peerd/forwarding"
 	"github.com/peerd/peerd/icp"
+	"github.com/peerd/peerd/internal/procs"
 	"github.com/peerd/peerd/peers"
 	"github.com/peerd/peerd/probes"
 	"github.com/peerd/peerd/selection"

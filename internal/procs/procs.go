@@ -7,11 +7,13 @@
 // thread every request that wakes a goroutine can wake a second thread to
 // run it, and idle threads spin looking for work to steal. Below a core's
 // worth of load that buys nothing and costs CPU: in the bench (README,
-// "Threads follow the load"), peerd cost 0.83 × the CPU per request of the
-// same binary with two fixed threads at saturation, 0.77 × at 3,000 req/s
-// and 0.88 × at 9,000, at the same req/s (medians of three runs). An event
-// loop gets the same effect by having one thread until it is busy; this
-// gets it without giving up the goroutine model.
+// "Threads follow the load"; each figure the median of three runs, with
+// their range), peerd cost 0.83 × (0.83–0.97) and 0.77 × (0.76–0.86) the
+// CPU per request of the same binary with two fixed threads at
+// saturation in two sets, 0.77 × (0.75–0.90) and 0.83 × (0.81–0.89) at
+// 3,000 req/s, and 0.88 × (0.86–0.97) at 9,000, at the same req/s. An
+// event loop gets the same effect by having one thread until it is busy;
+// this gets it without giving up the goroutine model.
 //
 // An operator who sets GOMAXPROCS in the environment gets exactly that, as
 // with any Go program: the sizer does not run.

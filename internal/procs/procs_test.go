@@ -184,9 +184,9 @@ func TestNewLeavesAnOperatorsGOMAXPROCS(t *testing.T) {
 // TestProcessCPUCounts: the sizer's reading of the process's CPU time
 // grows with work done, and never runs backwards.
 func TestProcessCPUCounts(t *testing.T) {
-	before := processCPU()
+	before, deadline := processCPU(), time.Now().Add(10*time.Second)
 	x := 0
-	for i := 0; i < 1<<30 && processCPU()-before < 20*time.Millisecond; i++ {
+	for i := 0; processCPU()-before < 20*time.Millisecond && time.Now().Before(deadline); i++ {
 		for j := range 100_000 {
 			x += j ^ i
 		}
