@@ -178,14 +178,7 @@ func (d *disk) waitLock() {
 func (d *disk) start() {
 	d.lock.Truncate(0)
 	d.lock.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
-	if err := d.load(); err != nil {
-		msg := "cache disk: cannot load the whole index; what was read is kept, and new objects are stored"
-		if d.noJournal.Load() {
-			msg = "cache disk: cannot open the journal; nothing is stored on disk until a restart (memory caching goes on)"
-		}
-		d.log.WithError(err).WithField("disk", d.dir).Error(msg)
-		d.errors.Add(1)
-	}
+	d.load()
 }
 
 func readNames(dir string) ([]string, error) {

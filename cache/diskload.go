@@ -20,23 +20,31 @@ import (
 	"github.com/sirupsen/logrus"
 )
 
-// load opens the journal and reads the index from it.
-func (d *disk) load() error {
+// load opens the journal and reads the index from it. A failure is
+// logged and counted before ready closes, so that whoever waits on ready
+// sees it.
+func (d *disk) load() {
 	start := d.nextID.Load() // ids below were issued by earlier processes
-	defer func() {
-		d.mu.Lock()
-		d.loading.Store(false)
-		d.tomb = map[keyHash]uint64{}
-		d.noJournal.Store(d.journal == nil) // never opened: the store is off
-		victims := d.evictLocked()
-		d.mu.Unlock()
-		d.journalOpened()
-		d.forget(victims)
-		d.maybeCompact()
-		close(d.ready)
-		d.sweep(start)
-	}()
-	return d.openJournal(true)
+	err := d.openJournal(true)
+	d.mu.Lock()
+	d.loading.Store(false)
+	d.tomb = map[keyHash]uint64{}
+	d.noJournal.Store(d.journal == nil) // never opened: the store is off
+	victims := d.evictLocked()
+	d.mu.Unlock()
+	if err != nil {
+		msg := "cache disk: cannot load the whole index; what was read is kept, and new objects are stored"
+		if d.noJournal.Load() {
+			msg = "cache disk: cannot open the journal; nothing is stored on disk until a restart (memory caching goes on)"
+		}
+		d.log.WithError(err).WithField("disk", d.dir).Error(msg)
+		d.errors.Add(1)
+	}
+	d.journalOpened()
+	d.forget(victims)
+	d.maybeCompact()
+	close(d.ready)
+	d.sweep(start)
 }
 
 // openJournal opens the journal and reads the index from it; first, a
