@@ -72,9 +72,14 @@ type disk struct {
 	journal  *os.File
 	jsize    int64 // the journal's length: where the next record goes
 	records  int64 // records in the journal
-	// tomb: keys purged while the index loads, with the first id that
-	// is not purged: the loader drops older records of them.
-	tomb    map[keyHash]uint64
+	// While the index loads, every record the loader reads was written
+	// by an earlier process, so it is older than anything done since the
+	// start, whatever the ids say (they come from the clock, which may
+	// have been set back between runs). tomb: keys purged since the
+	// start; the loader drops their records. newer: entries committed
+	// since the start; the loader drops records of the same variant.
+	tomb    map[keyHash]struct{}
+	newer   map[*diskEntry]struct{}
 	closing bool // close has begun: no new writers, the loader stops
 	closed  bool // the journal is closed
 
@@ -125,7 +130,8 @@ func openDisk(dir string, capacity int64, log logrus.FieldLogger, wait bool) (*d
 	if err != nil {
 		return nil, fmt.Errorf("cache disk %s: %w", dir, err)
 	}
-	d := &disk{dir: dir, log: log, lock: lock, index: map[keyHash]*diskEntry{}, tomb: map[keyHash]uint64{},
+	d := &disk{dir: dir, log: log, lock: lock, index: map[keyHash]*diskEntry{}, tomb: map[keyHash]struct{}{},
+		newer:    map[*diskEntry]struct{}{},
 		capacity: capacity, stop: make(chan struct{}), ready: make(chan struct{}), swept: make(chan struct{}),
 		journalOpen: make(chan struct{})}
 	d.nextID.Store(uint64(time.Now().UnixNano()))
@@ -411,7 +417,7 @@ func (d *disk) purge(key keyHash) int {
 	d.mu.Lock()
 	es := d.dropWhereLocked(key, func(*diskEntry) bool { return true })
 	if d.loading.Load() {
-		d.tomb[key] = d.nextID.Load()
+		d.tomb[key] = struct{}{}
 	}
 	d.mu.Unlock()
 	d.forget(es)

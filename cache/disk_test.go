@@ -320,6 +320,98 @@ func TestDiskPurge(t *testing.T) {
 	}
 }
 
+// After a restart the object stored last stands, as it did while
+// running, even when the clock that named the files was set back between
+// the runs (file ids come from it).
+func TestDiskRestartKeepsTheLastStored(t *testing.T) {
+	dir := t.TempDir()
+	const u = "http://example.com/r"
+	c := diskCache(t, dir, nil)
+	c.disk.nextID.Store(1 << 62) // this run's clock was far ahead
+	storeOn(t, c, u, body(100, 1), 100)
+	c.Close()
+	c = diskCache(t, dir, nil) // the clock set right: smaller ids
+	storeOn(t, c, u, body(100, 2), 100)
+	if v, _, got := served(t, c, u); v != Hit || !bytes.Equal(got, body(100, 2)) {
+		t.Fatalf("before the restart: %v, %d bytes; want a hit on the second body", v, len(got))
+	}
+	c.Close()
+	c = diskCache(t, dir, nil)
+	if v, _, got := served(t, c, u); v != Hit || !bytes.Equal(got, body(100, 2)) {
+		t.Fatalf("after the restart: %v, %d bytes; want a hit on the second body", v, len(got))
+	}
+	if s := c.Stats(); s.DiskObjects != 1 || s.DiskErrors != 0 {
+		t.Errorf("%d objects on disk, %d disk errors; want 1 and 0", s.DiskObjects, s.DiskErrors)
+	}
+}
+
+// Two stores of one URL that finish in the other order than they began
+// (the first one's body was the longer to arrive): the one that finished
+// last stands, before and after a restart.
+func TestDiskRestartKeepsTheLastFinished(t *testing.T) {
+	dir := t.TempDir()
+	const u = "http://example.com/twice"
+	c := diskCache(t, dir, nil)
+	admit := func() *Writer {
+		w := c.Admit(request(t, "GET", u), response(t, "200 OK", "Cache-Control: max-age=3600", "Date: {0}"), 100, t0, t0, nil)
+		if w == nil {
+			t.Fatal("not admitted")
+		}
+		return w
+	}
+	first, second := admit(), admit()
+	second.Write(body(100, 2))
+	second.Finish(true)
+	for deadline := time.Now().Add(10 * time.Second); c.Stats().DiskObjects != 1; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the second store was not committed in 10s")
+		}
+	}
+	first.Write(body(100, 1))
+	first.Finish(true)
+	c.disk.writers.Wait()
+	if v, _, got := served(t, c, u); v != Hit || !bytes.Equal(got, body(100, 1)) {
+		t.Fatalf("before the restart: %v, %d bytes; want a hit on the body that finished last", v, len(got))
+	}
+	c.Close()
+	c = diskCache(t, dir, nil)
+	if v, _, got := served(t, c, u); v != Hit || !bytes.Equal(got, body(100, 1)) {
+		t.Fatalf("after the restart: %v, %d bytes; want a hit on the body that finished last", v, len(got))
+	}
+	if s := c.Stats(); s.DiskObjects != 1 || s.DiskErrors != 0 {
+		t.Errorf("%d objects on disk, %d disk errors; want 1 and 0", s.DiskObjects, s.DiskErrors)
+	}
+}
+
+// A purge made while a new process waits for the store (an upgrade's old
+// process still holds it) holds once the index loads, whatever ids the
+// journal's records carry.
+func TestDiskPurgeWhileWaitingHolds(t *testing.T) {
+	dir := t.TempDir()
+	const u = "http://example.com/p"
+	old := diskCache(t, dir, nil)
+	old.disk.nextID.Store(1 << 62) // its clock was far ahead
+	storeOn(t, old, u, body(100, 1), 100)
+	cfg := DefaultConfig()
+	cfg.Disk, cfg.DiskSize, cfg.MaxObject = dir, 64<<20, 32<<20
+	c, err := Open(cfg, Options{TakeOver: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	if n := c.Purge(request(t, "GET", u).Key); n != 0 {
+		t.Fatalf("purged %d before the index loaded; want 0", n)
+	}
+	old.Close()
+	<-c.disk.ready
+	if v, _, _ := served(t, c, u); v != Miss {
+		t.Fatalf("an object purged while the store was held elsewhere came back: %v", v)
+	}
+	if s := c.Stats(); s.DiskObjects != 0 {
+		t.Errorf("%d objects on disk; want 0", s.DiskObjects)
+	}
+}
+
 // A body of unknown length that outgrows max_object_in_memory is kept on
 // disk only, and the requests collapsed on it are served from there.
 func TestDiskOnlyFlight(t *testing.T) {

@@ -28,7 +28,7 @@ func (d *disk) load() {
 	err := d.openJournal(true)
 	d.mu.Lock()
 	d.loading.Store(false)
-	d.tomb = map[keyHash]uint64{}
+	d.tomb, d.newer = map[keyHash]struct{}{}, map[*diskEntry]struct{}{}
 	d.noJournal.Store(d.journal == nil) // never opened: the store is off
 	victims := d.evictLocked()
 	d.mu.Unlock()
@@ -183,13 +183,15 @@ func (d *disk) readJournal(rd *os.File, end int64) error {
 
 // loadLocked applies one add record read from the journal as a commit
 // does (insertLocked), except that it does not replace what was stored
-// since the start (a newer id), nor bring back what was purged meanwhile.
+// since the start, nor bring back what was purged meanwhile. Between
+// records, the journal's order decides: the later one stands, as it did
+// while that process ran.
 func (d *disk) loadLocked(e *diskEntry) (victims []*diskEntry) {
-	if t, ok := d.tomb[e.key]; ok && e.id < t {
+	if _, ok := d.tomb[e.key]; ok {
 		return []*diskEntry{e}
 	}
 	for x := d.index[e.key]; x != nil; x = x.sib {
-		if x.sec == e.sec && x.id > e.id {
+		if _, ok := d.newer[x]; ok && x.sec == e.sec {
 			return []*diskEntry{e}
 		}
 	}

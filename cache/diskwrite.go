@@ -338,7 +338,9 @@ func (w *diskWriter) publish(ref *diskRef) (*diskRef, []*diskEntry, error) {
 	}
 	journal := d.journal
 	dropped := d.insertLocked(e)
-	if !d.loading.Load() {
+	if d.loading.Load() {
+		d.newer[e] = struct{}{} // newer than any record the loader has yet to read
+	} else {
 		dropped = append(dropped, d.evictLocked()...)
 	}
 	d.mu.Unlock()
