@@ -332,13 +332,22 @@ func TestDiskRestartKeepsTheLastStored(t *testing.T) {
 	c.Close()
 	c = diskCache(t, dir, nil) // the clock set right: smaller ids
 	storeOn(t, c, u, body(100, 2), 100)
-	if v, _, got := served(t, c, u); v != Hit || !bytes.Equal(got, body(100, 2)) {
-		t.Fatalf("before the restart: %v, %d bytes; want a hit on the second body", v, len(got))
-	}
-	c.Close()
-	c = diskCache(t, dir, nil)
-	if v, _, got := served(t, c, u); v != Hit || !bytes.Equal(got, body(100, 2)) {
-		t.Fatalf("after the restart: %v, %d bytes; want a hit on the second body", v, len(got))
+	servedAcrossRestart(t, c, dir, u, body(100, 2))
+}
+
+// servedAcrossRestart checks that u is a hit on want in c, and again
+// after c is closed and dir opened anew, the only object there, with no
+// disk error.
+func servedAcrossRestart(t *testing.T, c *Cache, dir, u string, want []byte) {
+	t.Helper()
+	for _, when := range []string{"before", "after"} {
+		if when == "after" {
+			c.Close()
+			c = diskCache(t, dir, nil)
+		}
+		if v, _, got := served(t, c, u); v != Hit || !bytes.Equal(got, want) {
+			t.Fatalf("%s the restart: %v, %d bytes; want a hit on the body stored last", when, v, len(got))
+		}
 	}
 	if s := c.Stats(); s.DiskObjects != 1 || s.DiskErrors != 0 {
 		t.Errorf("%d objects on disk, %d disk errors; want 1 and 0", s.DiskObjects, s.DiskErrors)
@@ -370,17 +379,7 @@ func TestDiskRestartKeepsTheLastFinished(t *testing.T) {
 	first.Write(body(100, 1))
 	first.Finish(true)
 	c.disk.writers.Wait()
-	if v, _, got := served(t, c, u); v != Hit || !bytes.Equal(got, body(100, 1)) {
-		t.Fatalf("before the restart: %v, %d bytes; want a hit on the body that finished last", v, len(got))
-	}
-	c.Close()
-	c = diskCache(t, dir, nil)
-	if v, _, got := served(t, c, u); v != Hit || !bytes.Equal(got, body(100, 1)) {
-		t.Fatalf("after the restart: %v, %d bytes; want a hit on the body that finished last", v, len(got))
-	}
-	if s := c.Stats(); s.DiskObjects != 1 || s.DiskErrors != 0 {
-		t.Errorf("%d objects on disk, %d disk errors; want 1 and 0", s.DiskObjects, s.DiskErrors)
-	}
+	servedAcrossRestart(t, c, dir, u, body(100, 1))
 }
 
 // A purge made while a new process waits for the store (an upgrade's old
