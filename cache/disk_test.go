@@ -550,17 +550,29 @@ func TestDiskSweepsOrphans(t *testing.T) {
 	dir := t.TempDir()
 	c := diskCache(t, dir, nil)
 	storeOn(t, c, "http://example.com/kept", body(100, 1), 100)
+	c.disk.nextID.Store(1 << 62) // the clock jumps far ahead
+	storeOn(t, c, "http://example.com/kept-ahead", body(100, 2), 100)
 	c.Close()
-	orphan := filepath.Join(dir, "objects", "07", "107")
-	os.MkdirAll(filepath.Dir(orphan), 0o750)
-	os.WriteFile(orphan, []byte("left over"), 0o640)
+	// Left by a process that died writing them: one named by a clock
+	// behind this start, one by a clock far ahead of it.
+	var orphans []string
+	for _, id := range []uint64{0x107, 1<<62 + 0x1000} {
+		p := c.disk.objectPath(id)
+		os.MkdirAll(filepath.Dir(p), 0o750)
+		os.WriteFile(p, []byte("left over"), 0o640)
+		orphans = append(orphans, p)
+	}
 	c = diskCache(t, dir, nil)
 	<-c.disk.swept
-	if _, err := os.Stat(orphan); !os.IsNotExist(err) {
-		t.Fatalf("the orphan is still there: %v", err)
+	for _, p := range orphans {
+		if _, err := os.Stat(p); !os.IsNotExist(err) {
+			t.Errorf("the orphan %s is still there: %v", filepath.Base(p), err)
+		}
 	}
-	if v, _, got := served(t, c, "http://example.com/kept"); v != Hit || len(got) != 100 {
-		t.Fatalf("the named object: %v, %d bytes", v, len(got))
+	for i, u := range []string{"http://example.com/kept", "http://example.com/kept-ahead"} {
+		if v, _, got := served(t, c, u); v != Hit || !bytes.Equal(got, body(100, byte(i+1))) {
+			t.Fatalf("the named object %s: %v, %d bytes", u, v, len(got))
+		}
 	}
 }
 

@@ -242,7 +242,9 @@ func (d *disk) compactLocked() error {
 // sweep removes the object files of earlier processes that the journal
 // does not name: one a process was writing (or had written, but not yet
 // journaled) when it died, or one whose delete did not finish. It runs once the
-// index is loaded, a directory at a time.
+// index is loaded, a directory at a time. Earlier processes' files are
+// told from this one's by id, on either side of this process's range
+// (a clock set back leaves ids above it).
 func (d *disk) sweep(before uint64) {
 	defer close(d.swept)
 	d.mu.Lock()
@@ -263,9 +265,12 @@ func (d *disk) sweep(before uint64) {
 		}
 		dir := filepath.Join(d.dir, "objects", fmt.Sprintf("%02x", i))
 		names, _ := readNames(dir)
+		// This process's files have ids in (before, issued]: read after
+		// the listing, issued covers every one of them listed.
+		issued := d.nextID.Load()
 		for _, n := range names {
 			id, err := strconv.ParseUint(n, 16, 64)
-			if err != nil || id >= before {
+			if err != nil || id > before && id <= issued {
 				continue
 			}
 			if _, found := slices.BinarySearch(ids, id); !found {
