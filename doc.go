@@ -21,10 +21,10 @@
 //     per core as it needs them (issue 21). With a goroutine per
 //     connection, a second thread is woken for many requests and spins
 //     for work when idle; below a core's load it only costs. In the same
-//     bench runs (README, "Threads follow the load") the same binary with
-//     fixed threads cost 1.2–1.3 × the CPU per request at saturation and
-//     at 3,000 req/s (two sets of three runs), at the same req/s, and
-//     1.14 × at 9,000 req/s. An event loop gets this by having
+//     bench runs (README, "Threads follow the load"; the figures, with
+//     their spread, are in internal/procs's package doc) the same binary
+//     with fixed threads cost about 1.2–1.3 × the CPU per request, at the
+//     same req/s. An event loop gets this by having
 //     one thread until it is busy; this keeps the goroutine model. An
 //     operator's GOMAXPROCS turns it off.
 //   - access/ is the destination policy ([access]): a pure package that

@@ -369,13 +369,13 @@ func TestDiskRestartKeepsTheLastFinished(t *testing.T) {
 		return w
 	}
 	first, second := admit(), admit()
+	if second.dw == nil {
+		t.Fatal("the second store has no disk copy")
+	}
+	committed := second.dw.done // closed once its record is journaled
 	second.Write(body(100, 2))
 	second.Finish(true)
-	for deadline := time.Now().Add(10 * time.Second); c.Stats().DiskObjects != 1; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the second store was not committed in 10s")
-		}
-	}
+	<-committed
 	first.Write(body(100, 1))
 	first.Finish(true)
 	c.disk.writers.Wait()

@@ -24,7 +24,7 @@ import (
 // logged and counted before ready closes, so that whoever waits on ready
 // sees it.
 func (d *disk) load() {
-	start := d.nextID.Load() // ids below were issued by earlier processes
+	start := d.nextID.Load() // this process's ids are above it
 	err := d.openJournal(true)
 	d.mu.Lock()
 	d.loading.Store(false)
@@ -191,7 +191,7 @@ func (d *disk) loadLocked(e *diskEntry) (victims []*diskEntry) {
 		return []*diskEntry{e}
 	}
 	for x := d.index[e.key]; x != nil; x = x.sib {
-		if _, ok := d.newer[x]; ok && x.sec == e.sec {
+		if _, ok := d.newer[x]; x.sec == e.sec && ok {
 			return []*diskEntry{e}
 		}
 	}
