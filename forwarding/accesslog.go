@@ -33,7 +33,7 @@ func (tx *txn) appendLog(b []byte, elapsed time.Duration, hier string) []byte {
 	b = append(b, '/')
 	b = appendPadded(b, int64(tx.status), 3, '0')
 	b = append(b, ' ')
-	b = strconv.AppendInt(b, tx.bytes, 10)
+	b = strconv.AppendInt(b, tx.sentBytes(), 10)
 	b = append(b, ' ')
 	if tx.method == "" {
 		b = append(b, "NONE error:invalid-request"...)
@@ -102,6 +102,20 @@ func appendPadded(b []byte, n int64, width int, pad byte) []byte {
 		b = append(b, pad)
 	}
 	return append(b, s...)
+}
+
+// sentBytes counts what the client got for this request as Squid's
+// access.log does (%<st): the status line, the header fields and the
+// body as written (with any chunk framing), and for a tunnel its "200
+// Connection established" and every byte the far side sent through it.
+// When the client went away, bytes still buffered for it never left and
+// do not count.
+func (tx *txn) sentBytes() int64 {
+	n := tx.cc.handed()
+	if tx.clientGone {
+		n = tx.cc.dw.sent
+	}
+	return max(n-tx.handedAt, 0) + tx.tunnelIn
 }
 
 // appendEscaped appends s %-escaping what Squid escapes in its log: bytes

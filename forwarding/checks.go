@@ -149,7 +149,6 @@ func (tx *txn) maxForwards() bool {
 	w.WriteString("\r\n\r\n")
 	w.Write(echo)
 	w.Flush()
-	tx.bytes = int64(len(echo))
 	return true
 }
 

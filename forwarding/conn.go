@@ -131,6 +131,8 @@ type deadlineWriter struct {
 	idle    time.Duration
 	waited  bool
 	waitErr error
+	// sent counts the bytes written to the client, for the access log.
+	sent int64
 }
 
 func (d *deadlineWriter) Write(b []byte) (int, error) {
@@ -138,6 +140,7 @@ func (d *deadlineWriter) Write(b []byte) (int, error) {
 	if d.wait && d.rio.raw != nil {
 		d.dl.readIn(now, d.idle)
 		n, werr, rerr := d.rio.sendAndWait(b)
+		d.sent += int64(n)
 		if werr != nil {
 			return n, werr
 		}
@@ -148,11 +151,18 @@ func (d *deadlineWriter) Write(b []byte) (int, error) {
 		b = b[n:] // the socket was full: the rest the usual way
 		d.dl.writeIn(now, d.timeout)
 		m, err := d.dl.nc.Write(b)
+		d.sent += int64(m)
 		return n + m, err
 	}
 	d.dl.writeIn(now, d.timeout)
-	return d.dl.nc.Write(b)
+	n, err := d.dl.nc.Write(b)
+	d.sent += int64(n)
+	return n, err
 }
+
+// handed counts the bytes given to the client writer so far: those
+// written and those still buffered.
+func (cc *clientConn) handed() int64 { return cc.dw.sent + int64(cc.w.Buffered()) }
 
 func isTimeout(err error) bool { return errors.Is(err, os.ErrDeadlineExceeded) }
 

@@ -73,9 +73,9 @@ func errorf(status int, code, peer string, format string, args ...any) *Error {
 	return &Error{Status: status, Code: code, Peer: peer, Err: fmt.Errorf(format, args...)}
 }
 
-// writeError writes e as a plain-text answer and returns the body size.
+// writeError writes e as a plain-text answer.
 // A HEAD request gets the head only.
-func writeError(w *bufio.Writer, e *Error, head, keepAlive bool, extra string) int {
+func writeError(w *bufio.Writer, e *Error, head, keepAlive bool, extra string) {
 	body := "peerd: " + strconv.Itoa(e.Status) + " " + e.Code + ": " + explanations[e.Code]
 	if e.Err != nil {
 		body += "\n" + e.Err.Error()
@@ -100,9 +100,7 @@ func writeError(w *bufio.Writer, e *Error, head, keepAlive bool, extra string) i
 		w.WriteString("\r\nConnection: close")
 	}
 	w.WriteString("\r\n\r\n")
-	if head {
-		return 0
+	if !head {
+		w.WriteString(body)
 	}
-	w.WriteString(body)
-	return len(body)
 }

@@ -161,7 +161,6 @@ func (l *cacheLayer) writeStored(p []byte) error {
 		tx.clientGone = true
 		return err
 	}
-	tx.bytes += int64(len(p))
 	return nil
 }
 

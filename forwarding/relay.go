@@ -117,7 +117,6 @@ func (a *attempt) copyBody(chunked bool) error {
 			if werr != nil {
 				return errClientGone
 			}
-			tx.bytes += int64(n)
 		}
 		if err == io.EOF {
 			return nil

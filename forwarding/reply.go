@@ -13,7 +13,10 @@ type reply struct {
 	status   int
 	code     string // X-Peerd-Error when peerd answered itself
 	errType  string // its RFC 9209 error type (Proxy-Status, the access log)
-	bytes    int64  // body bytes sent to the client
+	// handedAt is the client writer's count when the request began, and
+	// tunnelIn what the far side sent through a tunnel: the bytes the
+	// client got (see txn.sentBytes).
+	handedAt, tunnelIn int64
 	hop      selection.Hop
 	hopped   bool // hop answered
 	errHop   bool // hop is the one peerd's error answer is about

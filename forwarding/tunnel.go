@@ -123,8 +123,7 @@ func (tx *txn) connectAnswer(a *attempt) {
 	tx.sendHead(resp.Status)
 	c.r.Release(head)
 	a.body.Reset(c.r, kind, resp.ContentLength, cfg.maxHeader)
-	n, _ := io.Copy(tx.cc.w, io.LimitReader(&a.body, 1<<20))
-	tx.bytes = n
+	io.Copy(tx.cc.w, io.LimitReader(&a.body, 1<<20))
 	tx.cc.w.Flush()
 	a.release()
 }
@@ -190,10 +189,10 @@ func (tx *txn) tunnel(a *attempt, status int, hello []byte) outcome {
 	cc.r.Discard(len(fromClient))
 	fromUp := up.r.Peek()
 	up.r.Discard(len(fromUp))
-	sent, received := splice(cc.nc, fromClient, up.nc, fromUp, tx.cfg.ReadTimeout)
+	_, received := splice(cc.nc, fromClient, up.nc, fromUp, tx.cfg.ReadTimeout)
 	cc.nc.Close()
 	up.close()
-	tx.bytes = sent + received
+	tx.tunnelIn = received
 	return closeConn
 }
 

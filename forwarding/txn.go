@@ -94,6 +94,7 @@ func (tx *txn) begin(c *runtimeConfig, start time.Time, head []byte) {
 	req, body, resp, abody, cq := tx.req, tx.body, tx.a.resp, tx.a.body, tx.cl.cq
 	*tx = txn{}
 	tx.cc, tx.cfg, tx.start = cc, c, start
+	tx.handedAt = cc.handed()
 	tx.head = append(hd, head...)
 	tx.req, tx.body, tx.buf, tx.out = req, body, buf, out
 	tx.a.resp, tx.a.body = resp, abody
@@ -353,8 +354,7 @@ func (tx *txn) fail(e *Error) {
 		// this answer.
 		tx.keepAlive = false
 	}
-	n := writeError(tx.cc.w, e, tx.method == http.MethodHead, tx.keepAlive, tx.proxyStatusForError(e)+tx.cl.errorStatus())
-	tx.bytes = int64(n)
+	writeError(tx.cc.w, e, tx.method == http.MethodHead, tx.keepAlive, tx.proxyStatusForError(e)+tx.cl.errorStatus())
 	if tx.cc.w.Flush() != nil {
 		tx.clientGone = true
 	}

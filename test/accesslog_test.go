@@ -1,0 +1,143 @@
+package e2e
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestAccessLogBytesAsSquid: the bytes field of the access log is what
+// the client got, as Squid counts it (%<st): status line, header fields
+// and body, with chunk framing; for a tunnel, the "200 Connection
+// established" and what the far side sent. Log analysers that add the
+// field up for bandwidth (SARG, Calamaris) then read a peerd log as
+// they read a Squid one. The same requests go through real Squid, and
+// the same property is checked on its log: it is the reference.
+func TestAccessLogBytesAsSquid(t *testing.T) {
+	origin := newOrigin(t, func(w http.ResponseWriter, r *http.Request) {
+		switch strings.SplitN(r.URL.Path, "/", 3)[1] {
+		case "chunked":
+			w.Header().Set("Content-Type", "text/plain")
+			for i := 0; i < 3; i++ {
+				io.WriteString(w, strings.Repeat("c", 700))
+				w.(http.Flusher).Flush()
+			}
+		case "cached":
+			w.Header().Set("Cache-Control", "max-age=600")
+			w.Header().Set("Content-Type", "text/plain")
+			io.WriteString(w, strings.Repeat("h", 1500))
+		default:
+			w.Header().Set("Content-Type", "text/plain")
+			io.WriteString(w, strings.Repeat("x", 333))
+		}
+	})
+	greeting := strings.Repeat("g", 177)
+	far := listenOnce(t, greeting)
+
+	p := startPeerd(t, directConfig)
+	sq := startSquid(t, "bytes-squid", "")
+	for _, px := range []struct {
+		name, addr string
+		log        func(n int) []string
+	}{
+		{"peerd", p.proxy, func(n int) []string { return accessLines(t, p.accessLog, n) }},
+		{"squid", sq.addr, func(int) []string { return sq.flushed() }},
+	} {
+		t.Run(px.name, func(t *testing.T) {
+			tag := px.name
+			reqs := []struct{ method, target string }{
+				{"GET", "http://" + origin + "/plain/" + tag},
+				{"HEAD", "http://" + origin + "/plain/" + tag},
+				{"GET", "http://" + origin + "/chunked/" + tag},
+				{"GET", "http://" + origin + "/cached/" + tag},
+				{"GET", "http://" + origin + "/cached/" + tag}, // a hit
+				{"GET", "http://127.0.0.1:1/refused/" + tag},  // an error the proxy makes
+				{"CONNECT", far},
+			}
+			got := make([]int, len(reqs))
+			for i, r := range reqs {
+				got[i] = bytesReceived(t, px.addr, r.method, r.target)
+			}
+			lines := px.log(len(reqs))
+			seen := map[string]int{}
+			for i, r := range reqs {
+				key := r.method + " " + r.target
+				line := nthLine(lines, " "+key+" ", seen[key])
+				seen[key]++
+				if line == "" {
+					t.Fatalf("no access log line for %s (%d of it):\n%s", key, seen[key], strings.Join(lines, "\n"))
+				}
+				f := strings.Fields(line)
+				logged, err := strconv.Atoi(f[4])
+				if err != nil {
+					t.Fatalf("bytes field of %q: %v", line, err)
+				}
+				if logged != got[i] {
+					t.Errorf("%s %s: logged %d bytes; the client got %d (%q)", px.name, key, logged, got[i], line)
+				}
+			}
+		})
+	}
+}
+
+// bytesReceived sends one request with Connection: close on a new
+// connection and counts every byte that comes back until the proxy
+// closes it.
+func bytesReceived(t *testing.T, proxy, method, target string) int {
+	t.Helper()
+	c, err := net.Dial("tcp", proxy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(15 * time.Second))
+	host := target
+	if method != "CONNECT" {
+		host = strings.SplitN(strings.TrimPrefix(target, "http://"), "/", 2)[0]
+	}
+	fmt.Fprintf(c, "%s %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", method, target, host)
+	n, err := io.Copy(io.Discard, c)
+	if err != nil {
+		t.Fatalf("%s %s: reading the answer: %v", method, target, err)
+	}
+	return int(n)
+}
+
+// listenOnce serves greeting to every connection and closes it.
+func listenOnce(t *testing.T, greeting string) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			io.WriteString(c, greeting)
+			c.Close()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// nthLine returns the n-th (from 0) line containing s, or "".
+func nthLine(lines []string, s string, n int) string {
+	for _, l := range lines {
+		if strings.Contains(l, s) {
+			if n == 0 {
+				return l
+			}
+			n--
+		}
+	}
+	return ""
+}
