@@ -266,13 +266,13 @@ func (p *Plan) Next() (Hop, bool) {
 		case stagePreferDirect:
 			p.stage++
 			if p.direct == DirectPrefer {
-				return p.hop(nil, "DIRECT")
+				return p.hop(nil, "HIER_DIRECT")
 			}
 			continue
 		case stageDirect:
 			p.stage = stageDone
 			if p.direct == DirectAllow || p.direct == DirectAlways {
-				return p.hop(nil, "DIRECT")
+				return p.hop(nil, "HIER_DIRECT")
 			}
 			continue
 		}

@@ -16,7 +16,8 @@ import (
 // and body, with chunk framing; for a tunnel, the "200 Connection
 // established" and what the far side sent. Log analysers that add the
 // field up for bandwidth (SARG, Calamaris) then read a peerd log as
-// they read a Squid one. The same requests go through real Squid, and
+// they read a Squid one. The hierarchy code of a direct fetch is
+// HIER_DIRECT, as Squid has written it since 3.1. The same requests go through real Squid, and
 // the same property is checked on its log: it is the reference.
 func TestAccessLogBytesAsSquid(t *testing.T) {
 	origin := newOrigin(t, func(w http.ResponseWriter, r *http.Request) {
@@ -50,14 +51,17 @@ func TestAccessLogBytesAsSquid(t *testing.T) {
 	} {
 		t.Run(px.name, func(t *testing.T) {
 			tag := px.name
-			reqs := []struct{ method, target string }{
-				{"GET", "http://" + origin + "/plain/" + tag},
-				{"HEAD", "http://" + origin + "/plain/" + tag},
-				{"GET", "http://" + origin + "/chunked/" + tag},
-				{"GET", "http://" + origin + "/cached/" + tag},
-				{"GET", "http://" + origin + "/cached/" + tag}, // a hit
-				{"GET", "http://127.0.0.1:1/refused/" + tag},  // an error the proxy makes
-				{"CONNECT", far},
+			reqs := []struct {
+				method, target string
+				hier           string // the hierarchy code logged
+			}{
+				{"GET", "http://" + origin + "/plain/" + tag, "HIER_DIRECT/127.0.0.1"},
+				{"HEAD", "http://" + origin + "/plain/" + tag, "HIER_DIRECT/127.0.0.1"},
+				{"GET", "http://" + origin + "/chunked/" + tag, "HIER_DIRECT/127.0.0.1"},
+				{"GET", "http://" + origin + "/cached/" + tag, "HIER_DIRECT/127.0.0.1"},
+				{"GET", "http://" + origin + "/cached/" + tag, "HIER_NONE/-"}, // a hit
+				{"GET", "http://127.0.0.1:1/refused/" + tag, ""},              // an error the proxy makes
+				{"CONNECT", far, "HIER_DIRECT/127.0.0.1"},
 			}
 			got := make([]int, len(reqs))
 			for i, r := range reqs {
@@ -79,6 +83,9 @@ func TestAccessLogBytesAsSquid(t *testing.T) {
 				}
 				if logged != got[i] {
 					t.Errorf("%s %s: logged %d bytes; the client got %d (%q)", px.name, key, logged, got[i], line)
+				}
+				if r.hier != "" && f[8] != r.hier {
+					t.Errorf("%s %s: hierarchy %q; want %q, as Squid writes it (%q)", px.name, key, f[8], r.hier, line)
 				}
 			}
 		})

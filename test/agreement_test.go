@@ -123,7 +123,7 @@ func checkAgreement(t testing.TB, path string, rec *recorder) {
 				continue
 			}
 			code, _, _ := strings.Cut(l.hier, "/")
-			direct := code == "DIRECT"
+			direct := code == "HIER_DIRECT"
 			if (ex.nextHop == "DIRECT") == direct && code != "HIER_NONE" {
 				used[i], found = true, true
 				break
