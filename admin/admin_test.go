@@ -255,6 +255,7 @@ func TestIncidentEndpoints(t *testing.T) {
 		{"GET", "/plan", "", "", 400, []string{"url"}},
 		{"GET", "/plan?url=ftp://x/", "", "", 400, []string{"ftp://x/"}},
 		{"GET", "/plan?url=http://x/&method=get", "", "", 400, []string{"method"}},
+		{"GET", "/plan?url=http://x/&client=10.0.0.300", "", "", 400, []string{`client \"10.0.0.300\" is not an IP address`}},
 		{"GET", "/audit", "", "", 200, []string{`"path": "/peers/p1/state"`, `"from": "enabled"`, `"to": "drain"`, `"reason": "kernel upgrade"`, `"remote"`}},
 	} {
 		code, body := call(t, api, tc.method, tc.path, tc.token, tc.body)

@@ -6,6 +6,7 @@ package admin
 import (
 	"fmt"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"slices"
 	"strconv"
@@ -59,9 +60,14 @@ func (a *API) plan(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	client := q.Get("client")
-	if client == "" {
-		client = "127.0.0.1"
+	client := "127.0.0.1"
+	if c := q.Get("client"); c != "" {
+		addr, err := netip.ParseAddr(c)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("client %q is not an IP address", c))
+			return
+		}
+		client = addr.Unmap().String() // as the proxy sees a client
 	}
 	target := raw
 	if method == http.MethodConnect {
