@@ -65,6 +65,9 @@ func (s *squidImport) render() string {
 		}
 	}
 	fmt.Fprintf(&b, "\n[selection]\npolicy = %q\n", policy)
+	if s.accessLogPath != "" {
+		fmt.Fprintf(&b, "\n[log]\naccess_log = %s  # access_log\n", tomlString(s.accessLogPath))
+	}
 	if s.icpListen != "" || s.icpTimeout > 0 {
 		b.WriteString("\n[icp]\n")
 		if s.icpListen != "" {

@@ -59,6 +59,10 @@ type squidImport struct {
 	diskSize       string
 	pconnTimeout   time.Duration
 	notes          []string
+	// access_log (importlog.go): the file, and the logformat names.
+	accessLogPath string
+	logFormats    map[string]bool
+	logExcluded   int // the first "access_log none ACL" line
 	// https_port and auth_param basic.
 	tlsListen, tlsCert, tlsKey string
 	basicUsers, realm          string
@@ -385,32 +389,11 @@ func (s *squidImport) directive(n int, w []string) error {
 		}
 	case "cache_dir":
 		return s.cacheDir(n, w[1:])
+	case "access_log", "logformat":
+		s.logDirective(n, w)
 	default:
 		s.note(n, "%s", strings.Join(w, " "))
 	}
-	return nil
-}
-
-// cacheDir reads "cache_dir TYPE PATH MBYTES [L1 L2] [OPTIONS]" into
-// [cache] disk and disk_size: the type (ufs, aufs, diskd, rock) and its
-// options do not matter to peerd's store. peerd has one disk store; a
-// second cache_dir is noted. "null" is Squid's no-disk store.
-func (s *squidImport) cacheDir(n int, w []string) error {
-	if len(w) >= 1 && w[0] == "null" {
-		return nil
-	}
-	if len(w) < 3 {
-		return fmt.Errorf("cache_dir needs a type, a path and a size in megabytes")
-	}
-	mb, err := strconv.ParseInt(w[2], 10, 64)
-	if err != nil || mb <= 0 {
-		return fmt.Errorf("cache_dir %s: %q is not a size in megabytes", w[1], w[2])
-	}
-	if s.diskDir != "" {
-		s.note(n, "cache_dir %s: peerd has one disk store, %s (this one's %d MB are not added)", w[1], s.diskDir, mb)
-		return nil
-	}
-	s.diskDir, s.diskSize = w[1], strconv.FormatInt(mb, 10)+"MiB"
 	return nil
 }
 

@@ -255,3 +255,49 @@ cache_peer old.example.net parent 3130 0 no-query ssl sslcafile=/etc/ssl/ca.pem 
 		t.Errorf("notes %q; want the digest scheme listed", notes)
 	}
 }
+
+// TestImportSquidAccessLog: an access log of every request in Squid's
+// native format, to a file, carries over to [log] access_log; one that
+// peerd would write differently (another format, some requests only,
+// syslog) is listed instead, never widened.
+func TestImportSquidAccessLog(t *testing.T) {
+	for _, tc := range []struct {
+		name, conf string
+		want       string // [log] access_log
+		note       string // in the notes ("" for none)
+	}{
+		{"bare path", "access_log /var/log/squid/access.log", "/var/log/squid/access.log", ""},
+		{"squid format", "access_log /var/log/squid/access.log squid", "/var/log/squid/access.log", ""},
+		{"stdio", "access_log stdio:/var/log/squid/access.log", "/var/log/squid/access.log", ""},
+		{"daemon, options", "access_log daemon:/l/access.log logformat=squid buffer-size=64KB rotate=5", "/l/access.log", ""},
+		{"none", "access_log none", "", ""},
+		{"another format", "access_log /l/access.log combined", "", "not combined"},
+		{"a logformat of its own", "logformat mine %ts %ru\naccess_log /l/access.log mine", "", "not mine"},
+		{"some requests", "acl office src 10.0.0.0/8\naccess_log /l/access.log squid office", "", "only the requests office matches"},
+		{"excluded first", "acl hc src 10.9.9.9\naccess_log none hc\naccess_log /l/access.log", "", "leaves some requests out"},
+		{"excluded after", "acl hc src 10.9.9.9\naccess_log /l/access.log\naccess_log none hc", "/l/access.log", "logs every request"},
+		{"syslog", "access_log syslog:local4.info squid", "", "module syslog"},
+		{"two files", "access_log /l/a.log\naccess_log /l/b.log", "/l/a.log", "one access log, /l/a.log"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out, notes, err := importSquid(strings.NewReader(tc.conf))
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg, ps := parseConfigFiles([]byte(out), false)
+			if len(ps) > 0 {
+				t.Fatalf("the output does not pass -check: %v\n%s", ps, out)
+			}
+			if cfg.Log.AccessLog != tc.want {
+				t.Errorf("access_log = %q; want %q\n%s", cfg.Log.AccessLog, tc.want, out)
+			}
+			all := strings.Join(notes, "\n")
+			if tc.note == "" && strings.Contains(all, "access_log") {
+				t.Errorf("notes %q; want none about access_log", notes)
+			}
+			if tc.note != "" && !strings.Contains(all, tc.note) {
+				t.Errorf("notes %q; want one saying %q", notes, tc.note)
+			}
+		})
+	}
+}

@@ -1,8 +1,8 @@
 package main
 
 // This file holds import-squid's reading of Squid's durations and sizes,
-// the fitting of maximum_object_size to peerd's memory cache, and
-// refresh_pattern where peerd has an equivalent.
+// the fitting of maximum_object_size to peerd's memory cache, cache_dir,
+// and refresh_pattern where peerd has an equivalent.
 
 import (
 	"fmt"
@@ -179,4 +179,27 @@ func (s *squidImport) refreshDefaults() {
 		s.heuristicPercent, s.heuristicMax, s.heuristicSet = last.Percent, last.Max, true
 		s.refresh = s.refresh[:n-1]
 	}
+}
+
+// cacheDir reads "cache_dir TYPE PATH MBYTES [L1 L2] [OPTIONS]" into
+// [cache] disk and disk_size: the type (ufs, aufs, diskd, rock) and its
+// options do not matter to peerd's store. peerd has one disk store; a
+// second cache_dir is noted. "null" is Squid's no-disk store.
+func (s *squidImport) cacheDir(n int, w []string) error {
+	if len(w) >= 1 && w[0] == "null" {
+		return nil
+	}
+	if len(w) < 3 {
+		return fmt.Errorf("cache_dir needs a type, a path and a size in megabytes")
+	}
+	mb, err := strconv.ParseInt(w[2], 10, 64)
+	if err != nil || mb <= 0 {
+		return fmt.Errorf("cache_dir %s: %q is not a size in megabytes", w[1], w[2])
+	}
+	if s.diskDir != "" {
+		s.note(n, "cache_dir %s: peerd has one disk store, %s (this one's %d MB are not added)", w[1], s.diskDir, mb)
+		return nil
+	}
+	s.diskDir, s.diskSize = w[1], strconv.FormatInt(mb, 10)+"MiB"
+	return nil
 }

@@ -1,0 +1,94 @@
+package main
+
+// This file holds import-squid's reading of access_log: the one log peerd
+// writes, in Squid's native format, to a file.
+
+import "strings"
+
+// squidLogFormats are the formats Squid has built in besides its native
+// one; a log in any of them, or in a logformat of the file's own, is not
+// what peerd writes.
+var squidLogFormats = map[string]bool{"common": true, "combined": true, "referrer": true, "useragent": true}
+
+// logDirective reads access_log and logformat lines.
+func (s *squidImport) logDirective(n int, w []string) {
+	if w[0] == "access_log" {
+		s.accessLog(n, w[1:])
+		return
+	}
+	// logformat NAME SPEC: a format of the file's own, noted as any
+	// directive without an equivalent, and known by name to access_log.
+	if len(w) > 1 {
+		if s.logFormats == nil {
+			s.logFormats = map[string]bool{}
+		}
+		s.logFormats[w[1]] = true
+	}
+	s.note(n, "%s", strings.Join(w, " "))
+}
+
+// accessLog reads "access_log none", or "access_log [MODULE:]PATH
+// [FORMAT | logformat=FORMAT] [OPTIONS] [ACL ...]", into [log]
+// access_log. peerd writes one file, in Squid's native format, for every
+// request; so only a log of that format to a file (module stdio or
+// daemon, or a bare path) with no ACL is carried over. A log of some
+// requests only is not widened to all of them (it may leave out what must
+// not be logged), and syslog or network logs have no equivalent: those
+// are noted.
+func (s *squidImport) accessLog(n int, w []string) {
+	line := "access_log " + strings.Join(w, " ")
+	if len(w) == 0 {
+		s.note(n, "%s: no place to log to", line)
+		return
+	}
+	place, rest := w[0], w[1:]
+	if place == "none" {
+		switch {
+		case len(rest) == 0:
+		case s.accessLogPath != "":
+			// It stops only the access_log lines after it.
+			s.note(n, "%s: (the log taken from an earlier line logs every request, as Squid did)", line)
+		default:
+			s.note(n, "%s: peerd cannot leave some requests out of its log", line)
+			if s.logExcluded == 0 {
+				s.logExcluded = n
+			}
+		}
+		return
+	}
+	if module, path, ok := strings.Cut(place, ":"); ok && !strings.HasPrefix(place, "/") {
+		if module != "stdio" && module != "daemon" {
+			s.note(n, "%s: peerd logs to a file only (module %s)", line, module)
+			return
+		}
+		place = path
+	}
+	format := "squid"
+	var acls []string
+	for i, word := range rest {
+		switch {
+		case strings.HasPrefix(word, "logformat="):
+			format = strings.TrimPrefix(word, "logformat=")
+		case i == 0 && !strings.Contains(word, "=") && (word == "squid" || squidLogFormats[word] || s.logFormats[word]):
+			format = word
+		case strings.Contains(word, "="):
+			// buffer-size=, rotate=, on-error=: how Squid writes, not what.
+		default:
+			acls = append(acls, word)
+		}
+	}
+	switch {
+	case format != "squid":
+		s.note(n, "%s: peerd writes Squid's native format (logformat squid), not %s", line, format)
+	case len(acls) > 0:
+		s.note(n, "%s: peerd cannot log only the requests %s matches", line, strings.Join(acls, " "))
+	case s.logExcluded > 0:
+		s.note(n, "%s: the access_log none on line %d leaves some requests out, and peerd would log them all", line, s.logExcluded)
+	case !strings.HasPrefix(place, "/"):
+		s.note(n, "%s: not a file path", line)
+	case s.accessLogPath != "":
+		s.note(n, "%s: peerd writes one access log, %s", line, s.accessLogPath)
+	default:
+		s.accessLogPath = place
+	}
+}
