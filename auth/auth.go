@@ -107,8 +107,9 @@ const (
 )
 
 // Check verifies a Proxy-Authorization value from source; it returns the
-// user name when Allowed. A right credential is never refused, whatever
-// failed before from the same source.
+// user name it names (for Wrong and Slowed too: the access log says who
+// was tried, as Squid's does; never the password). A right credential is
+// never refused, whatever failed before from the same source.
 func (b *Basic) Check(header []byte, source string, now time.Time) (string, Verdict) {
 	user, pass, ok := ParseBasic(header)
 	if !ok {
@@ -131,9 +132,9 @@ func (b *Basic) Check(header []byte, source string, now time.Time) (string, Verd
 		return user, Allowed
 	}
 	if !b.failed(source, user) {
-		return "", Slowed
+		return user, Slowed
 	}
-	return "", Wrong
+	return user, Wrong
 }
 
 // failed spends one failure of source and of user; false when either is

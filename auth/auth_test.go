@@ -40,8 +40,8 @@ func TestHtpasswdFormats(t *testing.T) {
 		if got, v := b.Check(basicHeader(user, pass), "10.0.0.1", now); v != Allowed || got != user {
 			t.Errorf("%s with the right password: %q %v; want allowed", user, got, v)
 		}
-		if _, v := b.Check(basicHeader(user, pass+"x"), "10.0.0.2", now); v != Wrong {
-			t.Errorf("%s with a wrong password: %v; want wrong", user, v)
+		if got, v := b.Check(basicHeader(user, pass+"x"), "10.0.0.2", now); v != Wrong || got != user {
+			t.Errorf("%s with a wrong password: %q %v; want wrong, naming the user tried", user, got, v)
 		}
 	}
 	if _, v := b.Check(nil, "10.0.0.1", now); v != Missing {

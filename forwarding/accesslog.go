@@ -43,10 +43,13 @@ func (tx *txn) appendLog(b []byte, elapsed time.Duration, hier string) []byte {
 		b = appendEscaped(b, tx.req.Target)
 	}
 	b = append(b, ' ')
-	if tx.user == "" {
-		b = append(b, '-')
-	} else {
+	switch {
+	case tx.user != "":
 		b = appendEscaped(b, []byte(tx.user)) // Squid %un
+	case tx.claimed != "":
+		b = appendEscaped(b, []byte(tx.claimed)) // as Squid logs a refused one
+	default:
+		b = append(b, '-')
 	}
 	b = append(b, ' ')
 	b = append(b, hier...)
@@ -83,7 +86,7 @@ func (tx *txn) result() string {
 	switch {
 	case tx.cl.result != "" && !tx.clientGone:
 		return tx.cl.result
-	case tx.code == CodeAccessDenied, tx.code == CodeDenied:
+	case tx.code == CodeAccessDenied, tx.code == CodeDenied, tx.code == CodeAuthRequired, tx.code == CodeAuthSlowed:
 		return "TCP_DENIED"
 	case tx.tunnelled && tx.hopped:
 		return "TCP_TUNNEL"

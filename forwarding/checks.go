@@ -21,11 +21,12 @@ import (
 // credential is never refused).
 func (tx *txn) authenticate(a Authenticator) *Error {
 	user, v := a.Check(tx.req.Get("Proxy-Authorization"), tx.cc.remoteStr, tx.start)
-	switch v {
-	case auth.Allowed:
+	if v == auth.Allowed {
 		tx.user = user
 		return nil
-	case auth.Slowed:
+	}
+	tx.claimed = user // for the access log only: it was not proven
+	if v == auth.Slowed {
 		e := errorf(http.StatusTooManyRequests, CodeAuthSlowed, "", "too many wrong credentials from %s", tx.cc.remoteStr)
 		e.Fields = "Retry-After: 1\r\n"
 		return e

@@ -39,7 +39,7 @@ const (
 // errorType is the RFC 9209 type of an error peerd answers itself.
 func errorType(e *Error) string {
 	switch e.Code {
-	case CodeAccessDenied, CodeDenied, CodeNotCached:
+	case CodeAccessDenied, CodeDenied, CodeNotCached, CodeAuthRequired, CodeAuthSlowed:
 		return psRequestDenied
 	case CodeBadRequest, CodeRequestTimeout:
 		return psRequestError

@@ -72,6 +72,7 @@ type txn struct {
 	oKey    []byte // the DIRECT pool key, scheme://host:port
 	target  []byte // the request target rewritten with the canonical host
 	user    string // the authenticated user ([auth]); "" without
+	claimed string // the user a wrong credential named (the access log's)
 	lastErr *Error
 	denied  *Error // a destination the policy refused on the way: it outranks lastErr
 	logBuf  []byte

@@ -6,6 +6,7 @@ package e2e
 // any log, login = PASS.
 
 import (
+	"bytes"
 	"encoding/base64"
 	"fmt"
 	"io"
@@ -13,6 +14,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -52,6 +54,10 @@ func TestBasicAuthThroughTheBinary(t *testing.T) {
 	if r.StatusCode != 407 || r.Header.Get("Proxy-Authenticate") != `Basic realm="test realm"` || r.Header.Get("X-Peerd-Error") != "auth-required" {
 		t.Fatalf("no credentials: %d %q %q; want 407 with a Basic challenge", r.StatusCode, r.Header.Get("Proxy-Authenticate"), r.Header.Get("X-Peerd-Error"))
 	}
+	// A challenge is a refusal (RFC 9209), not a fault of peerd's.
+	if ps := r.Header.Get("Proxy-Status"); !strings.Contains(ps, "error=http_request_denied") {
+		t.Fatalf("the 407's Proxy-Status %q; want error=http_request_denied", ps)
+	}
 	if r := send(basicAuth("carol", "wrong-password")); r.StatusCode != 407 {
 		t.Fatalf("a wrong password: %d; want 407", r.StatusCode)
 	}
@@ -83,8 +89,20 @@ func TestBasicAuthThroughTheBinary(t *testing.T) {
 			t.Fatalf("the secret %q is in a log", secret)
 		}
 	}
-	if !strings.Contains(string(access), " carol ") {
-		t.Fatalf("the access log does not name the user:\n%s", access)
+	// As Squid logs them: refusals are TCP_DENIED, and a wrong credential
+	// names the user it tried (never the password: checked above).
+	for _, want := range []*regexp.Regexp{
+		regexp.MustCompile(`TCP_MISS/200 \d+ GET http://o\.test/x carol `),
+		regexp.MustCompile(`TCP_DENIED/407 \d+ GET http://o\.test/x - HIER_NONE/- `),
+		regexp.MustCompile(`TCP_DENIED/407 \d+ GET http://o\.test/x carol HIER_NONE/- `),
+		regexp.MustCompile(`TCP_DENIED/429 \d+ GET http://o\.test/x carol HIER_NONE/- `),
+	} {
+		if !want.Match(access) {
+			t.Errorf("no access log line matches %s:\n%s", want, access)
+		}
+	}
+	if bytes.Contains(access, []byte("NONE_NONE/407")) || bytes.Contains(access, []byte("proxy_internal_error")) {
+		t.Errorf("an auth refusal logged as peerd's own error:\n%s", access)
 	}
 }
 
