@@ -10,17 +10,17 @@ import "github.com/peerd/peerd/selection"
 
 // reply is what the client got. The zero value is "nothing yet".
 type reply struct {
-	status   int
-	code     string // X-Peerd-Error when peerd answered itself
-	errType  string // its RFC 9209 error type (Proxy-Status, the access log)
+	status  int
+	code    string // X-Peerd-Error when peerd answered itself
+	errType string // its RFC 9209 error type (Proxy-Status, the access log)
 	// handedAt is the client writer's count when the request began, and
 	// tunnelIn what the far side sent through a tunnel: the bytes the
 	// client got (see txn.sentBytes).
 	handedAt, tunnelIn int64
-	hop      selection.Hop
-	hopped   bool // hop answered
-	errHop   bool // hop is the one peerd's error answer is about
-	headSent bool // a final response head went to the client
+	hop                selection.Hop
+	hopped             bool // hop answered
+	errHop             bool // hop is the one peerd's error answer is about
+	headSent           bool // a final response head went to the client
 }
 
 // answeredBy records the hop whose answer the client gets.
