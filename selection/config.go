@@ -17,8 +17,9 @@ const (
 
 var policyNames = [...]string{"first-up", "round-robin", "weighted-round-robin", "carp", "sourcehash"}
 
-// hierarchy codes of the access log, by policy.
-var policyCodes = [...]string{"FIRSTUP_PARENT", "ROUNDROBIN_PARENT", "WEIGHTED_ROUNDROBIN_PARENT", "CARP", "SOURCEHASH_PARENT"}
+// hierarchy codes of the access log, by policy, as Squid (5.7) logs them:
+// it has no code of its own for weighted-round-robin.
+var policyCodes = [...]string{"FIRSTUP_PARENT", "ROUNDROBIN_PARENT", "ROUNDROBIN_PARENT", "CARP", "SOURCEHASH_PARENT"}
 
 func (p Policy) String() string { return policyNames[p] }
 

@@ -555,3 +555,34 @@ func TestPlanICPFirst(t *testing.T) {
 		t.Fatalf("first hop %s; a dead ICP choice must not be tried", h.Peer.Name())
 	}
 }
+
+// TestHierarchyCodesAsSquid: each hop's hierarchy code (the access log's
+// and peerd_requests_total's) is the one Squid 5.7 logs for the same
+// cache_peer option, read off a real Squid's access.log; DIRECT is
+// HIER_DIRECT.
+func TestHierarchyCodesAsSquid(t *testing.T) {
+	for _, tc := range []struct {
+		policy Policy
+		want   string
+	}{
+		{FirstUp, "FIRSTUP_PARENT"},
+		{RoundRobin, "ROUNDROBIN_PARENT"},
+		{WeightedRoundRobin, "ROUNDROBIN_PARENT"},
+		{CARP, "CARP"},
+		{SourceHash, "SOURCEHASH_PARENT"},
+	} {
+		f := newFixture(t, "p1", "d:d")
+		pl := New(f.reg, Options{Policy: tc.policy, Direct: DirectAllow, MaxTries: 10})
+		var got []string
+		for plan := pl.Plan(Request{Method: "GET", URL: "http://o/x", ClientIP: "10.0.0.1"}); ; {
+			h, ok := plan.Next()
+			if !ok {
+				break
+			}
+			got = append(got, h.Code)
+		}
+		if want := tc.want + " DEFAULT_PARENT HIER_DIRECT"; strings.Join(got, " ") != want {
+			t.Errorf("%s: codes %v; want %s", tc.policy, got, want)
+		}
+	}
+}
