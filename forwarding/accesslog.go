@@ -52,6 +52,9 @@ func (tx *txn) appendLog(b []byte, elapsed time.Duration, hier string) []byte {
 		b = append(b, '-')
 	}
 	b = append(b, ' ')
+	if tx.icpTimedOut {
+		b = append(b, "TIMEOUT_"...)
+	}
 	b = append(b, hier...)
 	b = append(b, '/')
 	switch {

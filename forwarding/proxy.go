@@ -91,7 +91,7 @@ type PeerDialer interface {
 // ICP asks peers by ICP (RFC 2186) before a GET or HEAD is planned;
 // *icp.Querier is one.
 type ICP interface {
-	Query(ctx context.Context, url []byte) (first *peers.Peer, code string, asked bool)
+	Query(ctx context.Context, url []byte) (first *peers.Peer, code string, asked, timedOut bool)
 }
 
 // Options wire a Proxy.

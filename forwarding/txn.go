@@ -73,6 +73,9 @@ type txn struct {
 	target  []byte // the request target rewritten with the canonical host
 	user    string // the authenticated user ([auth]); "" without
 	claimed string // the user a wrong credential named (the access log's)
+	// icpTimedOut: the ICP query's timeout passed before every answer
+	// came; the access log's hierarchy code says TIMEOUT_, as Squid's.
+	icpTimedOut bool
 	lastErr *Error
 	denied  *Error // a destination the policy refused on the way: it outranks lastErr
 	logBuf  []byte
@@ -244,7 +247,7 @@ func (tx *txn) forward(f front) outcome {
 		// Ask the ICP peers first: a HIT goes first (a sibling's is
 		// then the only way it is asked over HTTP), else the first
 		// parent to answer MISS.
-		sr.First, sr.FirstCode, sr.SkipICPSiblings = p.icp.Query(context.Background(), tx.req.Target)
+		sr.First, sr.FirstCode, sr.SkipICPSiblings, tx.icpTimedOut = p.icp.Query(context.Background(), tx.req.Target)
 	}
 	tx.plan = p.planner.Plan(sr)
 	a := tx.walk()

@@ -266,17 +266,17 @@ func TestQueryPicks(t *testing.T) {
 	defer q.Close()
 	ctx := context.Background()
 
-	first, code, asked := q.Query(ctx, []byte("http://a/1"))
-	if !asked || first == nil || code != "FIRST_PARENT_MISS" || (first.Name() != "p1" && first.Name() != "p2") {
-		t.Fatalf("all MISS: %v %q %v; want the first parent to answer, FIRST_PARENT_MISS", first, code, asked)
+	first, code, asked, timedOut := q.Query(ctx, []byte("http://a/1"))
+	if !asked || first == nil || code != "FIRST_PARENT_MISS" || (first.Name() != "p1" && first.Name() != "p2") || timedOut {
+		t.Fatalf("all MISS: %v %q %v timed out %v; want the first parent to answer, FIRST_PARENT_MISS, every answer in time", first, code, asked, timedOut)
 	}
 	s1.set(OpHit)
-	if first, code, _ := q.Query(ctx, []byte("http://a/2")); first == nil || first.Name() != "s1" || code != "SIBLING_HIT" {
+	if first, code, _, _ := q.Query(ctx, []byte("http://a/2")); first == nil || first.Name() != "s1" || code != "SIBLING_HIT" {
 		t.Fatalf("sibling HIT: %v %q", first, code)
 	}
 	s1.set(OpMiss)
 	p2.set(OpHit)
-	if first, code, _ := q.Query(ctx, []byte("http://a/3")); first == nil || first.Name() != "p2" || code != "PARENT_HIT" {
+	if first, code, _, _ := q.Query(ctx, []byte("http://a/3")); first == nil || first.Name() != "p2" || code != "PARENT_HIT" {
 		t.Fatalf("parent HIT: %v %q", first, code)
 	}
 	// A dead peer is not asked.
@@ -296,7 +296,7 @@ func TestQueryPicks(t *testing.T) {
 	alive(reg2, "x")
 	q2, _ := NewQuerier(reg2, log, Auto, "127.0.0.1")
 	defer q2.Close()
-	if _, _, asked := q2.Query(ctx, []byte("http://a/")); asked {
+	if _, _, asked, _ := q2.Query(ctx, []byte("http://a/")); asked {
 		t.Fatal("asked with no ICP peer")
 	}
 }
@@ -320,7 +320,9 @@ func TestQuerySilentPeer(t *testing.T) {
 	ctx := context.Background()
 	q.Query(ctx, []byte("http://a/1")) // answered
 	s1.set(OpInvalid)
-	q.Query(ctx, []byte("http://a/2")) // unanswered, times out
+	if _, _, _, timedOut := q.Query(ctx, []byte("http://a/2")); !timedOut { // unanswered
+		t.Fatal("an unanswered query did not report its timeout (TIMEOUT_ in the access log)")
+	}
 	if reg.Get("s1").Suspect() {
 		t.Fatal("suspect after one unanswered query")
 	}
@@ -335,8 +337,8 @@ func TestQuerySilentPeer(t *testing.T) {
 	}
 	// Not waited for any more: the query does not wait for its timeout
 	// (no timeout is counted), but the peer is still asked.
-	if _, _, asked := q.Query(ctx, []byte("http://a/4")); !asked {
-		t.Fatal("a silent peer is still asked (to hear it again)")
+	if _, _, asked, timedOut := q.Query(ctx, []byte("http://a/4")); !asked || timedOut {
+		t.Fatalf("asked %v, timed out %v; a silent peer is still asked (to hear it again), and not waited for", asked, timedOut)
 	}
 	if s := p.Snapshot().ICP; s.Timeouts != 2 || s.Queries != 4 {
 		t.Fatalf("after a query to the silent peer: %d timeouts, %d queries; want 2 (not waited for) and 4 (still asked)", s.Timeouts, s.Queries)
@@ -345,7 +347,7 @@ func TestQuerySilentPeer(t *testing.T) {
 	q.Query(ctx, []byte("http://a/5")) // heard again (late or not)
 	deadline := time.Now().Add(2 * time.Second)
 	for {
-		if first, _, _ := q.Query(ctx, []byte("http://a/6")); first != nil {
+		if first, _, _, _ := q.Query(ctx, []byte("http://a/6")); first != nil {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -410,7 +412,7 @@ func TestQueryByReachedAddress(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer q.Close()
-	first, code, asked := q.Query(context.Background(), []byte("http://a/1"))
+	first, code, asked, _ := q.Query(context.Background(), []byte("http://a/1"))
 	if !asked || first == nil || first.Name() != "named" || code != "PARENT_HIT" {
 		t.Fatalf("%v %q %v; want named's HIT from its reached address", first, code, asked)
 	}

@@ -134,9 +134,11 @@ func (q *Querier) Stray() int64     { return q.stray.Load() }
 // (SIBLING_HIT or PARENT_HIT); failing that, the first parent that
 // answered MISS (FIRST_PARENT_MISS); failing that, first is nil and the
 // normal policy applies. asked reports whether any peer was queried (the
-// siblings asked are then not asked again over HTTP). Dead peers are never
-// queried: ICP revives no one.
-func (q *Querier) Query(ctx context.Context, url []byte) (first *peers.Peer, code string, asked bool) {
+// siblings asked are then not asked again over HTTP). timedOut reports
+// that the query timeout passed before every expected answer came (Squid
+// then logs the hierarchy code with a TIMEOUT_ prefix). Dead peers are
+// never queried: ICP revives no one.
+func (q *Querier) Query(ctx context.Context, url []byte) (first *peers.Peer, code string, asked, timedOut bool) {
 	var targets []*peers.Peer
 	for _, p := range q.reg.Set().ICP {
 		if p.State() == peers.Alive && p.AdminState() == peers.Enabled {
@@ -144,7 +146,7 @@ func (q *Querier) Query(ctx context.Context, url []byte) (first *peers.Peer, cod
 		}
 	}
 	if len(targets) == 0 {
-		return nil, "", false
+		return nil, "", false, false
 	}
 	qu := &query{peers: targets, addrs: make([]netip.AddrPort, len(targets)), replied: make([]bool, len(targets)), replies: make(chan reply, len(targets))}
 	num := q.reqnum.Add(1)
@@ -197,7 +199,7 @@ func (q *Querier) Query(ctx context.Context, url []byte) (first *peers.Peer, cod
 		// Every peer asked has gone quiet: do not make the client wait
 		// for them (the queries still go out, so one that is back is
 		// heard again).
-		return nil, "", true
+		return nil, "", true, false
 	}
 	timeout := time.Duration(q.timeout.Load())
 	if timeout == 0 {
@@ -217,9 +219,9 @@ func (q *Querier) Query(ctx context.Context, url []byte) (first *peers.Peer, cod
 			switch r.op {
 			case OpHit, OpHitObj:
 				if p.Type() == peers.Sibling {
-					return p, "SIBLING_HIT", true
+					return p, "SIBLING_HIT", true, false
 				}
-				return p, "PARENT_HIT", true
+				return p, "PARENT_HIT", true, false
 			case OpMiss:
 				if firstMiss == nil && p.Type() == peers.Parent {
 					firstMiss = p
@@ -227,15 +229,16 @@ func (q *Querier) Query(ctx context.Context, url []byte) (first *peers.Peer, cod
 			}
 		case <-timer.C:
 			q.timedOut(qu)
+			timedOut = true
 			got = expected
 		case <-ctx.Done():
 			got = expected
 		}
 	}
 	if firstMiss != nil {
-		return firstMiss, "FIRST_PARENT_MISS", true
+		return firstMiss, "FIRST_PARENT_MISS", true, timedOut
 	}
-	return nil, "", true
+	return nil, "", true, timedOut
 }
 
 // timedOut counts the peers that left a query unanswered and marks those

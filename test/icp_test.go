@@ -288,6 +288,12 @@ func TestICPSilentSibling(t *testing.T) {
 	if n := live() - before; n != 0 {
 		t.Errorf("%d HTTP connects to the dead sibling", n)
 	}
+	// The first query after the kill waited out its timeout: the access
+	// log says so as Squid's does, with a TIMEOUT_ hierarchy code.
+	lines := accessLines(t, p.accessLog, 2)
+	if l := nthLine(lines, " http://origin.test/q0 ", 0); !strings.Contains(l, " TIMEOUT_FIRSTUP_PARENT/") {
+		t.Errorf("the access log line of the first GET after the kill %q; want TIMEOUT_FIRSTUP_PARENT", l)
+	}
 }
 
 // proxyClientFor is an HTTP client using addr (a Squid) as its proxy.
