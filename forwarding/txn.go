@@ -76,9 +76,9 @@ type txn struct {
 	// icpTimedOut: the ICP query's timeout passed before every answer
 	// came; the access log's hierarchy code says TIMEOUT_, as Squid's.
 	icpTimedOut bool
-	lastErr *Error
-	denied  *Error // a destination the policy refused on the way: it outranks lastErr
-	logBuf  []byte
+	lastErr     *Error
+	denied      *Error // a destination the policy refused on the way: it outranks lastErr
+	logBuf      []byte
 
 	// The cache layer in front of the forwarder (layer.go), and the
 	// front the forwarder relays through: &cl when the cache sees the
