@@ -7,6 +7,7 @@ package main
 import (
 	"fmt"
 	"maps"
+	"regexp"
 	"slices"
 	"strings"
 )
@@ -222,4 +223,23 @@ func commentText(s string) string {
 		}
 		return r
 	}, strings.ToValidUTF8(s, "?"))
+}
+
+// secretWords match what a squid.conf line carries that is a secret: a
+// cache_peer login's password, cachemgr_passwd, an SNMP community, and
+// any password= or pass= option. The notes (printed on stderr and as
+// comments) name the line without them.
+var secretWords = []*regexp.Regexp{
+	regexp.MustCompile(`(\blogin=[^:\s]*:)\S+`),
+	regexp.MustCompile(`(\bcachemgr_passwd\s+)\S+`),
+	regexp.MustCompile(`(\bsnmp_community\s+)\S+`),
+	regexp.MustCompile(`(?i)(\b(?:password|passwd|pass)=)\S+`),
+}
+
+// redactSecrets replaces the secrets in a note with "***".
+func redactSecrets(note string) string {
+	for _, re := range secretWords {
+		note = re.ReplaceAllString(note, "${1}***")
+	}
+	return note
 }

@@ -98,7 +98,7 @@ func (s *squidImport) note(line int, format string, args ...any) {
 	if line > 0 {
 		msg = fmt.Sprintf("line %d: %s", line, msg)
 	}
-	s.notes = append(s.notes, msg)
+	s.notes = append(s.notes, redactSecrets(msg))
 }
 
 // importSquidCommand runs "peerd import-squid FILE".
@@ -459,7 +459,7 @@ func (s *squidImport) cachePeer(n int, w []string) error {
 				continue
 			}
 			if !strings.Contains(val, ":") || strings.EqualFold(val, "PASSTHRU") || strings.HasPrefix(val, "*") {
-				s.note(n, "cache_peer %s login=%s: peerd sends a fixed user:pass or PASS only", p.host, val)
+				s.note(n, "cache_peer %s login=%s (peerd sends a fixed user:pass or PASS only)", p.host, val)
 				continue
 			}
 			p.login = val

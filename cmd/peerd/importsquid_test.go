@@ -301,3 +301,33 @@ func TestImportSquidAccessLog(t *testing.T) {
 		})
 	}
 }
+
+// TestImportSquidNotesHoldNoSecret: what import-squid prints about lines
+// it cannot carry over (stderr and comments) names them without their
+// secrets; a login it carries over is in the config, where it is needed.
+func TestImportSquidNotesHoldNoSecret(t *testing.T) {
+	conf := `cachemgr_passwd hunter2 all
+cache_peer p1.example parent 3128 0 no-query login=*:starpass
+cache_peer p2.example parent 3128 0 no-query login=PASSTHRU
+cache_peer p3.example parent 3128 0 no-query login=alice:kept-pass
+sslproxy_foo password=optpass
+`
+	out, notes, err := importSquid(strings.NewReader(conf))
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := strings.Join(notes, "\n")
+	for _, secret := range []string{"hunter2", "starpass", "optpass"} {
+		if strings.Contains(all, secret) || strings.Contains(out, secret) {
+			t.Errorf("the secret %q is printed:\n%s\n%s", secret, all, out)
+		}
+	}
+	for _, want := range []string{"cachemgr_passwd *** all", "login=*:***", "login=PASSTHRU", "password=***"} {
+		if !strings.Contains(all, want) {
+			t.Errorf("notes %q; want one naming the line as %q", notes, want)
+		}
+	}
+	if !strings.Contains(out, `login = "alice:kept-pass"`) {
+		t.Errorf("the login carried over is missing:\n%s", out)
+	}
+}
