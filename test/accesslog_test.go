@@ -38,7 +38,7 @@ func TestAccessLogBytesAsSquid(t *testing.T) {
 		}
 	})
 	greeting := strings.Repeat("g", 177)
-	far := listenOnce(t, greeting)
+	far := greeter(t, greeting)
 
 	p := startPeerd(t, directConfig)
 	sq := startSquid(t, "bytes-squid", "")
@@ -115,25 +115,9 @@ func bytesReceived(t *testing.T, proxy, method, target string) int {
 	return int(n)
 }
 
-// listenOnce serves greeting to every connection and closes it.
-func listenOnce(t *testing.T, greeting string) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			io.WriteString(c, greeting)
-			c.Close()
-		}
-	}()
-	return ln.Addr().String()
+// greeter sends greeting on every connection and closes it.
+func greeter(t *testing.T, greeting string) string {
+	return tcpServer(t, func(c net.Conn) { io.WriteString(c, greeting); c.Close() })
 }
 
 // nthLine returns the n-th (from 0) line containing s, or "".

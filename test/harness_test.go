@@ -273,3 +273,24 @@ level = "debug"
 [access]
 connect_ports = ["1-65535"]
 `
+
+// tcpServer serves every connection to a loopback port with serve (each
+// on its own goroutine) until the test ends, and returns the address.
+func tcpServer(t testing.TB, serve func(net.Conn)) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go serve(c)
+		}
+	}()
+	return ln.Addr().String()
+}

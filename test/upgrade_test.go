@@ -161,21 +161,7 @@ func slowOrigin(t *testing.T) string {
 
 // echoServer answers each line with the same line.
 func echoServer(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() { defer c.Close(); io.Copy(c, c) }()
-		}
-	}()
-	return ln.Addr().String()
+	return tcpServer(t, func(c net.Conn) { defer c.Close(); io.Copy(c, c) })
 }
 
 const upgradeConfig = `
