@@ -47,7 +47,7 @@ func (s *squidImport) accessLog(n int, w []string) {
 		case len(rest) == 0:
 		case s.accessLogPath != "":
 			// It stops only the access_log lines after it.
-			s.note(n, "%s: (the log taken from an earlier line logs every request, as Squid did)", line)
+			s.note(n, "%s: the log taken from an earlier line logs every request, as Squid did", line)
 		default:
 			s.note(n, "%s: peerd cannot leave some requests out of its log", line)
 			if s.logExcluded == 0 {
