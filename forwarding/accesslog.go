@@ -6,6 +6,7 @@ package forwarding
 import (
 	"bufio"
 	"fmt"
+	"net/netip"
 	"os"
 	"strconv"
 	"sync"
@@ -122,6 +123,35 @@ func (tx *txn) sentBytes() int64 {
 		n = tx.cc.dw.sent
 	}
 	return max(n-tx.handedAt, 0) + tx.tunnelIn
+}
+
+// icpLines are the buffers ICP answers' log lines are built in.
+var icpLines = sync.Pool{New: func() any { b := make([]byte, 0, 256); return &b }}
+
+// LogICP writes the access log line of an ICP query peerd answered, as
+// Squid does (log_icp_queries): "UDP_MISS/000 SIZE ICP_QUERY URL -
+// HIER_NONE/- -", SIZE being the reply's. The URL came off the network
+// and is escaped as every logged URL is.
+func (p *Proxy) LogICP(from netip.Addr, result string, size int, url []byte) {
+	al := p.access.Load()
+	if al == nil {
+		return
+	}
+	bp := icpLines.Get().(*[]byte)
+	ms := time.Now().UnixMilli()
+	b := strconv.AppendInt((*bp)[:0], ms/1000, 10)
+	b = append(b, '.')
+	b = appendPadded(b, ms%1000, 3, '0')
+	b = append(b, "      0 "...)
+	b = from.AppendTo(b)
+	b = append(append(append(b, ' '), result...), "/000 "...)
+	b = strconv.AppendInt(b, int64(size), 10)
+	b = append(b, " ICP_QUERY "...)
+	b = appendEscaped(b, url)
+	b = append(b, " - HIER_NONE/- -\n"...)
+	al.Write(b)
+	*bp = b
+	icpLines.Put(bp)
 }
 
 // appendEscaped appends s %-escaping what Squid escapes in its log: bytes

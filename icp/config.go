@@ -19,10 +19,13 @@ type Config struct {
 	// icp_query_timeout); Auto is twice the mean reply time of the peers
 	// asked, between MinTimeout and MaxTimeout.
 	QueryTimeout Timeout `toml:"query_timeout"`
+	// LogQueries writes a line to the access log for every query
+	// answered, as Squid does (log_icp_queries; default on).
+	LogQueries bool `toml:"log_queries"`
 }
 
 // DefaultConfig returns the built-in [icp] defaults.
-func DefaultConfig() Config { return Config{QueryTimeout: Auto} }
+func DefaultConfig() Config { return Config{QueryTimeout: Auto, LogQueries: true} }
 
 // Bounds of the automatic query timeout (Squid icp_query_min_timeout and
 // icp_query_max_timeout).

@@ -28,7 +28,12 @@ type ServerOptions struct {
 	// DirectAllowed reports whether DIRECT is a next hop; with it off and
 	// no live parent, queries are answered MISS_NOFETCH.
 	DirectAllowed func() bool
-	Log           logrus.FieldLogger
+	// Answered, when set, is told of every query answered: the source,
+	// the result as Squid's access log names it (UDP_HIT, UDP_MISS,
+	// UDP_MISS_NOFETCH, UDP_DENIED), the reply's size and the URL asked
+	// (bytes from the network: the callee escapes them).
+	Answered func(from netip.Addr, result string, size int, url []byte)
+	Log      logrus.FieldLogger
 }
 
 // Server answers ICP queries on one UDP socket: HIT for a fresh stored
@@ -78,19 +83,29 @@ func (s *Server) serve() {
 			// one: the socket is still good.
 			continue
 		}
-		out = s.answer(in[:n], from, &m, out[:0])
+		var op Opcode
+		out, op = s.answer(in[:n], from, &m, out[:0])
 		if len(out) > 0 {
+			// Logged before it is sent: a peer that has the answer finds
+			// the line written.
+			if s.o.Answered != nil {
+				s.o.Answered(from.Addr().Unmap(), results[op], len(out), m.URL)
+			}
 			s.conn.WriteToUDPAddrPort(out, from)
 		}
 	}
 }
 
-// answer is the reply to one datagram (appended to out), or nothing.
-func (s *Server) answer(in []byte, from netip.AddrPort, m *Message, out []byte) []byte {
+// results name the answers as Squid's access log does.
+var results = map[Opcode]string{OpHit: "UDP_HIT", OpMiss: "UDP_MISS", OpMissNoFetch: "UDP_MISS_NOFETCH", OpDenied: "UDP_DENIED"}
+
+// answer is the reply to one datagram (appended to out) and its opcode,
+// or nothing.
+func (s *Server) answer(in []byte, from netip.AddrPort, m *Message, out []byte) ([]byte, Opcode) {
 	if err := m.Parse(in); err != nil || m.Op != OpQuery {
 		// Not a query (or not ICP): counted and dropped, as Squid does.
 		s.malformed.Add(1)
-		return out
+		return out, 0
 	}
 	s.queries.Add(1)
 	reply := Message{ReqNum: m.ReqNum, URL: m.URL, Version: Version}
@@ -108,7 +123,7 @@ func (s *Server) answer(in []byte, from netip.AddrPort, m *Message, out []byte) 
 		reply.Op = OpMiss
 		s.misses.Add(1)
 	}
-	return reply.Append(out)
+	return reply.Append(out), reply.Op
 }
 
 // nextHop reports whether a miss could be fetched now.

@@ -2,14 +2,18 @@ package e2e
 
 import (
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/url"
 	"os"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/peerd/peerd/icp"
 )
 
 // ICP (RFC 2186) end to end, with real Squid on both sides (contract
@@ -99,7 +103,14 @@ func TestICPSquidChildAsksPeerd(t *testing.T) {
 	if strings.Contains(other, "SIBLING_HIT") || !strings.Contains(other, "PARENT/127.0.0.1") {
 		t.Errorf("Squid's line for a URL peerd does not hold: %q; want it from Squid's parent", other)
 	}
-	if l := readFile(t, logPath); strings.Contains(l, "not-stored") {
+	// peerd logs the queries it answered as Squid does (log_icp_queries).
+	hit := regexp.MustCompile(`\d 127\.0\.0\.1 UDP_HIT/000 \d+ ICP_QUERY http://origin\.test/stored - HIER_NONE/- -\n`)
+	miss := regexp.MustCompile(`\d 127\.0\.0\.1 UDP_MISS/000 \d+ ICP_QUERY http://origin\.test/not-stored - HIER_NONE/- -\n`)
+	waitFor(t, "peerd logging the ICP queries it answered", 5*time.Second, func() bool {
+		l := readFile(t, logPath)
+		return hit.MatchString(l) && miss.MatchString(l)
+	})
+	if l := readFile(t, logPath); strings.Contains(l, "GET http://origin.test/not-stored") {
 		t.Errorf("peerd was asked to fetch a URL it answered MISS for:\n%s", l)
 	}
 	if st := p.peer("up"); st.RequestsTotal != 1 {
@@ -300,4 +311,36 @@ func TestICPSilentSibling(t *testing.T) {
 func proxyClientFor(t *testing.T, addr string) *http.Client {
 	u, _ := url.Parse("http://" + addr)
 	return &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(u)}, Timeout: 20 * time.Second}
+}
+
+// TestICPQueryLogOff: with [icp] log_queries = false the queries peerd
+// answers leave no access log line (a busy sibling's log is its own
+// requests); with the default they do. A query's line is written before
+// its answer is sent, and a request after it is the marker that the log
+// has been flushed past it.
+func TestICPQueryLogOff(t *testing.T) {
+	origin := newOrigin(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
+	for _, on := range []bool{true, false} {
+		icpTable, port := peerdICP(t)
+		logPath := t.TempDir() + "/access.log"
+		p := startPeerd(t, addAccessLog(directConfig, logPath)+icpTable+fmt.Sprintf("log_queries = %v\n", on))
+		c, err := net.Dial("udp", "127.0.0.2:"+port)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		c.Write((&icp.Message{Op: icp.OpQuery, ReqNum: 7, URL: []byte("http://origin.test/asked")}).Append(nil))
+		if _, err := c.Read(make([]byte, icp.MaxLen)); err != nil {
+			t.Fatalf("no ICP answer: %v", err)
+		}
+		mark := fmt.Sprintf("http://%s/marker", origin)
+		if r := do(p.client(), "GET", mark, ""); r.status != 200 {
+			t.Fatalf("marker: %s", r)
+		}
+		waitFor(t, "the marker logged", 5*time.Second, func() bool { return strings.Contains(readFile(t, logPath), mark) })
+		if logged := strings.Contains(readFile(t, logPath), "ICP_QUERY http://origin.test/asked"); logged != on {
+			t.Errorf("log_queries = %v: the query answered is logged: %v\n%s", on, logged, readFile(t, logPath))
+		}
+	}
 }

@@ -1,7 +1,7 @@
 package main
 
-// This file holds import-squid's reading of access_log: the one log peerd
-// writes, in Squid's native format, to a file.
+// This file holds import-squid's reading of access_log (the one log peerd
+// writes, in Squid's native format, to a file) and log_icp_queries.
 
 import "strings"
 
@@ -10,10 +10,14 @@ import "strings"
 // what peerd writes.
 var squidLogFormats = map[string]bool{"common": true, "combined": true, "referrer": true, "useragent": true}
 
-// logDirective reads access_log and logformat lines.
+// logDirective reads access_log, logformat and log_icp_queries lines.
 func (s *squidImport) logDirective(n int, w []string) {
-	if w[0] == "access_log" {
+	switch {
+	case w[0] == "access_log":
 		s.accessLog(n, w[1:])
+		return
+	case w[0] == "log_icp_queries":
+		s.icpNoLog = len(w) > 1 && w[1] == "off" // [icp] log_queries
 		return
 	}
 	// logformat NAME SPEC: a format of the file's own, noted as any

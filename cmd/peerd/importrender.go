@@ -69,8 +69,11 @@ func (s *squidImport) render() string {
 	if s.accessLogPath != "" {
 		fmt.Fprintf(&b, "\n[log]\naccess_log = %s  # access_log\n", tomlString(s.accessLogPath))
 	}
-	if s.icpListen != "" || s.icpTimeout > 0 {
+	if s.icpListen != "" || s.icpTimeout > 0 || s.icpNoLog {
 		b.WriteString("\n[icp]\n")
+		if s.icpNoLog {
+			b.WriteString("log_queries = false  # log_icp_queries off\n")
+		}
 		if s.icpListen != "" {
 			fmt.Fprintf(&b, "listen = %s\n", tomlString(s.icpListen))
 		}

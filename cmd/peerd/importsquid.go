@@ -62,7 +62,8 @@ type squidImport struct {
 	// access_log (importlog.go): the file, and the logformat names.
 	accessLogPath string
 	logFormats    map[string]bool
-	logExcluded   int // the first "access_log none ACL" line
+	logExcluded   int  // the first "access_log none ACL" line
+	icpNoLog      bool // log_icp_queries off
 	// https_port and auth_param basic.
 	tlsListen, tlsCert, tlsKey string
 	basicUsers, realm          string
@@ -389,7 +390,7 @@ func (s *squidImport) directive(n int, w []string) error {
 		}
 	case "cache_dir":
 		return s.cacheDir(n, w[1:])
-	case "access_log", "logformat":
+	case "access_log", "logformat", "log_icp_queries":
 		s.logDirective(n, w)
 	default:
 		s.note(n, "%s", strings.Join(w, " "))

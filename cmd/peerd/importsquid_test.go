@@ -278,6 +278,7 @@ func TestImportSquidAccessLog(t *testing.T) {
 		{"excluded after", "acl hc src 10.9.9.9\naccess_log /l/access.log\naccess_log none hc", "/l/access.log", "logs every request"},
 		{"syslog", "access_log syslog:local4.info squid", "", "module syslog"},
 		{"two files", "access_log /l/a.log\naccess_log /l/b.log", "/l/a.log", "one access log, /l/a.log"},
+		{"no ICP queries", "access_log /l/a.log\nlog_icp_queries off", "/l/a.log", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			out, notes, err := importSquid(strings.NewReader(tc.conf))
@@ -290,6 +291,9 @@ func TestImportSquidAccessLog(t *testing.T) {
 			}
 			if cfg.Log.AccessLog != tc.want {
 				t.Errorf("access_log = %q; want %q\n%s", cfg.Log.AccessLog, tc.want, out)
+			}
+			if want := !strings.Contains(tc.conf, "log_icp_queries off"); cfg.ICP.LogQueries != want {
+				t.Errorf("[icp] log_queries = %v; want %v\n%s", cfg.ICP.LogQueries, want, out)
 			}
 			all := strings.Join(notes, "\n")
 			if tc.note == "" && strings.Contains(all, "access_log") {

@@ -186,6 +186,7 @@ func (s *server) commit(st *staged, old *fileConfig) {
 	s.proxy.Prune(s.reg.Peers())
 	s.reconfigureCache(cfg.Cache, st.cache)
 	s.api.SetToken(cfg.Admin.Token)
+	s.icpLog.Store(cfg.ICP.LogQueries)
 	if s.icpQ != nil {
 		s.icpQ.SetTimeout(cfg.ICP.QueryTimeout)
 		if err := s.icpQ.SetSource(icpSource(cfg.ICP)); err != nil {

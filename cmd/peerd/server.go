@@ -12,6 +12,7 @@ import (
 	"log"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/signal"
 	"strings"
@@ -60,6 +61,7 @@ type server struct {
 	fleet   *fleet.Fleet
 	icpQ    *icp.Querier
 	icpSrv  *icp.Server // guarded by mu; nil when [icp] listen is ""
+	icpLog  atomic.Bool // [icp] log_queries
 	api     *admin.API
 
 	mu        sync.Mutex // guards cfg, the listeners, the admin server and access
@@ -153,6 +155,7 @@ func newServer(path string, cfg *fileConfig, stderr io.Writer) (*server, error) 
 		return nil, err
 	}
 	var icpQuerier forwarding.ICP
+	s.icpLog.Store(cfg.ICP.LogQueries)
 	if s.icpQ, err = icp.NewQuerier(reg, lg, cfg.ICP.QueryTimeout, icpSource(cfg.ICP)); err != nil {
 		lg.WithError(err).Error("icp: cannot open a socket for queries; peers will not be asked by ICP")
 	} else {
@@ -494,6 +497,11 @@ func (s *server) listenICP(addr string) (*icp.Server, error) {
 	}
 	srv := icp.Serve(conn, icp.ServerOptions{
 		Store: s.proxy, Registry: s.reg, Allowed: s.proxy.Allowed, DirectAllowed: s.planner.DirectAllowed, Log: s.log,
+		Answered: func(from netip.Addr, result string, size int, url []byte) {
+			if s.icpLog.Load() {
+				s.proxy.LogICP(from, result, size, url)
+			}
+		},
 	})
 	s.log.WithField("icp", srv.Addr().String()).Info("answering ICP queries")
 	return srv, nil
