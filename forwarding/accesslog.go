@@ -1,7 +1,7 @@
 package forwarding
 
 // This file holds the access log: Squid's native format, one line per
-// request, written without allocating.
+// request (and per ICP query answered), written without allocating.
 
 import (
 	"bufio"
