@@ -5,11 +5,13 @@ package forwarding
 
 import (
 	"bufio"
+	"bytes"
 	"fmt"
 	"net/netip"
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -20,7 +22,7 @@ import (
 // (the last field only on answers peerd made itself, with the RFC 9209
 // error type of their Proxy-Status)
 // byte by byte, with no fmt: it runs once per request.
-func (tx *txn) appendLog(b []byte, elapsed time.Duration, hier string) []byte {
+func (tx *txn) appendLog(b []byte, al *AccessLog, elapsed time.Duration, hier string) []byte {
 	ms := tx.start.Add(elapsed).UnixMilli()
 	b = strconv.AppendInt(b, ms/1000, 10)
 	b = append(b, '.')
@@ -41,7 +43,7 @@ func (tx *txn) appendLog(b []byte, elapsed time.Duration, hier string) []byte {
 	} else {
 		b = append(b, tx.method...)
 		b = append(b, ' ')
-		b = appendEscaped(b, tx.req.Target)
+		b = appendEscaped(b, al.loggedURL(tx.req.Target))
 	}
 	b = append(b, ' ')
 	switch {
@@ -147,7 +149,7 @@ func (p *Proxy) LogICP(from netip.Addr, result string, size int, url []byte) {
 	b = append(append(append(b, ' '), result...), "/000 "...)
 	b = strconv.AppendInt(b, int64(size), 10)
 	b = append(b, " ICP_QUERY "...)
-	b = appendEscaped(b, url)
+	b = appendEscaped(b, al.loggedURL(url))
 	b = append(b, " - HIER_NONE/- -\n"...)
 	al.Write(b)
 	*bp = b
@@ -174,6 +176,9 @@ func appendEscaped(b, s []byte) []byte {
 // SIGUSR1) lets logrotate move the file away.
 type AccessLog struct {
 	path string
+	// keepQuery logs URLs whole; by default their query is cut (see
+	// SetStripQuery).
+	keepQuery atomic.Bool
 
 	mu sync.Mutex // guards f and w
 	f  *os.File
@@ -191,6 +196,21 @@ func OpenAccessLog(path string) (*AccessLog, error) {
 	}
 	go a.flusher()
 	return a, nil
+}
+
+// SetStripQuery sets whether URLs are logged without their query, as
+// Squid's strip_query_terms (the default).
+func (a *AccessLog) SetStripQuery(strip bool) { a.keepQuery.Store(!strip) }
+
+// loggedURL is u as the log shows it: cut after its '?' unless the
+// log keeps queries.
+func (a *AccessLog) loggedURL(u []byte) []byte {
+	if !a.keepQuery.Load() {
+		if i := bytes.IndexByte(u, '?'); i >= 0 {
+			return u[:i+1]
+		}
+	}
+	return u
 }
 
 // Path is the file written.

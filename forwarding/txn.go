@@ -375,7 +375,7 @@ func (tx *txn) finish() {
 	hier := tx.hierarchy()
 	p.metrics.observeRequest(&tx.cc.memo, tx.status, hier, elapsed)
 	if al := p.access.Load(); al != nil {
-		tx.logBuf = tx.appendLog(tx.logBuf[:0], elapsed, hier)
+		tx.logBuf = tx.appendLog(tx.logBuf[:0], al, elapsed, hier)
 		al.Write(tx.logBuf)
 	}
 }

@@ -17,7 +17,8 @@ import (
 // established" and what the far side sent. Log analysers that add the
 // field up for bandwidth (SARG, Calamaris) then read a peerd log as
 // they read a Squid one. The hierarchy code of a direct fetch is
-// HIER_DIRECT, as Squid has written it since 3.1. The same requests go through real Squid, and
+// HIER_DIRECT, as Squid has written it since 3.1, and URLs are logged
+// without their query (strip_query_terms). The same requests go through real Squid, and
 // the same property is checked on its log: it is the reference.
 func TestAccessLogBytesAsSquid(t *testing.T) {
 	origin := newOrigin(t, func(w http.ResponseWriter, r *http.Request) {
@@ -54,14 +55,18 @@ func TestAccessLogBytesAsSquid(t *testing.T) {
 			reqs := []struct {
 				method, target string
 				hier           string // the hierarchy code logged
+				logged         string // the URL logged, when not the target
 			}{
-				{"GET", "http://" + origin + "/plain/" + tag, "HIER_DIRECT/127.0.0.1"},
-				{"HEAD", "http://" + origin + "/plain/" + tag, "HIER_DIRECT/127.0.0.1"},
-				{"GET", "http://" + origin + "/chunked/" + tag, "HIER_DIRECT/127.0.0.1"},
-				{"GET", "http://" + origin + "/cached/" + tag, "HIER_DIRECT/127.0.0.1"},
-				{"GET", "http://" + origin + "/cached/" + tag, "HIER_NONE/-"}, // a hit
-				{"GET", "http://127.0.0.1:1/refused/" + tag, ""},              // an error the proxy makes
-				{"CONNECT", far, "HIER_DIRECT/127.0.0.1"},
+				{"GET", "http://" + origin + "/plain/" + tag, "HIER_DIRECT/127.0.0.1", ""},
+				{"HEAD", "http://" + origin + "/plain/" + tag, "HIER_DIRECT/127.0.0.1", ""},
+				{"GET", "http://" + origin + "/chunked/" + tag, "HIER_DIRECT/127.0.0.1", ""},
+				{"GET", "http://" + origin + "/cached/" + tag, "HIER_DIRECT/127.0.0.1", ""},
+				{"GET", "http://" + origin + "/cached/" + tag, "HIER_NONE/-", ""}, // a hit
+				{"GET", "http://127.0.0.1:1/refused/" + tag, "", ""},              // an error the proxy makes
+				{"CONNECT", far, "HIER_DIRECT/127.0.0.1", ""},
+				// strip_query_terms, on by default in both: the query
+				// (here a token) is not logged.
+				{"GET", "http://" + origin + "/query/" + tag + "?token=s3cret", "HIER_DIRECT/127.0.0.1", "http://" + origin + "/query/" + tag + "?"},
 			}
 			got := make([]int, len(reqs))
 			for i, r := range reqs {
@@ -70,7 +75,11 @@ func TestAccessLogBytesAsSquid(t *testing.T) {
 			lines := px.log(len(reqs))
 			seen := map[string]int{}
 			for i, r := range reqs {
-				key := r.method + " " + r.target
+				url := r.target
+				if r.logged != "" {
+					url = r.logged
+				}
+				key := r.method + " " + url
 				line := nthLine(lines, " "+key+" ", seen[key])
 				seen[key]++
 				if line == "" {
@@ -87,6 +96,9 @@ func TestAccessLogBytesAsSquid(t *testing.T) {
 				if r.hier != "" && f[8] != r.hier {
 					t.Errorf("%s %s: hierarchy %q; want %q, as Squid writes it (%q)", px.name, key, f[8], r.hier, line)
 				}
+			}
+			if all := strings.Join(lines, "\n"); strings.Contains(all, "s3cret") {
+				t.Errorf("%s logged a URL's query:\n%s", px.name, all)
 			}
 		})
 	}

@@ -57,6 +57,10 @@ type logConfig struct {
 	Format logFormat `toml:"format"`
 	// AccessLog is a file path for the Squid-format access log; "" is off.
 	AccessLog string `toml:"access_log"`
+	// StripQueryTerms logs URLs without their query ("http://h/p?"), as
+	// Squid does by default (strip_query_terms): a query often carries
+	// tokens that must not sit in a log. Default true.
+	StripQueryTerms bool `toml:"strip_query_terms"`
 }
 
 // logLevel is a logrus level word.
@@ -98,7 +102,7 @@ func defaultConfig() fileConfig {
 		Fleet:     fleet.DefaultConfig(),
 		ICP:       icp.DefaultConfig(),
 		Auth:      auth.DefaultConfig(),
-		Log:       logConfig{Level: logLevel(logrus.InfoLevel), Format: "text"},
+		Log:       logConfig{Level: logLevel(logrus.InfoLevel), Format: "text", StripQueryTerms: true},
 	}
 }
 

@@ -1,7 +1,8 @@
 package main
 
 // This file holds import-squid's reading of access_log (the one log peerd
-// writes, in Squid's native format, to a file) and log_icp_queries.
+// writes, in Squid's native format, to a file), log_icp_queries and
+// strip_query_terms.
 
 import "strings"
 
@@ -10,7 +11,8 @@ import "strings"
 // what peerd writes.
 var squidLogFormats = map[string]bool{"common": true, "combined": true, "referrer": true, "useragent": true}
 
-// logDirective reads access_log, logformat and log_icp_queries lines.
+// logDirective reads access_log, logformat, log_icp_queries and
+// strip_query_terms lines.
 func (s *squidImport) logDirective(n int, w []string) {
 	switch {
 	case w[0] == "access_log":
@@ -18,6 +20,9 @@ func (s *squidImport) logDirective(n int, w []string) {
 		return
 	case w[0] == "log_icp_queries":
 		s.icpNoLog = len(w) > 1 && w[1] == "off" // [icp] log_queries
+		return
+	case w[0] == "strip_query_terms":
+		s.keepQuery = len(w) > 1 && w[1] == "off" // [log] strip_query_terms
 		return
 	}
 	// logformat NAME SPEC: a format of the file's own, noted as any

@@ -66,8 +66,14 @@ func (s *squidImport) render() string {
 		}
 	}
 	fmt.Fprintf(&b, "\n[selection]\npolicy = %q\n", policy)
-	if s.accessLogPath != "" {
-		fmt.Fprintf(&b, "\n[log]\naccess_log = %s  # access_log\n", tomlString(s.accessLogPath))
+	if s.accessLogPath != "" || s.keepQuery {
+		b.WriteString("\n[log]\n")
+		if s.accessLogPath != "" {
+			fmt.Fprintf(&b, "access_log = %s  # access_log\n", tomlString(s.accessLogPath))
+		}
+		if s.keepQuery {
+			b.WriteString("strip_query_terms = false  # strip_query_terms off\n")
+		}
 	}
 	if s.icpListen != "" || s.icpTimeout > 0 || s.icpNoLog {
 		b.WriteString("\n[icp]\n")

@@ -64,6 +64,7 @@ type squidImport struct {
 	logFormats    map[string]bool
 	logExcluded   int  // the first "access_log none ACL" line
 	icpNoLog      bool // log_icp_queries off
+	keepQuery     bool // strip_query_terms off
 	// https_port and auth_param basic.
 	tlsListen, tlsCert, tlsKey string
 	basicUsers, realm          string
@@ -390,7 +391,7 @@ func (s *squidImport) directive(n int, w []string) error {
 		}
 	case "cache_dir":
 		return s.cacheDir(n, w[1:])
-	case "access_log", "logformat", "log_icp_queries":
+	case "access_log", "logformat", "log_icp_queries", "strip_query_terms":
 		s.logDirective(n, w)
 	default:
 		s.note(n, "%s", strings.Join(w, " "))

@@ -279,6 +279,7 @@ func TestImportSquidAccessLog(t *testing.T) {
 		{"syslog", "access_log syslog:local4.info squid", "", "module syslog"},
 		{"two files", "access_log /l/a.log\naccess_log /l/b.log", "/l/a.log", "one access log, /l/a.log"},
 		{"no ICP queries", "access_log /l/a.log\nlog_icp_queries off", "/l/a.log", ""},
+		{"whole URLs", "access_log /l/a.log\nstrip_query_terms off", "/l/a.log", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			out, notes, err := importSquid(strings.NewReader(tc.conf))
@@ -294,6 +295,9 @@ func TestImportSquidAccessLog(t *testing.T) {
 			}
 			if want := !strings.Contains(tc.conf, "log_icp_queries off"); cfg.ICP.LogQueries != want {
 				t.Errorf("[icp] log_queries = %v; want %v\n%s", cfg.ICP.LogQueries, want, out)
+			}
+			if want := !strings.Contains(tc.conf, "strip_query_terms off"); cfg.Log.StripQueryTerms != want {
+				t.Errorf("[log] strip_query_terms = %v; want %v\n%s", cfg.Log.StripQueryTerms, want, out)
 			}
 			all := strings.Join(notes, "\n")
 			if tc.note == "" && strings.Contains(all, "access_log") {

@@ -135,6 +135,7 @@ func (s *server) stage(cfg, old *fileConfig) (*staged, error) {
 		if st.access, err = forwarding.OpenAccessLog(cfg.Log.AccessLog); err != nil {
 			return fail(fmt.Errorf("log.access_log: %w", err))
 		}
+		st.access.SetStripQuery(cfg.Log.StripQueryTerms)
 	}
 	if cfg.ICP.Listen != "" && cfg.ICP.Listen != old.ICP.Listen {
 		if st.icp, err = s.listenICP(cfg.ICP.Listen); err != nil {
@@ -214,6 +215,8 @@ func (s *server) commit(st *staged, old *fileConfig) {
 		if prev != nil {
 			prev.Close()
 		}
+	} else if s.access != nil {
+		s.access.SetStripQuery(cfg.Log.StripQueryTerms)
 	}
 	if st.proxyLn != nil && s.proxyLn != nil {
 		// The old listener stops accepting; its connections finish their

@@ -149,6 +149,7 @@ func newServer(path string, cfg *fileConfig, stderr io.Writer) (*server, error) 
 		if s.access, err = forwarding.OpenAccessLog(cfg.Log.AccessLog); err != nil {
 			return nil, err
 		}
+		s.access.SetStripQuery(cfg.Log.StripQueryTerms)
 	}
 	pol, err := cfg.policy()
 	if err != nil {
