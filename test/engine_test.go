@@ -20,38 +20,24 @@ import (
 // scripted is a loopback parent whose every connection runs script.
 type scripted struct {
 	name, addr string
-	ln         net.Listener
 	mu         sync.Mutex
 	conns      int
 }
 
 func newScripted(t *testing.T, name string, script func(c net.Conn, br *bufio.Reader)) *scripted {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &scripted{name: name, addr: ln.Addr().String(), ln: ln}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			s.mu.Lock()
-			s.conns++
-			s.mu.Unlock()
-			go func() {
-				defer c.Close()
-				br := bufio.NewReader(c)
-				if _, err := br.Peek(1); err != nil {
-					return // a probe
-				}
-				script(c, br)
-			}()
+	s := &scripted{name: name}
+	s.addr = tcpServer(t, func(c net.Conn) {
+		s.mu.Lock()
+		s.conns++
+		s.mu.Unlock()
+		defer c.Close()
+		br := bufio.NewReader(c)
+		if _, err := br.Peek(1); err != nil {
+			return // a probe
 		}
-	}()
+		script(c, br)
+	})
 	return s
 }
 

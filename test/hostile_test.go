@@ -27,7 +27,7 @@ import (
 // records the request URLs it read, in order.
 type rawParent struct {
 	name string
-	ln   net.Listener
+	addr string
 	mu   sync.Mutex
 	urls []string
 	conn atomic.Int64 // connections accepted
@@ -42,51 +42,38 @@ func newRawParent(t testing.TB, name string, answer func(r *http.Request) string
 // clear), whose script may also write to the connection itself.
 func newRawParentWith(t testing.TB, name string, cfg *tls.Config, answer func(r *http.Request, w io.Writer) string) *rawParent {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	rp := &rawParent{name: name, ln: ln}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
+	rp := &rawParent{name: name}
+	rp.addr = tcpServer(t, func(c net.Conn) {
+		rp.conn.Add(1)
+		if cfg != nil {
+			c = tls.Server(c, cfg)
+		}
+		defer c.Close()
+		br := bufio.NewReader(c)
 		for {
-			c, err := ln.Accept()
+			req, err := http.ReadRequest(br)
 			if err != nil {
 				return
 			}
-			rp.conn.Add(1)
-			if cfg != nil {
-				c = tls.Server(c, cfg)
+			io.Copy(io.Discard, req.Body)
+			rp.mu.Lock()
+			rp.urls = append(rp.urls, req.Method+" "+req.URL.String())
+			rp.mu.Unlock()
+			out := answer(req, c)
+			if out == "" {
+				return
 			}
-			go func() {
-				defer c.Close()
-				br := bufio.NewReader(c)
-				for {
-					req, err := http.ReadRequest(br)
-					if err != nil {
-						return
-					}
-					io.Copy(io.Discard, req.Body)
-					rp.mu.Lock()
-					rp.urls = append(rp.urls, req.Method+" "+req.URL.String())
-					rp.mu.Unlock()
-					out := answer(req, c)
-					if out == "" {
-						return
-					}
-					if _, err := io.WriteString(c, out); err != nil {
-						return
-					}
-				}
-			}()
+			if _, err := io.WriteString(c, out); err != nil {
+				return
+			}
 		}
-	}()
+	})
 	return rp
 }
 
 func (rp *rawParent) peerName() string { return rp.name }
 func (rp *rawParent) port() string {
-	_, p, _ := net.SplitHostPort(rp.ln.Addr().String())
+	_, p, _ := net.SplitHostPort(rp.addr)
 	return p
 }
 
