@@ -23,13 +23,7 @@ import (
 // error type of their Proxy-Status)
 // byte by byte, with no fmt: it runs once per request.
 func (tx *txn) appendLog(b []byte, al *AccessLog, elapsed time.Duration, hier string) []byte {
-	ms := tx.start.Add(elapsed).UnixMilli()
-	b = strconv.AppendInt(b, ms/1000, 10)
-	b = append(b, '.')
-	b = appendPadded(b, ms%1000, 3, '0')
-	b = append(b, ' ')
-	b = appendPadded(b, elapsed.Milliseconds(), 6, ' ')
-	b = append(b, ' ')
+	b = appendStamp(b, tx.start.Add(elapsed), elapsed)
 	b = append(b, tx.cc.remoteStr...)
 	b = append(b, ' ')
 	b = append(b, tx.result()...)
@@ -104,6 +98,19 @@ func (tx *txn) result() string {
 	return "NONE_NONE"
 }
 
+// appendStamp appends a line's first two fields, the time it ended
+// (seconds.milliseconds) and how long it took (milliseconds, padded to
+// six), each followed by a space.
+func appendStamp(b []byte, end time.Time, took time.Duration) []byte {
+	ms := end.UnixMilli()
+	b = strconv.AppendInt(b, ms/1000, 10)
+	b = append(b, '.')
+	b = appendPadded(b, ms%1000, 3, '0')
+	b = append(b, ' ')
+	b = appendPadded(b, took.Milliseconds(), 6, ' ')
+	return append(b, ' ')
+}
+
 func appendPadded(b []byte, n int64, width int, pad byte) []byte {
 	var d [20]byte
 	s := strconv.AppendInt(d[:0], n, 10)
@@ -124,7 +131,7 @@ func (tx *txn) sentBytes() int64 {
 	if tx.clientGone {
 		n = tx.cc.dw.sent
 	}
-	return max(n-tx.handedAt, 0) + tx.tunnelIn
+	return max(n-tx.handedFrom, 0) + tx.tunnelIn
 }
 
 // icpLines are the buffers ICP answers' log lines are built in.
@@ -140,11 +147,7 @@ func (p *Proxy) LogICP(from netip.Addr, result string, size int, url []byte) {
 		return
 	}
 	bp := icpLines.Get().(*[]byte)
-	ms := time.Now().UnixMilli()
-	b := strconv.AppendInt((*bp)[:0], ms/1000, 10)
-	b = append(b, '.')
-	b = appendPadded(b, ms%1000, 3, '0')
-	b = append(b, "      0 "...)
+	b := appendStamp((*bp)[:0], time.Now(), 0)
 	b = from.AppendTo(b)
 	b = append(append(append(b, ' '), result...), "/000 "...)
 	b = strconv.AppendInt(b, int64(size), 10)

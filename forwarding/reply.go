@@ -13,15 +13,22 @@ type reply struct {
 	status  int
 	code    string // X-Peerd-Error when peerd answered itself
 	errType string // its RFC 9209 error type (Proxy-Status, the access log)
-	// handedAt is the client writer's count when the request began, and
-	// tunnelIn what the far side sent through a tunnel: the bytes the
+	// handedFrom is the client writer's count when the request began,
+	// and tunnelIn what the far side sent through a tunnel: the bytes the
 	// client got (see txn.sentBytes).
-	handedAt, tunnelIn int64
-	hop                selection.Hop
-	hopped             bool // hop answered
-	errHop             bool // hop is the one peerd's error answer is about
-	headSent           bool // a final response head went to the client
+	handedFrom, tunnelIn int64
+	hop                  selection.Hop
+	hopped               bool // hop answered
+	errHop               bool // hop is the one peerd's error answer is about
+	headSent             bool // a final response head went to the client
 }
+
+// countFrom starts the count of what the client gets at the client
+// writer's count now.
+func (r *reply) countFrom(handed int64) { r.handedFrom = handed }
+
+// tunnelledIn records what the far side of a tunnel sent the client.
+func (r *reply) tunnelledIn(n int64) { r.tunnelIn = n }
 
 // answeredBy records the hop whose answer the client gets.
 func (r *reply) answeredBy(h selection.Hop) { r.hop, r.hopped = h, true }

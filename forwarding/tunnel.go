@@ -189,28 +189,29 @@ func (tx *txn) tunnel(a *attempt, status int, hello []byte) outcome {
 	cc.r.Discard(len(fromClient))
 	fromUp := up.r.Peek()
 	up.r.Discard(len(fromUp))
-	_, received := splice(cc.nc, fromClient, up.nc, fromUp, tx.cfg.ReadTimeout)
+	received := splice(cc.nc, fromClient, up.nc, fromUp, tx.cfg.ReadTimeout)
 	cc.nc.Close()
 	up.close()
-	tx.tunnelIn = received
+	tx.tunnelledIn(received)
 	return closeConn
 }
 
 // splice copies a→b and b→a (each after its pending bytes) until both
-// directions end. A side that sent EOF is half-closed on the other; when
-// neither direction carries a byte for idle, both are closed.
-func splice(a net.Conn, aPending []byte, b net.Conn, bPending []byte, idle time.Duration) (aToB, bToA int64) {
+// directions end, and returns the bytes copied to a (what the access log
+// counts). A side that sent EOF is half-closed on the other; when neither
+// direction carries a byte for idle, both are closed.
+func splice(a net.Conn, aPending []byte, b net.Conn, bPending []byte, idle time.Duration) (toA int64) {
 	var last atomic.Int64
 	last.Store(time.Now().UnixNano())
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		bToA = pipe(a, b, bPending, idle, &last, b)
+		toA = pipe(a, b, bPending, idle, &last, b)
 	}()
-	aToB = pipe(b, a, aPending, idle, &last, a)
+	pipe(b, a, aPending, idle, &last, a)
 	wg.Wait()
-	return aToB, bToA
+	return toA
 }
 
 // pipe copies src to dst. Reads time out every idle; a timeout ends the

@@ -98,7 +98,7 @@ func (tx *txn) begin(c *runtimeConfig, start time.Time, head []byte) {
 	req, body, resp, abody, cq := tx.req, tx.body, tx.a.resp, tx.a.body, tx.cl.cq
 	*tx = txn{}
 	tx.cc, tx.cfg, tx.start = cc, c, start
-	tx.handedAt = cc.handed()
+	tx.countFrom(cc.handed())
 	tx.head = append(hd, head...)
 	tx.req, tx.body, tx.buf, tx.out = req, body, buf, out
 	tx.a.resp, tx.a.body = resp, abody
