@@ -135,6 +135,7 @@ func (tx *txn) responseHead(b []byte, resp *h1.Response, kind h1.Body, chunked b
 	if tx.front != nil {
 		b = tx.front.appendStatus(b, resp.Status)
 	}
+	b = append(b, tx.xCache()...)
 	b = tx.appendProxyStatus(b, resp.Status)
 	switch {
 	case !tx.keepAlive:

@@ -128,6 +128,7 @@ type Proxy struct {
 	dialer     PeerDialer
 	directDial func(ctx context.Context, network, addr string) (net.Conn, error)
 	access     atomic.Pointer[AccessLog]
+	port       atomic.Pointer[string] // the plain listener's, bound (X-Cache-Lookup)
 	cache      atomic.Pointer[cache.Cache]
 	policy     atomic.Pointer[access.Policy]
 	auth       atomic.Pointer[Authenticator]
@@ -182,7 +183,10 @@ type runtimeConfig struct {
 	allow       []netip.Prefix
 	retryStatus [600]bool
 	via         string
-	maxHeader   int
+	// xCache is the X-Cache and X-Cache-Lookup fields Squid adds to
+	// every answer, by [served from the cache][found stored at lookup].
+	xCache    [2][2]string
+	maxHeader int
 }
 
 // New returns a proxy.
@@ -253,11 +257,68 @@ func (p *Proxy) Apply(c Config) {
 		rc.Name = hostName()
 	}
 	rc.via = "1.1 " + rc.Name + " (peerd/" + p.viaVersion(rc.named) + ")"
+	port := ""
+	if pp := p.port.Load(); pp != nil {
+		port = *pp
+	} else if _, lp, err := net.SplitHostPort(c.Listen); err == nil {
+		port = lp
+	}
+	rc.xCache = xCacheFields(rc.Name, port)
 	p.cfg.Store(rc)
 	p.budget.setRatio(c.RetryBudget)
 }
 
 func (p *Proxy) config() *runtimeConfig { return p.cfg.Load() }
+
+// xCacheFields builds the X-Cache and X-Cache-Lookup fields as Squid
+// writes them: "X-Cache: HIT from NAME" when the answer came from the
+// cache, and "X-Cache-Lookup: HIT from NAME:PORT" when a stored response
+// was found (a stale one revalidated is a lookup hit, and the answer a
+// miss).
+func xCacheFields(name, port string) (f [2][2]string) {
+	at := name
+	if port != "" {
+		at += ":" + port
+	}
+	word := [2]string{"MISS", "HIT"}
+	for served := range 2 {
+		for found := range 2 {
+			f[served][found] = "X-Cache: " + word[served] + " from " + name + "\r\nX-Cache-Lookup: " + word[found] + " from " + at + "\r\n"
+		}
+	}
+	return f
+}
+
+// SetPort names the port clients reach the proxy on, its plain
+// listener's as bound (a configured port 0 is a real one by then), as
+// Squid names its first http_port in X-Cache-Lookup.
+func (p *Proxy) SetPort(port string) {
+	p.port.Store(&port)
+	rc := *p.config() // not Apply again: its Name may be the defaulted one
+	rc.xCache = xCacheFields(rc.Name, port)
+	p.cfg.Store(&rc)
+}
+
+// xCache is the X-Cache fields of an answer not served from the cache:
+// whether a stored response was found for it.
+func (tx *txn) xCache() string {
+	switch {
+	case tx.cfg == nil:
+		return ""
+	case tx.cl.stale != nil:
+		return tx.cfg.xCache[0][1]
+	}
+	return tx.cfg.xCache[0][0]
+}
+
+// errorFields are the fields peerd adds to an answer it makes itself, as
+// Squid adds them to its error pages: X-Cache and Via.
+func (tx *txn) errorFields() string {
+	if tx.cfg == nil {
+		return ""
+	}
+	return tx.xCache() + "Via: " + tx.cfg.via + "\r\n"
+}
 
 // Allowed reports whether the [proxy] allow ACL admits a client address
 // (the ICP listener answers the same clients).

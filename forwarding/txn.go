@@ -358,7 +358,7 @@ func (tx *txn) fail(e *Error) {
 		// this answer.
 		tx.keepAlive = false
 	}
-	writeError(tx.cc.w, e, tx.method == http.MethodHead, tx.keepAlive, tx.proxyStatusForError(e)+tx.cl.errorStatus())
+	writeError(tx.cc.w, e, tx.method == http.MethodHead, tx.keepAlive, tx.proxyStatusForError(e)+tx.cl.errorStatus()+tx.errorFields())
 	if tx.cc.w.Flush() != nil {
 		tx.clientGone = true
 	}

@@ -223,6 +223,7 @@ func (s *server) commit(st *staged, old *fileConfig) {
 		// requests as usual.
 		prev := s.proxyLn
 		s.proxyLn = st.proxyLn
+		s.proxy.SetPort(listenPort(st.proxyLn))
 		s.serveProxy(st.proxyLn)
 		prev.Close()
 		s.log.WithField("proxy", st.proxyLn.Addr().String()).Info("proxy listener moved")

@@ -236,6 +236,12 @@ func (s *server) newAdminServer() *http.Server {
 	}
 }
 
+// listenPort is the port ln is bound to.
+func listenPort(ln net.Listener) string {
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	return port
+}
+
 // serveProxy runs the proxy engine on ln.
 func (s *server) serveProxy(ln net.Listener) {
 	s.wg.Add(1)
@@ -358,6 +364,7 @@ func (s *server) serve(ctx context.Context) error {
 	}
 	s.mu.Lock()
 	s.proxyLn = proxyLn
+	s.proxy.SetPort(listenPort(proxyLn))
 	s.serveProxy(proxyLn)
 	s.mu.Unlock()
 	fields := logrus.Fields{"proxy": proxyLn.Addr().String(), "admin": adminLn.Addr().String(), "peers": len(s.reg.Peers()), "version": version, "pid": os.Getpid()}
