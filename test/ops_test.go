@@ -108,7 +108,8 @@ probe_max_interval = "100ms"
 }
 
 // TestReloadMovesListener: a changed listen address is rebound without
-// dropping a request in flight on the old one.
+// dropping a request in flight on the old one, and answers name the new
+// port.
 func TestReloadMovesListener(t *testing.T) {
 	arrived := make(chan struct{}, 4)
 	slow := newOrigin(t, func(w http.ResponseWriter, r *http.Request) {
@@ -130,8 +131,15 @@ func TestReloadMovesListener(t *testing.T) {
 		t.Fatalf("in-flight request on the old listener: %s", r)
 	}
 	p.proxy = "127.0.0.1:" + port
-	if r := do(p.client(), "GET", "http://"+slow+"/", ""); r.status != 200 {
-		t.Fatalf("new listener: %s", r)
+	resp, err := proxyClientFor(t, p.proxy).Get("http://" + slow + "/")
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("new listener: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	// X-Cache-Lookup names the port clients now use, as Squid names its
+	// http_port.
+	if got := resp.Header.Get("X-Cache-Lookup"); !strings.HasSuffix(got, ":"+port) {
+		t.Errorf("X-Cache-Lookup after the move = %q; want it to end in :%s", got, port)
 	}
 	p.proxy = oldProxy
 	if r := do(p.client(), "GET", "http://"+slow+"/", ""); r.err == nil {
