@@ -234,7 +234,7 @@ func (l *cacheLayer) serveObject(o *cache.Object, result string) outcome {
 	b = strconv.AppendInt(b, o.Age(now), 10)
 	b = append(b, "\r\n"...)
 	b = l.appendCacheStatus(b, o, now, result)
-	b = append(b, tx.cfg.xCache[1][1]...)
+	b = append(b, tx.cfg.xCache[1][1]...) // served from the cache, found at lookup
 	if result == resultRefreshUnmod && tx.hopped {
 		b = tx.appendProxyStatus(b, http.StatusNotModified)
 	}

@@ -2,7 +2,8 @@ package forwarding
 
 // This file holds the message heads peerd writes: the request head for a
 // hop (absolute URI or origin form, hop-by-hop fields removed, Via and
-// X-Forwarded-For, the peer's login) and the response heads to the client.
+// X-Forwarded-For, the peer's login) and the response heads to the client
+// (with Squid's X-Cache fields).
 
 import (
 	"net/http"
@@ -144,6 +145,24 @@ func (tx *txn) responseHead(b []byte, resp *h1.Response, kind h1.Body, chunked b
 		b = append(b, "Connection: keep-alive\r\n"...)
 	}
 	return append(b, "\r\n"...)
+}
+
+// xCache is the X-Cache fields of an answer not served from the cache:
+// whether a stored response was found for it.
+func (tx *txn) xCache() string {
+	if tx.cl.stale != nil {
+		return tx.cfg.xCache[0][1]
+	}
+	return tx.cfg.xCache[0][0]
+}
+
+// errorFields are the fields peerd adds to an answer it makes itself, as
+// Squid adds them to its error pages: X-Cache and Via.
+func (tx *txn) errorFields() string {
+	if tx.cfg == nil {
+		return ""
+	}
+	return tx.xCache() + "Via: " + tx.cfg.via + "\r\n"
 }
 
 // interimHead builds a 1xx head for the client.

@@ -299,27 +299,6 @@ func (p *Proxy) SetPort(port string) {
 	p.cfg.Store(&rc)
 }
 
-// xCache is the X-Cache fields of an answer not served from the cache:
-// whether a stored response was found for it.
-func (tx *txn) xCache() string {
-	switch {
-	case tx.cfg == nil:
-		return ""
-	case tx.cl.stale != nil:
-		return tx.cfg.xCache[0][1]
-	}
-	return tx.cfg.xCache[0][0]
-}
-
-// errorFields are the fields peerd adds to an answer it makes itself, as
-// Squid adds them to its error pages: X-Cache and Via.
-func (tx *txn) errorFields() string {
-	if tx.cfg == nil {
-		return ""
-	}
-	return tx.xCache() + "Via: " + tx.cfg.via + "\r\n"
-}
-
 // Allowed reports whether the [proxy] allow ACL admits a client address
 // (the ICP listener answers the same clients).
 func (p *Proxy) Allowed(a netip.Addr) bool { return p.config().allowed(a) }

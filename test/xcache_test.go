@@ -68,11 +68,15 @@ func TestXCacheAsSquid(t *testing.T) {
 				}
 				via := strings.Fields(vias[len(vias)-1])
 				name := via[len(via)-2] // "1.1 NAME (product/version)"
-				if got, want := resp.Header.Values("X-Cache"), []string{s.xCache + " from " + name}; strings.Join(got, "|") != want[0] {
-					t.Errorf("%s (%d): X-Cache %q; want %q", s.what, resp.StatusCode, got, want)
-				}
-				if got, want := resp.Header.Values("X-Cache-Lookup"), []string{s.lookup + " from " + name + ":" + port}; strings.Join(got, "|") != want[0] {
-					t.Errorf("%s (%d): X-Cache-Lookup %q; want %q", s.what, resp.StatusCode, got, want)
+				// One field each: a second would be a next hop's or a
+				// duplicate of the proxy's own.
+				for _, f := range []struct{ field, want string }{
+					{"X-Cache", s.xCache + " from " + name},
+					{"X-Cache-Lookup", s.lookup + " from " + name + ":" + port},
+				} {
+					if got := strings.Join(resp.Header.Values(f.field), "|"); got != f.want {
+						t.Errorf("%s (%d): %s %q; want %q", s.what, resp.StatusCode, f.field, got, f.want)
+					}
 				}
 			}
 		})
