@@ -136,10 +136,10 @@ func (tx *txn) maxForwards() bool {
 		w.Flush()
 		return true
 	}
-	// TRACE: echo the request as received, less credentials.
+	// TRACE: echo the request as received, less credentials and cookies.
 	echo := tx.out[:0]
 	for i, line := range splitLines(tx.head) {
-		if i > 0 && len(line) > 20 && h1.EqualFold(line[:20], "Proxy-Authorization:") {
+		if i > 0 && hiddenFromTrace(line) {
 			continue
 		}
 		echo = append(append(echo, line...), '\r', '\n')
@@ -151,6 +151,21 @@ func (tx *txn) maxForwards() bool {
 	w.Write(echo)
 	w.Flush()
 	return true
+}
+
+// traceHidden names the fields a TRACE echo leaves out: RFC 9110 9.3.8 asks
+// the recipient that answers a TRACE to exclude fields likely to hold
+// sensitive data, and an echoed Cookie is what cross-site tracing steals.
+var traceHidden = [...]string{"Proxy-Authorization:", "Authorization:", "Cookie:"}
+
+// hiddenFromTrace reports whether a head line is one of traceHidden's fields.
+func hiddenFromTrace(line []byte) bool {
+	for _, name := range traceHidden {
+		if len(line) >= len(name) && h1.EqualFold(line[:len(name)], name) {
+			return true
+		}
+	}
+	return false
 }
 
 // allowed reports whether the [proxy] allow ACL admits a.

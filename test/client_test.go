@@ -68,6 +68,43 @@ func TestClientSideChecks(t *testing.T) {
 	}
 }
 
+// TestTraceEchoHidesSecrets: peerd answers a TRACE with Max-Forwards: 0
+// itself, echoing the request, but not the credentials and cookies in it
+// (RFC 9110 9.3.8): an echoed Cookie is what cross-site tracing steals.
+func TestTraceEchoHidesSecrets(t *testing.T) {
+	a := newFakeParent(t, "a")
+	p := startPeerd(t, baseConfig+peerBlock("", a))
+	c, err := net.Dial("tcp", p.proxy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	io.WriteString(c, "TRACE http://o.test/t HTTP/1.1\r\nHost: o.test\r\nMax-Forwards: 0\r\nX-Mine: kept\r\n"+
+		"Cookie: session=SECRET1\r\nauthorization: Basic U0VDUkVUMg==\r\nProxy-Authorization: Basic U0VDUkVUMw==\r\n\r\n")
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "message/http" {
+		t.Fatalf("%d %q; want 200 message/http", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	b := string(body)
+	if !strings.HasPrefix(b, "TRACE http://o.test/t HTTP/1.1\r\n") || !strings.Contains(b, "X-Mine: kept\r\n") {
+		t.Fatalf("echo %q; want the request line and its other fields", b)
+	}
+	for _, secret := range []string{"SECRET1", "U0VDUkVUMg", "U0VDUkVUMw", "ookie", "uthorization"} {
+		if strings.Contains(b, secret) {
+			t.Fatalf("echo %q holds %q", b, secret)
+		}
+	}
+	if n := a.requests("TRACE"); n != 0 {
+		t.Fatal("TRACE with Max-Forwards: 0 was forwarded")
+	}
+}
+
 func TestAccessDenied(t *testing.T) {
 	p := startPeerd(t, withProxy(baseConfig, "allow = [\"10.0.0.0/8\"]"))
 	resp := raw(t, p, "GET http://o.test/ HTTP/1.1\r\nHost: o.test\r\n\r\n")
