@@ -244,9 +244,7 @@ func (l *cacheLayer) serveObject(o *cache.Object, result string) outcome {
 		b = append(b, tx.cfg.Name...)
 		b = append(b, `; error=destination_unavailable; details="no next hop could be reached; a stale stored response was served"`+"\r\n"...)
 	}
-	b = append(b, "Via: "...)
-	b = append(b, tx.cfg.via...)
-	b = append(b, "\r\n"...)
+	b = tx.cfg.appendVia(b, nil, false)
 	length := o.Length()
 	switch {
 	case ranged:

@@ -80,6 +80,15 @@ type Config struct {
 	TLSListen string `toml:"tls_listen"`
 	TLSCert   string `toml:"tls_cert"`
 	TLSKey    string `toml:"tls_key"`
+	// ForwardedFor is what X-Forwarded-For tells the next hop of the
+	// client, in Squid's forwarded_for words: "on" appends its address,
+	// "off" appends "unknown", "transparent" passes the client's own field
+	// unchanged, "delete" sends none, "truncate" sends only its address.
+	ForwardedFor string `toml:"forwarded_for"`
+	// Via: false stops peerd adding its own Via entry to requests and
+	// answers (Squid via off). The client's and the next hop's entries
+	// still pass, but a loop through peerd can then no longer be seen.
+	Via bool `toml:"via"`
 }
 
 // DefaultConfig returns the built-in [proxy] defaults.
@@ -106,6 +115,8 @@ func DefaultConfig() Config {
 
 		MaxConnectionsPerSource: 1024,
 		RequestStartTimeout:     10 * time.Second,
+		ForwardedFor:            "on",
+		Via:                     true,
 	}
 }
 
@@ -162,6 +173,9 @@ func (c Config) Validate() error {
 	}
 	if !c.ConnectHedgeDelay.Auto && c.ConnectHedgeDelay.Delay < 0 {
 		bad("connect_hedge_delay", "must not be negative")
+	}
+	if _, ok := xffModes[c.ForwardedFor]; !ok {
+		bad("forwarded_for", "unknown mode %q (want on, off, transparent, delete or truncate)", c.ForwardedFor)
 	}
 	return es.Err()
 }

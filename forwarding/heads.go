@@ -73,8 +73,8 @@ func (tx *txn) requestHead(hop selection.Hop) []byte {
 	if stale != nil {
 		b = stale.AppendConditionals(b)
 	}
-	b = appendJoined(b, "Via", req.Fields, h1.Via, via, cfg.via)
-	b = appendJoined(b, "X-Forwarded-For", req.Fields, h1.XForwardedFor, xff, tx.cc.remoteStr)
+	b = cfg.appendVia(b, req.Fields, via)
+	b = cfg.appendXFF(b, req.Fields, xff, tx.cc.remoteStr)
 	if sibling {
 		b = append(b, "Cache-Control: "...)
 		if cc {
@@ -162,6 +162,9 @@ func (tx *txn) errorFields() string {
 	if tx.cfg == nil {
 		return ""
 	}
+	if tx.cfg.via == "" {
+		return tx.xCache()
+	}
 	return tx.xCache() + "Via: " + tx.cfg.via + "\r\n"
 }
 
@@ -198,7 +201,55 @@ func (tx *txn) appendResponseFields(b []byte, resp *h1.Response) []byte {
 		}
 		b = appendField(b, f.Name, f.Value)
 	}
-	return appendJoined(b, "Via", resp.Fields, h1.Via, via, tx.cfg.via)
+	return tx.cfg.appendVia(b, resp.Fields, via)
+}
+
+// xffMode is a [proxy] forwarded_for word, parsed.
+type xffMode uint8
+
+const (
+	xffOn          xffMode = iota // append the client's address
+	xffOff                        // append "unknown"
+	xffTransparent                // pass the client's field unchanged
+	xffDelete                     // send none
+	xffTruncate                   // send only the client's address
+)
+
+var xffModes = map[string]xffMode{"on": xffOn, "off": xffOff, "transparent": xffTransparent, "delete": xffDelete, "truncate": xffTruncate}
+
+// appendXFF appends X-Forwarded-For as forwarded_for says: has tells
+// whether the request carries one, client is its sender's address.
+func (c *runtimeConfig) appendXFF(b []byte, fields []h1.Field, has bool, client string) []byte {
+	switch c.xff {
+	case xffOff:
+		return appendJoined(b, "X-Forwarded-For", fields, h1.XForwardedFor, has, "unknown")
+	case xffTransparent:
+		return appendOwn(b, "X-Forwarded-For", fields, h1.XForwardedFor, has)
+	case xffDelete:
+		return b
+	case xffTruncate:
+		return appendJoined(b, "X-Forwarded-For", nil, h1.XForwardedFor, false, client)
+	}
+	return appendJoined(b, "X-Forwarded-For", fields, h1.XForwardedFor, has, client)
+}
+
+// appendVia appends Via: the message's own entries (has tells whether it
+// carries any), then peerd's, which via = false leaves out.
+func (c *runtimeConfig) appendVia(b []byte, fields []h1.Field, has bool) []byte {
+	if c.via == "" {
+		return appendOwn(b, "Via", fields, h1.Via, has)
+	}
+	return appendJoined(b, "Via", fields, h1.Via, has, c.via)
+}
+
+// appendOwn appends one field named name holding the values of the
+// message's fields of kind k, unchanged; none when it has none.
+func appendOwn(b []byte, name string, fields []h1.Field, k h1.Kind, has bool) []byte {
+	if !has {
+		return b
+	}
+	b = append(append(b, name...), ": "...)
+	return append(appendValues(b, fields, k), "\r\n"...)
 }
 
 func appendField(b, name, value []byte) []byte {

@@ -182,7 +182,8 @@ type runtimeConfig struct {
 	tag         []byte
 	allow       []netip.Prefix
 	retryStatus [600]bool
-	via         string
+	via         string // "" when [proxy] via = false
+	xff         xffMode
 	// xCache is the X-Cache and X-Cache-Lookup fields Squid adds to
 	// every answer, by [served from the cache][found stored at lookup].
 	xCache    [2][2]string
@@ -256,7 +257,10 @@ func (p *Proxy) Apply(c Config) {
 	if !rc.named {
 		rc.Name = hostName()
 	}
-	rc.via = "1.1 " + rc.Name + " (peerd/" + p.viaVersion(rc.named) + ")"
+	if c.Via {
+		rc.via = "1.1 " + rc.Name + " (peerd/" + p.viaVersion(rc.named) + ")"
+	}
+	rc.xff = xffModes[c.ForwardedFor]
 	port := ""
 	if pp := p.port.Load(); pp != nil {
 		port = *pp

@@ -68,7 +68,7 @@ func (a *attempt) connectVia() {
 	if login := a.hop.Peer.Login(); login != "" {
 		b = appendLogin(b, login, req)
 	}
-	b = appendJoined(b, "Via", req.Fields, h1.Via, req.Get("Via") != nil, cfg.via)
+	b = cfg.appendVia(b, req.Fields, req.Get("Via") != nil)
 	b = append(b, "\r\n"...)
 	tx.out = b
 	c.dl.writeIn(time.Now(), cfg.ReadTimeout)
