@@ -42,6 +42,7 @@ func (s *squidImport) render() string {
 	if s.pconnTimeout > 0 {
 		fmt.Fprintf(&b, "pconn_timeout = %s\n", tomlString(s.pconnTimeout.String()))
 	}
+	s.renderProxyKeys(&b)
 	if s.tlsListen != "" {
 		fmt.Fprintf(&b, "tls_listen = %s\ntls_cert = %s\ntls_key = %s\n", tomlString(s.tlsListen), tomlString(s.tlsCert), tomlString(s.tlsKey))
 	}
@@ -87,8 +88,11 @@ func (s *squidImport) render() string {
 			fmt.Fprintf(&b, "query_timeout = %s\n", tomlString(s.icpTimeout.String()))
 		}
 	}
-	if s.cacheMem != "" || s.maxObject != "" || s.maxInMemory != "" || s.diskDir != "" || s.heuristicSet || len(s.refresh) > 0 {
+	if s.cacheMem != "" || s.maxObject != "" || s.maxInMemory != "" || s.diskDir != "" || s.heuristicSet || len(s.refresh) > 0 || s.collapse != "" {
 		b.WriteString("\n[cache]\n")
+		if s.collapse != "" {
+			fmt.Fprintf(&b, "collapse = %s  # collapsed_forwarding\n", s.collapse)
+		}
 		if len(s.refresh) > 0 {
 			b.WriteString("refresh_patterns = [  # refresh_pattern, in order\n")
 			for _, p := range s.refresh {

@@ -22,7 +22,8 @@ import (
 // that pick parents (round-robin, weighted-round-robin, carp, sourcehash)
 // become [selection] policy; never_direct/always_direct/prefer_direct,
 // http_port, visible_hostname, the timeouts, forward_max_tries, cache_mem,
-// maximum_object_size and pconn_timeout their keys. Whatever cannot be
+// maximum_object_size and pconn_timeout their keys (and the directives of
+// importproxy.go theirs). Whatever cannot be
 // carried over is listed, as TOML comments in the output and on stderr.
 
 // squidPeer is one cache_peer line.
@@ -58,6 +59,8 @@ type squidImport struct {
 	diskDir        string // the first cache_dir's path
 	diskSize       string
 	pconnTimeout   time.Duration
+	proxyKeys      map[string]proxySetting // importproxy.go
+	collapse       string                  // collapsed_forwarding: "true", "false" or ""
 	notes          []string
 	// access_log (importlog.go): the file, and the logformat names.
 	accessLogPath string
@@ -279,6 +282,9 @@ func (s *squidImport) directive(n int, w []string) error {
 			return w[i]
 		}
 		return ""
+	}
+	if ok, err := s.proxyDirective(n, w); ok {
+		return err
 	}
 	switch w[0] {
 	case "cache_peer":

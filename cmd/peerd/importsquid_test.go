@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/peerd/peerd/forwarding"
 	"github.com/peerd/peerd/icp"
 	"github.com/peerd/peerd/peers"
 	"github.com/peerd/peerd/selection"
@@ -337,5 +338,92 @@ sslproxy_foo password=optpass
 	}
 	if !strings.Contains(out, `login = "alice:kept-pass"`) {
 		t.Errorf("the login carried over is missing:\n%s", out)
+	}
+}
+
+// TestImportSquidProxySettings: the timeouts, shutdown_lifetime,
+// forwarded_for, via and collapsed_forwarding become the peerd keys that
+// do the same, the last line winning as in Squid; values peerd cannot take
+// are listed, never dropped silently, and never make an invalid config.
+func TestImportSquidProxySettings(t *testing.T) {
+	base := forwarding.DefaultConfig()
+	for _, tc := range []struct {
+		name, conf string
+		check      func(forwarding.Config, bool) string // "" when right; what is wrong otherwise
+		note       string                               // in the notes ("" for none)
+		err        string                               // the import fails with this
+	}{
+		{"timeouts", "read_timeout 60 seconds\nrequest_timeout 30 seconds\nclient_idle_pconn_timeout 2 minutes\nwrite_timeout 5 minutes\nshutdown_lifetime 3 seconds",
+			func(c forwarding.Config, _ bool) string {
+				if c.ReadTimeout != time.Minute || c.RequestTimeout != 30*time.Second || c.ClientIdleTimeout != 2*time.Minute ||
+					c.WriteTimeout != 5*time.Minute || c.ShutdownTimeout != 3*time.Second {
+					return fmt.Sprintf("read %s request %s idle %s write %s shutdown %s", c.ReadTimeout, c.RequestTimeout, c.ClientIdleTimeout, c.WriteTimeout, c.ShutdownTimeout)
+				}
+				return ""
+			}, "", ""},
+		{"the older idle name, the last line wins", "persistent_request_timeout 1 minute\nread_timeout 1 minute\nread_timeout 2 minutes",
+			func(c forwarding.Config, _ bool) string {
+				if c.ClientIdleTimeout != time.Minute || c.ReadTimeout != 2*time.Minute {
+					return fmt.Sprintf("idle %s read %s", c.ClientIdleTimeout, c.ReadTimeout)
+				}
+				return ""
+			}, "", ""},
+		{"forwarded_for delete, via off", "forwarded_for delete\nvia off",
+			func(c forwarding.Config, _ bool) string {
+				if c.ForwardedFor != "delete" || c.Via {
+					return fmt.Sprintf("forwarded_for %q via %v", c.ForwardedFor, c.Via)
+				}
+				return ""
+			}, "", ""},
+		{"forwarded_for off, via on", "forwarded_for off\nvia on",
+			func(c forwarding.Config, _ bool) string {
+				if c.ForwardedFor != "off" || !c.Via {
+					return fmt.Sprintf("forwarded_for %q via %v", c.ForwardedFor, c.Via)
+				}
+				return ""
+			}, "", ""},
+		{"collapsed_forwarding off", "collapsed_forwarding off",
+			func(_ forwarding.Config, collapse bool) string {
+				if collapse {
+					return "collapse = true"
+				}
+				return ""
+			}, "", ""},
+		{"a zero timeout keeps peerd's default", "shutdown_lifetime 0 seconds",
+			func(c forwarding.Config, _ bool) string {
+				if c.ShutdownTimeout != base.ShutdownTimeout {
+					return fmt.Sprintf("shutdown %s", c.ShutdownTimeout)
+				}
+				return ""
+			}, "shutdown_lifetime 0 seconds: peerd needs a positive shutdown_timeout", ""},
+		{"an unknown forwarded_for word", "forwarded_for maybe", nil, "", `forwarded_for "maybe"`},
+		{"via with no word", "via", nil, "", "via: want on or off"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out, notes, err := importSquid(strings.NewReader(tc.conf))
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("err = %v; want one saying %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg, ps := parseConfigFiles([]byte(out), false)
+			if len(ps) > 0 {
+				t.Fatalf("the output does not pass -check: %v\n%s", ps, out)
+			}
+			if wrong := tc.check(cfg.Proxy, cfg.Cache.Collapse); wrong != "" {
+				t.Errorf("%s\n%s", wrong, out)
+			}
+			all := strings.Join(notes, "\n")
+			if tc.note == "" && len(notes) > 0 {
+				t.Errorf("notes %q; want none", notes)
+			}
+			if tc.note != "" && !strings.Contains(all, tc.note) {
+				t.Errorf("notes %q; want one saying %q", notes, tc.note)
+			}
+		})
 	}
 }

@@ -1,0 +1,112 @@
+package main
+
+// This file holds the squid.conf directives that are one peerd key each
+// beyond those of the contract's list: the client and next-hop timeouts,
+// shutdown_lifetime, forwarded_for, via and collapsed_forwarding.
+
+import (
+	"fmt"
+	"strings"
+)
+
+// squidProxyKeys maps each such directive to its [proxy] key, in the
+// order they are written.
+var squidProxyKeys = []struct{ directive, key string }{
+	{"read_timeout", "read_timeout"},
+	{"request_timeout", "request_timeout"},
+	{"client_idle_pconn_timeout", "client_idle_timeout"},
+	{"persistent_request_timeout", "client_idle_timeout"}, // its older name
+	{"write_timeout", "write_timeout"},
+	{"shutdown_lifetime", "shutdown_timeout"},
+	{"forwarded_for", "forwarded_for"},
+	{"via", "via"},
+}
+
+// proxySetting is one [proxy] key read from a directive: its TOML value
+// and the line it came from, for the comment beside it.
+type proxySetting struct {
+	value, from string
+}
+
+// proxyDirective reads one of squidProxyKeys' directives, or
+// collapsed_forwarding, and reports whether w was one. Squid keeps the
+// last of repeated lines; so does this.
+func (s *squidImport) proxyDirective(n int, w []string) (bool, error) {
+	if w[0] == "collapsed_forwarding" {
+		on, err := squidOnOff(w)
+		if err == nil {
+			s.collapse = fmt.Sprint(on)
+		}
+		return true, err
+	}
+	key := ""
+	for _, k := range squidProxyKeys {
+		if k.directive == w[0] {
+			key = k.key
+		}
+	}
+	if key == "" {
+		return false, nil
+	}
+	var value string
+	switch w[0] {
+	case "forwarded_for":
+		mode := ""
+		if len(w) > 1 {
+			mode = w[1]
+		}
+		if _, ok := forwardedForWords[mode]; !ok {
+			return true, fmt.Errorf("forwarded_for %q: want on, off, transparent, delete or truncate", mode)
+		}
+		value = tomlString(mode)
+	case "via":
+		on, err := squidOnOff(w)
+		if err != nil {
+			return true, err
+		}
+		value = fmt.Sprint(on)
+	default:
+		d, err := squidDuration(w[1:])
+		if err != nil {
+			return true, fmt.Errorf("%s: %v", w[0], err)
+		}
+		if d <= 0 {
+			// Squid reads 0 as "no wait at all" or "never"; peerd's
+			// timeouts are all positive, and its own default stands.
+			s.note(n, "%s: peerd needs a positive %s; its default is kept", strings.Join(w, " "), key)
+			return true, nil
+		}
+		value = tomlString(d.String())
+	}
+	if s.proxyKeys == nil {
+		s.proxyKeys = map[string]proxySetting{}
+	}
+	s.proxyKeys[key] = proxySetting{value: value, from: strings.Join(w, " ")}
+	return true, nil
+}
+
+// forwardedForWords are Squid's forwarded_for words, which peerd's
+// forwarded_for takes as they are.
+var forwardedForWords = map[string]bool{"on": true, "off": true, "transparent": true, "delete": true, "truncate": true}
+
+// squidOnOff reads a directive's "on" or "off".
+func squidOnOff(w []string) (bool, error) {
+	if len(w) == 2 && (w[1] == "on" || w[1] == "off") {
+		return w[1] == "on", nil
+	}
+	return false, fmt.Errorf("%s: want on or off, got %q", w[0], strings.Join(w[1:], " "))
+}
+
+// renderProxyKeys writes the [proxy] keys read by proxyDirective, each
+// with the line it came from.
+func (s *squidImport) renderProxyKeys(b *strings.Builder) {
+	done := map[string]bool{}
+	for _, k := range squidProxyKeys {
+		v, ok := s.proxyKeys[k.key]
+		if !ok || done[k.key] {
+			continue
+		}
+		done[k.key] = true
+		fmt.Fprintf(b, "%s = %s  # %s\n", k.key, v.value, commentText(v.from))
+	}
+}
