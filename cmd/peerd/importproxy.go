@@ -2,7 +2,8 @@ package main
 
 // This file holds the squid.conf directives that are one peerd key each
 // beyond those of the contract's list: the client and next-hop timeouts,
-// shutdown_lifetime, forwarded_for, via and collapsed_forwarding.
+// shutdown_lifetime, forwarded_for, via, pid_filename,
+// collapsed_forwarding, and "cache deny all" (no caching at all).
 
 import (
 	"fmt"
@@ -20,6 +21,7 @@ var squidProxyKeys = []struct{ directive, key string }{
 	{"shutdown_lifetime", "shutdown_timeout"},
 	{"forwarded_for", "forwarded_for"},
 	{"via", "via"},
+	{"pid_filename", "pid_file"},
 }
 
 // proxySetting is one [proxy] key read from a directive: its TOML value
@@ -32,12 +34,16 @@ type proxySetting struct {
 // collapsed_forwarding, and reports whether w was one. Squid keeps the
 // last of repeated lines; so does this.
 func (s *squidImport) proxyDirective(n int, w []string) (bool, error) {
-	if w[0] == "collapsed_forwarding" {
+	switch w[0] {
+	case "collapsed_forwarding":
 		on, err := squidOnOff(w)
 		if err == nil {
 			s.collapse = fmt.Sprint(on)
 		}
 		return true, err
+	case "cache", "no_cache": // no_cache is its older name
+		s.cacheRule(n, w)
+		return true, nil
 	}
 	key := ""
 	for _, k := range squidProxyKeys {
@@ -59,6 +65,15 @@ func (s *squidImport) proxyDirective(n int, w []string) (bool, error) {
 			return true, fmt.Errorf("forwarded_for %q: want on, off, transparent, delete or truncate", mode)
 		}
 		value = tomlString(mode)
+	case "pid_filename":
+		if len(w) != 2 {
+			return true, fmt.Errorf("pid_filename: want one path (or none)")
+		}
+		if w[1] == "none" {
+			delete(s.proxyKeys, key)
+			return true, nil
+		}
+		value = tomlString(w[1])
 	case "via":
 		on, err := squidOnOff(w)
 		if err != nil {
@@ -108,5 +123,22 @@ func (s *squidImport) renderProxyKeys(b *strings.Builder) {
 		}
 		done[k.key] = true
 		fmt.Fprintf(b, "%s = %s  # %s\n", k.key, v.value, commentText(v.from))
+	}
+}
+
+// cacheRule reads a "cache allow|deny ACL..." line. The first one decides
+// what Squid does with a request that matches everything: "cache deny
+// all" first stores nothing, which peerd says with memory = "0"; "cache
+// allow all" first is Squid's default. Any other rule stores some
+// requests and not others, which peerd cannot say: it is listed.
+func (s *squidImport) cacheRule(n int, w []string) {
+	first := !s.cacheRuleSeen
+	s.cacheRuleSeen = true
+	switch {
+	case first && len(w) == 3 && w[2] == "all" && w[1] == "deny":
+		s.cacheOff = true
+	case first && len(w) == 3 && w[2] == "all" && w[1] == "allow":
+	case !s.cacheOff:
+		s.note(n, "%s: peerd stores what RFC 9111 allows, for every request", strings.Join(w, " "))
 	}
 }

@@ -88,8 +88,11 @@ func (s *squidImport) render() string {
 			fmt.Fprintf(&b, "query_timeout = %s\n", tomlString(s.icpTimeout.String()))
 		}
 	}
-	if s.cacheMem != "" || s.maxObject != "" || s.maxInMemory != "" || s.diskDir != "" || s.heuristicSet || len(s.refresh) > 0 || s.collapse != "" {
+	if s.cacheMem != "" || s.maxObject != "" || s.maxInMemory != "" || s.diskDir != "" || s.heuristicSet || len(s.refresh) > 0 || s.collapse != "" || s.cacheOff {
 		b.WriteString("\n[cache]\n")
+		if s.cacheOff {
+			b.WriteString("memory = \"0\"  # cache deny all: nothing is stored\n")
+		}
 		if s.collapse != "" {
 			fmt.Fprintf(&b, "collapse = %s  # collapsed_forwarding\n", s.collapse)
 		}

@@ -61,6 +61,8 @@ type squidImport struct {
 	pconnTimeout   time.Duration
 	proxyKeys      map[string]proxySetting // importproxy.go
 	collapse       string                  // collapsed_forwarding: "true", "false" or ""
+	cacheRuleSeen  bool                    // a cache (or no_cache) line was read
+	cacheOff       bool                    // the first one was "cache deny all"
 	notes          []string
 	// access_log (importlog.go): the file, and the logformat names.
 	accessLogPath string

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/peerd/peerd/forwarding"
 	"github.com/peerd/peerd/icp"
 	"github.com/peerd/peerd/peers"
 	"github.com/peerd/peerd/selection"
@@ -346,15 +345,16 @@ sslproxy_foo password=optpass
 // do the same, the last line winning as in Squid; values peerd cannot take
 // are listed, never dropped silently, and never make an invalid config.
 func TestImportSquidProxySettings(t *testing.T) {
-	base := forwarding.DefaultConfig()
+	base := defaultConfig()
 	for _, tc := range []struct {
 		name, conf string
-		check      func(forwarding.Config, bool) string // "" when right; what is wrong otherwise
-		note       string                               // in the notes ("" for none)
-		err        string                               // the import fails with this
+		check      func(*fileConfig) string // "" when right; what is wrong otherwise
+		note       string                   // in the notes ("" for none)
+		err        string                   // the import fails with this
 	}{
 		{"timeouts", "read_timeout 60 seconds\nrequest_timeout 30 seconds\nclient_idle_pconn_timeout 2 minutes\nwrite_timeout 5 minutes\nshutdown_lifetime 3 seconds",
-			func(c forwarding.Config, _ bool) string {
+			func(f *fileConfig) string {
+				c := f.Proxy
 				if c.ReadTimeout != time.Minute || c.RequestTimeout != 30*time.Second || c.ClientIdleTimeout != 2*time.Minute ||
 					c.WriteTimeout != 5*time.Minute || c.ShutdownTimeout != 3*time.Second {
 					return fmt.Sprintf("read %s request %s idle %s write %s shutdown %s", c.ReadTimeout, c.RequestTimeout, c.ClientIdleTimeout, c.WriteTimeout, c.ShutdownTimeout)
@@ -362,40 +362,79 @@ func TestImportSquidProxySettings(t *testing.T) {
 				return ""
 			}, "", ""},
 		{"the older idle name, the last line wins", "persistent_request_timeout 1 minute\nread_timeout 1 minute\nread_timeout 2 minutes",
-			func(c forwarding.Config, _ bool) string {
+			func(f *fileConfig) string {
+				c := f.Proxy
 				if c.ClientIdleTimeout != time.Minute || c.ReadTimeout != 2*time.Minute {
 					return fmt.Sprintf("idle %s read %s", c.ClientIdleTimeout, c.ReadTimeout)
 				}
 				return ""
 			}, "", ""},
 		{"forwarded_for delete, via off", "forwarded_for delete\nvia off",
-			func(c forwarding.Config, _ bool) string {
+			func(f *fileConfig) string {
+				c := f.Proxy
 				if c.ForwardedFor != "delete" || c.Via {
 					return fmt.Sprintf("forwarded_for %q via %v", c.ForwardedFor, c.Via)
 				}
 				return ""
 			}, "", ""},
 		{"forwarded_for off, via on", "forwarded_for off\nvia on",
-			func(c forwarding.Config, _ bool) string {
+			func(f *fileConfig) string {
+				c := f.Proxy
 				if c.ForwardedFor != "off" || !c.Via {
 					return fmt.Sprintf("forwarded_for %q via %v", c.ForwardedFor, c.Via)
 				}
 				return ""
 			}, "", ""},
 		{"collapsed_forwarding off", "collapsed_forwarding off",
-			func(_ forwarding.Config, collapse bool) string {
-				if collapse {
+			func(f *fileConfig) string {
+				if f.Cache.Collapse {
 					return "collapse = true"
 				}
 				return ""
 			}, "", ""},
 		{"a zero timeout keeps peerd's default", "shutdown_lifetime 0 seconds",
-			func(c forwarding.Config, _ bool) string {
-				if c.ShutdownTimeout != base.ShutdownTimeout {
+			func(f *fileConfig) string {
+				c := f.Proxy
+				if c.ShutdownTimeout != base.Proxy.ShutdownTimeout {
 					return fmt.Sprintf("shutdown %s", c.ShutdownTimeout)
 				}
 				return ""
 			}, "shutdown_lifetime 0 seconds: peerd needs a positive shutdown_timeout", ""},
+		{"pid_filename", "pid_filename /run/squid.pid",
+			func(f *fileConfig) string {
+				if f.Proxy.PIDFile != "/run/squid.pid" {
+					return fmt.Sprintf("pid_file %q", f.Proxy.PIDFile)
+				}
+				return ""
+			}, "", ""},
+		{"pid_filename none", "pid_filename /run/squid.pid\npid_filename none",
+			func(f *fileConfig) string {
+				if f.Proxy.PIDFile != "" {
+					return fmt.Sprintf("pid_file %q", f.Proxy.PIDFile)
+				}
+				return ""
+			}, "", ""},
+		{"cache deny all stores nothing", "cache_mem 64 MB\ncache_dir ufs /var/spool/squid 1000 16 256\ncache deny all\ncache allow QUERY",
+			func(f *fileConfig) string {
+				if f.Cache.Memory != 0 || f.Cache.Disk != "" {
+					return fmt.Sprintf("memory %d disk %q", f.Cache.Memory, f.Cache.Disk)
+				}
+				return ""
+			}, "cache_dir /var/spool/squid: cache deny all stores nothing", ""},
+		{"cache allow all is the default", "no_cache allow all",
+			func(f *fileConfig) string {
+				if f.Cache.Memory != base.Cache.Memory {
+					return fmt.Sprintf("memory %d", f.Cache.Memory)
+				}
+				return ""
+			}, "", ""},
+		{"some requests uncached is listed", "acl QUERY urlpath_regex cgi-bin\ncache deny QUERY\ncache deny all",
+			func(f *fileConfig) string {
+				if f.Cache.Memory != base.Cache.Memory {
+					return fmt.Sprintf("memory %d", f.Cache.Memory)
+				}
+				return ""
+			}, "cache deny QUERY: peerd stores what RFC 9111 allows", ""},
 		{"an unknown forwarded_for word", "forwarded_for maybe", nil, "", `forwarded_for "maybe"`},
 		{"via with no word", "via", nil, "", "via: want on or off"},
 	} {
@@ -414,7 +453,7 @@ func TestImportSquidProxySettings(t *testing.T) {
 			if len(ps) > 0 {
 				t.Fatalf("the output does not pass -check: %v\n%s", ps, out)
 			}
-			if wrong := tc.check(cfg.Proxy, cfg.Cache.Collapse); wrong != "" {
+			if wrong := tc.check(cfg); wrong != "" {
 				t.Errorf("%s\n%s", wrong, out)
 			}
 			all := strings.Join(notes, "\n")

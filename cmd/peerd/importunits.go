@@ -14,11 +14,20 @@ import (
 	"github.com/peerd/peerd/cache"
 )
 
-// fitMaxObject drops a maximum_object_size larger than the store that
-// would hold it (the disk store with a cache_dir, else the memory cache)
-// and a maximum_object_size_in_memory larger than the memory cache:
-// peerd refuses both.
+// fitMaxObject drops every store size under "cache deny all", and
+// otherwise a maximum_object_size larger than the store that would hold it
+// (the disk store with a cache_dir, else the memory cache) and a
+// maximum_object_size_in_memory larger than the memory cache: peerd
+// refuses both.
 func (s *squidImport) fitMaxObject() {
+	if s.cacheOff {
+		// "cache deny all": memory = "0", and no store to size.
+		if s.diskDir != "" {
+			s.note(0, "cache_dir %s: cache deny all stores nothing, so peerd has no disk store", s.diskDir)
+		}
+		s.diskDir, s.cacheMem, s.maxObject, s.maxInMemory = "", "", "", ""
+		return
+	}
 	mem := int64(cache.DefaultConfig().Memory)
 	if s.cacheMem != "" {
 		mem = sizeBytes(s.cacheMem)
