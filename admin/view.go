@@ -49,6 +49,7 @@ type peerView struct {
 	Flapping        bool             `json:"flapping"`
 	TLS             bool             `json:"tls"`
 	Tier            int              `json:"tier"`
+	ProxyOnly       bool             `json:"proxy_only"`
 
 	// Gray failures (contract section 16).
 	AnswerFailures        int64            `json:"answer_failures"`
@@ -102,6 +103,7 @@ func (a *API) viewOf(s peers.Snapshot) peerView {
 	v.Flapping = s.Flapping
 	v.TLS = p.TLS()
 	v.Tier = p.Tier()
+	v.ProxyOnly = p.ProxyOnly()
 	v.ICPPort = p.ICPPort()
 	v.ICPQueries, v.ICPHits, v.ICPMisses, v.ICPDenied, v.ICPTimeouts = s.ICP.Queries, s.ICP.Hits, s.ICP.Misses, s.ICP.Denied, s.ICP.Timeouts
 	v.ICPRTTMs = ms(s.ICP.MeanRTT)

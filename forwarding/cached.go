@@ -400,7 +400,14 @@ func (l *cacheLayer) head(a *attempt) (bool, outcome) {
 	if resp.BodyFor(false) == h1.LengthBody {
 		length = resp.ContentLength
 	}
-	l.cw = ch.Admit(cq, resp, length, tx.start, now, l.flight)
+	if p := a.hop.Peer; p != nil && p.ProxyOnly() {
+		// The peer keeps what it answers (proxy_only): relayed, not
+		// stored, and the URL passes uncollapsed for a while, as for an
+		// answer the cache could not keep.
+		ch.Land(l.flight, nil, true)
+	} else {
+		l.cw = ch.Admit(cq, resp, length, tx.start, now, l.flight)
+	}
 	l.flight = nil // Admit lands it, now or when the body is whole
 	if l.stale != nil {
 		ch.Count(cache.OutcomeRefresh, false)

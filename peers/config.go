@@ -242,6 +242,10 @@ type Spec struct {
 	TLSName string `toml:"tls_name"`
 	TLSCert string `toml:"tls_cert"`
 	TLSKey  string `toml:"tls_key"`
+	// ProxyOnly: answers from this peer are relayed, never stored (Squid
+	// cache_peer proxy-only), e.g. for a sibling whose cache should not
+	// be copied into this one.
+	ProxyOnly bool `toml:"proxy_only"`
 }
 
 // WithDefaults fills the fields whose zero value means "the default".

@@ -286,6 +286,9 @@ func (p *Peer) ICPPort() int { return p.settings().spec.ICPPort }
 // Login is the "user:pass" for Proxy-Authorization, or "".
 func (p *Peer) Login() string { return p.settings().spec.Login }
 
+// ProxyOnly reports whether answers from this peer are never stored.
+func (p *Peer) ProxyOnly() bool { return p.settings().spec.ProxyOnly }
+
 // Tier is the peer's tier (lower first).
 func (p *Peer) Tier() int { return p.settings().spec.Tier }
 

@@ -107,6 +107,7 @@ type peerStatus struct {
 	ConnectFailuresTotal int        `json:"connect_failures_total"`
 	ConnectsTotal        int        `json:"connects_total"`
 	RequestsTotal        int        `json:"requests_total"`
+	ProxyOnly            bool       `json:"proxy_only"`
 	ProbesTotal          int        `json:"probes_total"`
 	ProbeFailuresTotal   int        `json:"probe_failures_total"`
 	DeathsTotal          int        `json:"deaths_total"`

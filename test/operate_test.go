@@ -126,6 +126,7 @@ cache_peer 10.0.0.2 parent 3128 0 no-query round-robin name=p2 weight=2
 cache_peer 10.0.0.9 sibling 3128 3130 proxy-only name=s1
 cache_peer_access p1 allow all
 never_direct allow all
+coredump_dir /var/spool/squid
 `), 0o644)
 	cmd := exec.Command(peerdBin, "import-squid", conf)
 	var stderr strings.Builder
@@ -134,12 +135,12 @@ never_direct allow all
 	if err != nil {
 		t.Fatalf("import-squid: %v\n%s", err, stderr.String())
 	}
-	for _, want := range []string{`policy = "weighted-round-robin"`, `direct = "never"`, `name = "p1"`, "connect_fail_limit = 4", `type = "sibling"`, "icp_port = 3130"} {
+	for _, want := range []string{`policy = "weighted-round-robin"`, `direct = "never"`, `name = "p1"`, "connect_fail_limit = 4", `type = "sibling"`, "icp_port = 3130", "proxy_only = true"} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
 	}
-	if !strings.Contains(stderr.String(), "proxy-only") {
+	if !strings.Contains(stderr.String(), "coredump_dir") {
 		t.Errorf("stderr does not list what was not carried over: %q", stderr.String())
 	}
 	if !strings.Contains(string(out), "[[route]]  # squid.conf line 7\npeers = [\"p1\", \"p2\", \"s1\"]") {

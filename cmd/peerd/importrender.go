@@ -158,6 +158,9 @@ func (s *squidImport) render() string {
 		if p.icpPort != 0 {
 			fmt.Fprintf(&b, "icp_port = %d\n", p.icpPort)
 		}
+		if p.proxyOnly {
+			b.WriteString("proxy_only = true\n")
+		}
 		if p.tls {
 			b.WriteString("tls = true\n")
 			for _, kv := range [][2]string{{"tls_ca", p.tlsCA}, {"tls_name", p.tlsName}, {"tls_cert", p.tlsCert}, {"tls_key", p.tlsKey}} {

@@ -37,7 +37,7 @@ type squidPeer struct {
 	connectTimeout      time.Duration
 	isDefault           bool
 	rr, wrr, carp, hash bool
-	noQuery             bool
+	noQuery, proxyOnly  bool
 	tls                 bool
 	tlsCA, tlsName      string
 	tlsCert, tlsKey     string
@@ -496,9 +496,7 @@ func (s *squidImport) cachePeer(n int, w []string) error {
 		case key == "no-query":
 			p.noQuery = true
 		case key == "proxy-only":
-			// Squid does not store what this peer returns; peerd's cache
-			// stores by the response's own rules.
-			s.note(n, "cache_peer %s proxy-only: peerd stores responses from every peer by their own rules", p.host)
+			p.proxyOnly = true
 		case key == "no-digest", key == "no-netdb-exchange", key == "no-delay":
 			// Nothing to carry over: peerd has no digests, netdb or delay pools.
 		case key == "originserver":

@@ -53,9 +53,11 @@ func TestImportSquidCorpus(t *testing.T) {
 			peers: []peer{{"h1", "10.1.0.1", 3128, peers.Parent, 1}, {"h2", "10.1.0.2", 3128, peers.Parent, 1}}},
 		{file: "hierarchy.conf", policy: selection.FirstUp, direct: selection.DirectNever,
 			peers: []peer{{"sib1", "sib1.example.net", 3128, peers.Sibling, 1}, {"sib2", "sib2.example.net", 3128, peers.Sibling, 1}, {"up1", "up1.example.net", 3128, peers.Parent, 1}, {"up2", "up2.example.net", 3128, peers.Parent, 1}},
-			notes: []string{"proxy-only"},
 			check: func(t *testing.T, c *fileConfig) {
 				up1, up2, sib := c.Peers[2], c.Peers[3], c.Peers[0]
+				if !sib.ProxyOnly || up1.ProxyOnly {
+					t.Errorf("proxy_only sib1 %v up1 %v; want sib1's proxy-only carried over, and only it", sib.ProxyOnly, up1.ProxyOnly)
+				}
 				if up1.ConnectFailLimit != 5 || up1.MaxConn != 200 || up1.ConnectTimeout != 3*time.Second || up1.Login != "child:s3cret" {
 					t.Errorf("up1 = %+v", up1)
 				}
