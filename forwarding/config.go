@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/peerd/peerd/internal/conf"
+	"github.com/peerd/peerd/internal/h1"
 	"github.com/peerd/peerd/selection"
 )
 
@@ -89,6 +90,12 @@ type Config struct {
 	// answers (Squid via off). The client's and the next hop's entries
 	// still pass, but a loop through peerd can then no longer be seen.
 	Via bool `toml:"via"`
+	// RequestHeaderRemove names request fields never sent to a next hop
+	// (Squid "request_header_access NAME deny all"), e.g. Referer or
+	// User-Agent for an anonymising proxy. "Via" and "X-Forwarded-For"
+	// take peerd's own entries with them. Fields that frame or route the
+	// request cannot be named.
+	RequestHeaderRemove []string `toml:"request_header_remove"`
 }
 
 // DefaultConfig returns the built-in [proxy] defaults.
@@ -117,6 +124,7 @@ func DefaultConfig() Config {
 		RequestStartTimeout:     10 * time.Second,
 		ForwardedFor:            "on",
 		Via:                     true,
+		RequestHeaderRemove:     []string{},
 	}
 }
 
@@ -174,10 +182,27 @@ func (c Config) Validate() error {
 	if !c.ConnectHedgeDelay.Auto && c.ConnectHedgeDelay.Delay < 0 {
 		bad("connect_hedge_delay", "must not be negative")
 	}
+	for _, name := range c.RequestHeaderRemove {
+		switch {
+		case !h1.IsToken(name):
+			bad("request_header_remove", "%q is not a field name", name)
+		case managedFields[strings.ToLower(name)]:
+			bad("request_header_remove", "%s: peerd writes this field itself, to frame or route the request", name)
+		}
+	}
 	if _, ok := xffModes[c.ForwardedFor]; !ok {
 		bad("forwarded_for", "unknown mode %q (want on, off, transparent, delete or truncate)", c.ForwardedFor)
 	}
 	return es.Err()
+}
+
+// managedFields are the request fields request_header_remove cannot name:
+// peerd writes them from what it parsed, and without them the next hop
+// could not frame or route the request (or would get no credentials).
+var managedFields = map[string]bool{
+	"host": true, "content-length": true, "transfer-encoding": true, "connection": true,
+	"upgrade": true, "te": true, "trailer": true, "keep-alive": true, "proxy-connection": true,
+	"proxy-authorization": true, "max-forwards": true,
 }
 
 // CIDR is a client network of [proxy] allow, written "10.0.0.0/8".

@@ -51,6 +51,8 @@ func (tx *txn) requestHead(hop selection.Hop) []byte {
 	var via, xff, cc bool
 	for _, f := range req.Fields {
 		switch {
+		case cfg.reqRemove != nil && cfg.removes(f.Name):
+			continue
 		case f.HopByHop(req.ConnTokens), f.Kind == h1.Host, f.Kind == h1.ProxyAuthorization, f.Kind == h1.Expect,
 			f.Kind == h1.ContentLength, f.Kind == h1.MaxForwards && tx.maxFwd >= 0:
 			continue
@@ -73,7 +75,9 @@ func (tx *txn) requestHead(hop selection.Hop) []byte {
 	if stale != nil {
 		b = stale.AppendConditionals(b)
 	}
-	b = cfg.appendVia(b, req.Fields, via)
+	if !cfg.reqNoVia {
+		b = cfg.appendVia(b, req.Fields, via)
+	}
 	b = cfg.appendXFF(b, req.Fields, xff, tx.cc.remoteStr)
 	if sibling {
 		b = append(b, "Cache-Control: "...)
@@ -240,6 +244,16 @@ func (c *runtimeConfig) appendVia(b []byte, fields []h1.Field, has bool) []byte 
 		return appendOwn(b, "Via", fields, h1.Via, has)
 	}
 	return appendJoined(b, "Via", fields, h1.Via, has, c.via)
+}
+
+// removes reports whether request_header_remove names the field.
+func (c *runtimeConfig) removes(name []byte) bool {
+	for _, r := range c.reqRemove {
+		if h1.EqualFold(name, r) {
+			return true
+		}
+	}
+	return false
 }
 
 // appendOwn appends one field named name holding the values of the

@@ -184,6 +184,10 @@ type runtimeConfig struct {
 	retryStatus [600]bool
 	via         string // "" when [proxy] via = false
 	xff         xffMode
+	// reqRemove is request_header_remove less Via and X-Forwarded-For,
+	// which reqNoVia and xff carry.
+	reqRemove []string
+	reqNoVia  bool
 	// xCache is the X-Cache and X-Cache-Lookup fields Squid adds to
 	// every answer, by [served from the cache][found stored at lookup].
 	xCache    [2][2]string
@@ -261,6 +265,16 @@ func (p *Proxy) Apply(c Config) {
 		rc.via = "1.1 " + rc.Name + " (peerd/" + p.viaVersion(rc.named) + ")"
 	}
 	rc.xff = xffModes[c.ForwardedFor]
+	for _, name := range c.RequestHeaderRemove {
+		switch {
+		case strings.EqualFold(name, "Via"):
+			rc.reqNoVia = true
+		case strings.EqualFold(name, "X-Forwarded-For"):
+			rc.xff = xffDelete
+		default:
+			rc.reqRemove = append(rc.reqRemove, name)
+		}
+	}
 	port := ""
 	if pp := p.port.Load(); pp != nil {
 		port = *pp

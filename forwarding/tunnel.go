@@ -62,13 +62,15 @@ func (a *attempt) connectVia() {
 	b := append(tx.out[:0], "CONNECT "...)
 	b = append(append(b, req.Target...), " HTTP/1.1\r\nHost: "...)
 	b = append(append(b, req.Target...), "\r\n"...)
-	if ua := req.Get("User-Agent"); ua != nil {
+	if ua := req.Get("User-Agent"); ua != nil && !cfg.removes([]byte("User-Agent")) {
 		b = appendField(b, []byte("User-Agent"), ua)
 	}
 	if login := a.hop.Peer.Login(); login != "" {
 		b = appendLogin(b, login, req)
 	}
-	b = cfg.appendVia(b, req.Fields, req.Get("Via") != nil)
+	if !cfg.reqNoVia {
+		b = cfg.appendVia(b, req.Fields, req.Get("Via") != nil)
+	}
 	b = append(b, "\r\n"...)
 	tx.out = b
 	c.dl.writeIn(time.Now(), cfg.ReadTimeout)

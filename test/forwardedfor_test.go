@@ -7,16 +7,18 @@ import (
 	"testing"
 )
 
-// TestForwardedForAndViaAsSquid: [proxy] forwarded_for and via do what
-// Squid's forwarded_for and via do, so that an operator who hid the
-// client's address or the proxy behind Squid still hides them behind
-// peerd. The same requests go through real Squid with the same settings,
-// the reference: the origin must see the same X-Forwarded-For from both,
-// and Via must carry the proxy's own entry exactly when via is on, in
-// requests and in answers.
+// TestForwardedForAndViaAsSquid: [proxy] forwarded_for, via and
+// request_header_remove do what Squid's forwarded_for, via and
+// "request_header_access NAME deny all" do, so that an operator who hid
+// the client's address, the proxy or the client's own fields behind Squid
+// still hides them behind peerd. The same requests go through real Squid
+// with the same settings, the reference: the origin must see the same
+// X-Forwarded-For and Referer from both, and Via must carry the client's
+// and the proxy's own entries exactly as the setting says, in requests and
+// in answers.
 func TestForwardedForAndViaAsSquid(t *testing.T) {
 	origin := newOrigin(t, func(w http.ResponseWriter, r *http.Request) {
-		// What the origin was told, one line: the field as it arrived
+		// What the origin was told, one line: each field as it arrived
 		// (every line joined), "-" when there was none.
 		seen := func(name string) string {
 			if v := r.Header.Values(name); len(v) > 0 {
@@ -27,20 +29,25 @@ func TestForwardedForAndViaAsSquid(t *testing.T) {
 		if strings.HasPrefix(r.URL.Path, "/stored/") {
 			w.Header().Set("Cache-Control", "max-age=600")
 		}
-		io.WriteString(w, seen("X-Forwarded-For")+"|"+seen("Via"))
+		io.WriteString(w, seen("X-Forwarded-For")+"|"+seen("Via")+"|"+seen("Referer"))
 	})
+	const removeAll = "request_header_access Referer deny all\nrequest_header_access X-Forwarded-For deny all\nrequest_header_access Via deny all"
 	for _, tc := range []struct {
 		name          string
 		peerd, squid  string // the setting, in each one's words
 		xff, xffFresh string // what the origin sees, with the client's XFF and without one
-		via           bool   // the proxy's own Via entry is added
+		clientVia     bool   // the origin sees the client's Via entry
+		via           bool   // the proxy's own Via entry is added to the request
+		answerVia     bool   // ... and to the answer
+		referer       bool   // the origin sees the client's Referer
 	}{
-		{"on", `forwarded_for = "on"`, "forwarded_for on", "192.0.2.7, 127.0.0.1", "127.0.0.1", true},
-		{"off", `forwarded_for = "off"`, "forwarded_for off", "192.0.2.7, unknown", "unknown", true},
-		{"transparent", `forwarded_for = "transparent"`, "forwarded_for transparent", "192.0.2.7", "-", true},
-		{"delete", `forwarded_for = "delete"`, "forwarded_for delete", "-", "-", true},
-		{"truncate", `forwarded_for = "truncate"`, "forwarded_for truncate", "127.0.0.1", "127.0.0.1", true},
-		{"via off", "via = false", "via off", "192.0.2.7, 127.0.0.1", "127.0.0.1", false},
+		{"on", `forwarded_for = "on"`, "forwarded_for on", "192.0.2.7, 127.0.0.1", "127.0.0.1", true, true, true, true},
+		{"off", `forwarded_for = "off"`, "forwarded_for off", "192.0.2.7, unknown", "unknown", true, true, true, true},
+		{"transparent", `forwarded_for = "transparent"`, "forwarded_for transparent", "192.0.2.7", "-", true, true, true, true},
+		{"delete", `forwarded_for = "delete"`, "forwarded_for delete", "-", "-", true, true, true, true},
+		{"truncate", `forwarded_for = "truncate"`, "forwarded_for truncate", "127.0.0.1", "127.0.0.1", true, true, true, true},
+		{"via off", "via = false", "via off", "192.0.2.7, 127.0.0.1", "127.0.0.1", true, false, false, true},
+		{"fields removed", `request_header_remove = ["referer", "X-Forwarded-For", "Via"]`, removeAll, "-", "-", false, false, true, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := startPeerd(t, withProxy(directConfig, `name = "ffpeerd"`, tc.peerd))
@@ -50,6 +57,7 @@ func TestForwardedForAndViaAsSquid(t *testing.T) {
 				for _, clientXFF := range []string{"192.0.2.7", ""} {
 					req, _ := http.NewRequest("GET", "http://"+origin+"/ff/"+px.name, nil)
 					req.Header.Set("Via", "1.1 client-side")
+					req.Header.Set("Referer", "http://ref.test/page")
 					want := tc.xffFresh
 					if clientXFF != "" {
 						req.Header.Set("X-Forwarded-For", clientXFF)
@@ -61,19 +69,26 @@ func TestForwardedForAndViaAsSquid(t *testing.T) {
 					}
 					body, _ := io.ReadAll(resp.Body)
 					resp.Body.Close()
-					xff, via, _ := strings.Cut(string(body), "|")
+					got := strings.Split(string(body), "|")
+					if len(got) != 3 {
+						t.Fatalf("%s: origin answered %q", px.name, body)
+					}
+					xff, via, referer := got[0], got[1], got[2]
 					if xff != want {
 						t.Errorf("%s, client XFF %q: origin saw X-Forwarded-For %q; want %q", px.name, clientXFF, xff, want)
 					}
-					if !strings.HasPrefix(via, "1.1 client-side") {
-						t.Errorf("%s: origin saw Via %q; want the client's entry kept", px.name, via)
+					if has := strings.Contains(via, "client-side"); has != tc.clientVia {
+						t.Errorf("%s: origin saw Via %q; the client's entry there: %v, want %v", px.name, via, has, tc.clientVia)
 					}
-					if got := strings.Contains(via, px.self); got != tc.via {
-						t.Errorf("%s: origin saw Via %q; the proxy's own entry there: %v, want %v", px.name, via, got, tc.via)
+					if has := strings.Contains(via, px.self); has != tc.via {
+						t.Errorf("%s: origin saw Via %q; the proxy's own entry there: %v, want %v", px.name, via, has, tc.via)
+					}
+					if has := referer != "-"; has != tc.referer {
+						t.Errorf("%s: origin saw Referer %q; want it there: %v", px.name, referer, tc.referer)
 					}
 					answerVia := strings.Join(resp.Header.Values("Via"), ", ")
-					if got := strings.Contains(answerVia, px.self); got != tc.via {
-						t.Errorf("%s: the answer's Via %q; the proxy's own entry there: %v, want %v", px.name, answerVia, got, tc.via)
+					if has := strings.Contains(answerVia, px.self); has != tc.answerVia {
+						t.Errorf("%s: the answer's Via %q; the proxy's own entry there: %v, want %v", px.name, answerVia, has, tc.answerVia)
 					}
 				}
 				// A hit (the second GET of a stored answer) and an error
@@ -95,8 +110,8 @@ func TestForwardedForAndViaAsSquid(t *testing.T) {
 						}
 					}
 					answerVia := strings.Join(resp.Header.Values("Via"), ", ")
-					if got := strings.Contains(answerVia, px.self); got != tc.via {
-						t.Errorf("%s, %s (%d): Via %q; the proxy's own entry there: %v, want %v", px.name, s.what, resp.StatusCode, answerVia, got, tc.via)
+					if has := strings.Contains(answerVia, px.self); has != tc.answerVia {
+						t.Errorf("%s, %s (%d): Via %q; the proxy's own entry there: %v, want %v", px.name, s.what, resp.StatusCode, answerVia, has, tc.answerVia)
 					}
 				}
 			}

@@ -73,6 +73,8 @@ func TestConfigProblems(t *testing.T) {
 		{"bad cidr", "[proxy]\nallow = [\"10.0.0.0/33\"]\n", []string{`line 2: proxy.allow: "10.0.0.0/33" is not a CIDR`}},
 		{"bad words", "[selection]\npolicy = \"random\"\n[proxy]\ndirect = \"sometimes\"\n[[peer]]\nhost = \"h\"\ntype = \"cousin\"\n",
 			[]string{`line 2: selection.policy: unknown policy "random"`, `line 4: proxy.direct: unknown direct mode "sometimes"`, `line 7: peer[0] "h:3128": type: unknown peer type "cousin"`}},
+		{"request_header_remove", "[proxy]\nrequest_header_remove = [\"Referer\", \"bad name\", \"host\"]\n",
+			[]string{`line 2: proxy.request_header_remove: "bad name" is not a field name`, "proxy.request_header_remove: host: peerd writes this field itself"}},
 		{"bad forwarded_for", "[proxy]\nforwarded_for = \"hide\"\nvia = \"off\"\n",
 			[]string{`line 2: proxy.forwarded_for: unknown mode "hide" (want on, off, transparent, delete or truncate)`, "line 3", "via"}},
 		{"bad size", "[proxy]\nmax_retry_body = \"lots\"\n", []string{"line 2", "invalid size"}},

@@ -3,11 +3,14 @@ package main
 // This file holds the squid.conf directives that are one peerd key each
 // beyond those of the contract's list: the client and next-hop timeouts,
 // shutdown_lifetime, forwarded_for, via, pid_filename,
-// collapsed_forwarding, and "cache deny all" (no caching at all).
+// collapsed_forwarding, "cache deny all" (no caching at all) and
+// "request_header_access NAME deny all" (request_header_remove).
 
 import (
 	"fmt"
 	"strings"
+
+	"github.com/peerd/peerd/forwarding"
 )
 
 // squidProxyKeys maps each such directive to its [proxy] key, in the
@@ -43,6 +46,9 @@ func (s *squidImport) proxyDirective(n int, w []string) (bool, error) {
 		return true, err
 	case "cache", "no_cache": // no_cache is its older name
 		s.cacheRule(n, w)
+		return true, nil
+	case "request_header_access":
+		s.requestHeaderAccess(n, w)
 		return true, nil
 	}
 	key := ""
@@ -115,6 +121,9 @@ func squidOnOff(w []string) (bool, error) {
 // renderProxyKeys writes the [proxy] keys read by proxyDirective, each
 // with the line it came from.
 func (s *squidImport) renderProxyKeys(b *strings.Builder) {
+	if len(s.removeFields) > 0 {
+		writeList(b, "request_header_remove", s.removeFields)
+	}
 	done := map[string]bool{}
 	for _, k := range squidProxyKeys {
 		v, ok := s.proxyKeys[k.key]
@@ -140,5 +149,42 @@ func (s *squidImport) cacheRule(n int, w []string) {
 	case first && len(w) == 3 && w[2] == "all" && w[1] == "allow":
 	case !s.cacheOff:
 		s.note(n, "%s: peerd stores what RFC 9111 allows, for every request", strings.Join(w, " "))
+	}
+}
+
+// requestHeaderAccess reads "request_header_access NAME allow|deny
+// ACL...". Squid takes the first line for a name: "deny all" first
+// removes the field from every request (request_header_remove), "allow
+// all" first keeps it (the default). A line for only some requests, for
+// All or Other, or for a field peerd writes itself is listed.
+func (s *squidImport) requestHeaderAccess(n int, w []string) {
+	if len(w) < 3 {
+		s.note(n, "%s: want a field name, allow or deny, and ACLs", strings.Join(w, " "))
+		return
+	}
+	name := w[1]
+	key := strings.ToLower(name)
+	if s.headerRuleSeen[key] {
+		return // Squid never reaches it for this field
+	}
+	if s.headerRuleSeen == nil {
+		s.headerRuleSeen = map[string]bool{}
+	}
+	s.headerRuleSeen[key] = true
+	all := len(w) == 4 && w[3] == "all"
+	switch {
+	case key == "all" || key == "other":
+		s.note(n, "%s: peerd removes fields it is given by name only", strings.Join(w, " "))
+	case all && w[2] == "allow":
+	case !all || w[2] != "deny":
+		s.note(n, "%s: peerd removes a field from every request or none", strings.Join(w, " "))
+	default:
+		probe := forwarding.DefaultConfig()
+		probe.RequestHeaderRemove = []string{name}
+		if err := probe.Validate(); err != nil {
+			s.note(n, "%s: %v", strings.Join(w, " "), err)
+			return
+		}
+		s.removeFields = append(s.removeFields, name)
 	}
 }

@@ -63,6 +63,8 @@ type squidImport struct {
 	collapse       string                  // collapsed_forwarding: "true", "false" or ""
 	cacheRuleSeen  bool                    // a cache (or no_cache) line was read
 	cacheOff       bool                    // the first one was "cache deny all"
+	headerRuleSeen map[string]bool         // request_header_access lines read, by field
+	removeFields   []string                // ... that remove a field from every request
 	notes          []string
 	// access_log (importlog.go): the file, and the logformat names.
 	accessLogPath string

@@ -437,6 +437,34 @@ func TestImportSquidProxySettings(t *testing.T) {
 				}
 				return ""
 			}, "cache deny QUERY: peerd stores what RFC 9111 allows", ""},
+		{"request_header_access deny all", "request_header_access Referer deny all\nrequest_header_access Referer allow all\nrequest_header_access From allow all\nrequest_header_access From deny all",
+			func(f *fileConfig) string {
+				if fmt.Sprint(f.Proxy.RequestHeaderRemove) != "[Referer]" {
+					return fmt.Sprintf("request_header_remove %q", f.Proxy.RequestHeaderRemove)
+				}
+				return ""
+			}, "", ""},
+		{"request_header_access for some requests is listed", "acl localnet src 10.0.0.0/8\nrequest_header_access User-Agent deny localnet\nrequest_header_access User-Agent deny all",
+			func(f *fileConfig) string {
+				if len(f.Proxy.RequestHeaderRemove) != 0 {
+					return fmt.Sprintf("request_header_remove %q", f.Proxy.RequestHeaderRemove)
+				}
+				return ""
+			}, "request_header_access User-Agent deny localnet: peerd removes a field from every request or none", ""},
+		{"request_header_access of a field peerd writes is listed", "request_header_access Host deny all",
+			func(f *fileConfig) string {
+				if len(f.Proxy.RequestHeaderRemove) != 0 {
+					return fmt.Sprintf("request_header_remove %q", f.Proxy.RequestHeaderRemove)
+				}
+				return ""
+			}, "Host: peerd writes this field itself", ""},
+		{"request_header_access All is listed", "request_header_access All deny all",
+			func(f *fileConfig) string {
+				if len(f.Proxy.RequestHeaderRemove) != 0 {
+					return fmt.Sprintf("request_header_remove %q", f.Proxy.RequestHeaderRemove)
+				}
+				return ""
+			}, "peerd removes fields it is given by name only", ""},
 		{"an unknown forwarded_for word", "forwarded_for maybe", nil, "", `forwarded_for "maybe"`},
 		{"via with no word", "via", nil, "", "via: want on or off"},
 	} {

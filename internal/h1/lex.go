@@ -104,6 +104,9 @@ func isHex(c byte) bool {
 // IsTchar reports a token character (RFC 9110 5.6.2).
 func IsTchar(c byte) bool { return tchar[c] }
 
+// IsToken reports whether s is a token (RFC 9110 5.6.2), e.g. a field name.
+func IsToken(s string) bool { return isToken([]byte(s)) }
+
 func isToken(b []byte) bool {
 	if len(b) == 0 {
 		return false
