@@ -466,11 +466,14 @@ func (s *squidImport) cachePeer(n int, w []string) error {
 			}
 			p.connectTimeout = d
 		case key == "login" && hasVal:
-			if val == "PASS" {
-				p.login = "PASS" // the client's own credentials, to this peer
+			if val == "PASS" || val == "PASSTHRU" {
+				// The client's own credentials, to this peer. peerd's PASS
+				// sends the client's Proxy-Authorization as it came, which
+				// is Squid's PASSTHRU too (Authorization always passes).
+				p.login = "PASS"
 				continue
 			}
-			if !strings.Contains(val, ":") || strings.EqualFold(val, "PASSTHRU") || strings.HasPrefix(val, "*") {
+			if !strings.Contains(val, ":") || strings.HasPrefix(val, "*") {
 				s.note(n, "cache_peer %s login=%s (peerd sends a fixed user:pass or PASS only)", p.host, val)
 				continue
 			}

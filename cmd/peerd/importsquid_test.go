@@ -85,8 +85,11 @@ func TestImportSquidCorpus(t *testing.T) {
 			peers: []peer{{"primary.example.net", "primary.example.net", 3128, peers.Parent, 1}, {"backup.example.net", "backup.example.net", 3128, peers.Parent, 1}}},
 		{file: "unsupported.conf", policy: selection.FirstUp, direct: selection.DirectAllow,
 			peers: []peer{{"only", "10.3.0.1", 3128, peers.Parent, 1}},
-			notes: []string{"login=PASSTHRU"},
+			notes: []string{"background-ping"},
 			check: func(t *testing.T, c *fileConfig) {
+				if c.Peers[0].Login != "PASS" || !c.Peers[0].TLS {
+					t.Errorf("login=PASSTHRU ssl: login %q tls %v; want PASS (the client's credentials as they came) over TLS", c.Peers[0].Login, c.Peers[0].TLS)
+				}
 				if c.Cache.Disk != "/var/spool/squid" || c.Cache.DiskSize != 100<<20 {
 					t.Errorf("cache_dir ufs /var/spool/squid 100: disk %q disk_size %v", c.Cache.Disk, c.Cache.DiskSize)
 				}
@@ -333,10 +336,13 @@ sslproxy_foo password=optpass
 			t.Errorf("the secret %q is printed:\n%s\n%s", secret, all, out)
 		}
 	}
-	for _, want := range []string{"cachemgr_passwd *** all", "login=*:***", "login=PASSTHRU", "password=***"} {
+	for _, want := range []string{"cachemgr_passwd *** all", "login=*:***", "password=***"} {
 		if !strings.Contains(all, want) {
 			t.Errorf("notes %q; want one naming the line as %q", notes, want)
 		}
+	}
+	if !strings.Contains(out, `login = "PASS"`) {
+		t.Errorf("login=PASSTHRU is not carried over as PASS:\n%s", out)
 	}
 	if !strings.Contains(out, `login = "alice:kept-pass"`) {
 		t.Errorf("the login carried over is missing:\n%s", out)
