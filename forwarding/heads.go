@@ -195,9 +195,13 @@ func appendStatusLine(b []byte, resp *h1.Response) []byte {
 // peerd's Via.
 func (tx *txn) appendResponseFields(b []byte, resp *h1.Response) []byte {
 	via := false
+	// A peer that is sent the client's own credentials (login = "PASS")
+	// may challenge the client for them (RFC 9110 11.7.1); any other
+	// peer's challenge is for peerd, not the client.
+	passAuth := resp.Status == http.StatusProxyAuthRequired && tx.hop.Peer != nil && tx.hop.Peer.Login() == "PASS"
 	for _, f := range resp.Fields {
 		switch {
-		case f.HopByHop(resp.ConnTokens), f.Kind == h1.ContentLength, f.Kind == h1.ProxyAuthenticate:
+		case f.HopByHop(resp.ConnTokens), f.Kind == h1.ContentLength, f.Kind == h1.ProxyAuthenticate && !passAuth:
 			continue
 		case f.Kind == h1.Via:
 			via = true

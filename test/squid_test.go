@@ -154,21 +154,8 @@ func TestSquidConnectTunnel(t *testing.T) {
 }
 
 func TestSquidParentWithProxyAuth(t *testing.T) {
-	requireSquid(t)
-	helperDir, err := os.MkdirTemp("", "peerd-auth-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(helperDir)
-	os.Chmod(helperDir, 0o755)
-	helper := filepath.Join(helperDir, "auth.sh")
-	os.WriteFile(helper, []byte("#!/bin/sh\nwhile read u p; do if [ \"$u\" = alice ] && [ \"$p\" = s3cret ]; then echo OK; else echo ERR; fi; done\n"), 0o755)
 	origin := newOrigin(t, originHandler)
-	s1 := startSquid(t, "authsquid", fmt.Sprintf(`auth_param basic program %s
-auth_param basic children 1
-auth_param basic realm test
-acl authed proxy_auth REQUIRED
-http_access deny !authed`, helper))
+	s1 := startAuthSquid(t)
 	for _, tc := range []struct {
 		login string
 		want  int
@@ -187,6 +174,69 @@ http_access deny !authed`, helper))
 			}
 			if st := p.peer("authsquid"); st.State != "alive" || st.ConnectFailuresTotal != 0 {
 				t.Fatalf("an auth answer counted against the peer: %+v", st)
+			}
+		})
+	}
+}
+
+// startAuthSquid starts a Squid that serves only alice (password s3cret),
+// with Basic authentication in realm "test".
+func startAuthSquid(t *testing.T) *squid {
+	requireSquid(t)
+	helperDir, err := os.MkdirTemp("", "peerd-auth-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(helperDir) })
+	os.Chmod(helperDir, 0o755)
+	helper := filepath.Join(helperDir, "auth.sh")
+	os.WriteFile(helper, []byte("#!/bin/sh\nwhile read u p; do if [ \"$u\" = alice ] && [ \"$p\" = s3cret ]; then echo OK; else echo ERR; fi; done\n"), 0o755)
+	return startSquid(t, "authsquid", fmt.Sprintf(`auth_param basic program %s
+auth_param basic children 1
+auth_param basic realm test
+acl authed proxy_auth REQUIRED
+http_access deny !authed`, helper))
+}
+
+// TestLoginPassRelaysTheParentsChallenge: behind a peer with login =
+// "PASS" (Squid's PASS and PASSTHRU), the client's credentials are the
+// parent's to check, so the parent's 407 reaches the client with its
+// Proxy-Authenticate challenge, and a browser can ask its user and try
+// again. Behind a peer without it, the client's credentials never reach
+// the parent, so its challenge is not passed on (RFC 9110 11.7.1).
+func TestLoginPassRelaysTheParentsChallenge(t *testing.T) {
+	origin := newOrigin(t, originHandler)
+	s1 := startAuthSquid(t)
+	for _, tc := range []struct {
+		login     string
+		challenge bool
+	}{{"PASS", true}, {"", false}} {
+		t.Run("login="+tc.login, func(t *testing.T) {
+			p := startPeerd(t, baseConfig+peerBlock(fmt.Sprintf("login = %q", tc.login), s1))
+			resp, err := p.client().Get("http://" + origin + "/challenge")
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			got := resp.Header.Get("Proxy-Authenticate")
+			if resp.StatusCode != 407 || (got != "") != tc.challenge {
+				t.Fatalf("%d, Proxy-Authenticate %q; want 407 with the challenge passed on: %v", resp.StatusCode, got, tc.challenge)
+			}
+			if tc.challenge && !strings.Contains(got, `realm="test"`) {
+				t.Fatalf("Proxy-Authenticate %q; want the parent's", got)
+			}
+			if !tc.challenge {
+				return
+			}
+			req, _ := http.NewRequest("GET", "http://"+origin+"/challenge", nil)
+			req.Header.Set("Proxy-Authorization", basicAuth("alice", "s3cret"))
+			resp, err = p.client().Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != 200 {
+				t.Fatalf("with the credentials the challenge asked for: %d; want 200", resp.StatusCode)
 			}
 		})
 	}
