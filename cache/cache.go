@@ -73,6 +73,7 @@ type settings struct {
 	inflightMax      int64
 	refresh          []refreshPattern
 	refreshIMS       bool // some pattern has refresh_ims
+	quickAbort       quickAbort
 }
 
 // refreshPattern is a compiled RefreshPattern (seconds).
@@ -114,6 +115,7 @@ func (c *Cache) Reconfigure(cfg Config) {
 		maxInMemory: inMemory,
 		maxObject:   int64(cfg.MaxObject), heuristicPercent: cfg.HeuristicPercent,
 		heuristicMax: cfg.HeuristicMax, collapse: cfg.Collapse, staleIfDead: cfg.StaleIfDead,
+		quickAbort:  quickAbort{min: int64(cfg.QuickAbortMin), max: int64(cfg.QuickAbortMax), pct: cfg.QuickAbortPct},
 		inflightMax: inflightBudget(int64(cfg.Memory), inMemory),
 		refresh:     compileRefresh(cfg.RefreshPatterns),
 	}

@@ -44,6 +44,14 @@ type Config struct {
 	// no freshness, the first pattern matching its URL gives the
 	// heuristic instead of heuristic_percent and heuristic_max.
 	RefreshPatterns []RefreshPattern `toml:"refresh_patterns"`
+	// QuickAbortMin, QuickAbortMax and QuickAbortPct decide whether a
+	// download being stored goes on when its client leaves (Squid's
+	// quick_abort_*): yes when at most QuickAbortMin is left (-1: always),
+	// no when more than QuickAbortMax is left, else yes when more than
+	// QuickAbortPct percent has arrived.
+	QuickAbortMin AbortMin      `toml:"quick_abort_min"`
+	QuickAbortMax conf.ByteSize `toml:"quick_abort_max"`
+	QuickAbortPct int           `toml:"quick_abort_pct"`
 }
 
 // RefreshPattern is one refresh_patterns entry.
@@ -75,6 +83,9 @@ func DefaultConfig() Config {
 		HeuristicMax:      24 * time.Hour,
 		Collapse:          true,
 		StaleIfDead:       24 * time.Hour,
+		QuickAbortMin:     16 << 10,
+		QuickAbortMax:     16 << 10,
+		QuickAbortPct:     95,
 	}
 }
 
@@ -111,6 +122,9 @@ func (c Config) Validate() error {
 	}
 	if c.HeuristicMax < 0 {
 		es.Addf("cache", "heuristic_max", "must not be negative")
+	}
+	if c.QuickAbortPct < 0 || c.QuickAbortPct > 100 {
+		es.Addf("cache", "quick_abort_pct", "must be between 0 and 100, not %d", c.QuickAbortPct)
 	}
 	if c.StaleIfDead < 0 {
 		es.Addf("cache", "stale_if_dead", "must not be negative")

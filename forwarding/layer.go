@@ -36,6 +36,9 @@ type front interface {
 	// body is given each piece of the body as it is relayed, before the
 	// client has it; last says the body is whole with it.
 	body(p []byte, last bool)
+	// finishAborted says whether a body being stored goes on to its end
+	// after the client left, having got bytes of length (-1: not known).
+	finishAborted(got, length int64) bool
 	// end says the relay is over (whole: the body arrived complete). It
 	// reports whether the layer must settle after the client has the
 	// whole answer, which must then be flushed, not left buffered.
@@ -89,6 +92,10 @@ func (l *cacheLayer) body(p []byte, last bool) {
 		l.cw.Finish(true)
 		l.cw.AwaitDisk(diskCommitWait)
 	}
+}
+
+func (l *cacheLayer) finishAborted(got, length int64) bool {
+	return l.cw != nil && l.ch.FinishAborted(got, length)
 }
 
 func (l *cacheLayer) end(whole bool) bool {

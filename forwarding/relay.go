@@ -54,7 +54,9 @@ func (tx *txn) relay(a *attempt) outcome {
 	err := a.copyBody(chunked)
 	settle := false
 	if f != nil {
-		settle = f.end(err == nil && a.body.Done())
+		// A client that left may still have let the whole body reach the
+		// cache (clientLeft).
+		settle = f.end(a.body.Done() && (err == nil || errors.Is(err, errClientGone)))
 	}
 	if err == nil && chunked {
 		h1.WriteLastChunk(cc.w, a.body.Trailer)
@@ -99,7 +101,7 @@ func (a *attempt) copyBody(chunked bool) error {
 	for !a.body.Done() {
 		if c.r.Buffered() == 0 {
 			if cc.w.Flush() != nil {
-				return errClientGone
+				return a.clientLeft(*bufp)
 			}
 			c.dl.readIn(time.Now(), tx.cfg.ReadTimeout)
 		}
@@ -115,7 +117,7 @@ func (a *attempt) copyBody(chunked bool) error {
 				_, werr = cc.w.Write((*bufp)[:n])
 			}
 			if werr != nil {
-				return errClientGone
+				return a.clientLeft(*bufp)
 			}
 		}
 		if err == io.EOF {
@@ -126,4 +128,30 @@ func (a *attempt) copyBody(chunked bool) error {
 		}
 	}
 	return nil
+}
+
+// clientLeft is what becomes of a body whose client went away: one the
+// cache is storing goes on to its end when its quick_abort settings say
+// it is worth finishing (Squid's quick_abort_*), so that the next client
+// finds it stored; either way the client is gone.
+func (a *attempt) clientLeft(buf []byte) error {
+	tx, c := a.tx, a.conn
+	length := int64(-1)
+	if a.resp.BodyFor(false) == h1.LengthBody {
+		length = a.resp.ContentLength
+	}
+	if tx.front == nil || a.body.Done() || !tx.front.finishAborted(a.body.Count, length) {
+		return errClientGone
+	}
+	for !a.body.Done() {
+		c.dl.readIn(time.Now(), tx.cfg.ReadTimeout)
+		n, err := a.body.Read(buf)
+		if n > 0 {
+			tx.front.body(buf[:n], a.body.Done())
+		}
+		if err != nil {
+			break
+		}
+	}
+	return errClientGone
 }

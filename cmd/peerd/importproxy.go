@@ -3,11 +3,12 @@ package main
 // This file holds the squid.conf directives that are one peerd key each
 // beyond those of the contract's list: the client and next-hop timeouts,
 // shutdown_lifetime, forwarded_for, via, pid_filename,
-// collapsed_forwarding, "cache deny all" (no caching at all) and
-// "request_header_access NAME deny all" (request_header_remove).
+// collapsed_forwarding, quick_abort_*, "cache deny all" (no caching at
+// all) and "request_header_access NAME deny all" (request_header_remove).
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/peerd/peerd/forwarding"
@@ -50,6 +51,8 @@ func (s *squidImport) proxyDirective(n int, w []string) (bool, error) {
 	case "request_header_access":
 		s.requestHeaderAccess(n, w)
 		return true, nil
+	case "quick_abort_min", "quick_abort_max", "quick_abort_pct":
+		return true, s.quickAbort(w)
 	}
 	key := ""
 	for _, k := range squidProxyKeys {
@@ -186,5 +189,44 @@ func (s *squidImport) requestHeaderAccess(n int, w []string) {
 			return
 		}
 		s.removeFields = append(s.removeFields, name)
+	}
+}
+
+// quickAbort reads quick_abort_min (a size, or -1: always finish),
+// quick_abort_max (a size) and quick_abort_pct (a percentage) into the
+// [cache] keys of the same names.
+func (s *squidImport) quickAbort(w []string) error {
+	if len(w) < 2 {
+		return fmt.Errorf("%s: missing a value", w[0])
+	}
+	if s.cacheKeys == nil {
+		s.cacheKeys = map[string]string{}
+	}
+	if w[0] == "quick_abort_pct" {
+		pct, err := strconv.Atoi(w[1])
+		if err != nil || pct < 0 || pct > 100 {
+			return fmt.Errorf("quick_abort_pct %q is not a percentage", w[1])
+		}
+		s.cacheKeys[w[0]] = strconv.Itoa(pct)
+		return nil
+	}
+	if v, err := strconv.ParseInt(w[1], 10, 64); err == nil && v < 0 && w[0] == "quick_abort_min" {
+		s.cacheKeys[w[0]] = tomlString("-1") // whatever its unit: always finish
+		return nil
+	}
+	size, err := squidSize(w[1:])
+	if err != nil {
+		return fmt.Errorf("%s: %v", w[0], err)
+	}
+	s.cacheKeys[w[0]] = tomlString(size)
+	return nil
+}
+
+// renderCacheKeys writes the [cache] keys quickAbort read.
+func (s *squidImport) renderCacheKeys(b *strings.Builder) {
+	for _, k := range []string{"quick_abort_min", "quick_abort_max", "quick_abort_pct"} {
+		if v, ok := s.cacheKeys[k]; ok {
+			fmt.Fprintf(b, "%s = %s\n", k, v)
+		}
 	}
 }

@@ -88,8 +88,9 @@ func (s *squidImport) render() string {
 			fmt.Fprintf(&b, "query_timeout = %s\n", tomlString(s.icpTimeout.String()))
 		}
 	}
-	if s.cacheMem != "" || s.maxObject != "" || s.maxInMemory != "" || s.diskDir != "" || s.heuristicSet || len(s.refresh) > 0 || s.collapse != "" || s.cacheOff {
+	if s.cacheMem != "" || s.maxObject != "" || s.maxInMemory != "" || s.diskDir != "" || s.heuristicSet || len(s.refresh) > 0 || s.collapse != "" || s.cacheOff || len(s.cacheKeys) > 0 {
 		b.WriteString("\n[cache]\n")
+		s.renderCacheKeys(&b)
 		if s.cacheOff {
 			b.WriteString("memory = \"0\"  # cache deny all: nothing is stored\n")
 		}

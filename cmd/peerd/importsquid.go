@@ -65,6 +65,7 @@ type squidImport struct {
 	cacheOff       bool                    // the first one was "cache deny all"
 	headerRuleSeen map[string]bool         // request_header_access lines read, by field
 	removeFields   []string                // ... that remove a field from every request
+	cacheKeys      map[string]string       // quick_abort_*: [cache] key -> TOML value
 	notes          []string
 	// access_log (importlog.go): the file, and the logformat names.
 	accessLogPath string

@@ -472,6 +472,20 @@ func TestImportSquidProxySettings(t *testing.T) {
 				}
 				return ""
 			}, "peerd removes fields it is given by name only", ""},
+		{"quick_abort", "quick_abort_min -1 QB\nquick_abort_max 1 MB\nquick_abort_pct 80",
+			func(f *fileConfig) string {
+				if f.Cache.QuickAbortMin != -1 || f.Cache.QuickAbortMax != 1<<20 || f.Cache.QuickAbortPct != 80 {
+					return fmt.Sprintf("quick_abort min %d max %d pct %d", f.Cache.QuickAbortMin, f.Cache.QuickAbortMax, f.Cache.QuickAbortPct)
+				}
+				return ""
+			}, "", ""},
+		{"quick_abort off", "quick_abort_min 0 KB\nquick_abort_max 0 KB",
+			func(f *fileConfig) string {
+				if f.Cache.QuickAbortMin != 0 || f.Cache.QuickAbortMax != 0 {
+					return fmt.Sprintf("quick_abort min %d max %d", f.Cache.QuickAbortMin, f.Cache.QuickAbortMax)
+				}
+				return ""
+			}, "", ""},
 		{"an unknown forwarded_for word", "forwarded_for maybe", nil, "", `forwarded_for "maybe"`},
 		{"via with no word", "via", nil, "", "via: want on or off"},
 	} {
