@@ -355,6 +355,39 @@ sslproxy_foo password=optpass
 // are listed, never dropped silently, and never make an invalid config.
 func TestImportSquidProxySettings(t *testing.T) {
 	base := defaultConfig()
+	// removed and memory check one key each.
+	removed := func(want string) func(*fileConfig) string {
+		return func(f *fileConfig) string {
+			if got := fmt.Sprint(f.Proxy.RequestHeaderRemove); got != want {
+				return "request_header_remove " + got
+			}
+			return ""
+		}
+	}
+	privacy := func(xff string, via bool) func(*fileConfig) string {
+		return func(f *fileConfig) string {
+			if c := f.Proxy; c.ForwardedFor != xff || c.Via != via {
+				return fmt.Sprintf("forwarded_for %q via %v", c.ForwardedFor, c.Via)
+			}
+			return ""
+		}
+	}
+	pidFile := func(want string) func(*fileConfig) string {
+		return func(f *fileConfig) string {
+			if f.Proxy.PIDFile != want {
+				return fmt.Sprintf("pid_file %q", f.Proxy.PIDFile)
+			}
+			return ""
+		}
+	}
+	memory := func(want int64) func(*fileConfig) string {
+		return func(f *fileConfig) string {
+			if int64(f.Cache.Memory) != want {
+				return fmt.Sprintf("memory %d", f.Cache.Memory)
+			}
+			return ""
+		}
+	}
 	for _, tc := range []struct {
 		name, conf string
 		check      func(*fileConfig) string // "" when right; what is wrong otherwise
@@ -378,22 +411,8 @@ func TestImportSquidProxySettings(t *testing.T) {
 				}
 				return ""
 			}, "", ""},
-		{"forwarded_for delete, via off", "forwarded_for delete\nvia off",
-			func(f *fileConfig) string {
-				c := f.Proxy
-				if c.ForwardedFor != "delete" || c.Via {
-					return fmt.Sprintf("forwarded_for %q via %v", c.ForwardedFor, c.Via)
-				}
-				return ""
-			}, "", ""},
-		{"forwarded_for off, via on", "forwarded_for off\nvia on",
-			func(f *fileConfig) string {
-				c := f.Proxy
-				if c.ForwardedFor != "off" || !c.Via {
-					return fmt.Sprintf("forwarded_for %q via %v", c.ForwardedFor, c.Via)
-				}
-				return ""
-			}, "", ""},
+		{"forwarded_for delete, via off", "forwarded_for delete\nvia off", privacy("delete", false), "", ""},
+		{"forwarded_for off, via on", "forwarded_for off\nvia on", privacy("off", true), "", ""},
 		{"collapsed_forwarding off", "collapsed_forwarding off",
 			func(f *fileConfig) string {
 				if f.Cache.Collapse {
@@ -409,20 +428,8 @@ func TestImportSquidProxySettings(t *testing.T) {
 				}
 				return ""
 			}, "shutdown_lifetime 0 seconds: peerd needs a positive shutdown_timeout", ""},
-		{"pid_filename", "pid_filename /run/squid.pid",
-			func(f *fileConfig) string {
-				if f.Proxy.PIDFile != "/run/squid.pid" {
-					return fmt.Sprintf("pid_file %q", f.Proxy.PIDFile)
-				}
-				return ""
-			}, "", ""},
-		{"pid_filename none", "pid_filename /run/squid.pid\npid_filename none",
-			func(f *fileConfig) string {
-				if f.Proxy.PIDFile != "" {
-					return fmt.Sprintf("pid_file %q", f.Proxy.PIDFile)
-				}
-				return ""
-			}, "", ""},
+		{"pid_filename", "pid_filename /run/squid.pid", pidFile("/run/squid.pid"), "", ""},
+		{"pid_filename none", "pid_filename /run/squid.pid\npid_filename none", pidFile(""), "", ""},
 		{"cache deny all stores nothing", "cache_mem 64 MB\ncache_dir ufs /var/spool/squid 1000 16 256\ncache deny all\ncache allow QUERY",
 			func(f *fileConfig) string {
 				if f.Cache.Memory != 0 || f.Cache.Disk != "" {
@@ -430,48 +437,12 @@ func TestImportSquidProxySettings(t *testing.T) {
 				}
 				return ""
 			}, "cache_dir /var/spool/squid: cache deny all stores nothing", ""},
-		{"cache allow all is the default", "no_cache allow all",
-			func(f *fileConfig) string {
-				if f.Cache.Memory != base.Cache.Memory {
-					return fmt.Sprintf("memory %d", f.Cache.Memory)
-				}
-				return ""
-			}, "", ""},
-		{"some requests uncached is listed", "acl QUERY urlpath_regex cgi-bin\ncache deny QUERY\ncache deny all",
-			func(f *fileConfig) string {
-				if f.Cache.Memory != base.Cache.Memory {
-					return fmt.Sprintf("memory %d", f.Cache.Memory)
-				}
-				return ""
-			}, "cache deny QUERY: peerd stores what RFC 9111 allows", ""},
-		{"request_header_access deny all", "request_header_access Referer deny all\nrequest_header_access Referer allow all\nrequest_header_access From allow all\nrequest_header_access From deny all",
-			func(f *fileConfig) string {
-				if fmt.Sprint(f.Proxy.RequestHeaderRemove) != "[Referer]" {
-					return fmt.Sprintf("request_header_remove %q", f.Proxy.RequestHeaderRemove)
-				}
-				return ""
-			}, "", ""},
-		{"request_header_access for some requests is listed", "acl localnet src 10.0.0.0/8\nrequest_header_access User-Agent deny localnet\nrequest_header_access User-Agent deny all",
-			func(f *fileConfig) string {
-				if len(f.Proxy.RequestHeaderRemove) != 0 {
-					return fmt.Sprintf("request_header_remove %q", f.Proxy.RequestHeaderRemove)
-				}
-				return ""
-			}, "request_header_access User-Agent deny localnet: peerd removes a field from every request or none", ""},
-		{"request_header_access of a field peerd writes is listed", "request_header_access Host deny all",
-			func(f *fileConfig) string {
-				if len(f.Proxy.RequestHeaderRemove) != 0 {
-					return fmt.Sprintf("request_header_remove %q", f.Proxy.RequestHeaderRemove)
-				}
-				return ""
-			}, "Host: peerd writes this field itself", ""},
-		{"request_header_access All is listed", "request_header_access All deny all",
-			func(f *fileConfig) string {
-				if len(f.Proxy.RequestHeaderRemove) != 0 {
-					return fmt.Sprintf("request_header_remove %q", f.Proxy.RequestHeaderRemove)
-				}
-				return ""
-			}, "peerd removes fields it is given by name only", ""},
+		{"cache allow all is the default", "no_cache allow all", memory(int64(base.Cache.Memory)), "", ""},
+		{"some requests uncached is listed", "acl QUERY urlpath_regex cgi-bin\ncache deny QUERY\ncache deny all", memory(int64(base.Cache.Memory)), "cache deny QUERY: peerd stores what RFC 9111 allows", ""},
+		{"request_header_access deny all", "request_header_access Referer deny all\nrequest_header_access Referer allow all\nrequest_header_access From allow all\nrequest_header_access From deny all", removed("[Referer]"), "", ""},
+		{"request_header_access for some requests is listed", "acl localnet src 10.0.0.0/8\nrequest_header_access User-Agent deny localnet\nrequest_header_access User-Agent deny all", removed("[]"), "request_header_access User-Agent deny localnet: peerd removes a field from every request or none", ""},
+		{"request_header_access of a field peerd writes is listed", "request_header_access Host deny all", removed("[]"), "Host: peerd writes this field itself", ""},
+		{"request_header_access All is listed", "request_header_access All deny all", removed("[]"), "peerd removes fields it is given by name only", ""},
 		{"quick_abort", "quick_abort_min -1 QB\nquick_abort_max 1 MB\nquick_abort_pct 80",
 			func(f *fileConfig) string {
 				if f.Cache.QuickAbortMin != -1 || f.Cache.QuickAbortMax != 1<<20 || f.Cache.QuickAbortPct != 80 {
