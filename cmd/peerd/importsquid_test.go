@@ -457,6 +457,13 @@ func TestImportSquidProxySettings(t *testing.T) {
 				}
 				return ""
 			}, "", ""},
+		{"refresh_pattern options that break RFC 9111", "refresh_pattern -i \\.deb$ 40320 100% 259200 refresh-ims override-expire ignore-no-store\nrefresh_pattern . 0 20% 4320",
+			func(f *fileConfig) string {
+				if ps := f.Cache.RefreshPatterns; len(ps) != 1 || ps[0].Pattern != `(?i)\.deb$` || ps[0].Min != 672*time.Hour || !ps[0].RefreshIMS {
+					return fmt.Sprintf("refresh_patterns %+v; want the .deb pattern without its options", ps)
+				}
+				return ""
+			}, "options override-expire ignore-no-store (peerd keeps to RFC 9111; the pattern itself is carried over)", ""},
 		{"an unknown forwarded_for word", "forwarded_for maybe", nil, "", `forwarded_for "maybe"`},
 		{"via with no word", "via", nil, "", "via: want on or off"},
 	} {

@@ -130,8 +130,11 @@ func squidSize(w []string) (string, error) {
 // [OPTIONS]" into [cache] refresh_patterns (a last catch-all "." with
 // MIN 0 into heuristic_percent and heuristic_max instead). "^ftp:" and
 // "^gopher:" never match a URL peerd fetches (it refuses those schemes).
-// refresh-ims carries over (refresh_ims); other options (override-expire,
-// ignore-private, ...) and expressions RE2 cannot read are listed.
+// refresh-ims carries over (refresh_ims). The other options
+// (override-expire, ignore-private, ...) break RFC 9111, which peerd does
+// not: they are listed, and the pattern carries over without them, so
+// that what it says of responses that state no freshness still holds in
+// its place in the order. Expressions RE2 cannot read are listed.
 func (s *squidImport) refreshPattern(n int, w []string) {
 	all := strings.Join(w, " ")
 	fold := false
@@ -161,10 +164,6 @@ func (s *squidImport) refreshPattern(n int, w []string) {
 			other = append(other, o)
 		}
 	}
-	if len(other) > 0 {
-		s.note(n, "refresh_pattern %s: options %s have no peerd equivalent", all, strings.Join(other, " "))
-		return
-	}
 	re := w[0]
 	if fold {
 		re = "(?i)" + re
@@ -172,6 +171,9 @@ func (s *squidImport) refreshPattern(n int, w []string) {
 	if _, err := regexp.Compile(re); err != nil {
 		s.note(n, "refresh_pattern %s: not an RE2 expression", all)
 		return
+	}
+	if len(other) > 0 {
+		s.note(n, "refresh_pattern %s: options %s (peerd keeps to RFC 9111; the pattern itself is carried over)", all, strings.Join(other, " "))
 	}
 	s.refresh = append(s.refresh, cache.RefreshPattern{Pattern: re, Min: time.Duration(minMin) * time.Minute,
 		Percent: pct, Max: time.Duration(maxMin) * time.Minute, RefreshIMS: ims})
