@@ -22,10 +22,16 @@ type Config struct {
 	// LogQueries writes a line to the access log for every query
 	// answered, as Squid does (log_icp_queries; default on).
 	LogQueries bool `toml:"log_queries"`
+	// DeadPeerTimeout: a peer that used to answer and leaves queries
+	// unanswered this long is marked suspect and probed (Squid
+	// dead_peer_timeout).
+	DeadPeerTimeout time.Duration `toml:"dead_peer_timeout"`
 }
 
 // DefaultConfig returns the built-in [icp] defaults.
-func DefaultConfig() Config { return Config{QueryTimeout: Auto, LogQueries: true} }
+func DefaultConfig() Config {
+	return Config{QueryTimeout: Auto, LogQueries: true, DeadPeerTimeout: DeadPeerTimeout}
+}
 
 // Bounds of the automatic query timeout (Squid icp_query_min_timeout and
 // icp_query_max_timeout).
@@ -70,6 +76,9 @@ func (c Config) Validate() error {
 	}
 	if c.QueryTimeout < 0 {
 		es.Addf("icp", "query_timeout", "must be \"auto\" or positive")
+	}
+	if c.DeadPeerTimeout <= 0 {
+		es.Addf("icp", "dead_peer_timeout", "must be positive, got %s", c.DeadPeerTimeout)
 	}
 	return es.Err()
 }

@@ -420,3 +420,36 @@ func TestQueryByReachedAddress(t *testing.T) {
 		t.Fatalf("a peer with no known address was queried %d times", n)
 	}
 }
+
+// TestQueryDeadPeerTimeoutSetting: [icp] dead_peer_timeout (Squid's
+// dead_peer_timeout) sets how long a peer may stay quiet: with a minute,
+// 11 s of silence leave it as it was, 61 s make it suspect.
+func TestQueryDeadPeerTimeoutSetting(t *testing.T) {
+	s1 := newFakeICPPeer(t, OpMiss)
+	reg := newRegistry(t, peers.Spec{Name: "s1", Host: "127.0.0.1", Port: 1, Type: peers.Sibling, ICPPort: s1.port()})
+	alive(reg, "s1")
+	log, _ := test.NewNullLogger()
+	q, err := NewQuerier(reg, log, Timeout(20*time.Millisecond), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	q.SetDeadPeerTimeout(time.Minute)
+	var clock atomic.Int64
+	clock.Store(time.Now().UnixNano())
+	q.now = func() time.Time { return time.Unix(0, clock.Load()) }
+	ctx := context.Background()
+	q.Query(ctx, []byte("http://a/1")) // answered
+	s1.set(OpInvalid)
+	q.Query(ctx, []byte("http://a/2")) // unanswered: the silence starts
+	clock.Add(int64(11 * time.Second))
+	q.Query(ctx, []byte("http://a/3"))
+	if reg.Get("s1").Suspect() {
+		t.Fatal("suspect after 11 s of silence with dead_peer_timeout = 1m")
+	}
+	clock.Add(int64(50 * time.Second))
+	q.Query(ctx, []byte("http://a/4"))
+	if !reg.Get("s1").Suspect() {
+		t.Fatal("not suspect after 61 s of silence with dead_peer_timeout = 1m")
+	}
+}

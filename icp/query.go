@@ -17,9 +17,9 @@ import (
 	"github.com/sirupsen/logrus"
 )
 
-// DeadPeerTimeout is how long a peer that used to answer may leave
-// queries unanswered before it is marked suspect and probed (Squid
-// dead_peer_timeout).
+// DeadPeerTimeout is the default of [icp] dead_peer_timeout: how long a
+// peer that used to answer may leave queries unanswered before it is
+// marked suspect and probed (Squid dead_peer_timeout).
 const DeadPeerTimeout = 10 * time.Second
 
 // Querier asks peers by ICP before a GET or HEAD is planned. It is safe
@@ -33,6 +33,7 @@ type Querier struct {
 	wg   sync.WaitGroup
 
 	timeout atomic.Int64 // Timeout; 0: auto
+	deadAt  atomic.Int64 // dead_peer_timeout, nanoseconds
 	reqnum  atomic.Uint32
 
 	mu      sync.Mutex
@@ -77,6 +78,7 @@ func NewQuerier(reg *peers.Registry, log logrus.FieldLogger, timeout Timeout, so
 	q := &Querier{reg: reg, log: log.WithField("component", "icp"), now: time.Now,
 		pending: map[uint32]*query{}, track: map[*peers.Peer]*tracking{}}
 	q.SetTimeout(timeout)
+	q.SetDeadPeerTimeout(DeadPeerTimeout)
 	if err := q.SetSource(source); err != nil {
 		return nil, err
 	}
@@ -116,6 +118,10 @@ func (q *Querier) SetSource(source string) error {
 
 // SetTimeout changes the query timeout (a reload).
 func (q *Querier) SetTimeout(t Timeout) { q.timeout.Store(int64(t)) }
+
+// SetDeadPeerTimeout changes how long a peer that used to answer may stay
+// quiet before it is marked suspect and probed (a reload).
+func (q *Querier) SetDeadPeerTimeout(d time.Duration) { q.deadAt.Store(int64(d)) }
 
 // Close stops the querier.
 func (q *Querier) Close() error {
@@ -242,9 +248,10 @@ func (q *Querier) Query(ctx context.Context, url []byte) (first *peers.Peer, cod
 }
 
 // timedOut counts the peers that left a query unanswered and marks those
-// that used to answer but have been quiet for DeadPeerTimeout.
+// that used to answer but have been quiet for dead_peer_timeout.
 func (q *Querier) timedOut(qu *query) {
 	now := q.now().UnixNano()
+	dead := q.deadAt.Load()
 	var quiet []*peers.Peer
 	q.mu.Lock()
 	for i, p := range qu.peers {
@@ -256,7 +263,7 @@ func (q *Querier) timedOut(qu *query) {
 		switch {
 		case !t.replied:
 			t.timedOutFresh = true
-		case !t.silent && t.unansweredAt != 0 && now-t.unansweredAt >= int64(DeadPeerTimeout):
+		case !t.silent && t.unansweredAt != 0 && now-t.unansweredAt >= dead:
 			t.silent = true
 			quiet = append(quiet, p)
 		}
@@ -264,7 +271,7 @@ func (q *Querier) timedOut(qu *query) {
 	q.mu.Unlock()
 	for _, p := range quiet {
 		q.log.WithField("peer", p.Name()).Warnf("icp: %s %s stopped answering ICP queries", p.Type().Label(), p.Name())
-		q.reg.Suspect(p, peers.CauseProbe, "stopped answering ICP queries for "+DeadPeerTimeout.String()+"; probing it")
+		q.reg.Suspect(p, peers.CauseProbe, "stopped answering ICP queries for "+time.Duration(dead).String()+"; probing it")
 	}
 }
 

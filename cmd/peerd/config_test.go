@@ -75,6 +75,7 @@ func TestConfigProblems(t *testing.T) {
 			[]string{`line 2: selection.policy: unknown policy "random"`, `line 4: proxy.direct: unknown direct mode "sometimes"`, `line 7: peer[0] "h:3128": type: unknown peer type "cousin"`}},
 		{"request_header_remove", "[proxy]\nrequest_header_remove = [\"Referer\", \"bad name\", \"host\"]\n",
 			[]string{`line 2: proxy.request_header_remove: "bad name" is not a field name`, "proxy.request_header_remove: host: peerd writes this field itself"}},
+		{"bad dead_peer_timeout", "[icp]\ndead_peer_timeout = \"0s\"\n", []string{"line 2: icp.dead_peer_timeout: must be positive, got 0s"}},
 		{"bad forwarded_for", "[proxy]\nforwarded_for = \"hide\"\nvia = \"off\"\n",
 			[]string{`line 2: proxy.forwarded_for: unknown mode "hide" (want on, off, transparent, delete or truncate)`, "line 3", "via"}},
 		{"bad size", "[proxy]\nmax_retry_body = \"lots\"\n", []string{"line 2", "invalid size"}},

@@ -3,8 +3,9 @@ package main
 // This file holds the squid.conf directives that are one peerd key each
 // beyond those of the contract's list: the client and next-hop timeouts,
 // shutdown_lifetime, forwarded_for, via, pid_filename,
-// collapsed_forwarding, quick_abort_*, "cache deny all" (no caching at
-// all) and "request_header_access NAME deny all" (request_header_remove).
+// collapsed_forwarding, quick_abort_*, dead_peer_timeout, "cache deny
+// all" (no caching at all) and "request_header_access NAME deny all"
+// (request_header_remove).
 
 import (
 	"fmt"
@@ -53,6 +54,13 @@ func (s *squidImport) proxyDirective(n int, w []string) (bool, error) {
 		return true, nil
 	case "quick_abort_min", "quick_abort_max", "quick_abort_pct":
 		return true, s.quickAbort(w)
+	case "dead_peer_timeout":
+		d, err := squidDuration(w[1:])
+		if err != nil || d <= 0 {
+			return true, fmt.Errorf("dead_peer_timeout %q: want a positive time", strings.Join(w[1:], " "))
+		}
+		s.deadPeerTimeout = d
+		return true, nil
 	}
 	key := ""
 	for _, k := range squidProxyKeys {

@@ -76,8 +76,11 @@ func (s *squidImport) render() string {
 			b.WriteString("strip_query_terms = false  # strip_query_terms off\n")
 		}
 	}
-	if s.icpListen != "" || s.icpTimeout > 0 || s.icpNoLog {
+	if s.icpListen != "" || s.icpTimeout > 0 || s.icpNoLog || s.deadPeerTimeout > 0 {
 		b.WriteString("\n[icp]\n")
+		if s.deadPeerTimeout > 0 {
+			fmt.Fprintf(&b, "dead_peer_timeout = %s  # dead_peer_timeout\n", tomlString(s.deadPeerTimeout.String()))
+		}
 		if s.icpNoLog {
 			b.WriteString("log_queries = false  # log_icp_queries off\n")
 		}

@@ -45,28 +45,29 @@ type squidPeer struct {
 
 // squidImport is what was read.
 type squidImport struct {
-	peers          []squidPeer
-	direct         string // "", never, always, prefer
-	listen, name   string
-	icpListen      string
-	icpTimeout     time.Duration
-	peerTimeout    time.Duration
-	connectTimeout time.Duration
-	maxTries       int
-	cacheMem       string
-	maxObject      string
-	maxInMemory    string // maximum_object_size_in_memory
-	diskDir        string // the first cache_dir's path
-	diskSize       string
-	pconnTimeout   time.Duration
-	proxyKeys      map[string]proxySetting // importproxy.go
-	collapse       string                  // collapsed_forwarding: "true", "false" or ""
-	cacheRuleSeen  bool                    // a cache (or no_cache) line was read
-	cacheOff       bool                    // the first one was "cache deny all"
-	headerRuleSeen map[string]bool         // request_header_access lines read, by field
-	removeFields   []string                // ... that remove a field from every request
-	cacheKeys      map[string]string       // quick_abort_*: [cache] key -> TOML value
-	notes          []string
+	peers           []squidPeer
+	direct          string // "", never, always, prefer
+	listen, name    string
+	icpListen       string
+	icpTimeout      time.Duration
+	peerTimeout     time.Duration
+	connectTimeout  time.Duration
+	maxTries        int
+	cacheMem        string
+	maxObject       string
+	maxInMemory     string // maximum_object_size_in_memory
+	diskDir         string // the first cache_dir's path
+	diskSize        string
+	pconnTimeout    time.Duration
+	proxyKeys       map[string]proxySetting // importproxy.go
+	collapse        string                  // collapsed_forwarding: "true", "false" or ""
+	cacheRuleSeen   bool                    // a cache (or no_cache) line was read
+	cacheOff        bool                    // the first one was "cache deny all"
+	headerRuleSeen  map[string]bool         // request_header_access lines read, by field
+	removeFields    []string                // ... that remove a field from every request
+	cacheKeys       map[string]string       // quick_abort_*: [cache] key -> TOML value
+	deadPeerTimeout time.Duration           // [icp] dead_peer_timeout
+	notes           []string
 	// access_log (importlog.go): the file, and the logformat names.
 	accessLogPath string
 	logFormats    map[string]bool

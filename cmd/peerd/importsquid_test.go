@@ -464,6 +464,13 @@ func TestImportSquidProxySettings(t *testing.T) {
 				}
 				return ""
 			}, "options override-expire ignore-no-store (peerd keeps to RFC 9111; the pattern itself is carried over)", ""},
+		{"dead_peer_timeout", "dead_peer_timeout 300 seconds",
+			func(f *fileConfig) string {
+				if f.ICP.DeadPeerTimeout != 5*time.Minute {
+					return fmt.Sprintf("dead_peer_timeout %s", f.ICP.DeadPeerTimeout)
+				}
+				return ""
+			}, "", ""},
 		{"an unknown forwarded_for word", "forwarded_for maybe", nil, "", `forwarded_for "maybe"`},
 		{"via with no word", "via", nil, "", "via: want on or off"},
 	} {

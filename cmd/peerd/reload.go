@@ -190,6 +190,7 @@ func (s *server) commit(st *staged, old *fileConfig) {
 	s.icpLog.Store(cfg.ICP.LogQueries)
 	if s.icpQ != nil {
 		s.icpQ.SetTimeout(cfg.ICP.QueryTimeout)
+		s.icpQ.SetDeadPeerTimeout(cfg.ICP.DeadPeerTimeout)
 		if err := s.icpQ.SetSource(icpSource(cfg.ICP)); err != nil {
 			s.log.WithError(err).Error("icp: queries keep going out from the old address")
 		}

@@ -160,6 +160,7 @@ func newServer(path string, cfg *fileConfig, stderr io.Writer) (*server, error) 
 	if s.icpQ, err = icp.NewQuerier(reg, lg, cfg.ICP.QueryTimeout, icpSource(cfg.ICP)); err != nil {
 		lg.WithError(err).Error("icp: cannot open a socket for queries; peers will not be asked by ICP")
 	} else {
+		s.icpQ.SetDeadPeerTimeout(cfg.ICP.DeadPeerTimeout)
 		icpQuerier = s.icpQ
 	}
 	s.proxy, err = forwarding.New(forwarding.Options{
