@@ -1,7 +1,8 @@
 package main
 
 // This file holds the squid.conf directives that are one peerd key each
-// beyond those of the contract's list: the client and next-hop timeouts,
+// beyond those of the contract's list (and a few whose value is what
+// peerd always does): the client and next-hop timeouts,
 // shutdown_lifetime, forwarded_for, via, pid_filename,
 // collapsed_forwarding, quick_abort_*, dead_peer_timeout, "cache deny
 // all" (no caching at all) and "request_header_access NAME deny all"
@@ -20,6 +21,7 @@ import (
 var squidProxyKeys = []struct{ directive, key string }{
 	{"read_timeout", "read_timeout"},
 	{"request_timeout", "request_timeout"},
+	{"request_start_timeout", "request_start_timeout"},
 	{"client_idle_pconn_timeout", "client_idle_timeout"},
 	{"persistent_request_timeout", "client_idle_timeout"}, // its older name
 	{"write_timeout", "write_timeout"},
@@ -54,6 +56,13 @@ func (s *squidImport) proxyDirective(n int, w []string) (bool, error) {
 		return true, nil
 	case "quick_abort_min", "quick_abort_max", "quick_abort_pct":
 		return true, s.quickAbort(w)
+	case "minimum_object_size", "server_persistent_connections", "client_persistent_connections":
+		// What peerd always does needs no key: objects of any size are
+		// stored, and connections on both sides are kept alive.
+		if v := strings.Join(w[1:], " "); v == "on" || strings.HasPrefix(v, "0 ") || v == "0" {
+			return true, nil
+		}
+		return false, nil
 	case "dead_peer_timeout":
 		d, err := squidDuration(w[1:])
 		if err != nil || d <= 0 {

@@ -464,6 +464,15 @@ func TestImportSquidProxySettings(t *testing.T) {
 				}
 				return ""
 			}, "options override-expire ignore-no-store (peerd keeps to RFC 9111; the pattern itself is carried over)", ""},
+		{"what peerd always does", "minimum_object_size 0 KB\nserver_persistent_connections on\nclient_persistent_connections on\nrequest_start_timeout 20 seconds",
+			func(f *fileConfig) string {
+				if f.Proxy.RequestStartTimeout != 20*time.Second {
+					return fmt.Sprintf("request_start_timeout %s", f.Proxy.RequestStartTimeout)
+				}
+				return ""
+			}, "", ""},
+		{"what peerd cannot do is listed", "minimum_object_size 4 KB\nserver_persistent_connections off",
+			func(*fileConfig) string { return "" }, "server_persistent_connections off", ""},
 		{"dead_peer_timeout", "dead_peer_timeout 300 seconds",
 			func(f *fileConfig) string {
 				if f.ICP.DeadPeerTimeout != 5*time.Minute {
