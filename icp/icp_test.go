@@ -301,10 +301,9 @@ func TestQueryPicks(t *testing.T) {
 	}
 }
 
-// A peer that stops answering queries it used to answer is marked
-// suspect (and so probed) after DeadPeerTimeout, and is no longer waited
-// for; a peer that answers again is.
-func TestQuerySilentPeer(t *testing.T) {
+// quietingPeer is a querier on a fake clock, and its one sibling s1, alive
+// and answering MISS until the test says otherwise.
+func quietingPeer(t *testing.T) (*Querier, *peers.Registry, *fakeICPPeer, *atomic.Int64) {
 	s1 := newFakeICPPeer(t, OpMiss)
 	reg := newRegistry(t, peers.Spec{Name: "s1", Host: "127.0.0.1", Port: 1, Type: peers.Sibling, ICPPort: s1.port()})
 	alive(reg, "s1")
@@ -313,10 +312,18 @@ func TestQuerySilentPeer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer q.Close()
-	var clock atomic.Int64
+	t.Cleanup(func() { q.Close() })
+	clock := new(atomic.Int64)
 	clock.Store(time.Now().UnixNano())
 	q.now = func() time.Time { return time.Unix(0, clock.Load()) }
+	return q, reg, s1, clock
+}
+
+// A peer that stops answering queries it used to answer is marked
+// suspect (and so probed) after DeadPeerTimeout, and is no longer waited
+// for; a peer that answers again is.
+func TestQuerySilentPeer(t *testing.T) {
+	q, reg, s1, clock := quietingPeer(t)
 	ctx := context.Background()
 	q.Query(ctx, []byte("http://a/1")) // answered
 	s1.set(OpInvalid)
@@ -425,19 +432,8 @@ func TestQueryByReachedAddress(t *testing.T) {
 // dead_peer_timeout) sets how long a peer may stay quiet: with a minute,
 // 11 s of silence leave it as it was, 61 s make it suspect.
 func TestQueryDeadPeerTimeoutSetting(t *testing.T) {
-	s1 := newFakeICPPeer(t, OpMiss)
-	reg := newRegistry(t, peers.Spec{Name: "s1", Host: "127.0.0.1", Port: 1, Type: peers.Sibling, ICPPort: s1.port()})
-	alive(reg, "s1")
-	log, _ := test.NewNullLogger()
-	q, err := NewQuerier(reg, log, Timeout(20*time.Millisecond), "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer q.Close()
+	q, reg, s1, clock := quietingPeer(t)
 	q.SetDeadPeerTimeout(time.Minute)
-	var clock atomic.Int64
-	clock.Store(time.Now().UnixNano())
-	q.now = func() time.Time { return time.Unix(0, clock.Load()) }
 	ctx := context.Background()
 	q.Query(ctx, []byte("http://a/1")) // answered
 	s1.set(OpInvalid)
