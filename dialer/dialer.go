@@ -46,6 +46,9 @@ type Dialer struct {
 	// part of the connect: within the connect timeout, and a failed one
 	// is a connect failure (class tls).
 	TLS func(p *peers.Peer) *tls.Config
+	// Source is the local address connections are made from; nil: the
+	// kernel's choice.
+	Source *Source
 
 	mu    sync.Mutex
 	known map[string][]netip.Addr // last good resolution per host
@@ -188,7 +191,7 @@ func (d *Dialer) dial(ctx context.Context, p *peers.Peer) (net.Conn, error) {
 	port := uint16(p.Port())
 	var firstErr error
 	for _, a := range addrs {
-		conn, err := d.dialAddr(ctx, netip.AddrPortFrom(a, port).String())
+		conn, err := d.dialAddr(ctx, netip.AddrPortFrom(a, port))
 		if err == nil {
 			return conn, nil
 		}
@@ -202,12 +205,12 @@ func (d *Dialer) dial(ctx context.Context, p *peers.Peer) (net.Conn, error) {
 	return nil, firstErr
 }
 
-func (d *Dialer) dialAddr(ctx context.Context, addr string) (net.Conn, error) {
+func (d *Dialer) dialAddr(ctx context.Context, addr netip.AddrPort) (net.Conn, error) {
 	if d.Dial != nil {
-		return d.Dial(ctx, "tcp", addr)
+		return d.Dial(ctx, "tcp", addr.String())
 	}
-	var nd net.Dialer
-	return nd.DialContext(ctx, "tcp", addr)
+	nd := d.Source.For(addr.Addr())
+	return nd.DialContext(ctx, "tcp", addr.String())
 }
 
 // resolve returns p's addresses. When a look-up fails but an earlier one

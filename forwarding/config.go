@@ -96,6 +96,11 @@ type Config struct {
 	// take peerd's own entries with them. Fields that frame or route the
 	// request cannot be named.
 	RequestHeaderRemove []string `toml:"request_header_remove"`
+	// OutgoingAddress is the local IP address connections to peers and
+	// origins are made from (Squid tcp_outgoing_address), e.g. on a host
+	// whose parents let in one address only; "" leaves it to the kernel.
+	// It is used for destinations of its own family only.
+	OutgoingAddress string `toml:"outgoing_address"`
 }
 
 // DefaultConfig returns the built-in [proxy] defaults.
@@ -188,6 +193,11 @@ func (c Config) Validate() error {
 			bad("request_header_remove", "%q is not a field name", name)
 		case managedFields[strings.ToLower(name)]:
 			bad("request_header_remove", "%s: peerd writes this field itself, to frame or route the request", name)
+		}
+	}
+	if c.OutgoingAddress != "" {
+		if a, err := netip.ParseAddr(c.OutgoingAddress); err != nil || a.Zone() != "" || a.IsUnspecified() || a.IsMulticast() {
+			bad("outgoing_address", "%q is not a unicast IP address of this host (e.g. \"10.0.0.5\")", c.OutgoingAddress)
 		}
 	}
 	if _, ok := xffModes[c.ForwardedFor]; !ok {

@@ -7,12 +7,14 @@ package forwarding
 import (
 	"context"
 	"crypto/tls"
+	"fmt"
 	"net"
 	"net/netip"
 	"sync"
 	"time"
 
 	"github.com/peerd/peerd/dialer"
+	"github.com/peerd/peerd/internal/conf"
 	"github.com/peerd/peerd/selection"
 )
 
@@ -93,7 +95,7 @@ func (p *Proxy) dialOrigin(o origin) (net.Conn, error) {
 		if p.directDial != nil {
 			conn, err = p.directDial(ctx, "tcp", addr)
 		} else {
-			var d net.Dialer
+			d := p.source.For(a)
 			conn, err = d.DialContext(ctx, "tcp", addr)
 		}
 		if err == nil || ctx.Err() != nil {
@@ -169,4 +171,18 @@ func (r *race) finish() {
 			return
 		}
 	}
+}
+
+// CheckOutgoingAddress reports an outgoing_address this host cannot send
+// from (not one of its addresses): every connect from it would fail, and
+// be counted against the peers.
+func CheckOutgoingAddress(a string) error {
+	if a == "" {
+		return nil
+	}
+	l, err := net.ListenPacket("udp", net.JoinHostPort(a, "0"))
+	if err != nil {
+		return &conf.Error{Section: "proxy", Key: "outgoing_address", Msg: fmt.Sprintf("%s is not an address of this host: %v", a, err)}
+	}
+	return l.Close()
 }

@@ -114,6 +114,10 @@ type Options struct {
 	Resolver Resolver
 	// ICP, when set, is asked before a GET or HEAD is planned.
 	ICP ICP
+	// Source, when set, is where [proxy] outgoing_address goes: the
+	// local address of connections to origins (and to peers, through
+	// the peer dialer that shares it).
+	Source *dialer.Source
 }
 
 // Resolver looks up an origin's addresses.
@@ -127,6 +131,7 @@ type Proxy struct {
 	acct       Accounting
 	dialer     PeerDialer
 	directDial func(ctx context.Context, network, addr string) (net.Conn, error)
+	source     *dialer.Source
 	access     atomic.Pointer[AccessLog]
 	port       atomic.Pointer[string] // the plain listener's, bound (X-Cache-Lookup)
 	cache      atomic.Pointer[cache.Cache]
@@ -197,7 +202,7 @@ type runtimeConfig struct {
 // New returns a proxy.
 func New(o Options) (*Proxy, error) {
 	p := &Proxy{
-		planner: o.Planner, acct: o.Accounting, dialer: o.Dialer, directDial: o.DirectDial,
+		planner: o.Planner, acct: o.Accounting, dialer: o.Dialer, directDial: o.DirectDial, source: o.Source,
 		metrics: o.Metrics, log: o.Log, version: o.Version, resolver: o.Resolver, icp: o.ICP,
 		budget:         newRetryBudget(o.Config.RetryBudget),
 		pools:          newPools(),
@@ -282,6 +287,10 @@ func (p *Proxy) Apply(c Config) {
 		port = lp
 	}
 	rc.xCache = xCacheFields(rc.Name, port)
+	if p.source != nil {
+		out, _ := netip.ParseAddr(c.OutgoingAddress) // validated; "" clears it
+		p.source.Set(out)
+	}
 	p.cfg.Store(rc)
 	p.budget.setRatio(c.RetryBudget)
 }

@@ -458,6 +458,7 @@ func (c *fileConfig) checkFiles() []error {
 		es.Add(err)
 	}
 	es.Add(checkClientTLS(c.Proxy.TLSCert, c.Proxy.TLSKey))
+	es.Add(forwarding.CheckOutgoingAddress(c.Proxy.OutgoingAddress))
 	if _, err := auth.Load(c.Auth); err != nil {
 		es.Add(&conf.Error{Section: "auth", Key: "basic_users", Msg: strings.TrimPrefix(err.Error(), "auth.basic_users: ")})
 	}

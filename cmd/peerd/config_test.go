@@ -76,6 +76,7 @@ func TestConfigProblems(t *testing.T) {
 		{"request_header_remove", "[proxy]\nrequest_header_remove = [\"Referer\", \"bad name\", \"host\"]\n",
 			[]string{`line 2: proxy.request_header_remove: "bad name" is not a field name`, "proxy.request_header_remove: host: peerd writes this field itself"}},
 		{"bad dead_peer_timeout", "[icp]\ndead_peer_timeout = \"0s\"\n", []string{"line 2: icp.dead_peer_timeout: must be positive, got 0s"}},
+		{"bad outgoing_address", "[proxy]\noutgoing_address = \"0.0.0.0\"\n", []string{`line 2: proxy.outgoing_address: "0.0.0.0" is not a unicast IP address`}},
 		{"bad forwarded_for", "[proxy]\nforwarded_for = \"hide\"\nvia = \"off\"\n",
 			[]string{`line 2: proxy.forwarded_for: unknown mode "hide" (want on, off, transparent, delete or truncate)`, "line 3", "via"}},
 		{"bad size", "[proxy]\nmax_retry_body = \"lots\"\n", []string{"line 2", "invalid size"}},

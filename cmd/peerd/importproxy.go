@@ -4,12 +4,13 @@ package main
 // beyond those of the contract's list (and a few whose value is what
 // peerd always does): the client and next-hop timeouts,
 // shutdown_lifetime, forwarded_for, via, pid_filename,
-// collapsed_forwarding, quick_abort_*, dead_peer_timeout, "cache deny
-// all" (no caching at all) and "request_header_access NAME deny all"
-// (request_header_remove).
+// collapsed_forwarding, quick_abort_*, dead_peer_timeout,
+// tcp_outgoing_address, "cache deny all" (no caching at all) and
+// "request_header_access NAME deny all" (request_header_remove).
 
 import (
 	"fmt"
+	"net/netip"
 	"strconv"
 	"strings"
 
@@ -29,6 +30,7 @@ var squidProxyKeys = []struct{ directive, key string }{
 	{"forwarded_for", "forwarded_for"},
 	{"via", "via"},
 	{"pid_filename", "pid_file"},
+	{"tcp_outgoing_address", "outgoing_address"}, // read by proxyDirective's own case
 }
 
 // proxySetting is one [proxy] key read from a directive: its TOML value
@@ -60,6 +62,16 @@ func (s *squidImport) proxyDirective(n int, w []string) (bool, error) {
 		// What peerd always does needs no key: objects of any size are
 		// stored, and connections on both sides are kept alive.
 		if v := strings.Join(w[1:], " "); v == "on" || strings.HasPrefix(v, "0 ") || v == "0" {
+			return true, nil
+		}
+		return false, nil
+	case "tcp_outgoing_address":
+		// Without ACLs (or "all") it is every connection's; one for some
+		// requests only is listed.
+		if a, err := netip.ParseAddr(w[1]); err == nil && !a.IsUnspecified() && (len(w) == 2 || (len(w) == 3 && w[2] == "all")) {
+			if _, ok := s.proxyKeys["outgoing_address"]; !ok { // Squid takes the first that matches
+				s.setProxyKey("outgoing_address", tomlString(w[1]), w)
+			}
 			return true, nil
 		}
 		return false, nil
@@ -119,11 +131,16 @@ func (s *squidImport) proxyDirective(n int, w []string) (bool, error) {
 		}
 		value = tomlString(d.String())
 	}
+	s.setProxyKey(key, value, w)
+	return true, nil
+}
+
+// setProxyKey sets a [proxy] key read from the directive w.
+func (s *squidImport) setProxyKey(key, value string, w []string) {
 	if s.proxyKeys == nil {
 		s.proxyKeys = map[string]proxySetting{}
 	}
 	s.proxyKeys[key] = proxySetting{value: value, from: strings.Join(w, " ")}
-	return true, nil
 }
 
 // forwardedForWords are Squid's forwarded_for words, which peerd's

@@ -473,6 +473,20 @@ func TestImportSquidProxySettings(t *testing.T) {
 			}, "", ""},
 		{"what peerd cannot do is listed", "minimum_object_size 4 KB\nserver_persistent_connections off",
 			func(*fileConfig) string { return "" }, "server_persistent_connections off", ""},
+		{"tcp_outgoing_address", "tcp_outgoing_address 10.0.0.5\ntcp_outgoing_address 10.0.0.6 all",
+			func(f *fileConfig) string {
+				if f.Proxy.OutgoingAddress != "10.0.0.5" {
+					return fmt.Sprintf("outgoing_address %q", f.Proxy.OutgoingAddress)
+				}
+				return ""
+			}, "", ""},
+		{"tcp_outgoing_address for some requests is listed", "acl dst_x dstdomain .x.test\ntcp_outgoing_address 10.0.0.5 dst_x\nhttp_access allow all",
+			func(f *fileConfig) string {
+				if f.Proxy.OutgoingAddress != "" {
+					return fmt.Sprintf("outgoing_address %q", f.Proxy.OutgoingAddress)
+				}
+				return ""
+			}, "tcp_outgoing_address 10.0.0.5 dst_x", ""},
 		{"dead_peer_timeout", "dead_peer_timeout 300 seconds",
 			func(f *fileConfig) string {
 				if f.ICP.DeadPeerTimeout != 5*time.Minute {

@@ -135,7 +135,8 @@ func newServer(path string, cfg *fileConfig, stderr io.Writer) (*server, error) 
 		}
 	}
 	s.peerTLS.Store(&tlsConfs)
-	d := &dialer.Dialer{Reporter: reg, Log: lg, TLS: s.tlsFor}
+	source := new(dialer.Source) // [proxy] outgoing_address, set by the proxy's config
+	d := &dialer.Dialer{Reporter: reg, Log: lg, TLS: s.tlsFor, Source: source}
 	s.prober = probes.New(probes.Options{Registry: reg, Dialer: d, Log: lg})
 	s.planner = selection.New(reg, cfg.plannerOptions())
 
@@ -166,6 +167,7 @@ func newServer(path string, cfg *fileConfig, stderr io.Writer) (*server, error) 
 	s.proxy, err = forwarding.New(forwarding.Options{
 		Config: cfg.Proxy, Planner: s.planner, Accounting: reg, Dialer: d,
 		AccessLog: s.access, Metrics: metrics, Log: lg, Version: version, Policy: pol, ICP: icpQuerier,
+		Source: source,
 	})
 	if err != nil {
 		return nil, err
