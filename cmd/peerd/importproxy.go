@@ -39,9 +39,10 @@ type proxySetting struct {
 	value, from string
 }
 
-// proxyDirective reads one of squidProxyKeys' directives, or
-// collapsed_forwarding, and reports whether w was one. Squid keeps the
-// last of repeated lines; so does this.
+// proxyDirective reads one of the directives this file holds, and
+// reports whether w was one (false: the caller lists the line). Squid
+// keeps the last of repeated lines, and the first tcp_outgoing_address
+// that matches; so does this.
 func (s *squidImport) proxyDirective(n int, w []string) (bool, error) {
 	switch w[0] {
 	case "collapsed_forwarding":
@@ -68,6 +69,9 @@ func (s *squidImport) proxyDirective(n int, w []string) (bool, error) {
 	case "tcp_outgoing_address":
 		// Without ACLs (or "all") it is every connection's; one for some
 		// requests only is listed.
+		if len(w) < 2 {
+			return false, nil
+		}
 		if a, err := netip.ParseAddr(w[1]); err == nil && !a.IsUnspecified() && (len(w) == 2 || (len(w) == 3 && w[2] == "all")) {
 			if _, ok := s.proxyKeys["outgoing_address"]; !ok { // Squid takes the first that matches
 				s.setProxyKey("outgoing_address", tomlString(w[1]), w)

@@ -167,6 +167,7 @@ func FuzzImportSquid(f *testing.F) {
 	}
 	f.Add("cache_peer a parent 1 0 weight=0 name=\"x\"\ncache_peer b sibling 65535 65535 connect-timeout=0.5 max-conn=-1")
 	f.Add("http_port [::1]:3128\ncache_mem 0 bytes\nforward_max_tries 0")
+	f.Add("tcp_outgoing_address\ntcp_outgoing_address 10.0.0.1 all\ndead_peer_timeout\nquick_abort_pct\ncache\nrequest_header_access\nminimum_object_size\nvia\nforwarded_for\npid_filename")
 	f.Add("read_timeout 0.5 minutes\nshutdown_lifetime 0\nforwarded_for truncate\nvia off\npid_filename none\ncollapsed_forwarding off\ncache deny all\ncache_dir ufs /c 10 16 256\nrequest_header_access Referer deny all\nrequest_header_access Host deny all\nrequest_header_access \"x y\" deny all")
 	dir := f.TempDir()
 	f.Fuzz(func(t *testing.T, conf string) {
