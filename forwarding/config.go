@@ -4,6 +4,7 @@ package forwarding
 
 import (
 	"fmt"
+	"net"
 	"net/netip"
 	"strings"
 	"time"
@@ -204,6 +205,22 @@ func (c Config) Validate() error {
 		bad("forwarded_for", "unknown mode %q (want on, off, transparent, delete or truncate)", c.ForwardedFor)
 	}
 	return es.Err()
+}
+
+// CheckOutgoingAddress is the part of the [proxy] check that asks this
+// host (Validate stays pure; -check, start-up and reloads run both): it reports
+// an outgoing_address this host cannot send from (not one of its
+// addresses), from which every connect would fail and be counted against
+// the peers.
+func CheckOutgoingAddress(a string) error {
+	if a == "" {
+		return nil
+	}
+	l, err := net.ListenPacket("udp", net.JoinHostPort(a, "0"))
+	if err != nil {
+		return &conf.Error{Section: "proxy", Key: "outgoing_address", Msg: fmt.Sprintf("%s is not an address of this host: %v", a, err)}
+	}
+	return l.Close()
 }
 
 // managedFields are the request fields request_header_remove cannot name:

@@ -7,14 +7,12 @@ package forwarding
 import (
 	"context"
 	"crypto/tls"
-	"fmt"
 	"net"
 	"net/netip"
 	"sync"
 	"time"
 
 	"github.com/peerd/peerd/dialer"
-	"github.com/peerd/peerd/internal/conf"
 	"github.com/peerd/peerd/selection"
 )
 
@@ -171,18 +169,4 @@ func (r *race) finish() {
 			return
 		}
 	}
-}
-
-// CheckOutgoingAddress reports an outgoing_address this host cannot send
-// from (not one of its addresses): every connect from it would fail, and
-// be counted against the peers.
-func CheckOutgoingAddress(a string) error {
-	if a == "" {
-		return nil
-	}
-	l, err := net.ListenPacket("udp", net.JoinHostPort(a, "0"))
-	if err != nil {
-		return &conf.Error{Section: "proxy", Key: "outgoing_address", Msg: fmt.Sprintf("%s is not an address of this host: %v", a, err)}
-	}
-	return l.Close()
 }

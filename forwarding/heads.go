@@ -191,8 +191,8 @@ func appendStatusLine(b []byte, resp *h1.Response) []byte {
 	return append(b, "\r\n"...)
 }
 
-// appendResponseFields copies the end-to-end fields of resp and appends
-// peerd's Via.
+// appendResponseFields copies the end-to-end fields of resp (and a PASS
+// peer's challenge) and appends Via, with peerd's entry unless via = false.
 func (tx *txn) appendResponseFields(b []byte, resp *h1.Response) []byte {
 	via := false
 	// A peer that is sent the client's own credentials (login = "PASS")

@@ -33,7 +33,7 @@ type Querier struct {
 	wg   sync.WaitGroup
 
 	timeout atomic.Int64 // Timeout; 0: auto
-	deadAt  atomic.Int64 // dead_peer_timeout, nanoseconds
+	silence atomic.Int64 // dead_peer_timeout, nanoseconds
 	reqnum  atomic.Uint32
 
 	mu      sync.Mutex
@@ -121,7 +121,7 @@ func (q *Querier) SetTimeout(t Timeout) { q.timeout.Store(int64(t)) }
 
 // SetDeadPeerTimeout changes how long a peer that used to answer may stay
 // quiet before it is marked suspect and probed (a reload).
-func (q *Querier) SetDeadPeerTimeout(d time.Duration) { q.deadAt.Store(int64(d)) }
+func (q *Querier) SetDeadPeerTimeout(d time.Duration) { q.silence.Store(int64(d)) }
 
 // Close stops the querier.
 func (q *Querier) Close() error {
@@ -251,7 +251,7 @@ func (q *Querier) Query(ctx context.Context, url []byte) (first *peers.Peer, cod
 // that used to answer but have been quiet for dead_peer_timeout.
 func (q *Querier) timedOut(qu *query) {
 	now := q.now().UnixNano()
-	dead := q.deadAt.Load()
+	dead := q.silence.Load()
 	var quiet []*peers.Peer
 	q.mu.Lock()
 	for i, p := range qu.peers {

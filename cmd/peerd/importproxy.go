@@ -103,8 +103,8 @@ func (s *squidImport) proxyDirective(n int, w []string) (bool, error) {
 		if len(w) > 1 {
 			mode = w[1]
 		}
-		if _, ok := forwardedForWords[mode]; !ok {
-			return true, fmt.Errorf("forwarded_for %q: want on, off, transparent, delete or truncate", mode)
+		if err := proxyCheck(func(c *forwarding.Config) { c.ForwardedFor = mode }); err != nil {
+			return true, fmt.Errorf("forwarded_for %q: %v", mode, err)
 		}
 		value = tomlString(mode)
 	case "pid_filename":
@@ -147,9 +147,14 @@ func (s *squidImport) setProxyKey(key, value string, w []string) {
 	s.proxyKeys[key] = proxySetting{value: value, from: strings.Join(w, " ")}
 }
 
-// forwardedForWords are Squid's forwarded_for words, which peerd's
-// forwarded_for takes as they are.
-var forwardedForWords = map[string]bool{"on": true, "off": true, "transparent": true, "delete": true, "truncate": true}
+// proxyCheck is what forwarding's own Validate says of the default
+// [proxy] section with one setting changed by set: the words and field
+// names peerd takes are checked where they are defined, not listed again.
+func proxyCheck(set func(*forwarding.Config)) error {
+	c := forwarding.DefaultConfig()
+	set(&c)
+	return c.Validate()
+}
 
 // squidOnOff reads a directive's "on" or "off".
 func squidOnOff(w []string) (bool, error) {
@@ -220,9 +225,7 @@ func (s *squidImport) requestHeaderAccess(n int, w []string) {
 	case !all || w[2] != "deny":
 		s.note(n, "%s: peerd removes a field from every request or none", strings.Join(w, " "))
 	default:
-		probe := forwarding.DefaultConfig()
-		probe.RequestHeaderRemove = []string{name}
-		if err := probe.Validate(); err != nil {
+		if err := proxyCheck(func(c *forwarding.Config) { c.RequestHeaderRemove = []string{name} }); err != nil {
 			s.note(n, "%s: %v", strings.Join(w, " "), err)
 			return
 		}

@@ -356,39 +356,21 @@ sslproxy_foo password=optpass
 // are listed, never dropped silently, and never make an invalid config.
 func TestImportSquidProxySettings(t *testing.T) {
 	base := defaultConfig()
-	// removed and memory check one key each.
-	removed := func(want string) func(*fileConfig) string {
+	// is checks the keys get reads, printed together (fmt.Sprint), against
+	// want.
+	is := func(want string, get func(*fileConfig) any) func(*fileConfig) string {
 		return func(f *fileConfig) string {
-			if got := fmt.Sprint(f.Proxy.RequestHeaderRemove); got != want {
-				return "request_header_remove " + got
+			if got := fmt.Sprint(get(f)); got != want {
+				return fmt.Sprintf("got %s; want %s", got, want)
 			}
 			return ""
 		}
 	}
-	privacy := func(xff string, via bool) func(*fileConfig) string {
-		return func(f *fileConfig) string {
-			if c := f.Proxy; c.ForwardedFor != xff || c.Via != via {
-				return fmt.Sprintf("forwarded_for %q via %v", c.ForwardedFor, c.Via)
-			}
-			return ""
-		}
-	}
-	pidFile := func(want string) func(*fileConfig) string {
-		return func(f *fileConfig) string {
-			if f.Proxy.PIDFile != want {
-				return fmt.Sprintf("pid_file %q", f.Proxy.PIDFile)
-			}
-			return ""
-		}
-	}
-	memory := func(want int64) func(*fileConfig) string {
-		return func(f *fileConfig) string {
-			if int64(f.Cache.Memory) != want {
-				return fmt.Sprintf("memory %d", f.Cache.Memory)
-			}
-			return ""
-		}
-	}
+	privacy := func(f *fileConfig) any { return []any{f.Proxy.ForwardedFor, f.Proxy.Via} }
+	memory := func(f *fileConfig) any { return int64(f.Cache.Memory) }
+	removed := func(f *fileConfig) any { return f.Proxy.RequestHeaderRemove }
+	pidFile := func(f *fileConfig) any { return f.Proxy.PIDFile }
+	outgoing := func(f *fileConfig) any { return f.Proxy.OutgoingAddress }
 	for _, tc := range []struct {
 		name, conf string
 		check      func(*fileConfig) string // "" when right; what is wrong otherwise
@@ -396,68 +378,34 @@ func TestImportSquidProxySettings(t *testing.T) {
 		err        string                   // the import fails with this
 	}{
 		{"timeouts", "read_timeout 60 seconds\nrequest_timeout 30 seconds\nclient_idle_pconn_timeout 2 minutes\nwrite_timeout 5 minutes\nshutdown_lifetime 3 seconds",
-			func(f *fileConfig) string {
+			is("[1m0s 30s 2m0s 5m0s 3s]", func(f *fileConfig) any {
 				c := f.Proxy
-				if c.ReadTimeout != time.Minute || c.RequestTimeout != 30*time.Second || c.ClientIdleTimeout != 2*time.Minute ||
-					c.WriteTimeout != 5*time.Minute || c.ShutdownTimeout != 3*time.Second {
-					return fmt.Sprintf("read %s request %s idle %s write %s shutdown %s", c.ReadTimeout, c.RequestTimeout, c.ClientIdleTimeout, c.WriteTimeout, c.ShutdownTimeout)
-				}
-				return ""
-			}, "", ""},
+				return []any{c.ReadTimeout, c.RequestTimeout, c.ClientIdleTimeout, c.WriteTimeout, c.ShutdownTimeout}
+			}), "", ""},
 		{"the older idle name, the last line wins", "persistent_request_timeout 1 minute\nread_timeout 1 minute\nread_timeout 2 minutes",
-			func(f *fileConfig) string {
-				c := f.Proxy
-				if c.ClientIdleTimeout != time.Minute || c.ReadTimeout != 2*time.Minute {
-					return fmt.Sprintf("idle %s read %s", c.ClientIdleTimeout, c.ReadTimeout)
-				}
-				return ""
-			}, "", ""},
-		{"forwarded_for delete, via off", "forwarded_for delete\nvia off", privacy("delete", false), "", ""},
-		{"forwarded_for off, via on", "forwarded_for off\nvia on", privacy("off", true), "", ""},
-		{"collapsed_forwarding off", "collapsed_forwarding off",
-			func(f *fileConfig) string {
-				if f.Cache.Collapse {
-					return "collapse = true"
-				}
-				return ""
-			}, "", ""},
+			is("[1m0s 2m0s]", func(f *fileConfig) any { return []any{f.Proxy.ClientIdleTimeout, f.Proxy.ReadTimeout} }), "", ""},
+		{"forwarded_for delete, via off", "forwarded_for delete\nvia off", is("[delete false]", privacy), "", ""},
+		{"forwarded_for off, via on", "forwarded_for off\nvia on", is("[off true]", privacy), "", ""},
+		{"collapsed_forwarding off", "collapsed_forwarding off", is("false", func(f *fileConfig) any { return f.Cache.Collapse }), "", ""},
 		{"a zero timeout keeps peerd's default", "shutdown_lifetime 0 seconds",
-			func(f *fileConfig) string {
-				c := f.Proxy
-				if c.ShutdownTimeout != base.Proxy.ShutdownTimeout {
-					return fmt.Sprintf("shutdown %s", c.ShutdownTimeout)
-				}
-				return ""
-			}, "shutdown_lifetime 0 seconds: peerd needs a positive shutdown_timeout", ""},
-		{"pid_filename", "pid_filename /run/squid.pid", pidFile("/run/squid.pid"), "", ""},
-		{"pid_filename none", "pid_filename /run/squid.pid\npid_filename none", pidFile(""), "", ""},
+			is(base.Proxy.ShutdownTimeout.String(), func(f *fileConfig) any { return f.Proxy.ShutdownTimeout }),
+			"shutdown_lifetime 0 seconds: peerd needs a positive shutdown_timeout", ""},
+		{"pid_filename", "pid_filename /run/squid.pid", is("/run/squid.pid", pidFile), "", ""},
+		{"pid_filename none", "pid_filename /run/squid.pid\npid_filename none", is("", pidFile), "", ""},
 		{"cache deny all stores nothing", "cache_mem 64 MB\ncache_dir ufs /var/spool/squid 1000 16 256\ncache deny all\ncache allow QUERY",
-			func(f *fileConfig) string {
-				if f.Cache.Memory != 0 || f.Cache.Disk != "" {
-					return fmt.Sprintf("memory %d disk %q", f.Cache.Memory, f.Cache.Disk)
-				}
-				return ""
-			}, "cache_dir /var/spool/squid: cache deny all stores nothing", ""},
-		{"cache allow all is the default", "no_cache allow all", memory(int64(base.Cache.Memory)), "", ""},
-		{"some requests uncached is listed", "acl QUERY urlpath_regex cgi-bin\ncache deny QUERY\ncache deny all", memory(int64(base.Cache.Memory)), "cache deny QUERY: peerd stores what RFC 9111 allows", ""},
-		{"request_header_access deny all", "request_header_access Referer deny all\nrequest_header_access Referer allow all\nrequest_header_access From allow all\nrequest_header_access From deny all", removed("[Referer]"), "", ""},
-		{"request_header_access for some requests is listed", "acl localnet src 10.0.0.0/8\nrequest_header_access User-Agent deny localnet\nrequest_header_access User-Agent deny all", removed("[]"), "request_header_access User-Agent deny localnet: peerd removes a field from every request or none", ""},
-		{"request_header_access of a field peerd writes is listed", "request_header_access Host deny all", removed("[]"), "Host: peerd writes this field itself", ""},
-		{"request_header_access All is listed", "request_header_access All deny all", removed("[]"), "peerd removes fields it is given by name only", ""},
+			is("[0 ]", func(f *fileConfig) any { return []any{int64(f.Cache.Memory), f.Cache.Disk} }), "cache_dir /var/spool/squid: cache deny all stores nothing", ""},
+		{"cache allow all is the default", "no_cache allow all", is(fmt.Sprint(int64(base.Cache.Memory)), memory), "", ""},
+		{"some requests uncached is listed", "acl QUERY urlpath_regex cgi-bin\ncache deny QUERY\ncache deny all", is(fmt.Sprint(int64(base.Cache.Memory)), memory), "cache deny QUERY: peerd stores what RFC 9111 allows", ""},
+		{"request_header_access deny all", "request_header_access Referer deny all\nrequest_header_access Referer allow all\nrequest_header_access From allow all\nrequest_header_access From deny all", is("[Referer]", removed), "", ""},
+		{"request_header_access for some requests is listed", "acl localnet src 10.0.0.0/8\nrequest_header_access User-Agent deny localnet\nrequest_header_access User-Agent deny all", is("[]", removed), "request_header_access User-Agent deny localnet: peerd removes a field from every request or none", ""},
+		{"request_header_access of a field peerd writes is listed", "request_header_access Host deny all", is("[]", removed), "Host: peerd writes this field itself", ""},
+		{"request_header_access All is listed", "request_header_access All deny all", is("[]", removed), "peerd removes fields it is given by name only", ""},
 		{"quick_abort", "quick_abort_min -1 QB\nquick_abort_max 1 MB\nquick_abort_pct 80",
-			func(f *fileConfig) string {
-				if f.Cache.QuickAbortMin != -1 || f.Cache.QuickAbortMax != 1<<20 || f.Cache.QuickAbortPct != 80 {
-					return fmt.Sprintf("quick_abort min %d max %d pct %d", f.Cache.QuickAbortMin, f.Cache.QuickAbortMax, f.Cache.QuickAbortPct)
-				}
-				return ""
-			}, "", ""},
+			is("[-1 1048576 80]", func(f *fileConfig) any {
+				return []any{int64(f.Cache.QuickAbortMin), int64(f.Cache.QuickAbortMax), f.Cache.QuickAbortPct}
+			}), "", ""},
 		{"quick_abort off", "quick_abort_min 0 KB\nquick_abort_max 0 KB",
-			func(f *fileConfig) string {
-				if f.Cache.QuickAbortMin != 0 || f.Cache.QuickAbortMax != 0 {
-					return fmt.Sprintf("quick_abort min %d max %d", f.Cache.QuickAbortMin, f.Cache.QuickAbortMax)
-				}
-				return ""
-			}, "", ""},
+			is("[0 0]", func(f *fileConfig) any { return []any{int64(f.Cache.QuickAbortMin), int64(f.Cache.QuickAbortMax)} }), "", ""},
 		{"refresh_pattern options that break RFC 9111", "refresh_pattern -i \\.deb$ 40320 100% 259200 refresh-ims override-expire ignore-no-store\nrefresh_pattern . 0 20% 4320",
 			func(f *fileConfig) string {
 				if ps := f.Cache.RefreshPatterns; len(ps) != 1 || ps[0].Pattern != `(?i)\.deb$` || ps[0].Min != 672*time.Hour || !ps[0].RefreshIMS {
@@ -466,35 +414,13 @@ func TestImportSquidProxySettings(t *testing.T) {
 				return ""
 			}, "options override-expire ignore-no-store (peerd keeps to RFC 9111; the pattern itself is carried over)", ""},
 		{"what peerd always does", "minimum_object_size 0 KB\nserver_persistent_connections on\nclient_persistent_connections on\nrequest_start_timeout 20 seconds",
-			func(f *fileConfig) string {
-				if f.Proxy.RequestStartTimeout != 20*time.Second {
-					return fmt.Sprintf("request_start_timeout %s", f.Proxy.RequestStartTimeout)
-				}
-				return ""
-			}, "", ""},
+			is("20s", func(f *fileConfig) any { return f.Proxy.RequestStartTimeout }), "", ""},
 		{"what peerd cannot do is listed", "minimum_object_size 4 KB\nserver_persistent_connections off",
 			func(*fileConfig) string { return "" }, "server_persistent_connections off", ""},
-		{"tcp_outgoing_address", "tcp_outgoing_address 10.0.0.5\ntcp_outgoing_address 10.0.0.6 all",
-			func(f *fileConfig) string {
-				if f.Proxy.OutgoingAddress != "10.0.0.5" {
-					return fmt.Sprintf("outgoing_address %q", f.Proxy.OutgoingAddress)
-				}
-				return ""
-			}, "", ""},
+		{"tcp_outgoing_address", "tcp_outgoing_address 10.0.0.5\ntcp_outgoing_address 10.0.0.6 all", is("10.0.0.5", outgoing), "", ""},
 		{"tcp_outgoing_address for some requests is listed", "acl dst_x dstdomain .x.test\ntcp_outgoing_address 10.0.0.5 dst_x\nhttp_access allow all",
-			func(f *fileConfig) string {
-				if f.Proxy.OutgoingAddress != "" {
-					return fmt.Sprintf("outgoing_address %q", f.Proxy.OutgoingAddress)
-				}
-				return ""
-			}, "tcp_outgoing_address 10.0.0.5 dst_x", ""},
-		{"dead_peer_timeout", "dead_peer_timeout 300 seconds",
-			func(f *fileConfig) string {
-				if f.ICP.DeadPeerTimeout != 5*time.Minute {
-					return fmt.Sprintf("dead_peer_timeout %s", f.ICP.DeadPeerTimeout)
-				}
-				return ""
-			}, "", ""},
+			is("", outgoing), "tcp_outgoing_address 10.0.0.5 dst_x", ""},
+		{"dead_peer_timeout", "dead_peer_timeout 300 seconds", is("5m0s", func(f *fileConfig) any { return f.ICP.DeadPeerTimeout }), "", ""},
 		{"an unknown forwarded_for word", "forwarded_for maybe", nil, "", `forwarded_for "maybe"`},
 		{"via with no word", "via", nil, "", "via: want on or off"},
 	} {
