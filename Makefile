@@ -55,6 +55,7 @@ FUZZ_TARGETS := \
 	fleet:FuzzDecode \
 	fleet:FuzzForgedVerdicts \
 	access:FuzzCanonicalHost \
+	internal/match:FuzzCanonicalURL \
 	icp:FuzzParse \
 	auth:FuzzParseBasic \
 	auth:FuzzHtpasswd

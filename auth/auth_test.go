@@ -2,10 +2,13 @@ package auth
 
 import (
 	"encoding/base64"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"golang.org/x/crypto/bcrypt"
@@ -56,13 +59,17 @@ func TestHtpasswdFormats(t *testing.T) {
 	}
 }
 
-// TestWrongPasswordsSlowedRightOneNever: a source that keeps failing is
-// slowed (429) but its right credential still works at once; the cache
-// spares bcrypt on repeats.
-func TestWrongPasswordsSlowedRightOneNever(t *testing.T) {
+// TestGuessingIsRefusedBeforeHashing: a source past its failure
+// allowance is answered Slowed without a hash being computed, its right
+// guess included; a credential verified before the guessing still works
+// at once; the allowance refills with time.
+func TestGuessingIsRefusedBeforeHashing(t *testing.T) {
 	h, _ := bcrypt.GenerateFromPassword([]byte("right"), bcrypt.MinCost)
-	b, _ := Load(Config{BasicUsers: usersFile(t, "bob:"+string(h)), Realm: "r"})
+	b, _ := Load(Config{BasicUsers: usersFile(t, "bob:"+string(h), apr1Line), Realm: "r"})
 	now := time.Now()
+	if _, v := b.Check(basicHeader("erin", "s3cret-apr1"), "10.0.0.9", now); v != Allowed {
+		t.Fatalf("erin before any guessing: %v; want allowed", v)
+	}
 	var verdicts []Verdict
 	for i := 0; i < 8; i++ {
 		_, v := b.Check(basicHeader("bob", "guess"), "10.0.0.9", now)
@@ -71,12 +78,88 @@ func TestWrongPasswordsSlowedRightOneNever(t *testing.T) {
 	if verdicts[0] != Wrong || verdicts[7] != Slowed {
 		t.Fatalf("verdicts %v; want wrong at first, slowed after the burst", verdicts)
 	}
-	if user, v := b.Check(basicHeader("bob", "right"), "10.0.0.9", now); v != Allowed || user != "bob" {
-		t.Fatalf("the right password from the guessing source: %v; want allowed", v)
+	hashed := b.hashes.Load()
+	if user, v := b.Check(basicHeader("bob", "right"), "10.0.0.9", now); v != Slowed || user != "bob" {
+		t.Fatalf("the right password from the guessing source: %v; want slowed", v)
 	}
-	if len(b.verified) != 1 {
-		t.Fatal("a verified credential is not cached")
+	if _, v := b.Check(basicHeader("mallory", "x"), "10.0.0.9", now); v != Slowed {
+		t.Fatalf("an unknown user from the guessing source: %v; want slowed", v)
 	}
+	if n := b.hashes.Load() - hashed; n != 0 {
+		t.Fatalf("%d hashes computed for a source over its allowance; want 0", n)
+	}
+	if _, v := b.Check(basicHeader("erin", "s3cret-apr1"), "10.0.0.9", now); v != Allowed {
+		t.Fatalf("erin's cached credential from that source: %v; want allowed", v)
+	}
+	// Another source guessing bob is slowed too: bob's own allowance is spent.
+	if _, v := b.Check(basicHeader("bob", "right"), "10.0.0.10", now); v != Slowed {
+		t.Fatalf("bob from another source while bob is guessed: %v; want slowed", v)
+	}
+	later := now.Add(10 * time.Second)
+	if user, v := b.Check(basicHeader("bob", "right"), "10.0.0.9", later); v != Allowed || user != "bob" {
+		t.Fatalf("the right password once the allowance refilled: %v; want allowed", v)
+	}
+	if len(b.verified) != 2 {
+		t.Fatalf("%d verified credentials cached; want 2", len(b.verified))
+	}
+}
+
+// TestUnknownUserCostsAHash: a name the file does not have is hashed
+// like a known one (timing does not tell names apart), and its failures
+// make no per-user entry (the map stays bounded by the file).
+func TestUnknownUserCostsAHash(t *testing.T) {
+	h, _ := bcrypt.GenerateFromPassword([]byte("right"), bcrypt.MinCost)
+	b, _ := Load(Config{BasicUsers: usersFile(t, "bob:"+string(h)), Realm: "r"})
+	now := time.Now()
+	for i := range 3 {
+		if _, v := b.Check(basicHeader(fmt.Sprintf("nobody%d", i), "right"), "10.0.0.1", now); v != Wrong {
+			t.Fatalf("an unknown user: %v; want wrong", v)
+		}
+	}
+	if n := b.hashes.Load(); n != 3 {
+		t.Fatalf("%d hashes for 3 unknown users; want 3", n)
+	}
+	if len(b.userFail) != 0 {
+		t.Fatalf("unknown users made %d per-user entries; want 0", len(b.userFail))
+	}
+}
+
+// TestHashPoolDoesNotHoldCachedUsers: with every hashing slot taken (a
+// crowd of guessers), a cached credential is answered at once and a new
+// one waits for a slot.
+func TestHashPoolDoesNotHoldCachedUsers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h, _ := bcrypt.GenerateFromPassword([]byte("right"), bcrypt.MinCost)
+		b, _ := Load(Config{BasicUsers: usersFile(t, "bob:"+string(h), apr1Line), Realm: "r"})
+		now := time.Now()
+		b.Check(basicHeader("bob", "right"), "10.0.0.1", now)
+		for range cap(b.hashing) {
+			b.hashing <- struct{}{}
+		}
+		var cached, fresh atomic.Bool
+		go func() {
+			_, v := b.Check(basicHeader("bob", "right"), "10.0.0.1", now)
+			cached.Store(v == Allowed)
+		}()
+		go func() {
+			_, v := b.Check(basicHeader("erin", "s3cret-apr1"), "10.0.0.2", now)
+			fresh.Store(v == Allowed)
+		}()
+		synctest.Wait()
+		if !cached.Load() {
+			t.Fatal("a cached credential waited for the hashing pool")
+		}
+		if fresh.Load() {
+			t.Fatal("a new credential was hashed with every slot taken")
+		}
+		for range cap(b.hashing) {
+			<-b.hashing
+		}
+		synctest.Wait()
+		if !fresh.Load() {
+			t.Fatal("a new credential was not hashed once a slot was free")
+		}
+	})
 }
 
 func FuzzParseBasic(f *testing.F) {

@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"net/url"
 	"strconv"
+	"strings"
 
 	"github.com/peerd/peerd/access"
 	"github.com/peerd/peerd/internal/match"
@@ -33,13 +34,14 @@ func (p *Proxy) refusal(method, rawURL, client, user string) (string, int) {
 		return CodeAccessDenied + ": client " + client + " is not in [proxy] allow", -1
 	}
 	var host, port string
-	connect := method == http.MethodConnect
+	var u *url.URL
+	connect := strings.EqualFold(method, http.MethodConnect)
 	if connect {
 		if host, port, err = net.SplitHostPort(rawURL); err != nil {
 			return CodeBadRequest + ": CONNECT needs host:port", -1
 		}
 	} else {
-		u, err := url.Parse(rawURL)
+		u, err = url.Parse(rawURL)
 		if err != nil || u.Host == "" {
 			return CodeBadRequest + ": not an absolute URL", -1
 		}
@@ -62,13 +64,34 @@ func (p *Proxy) refusal(method, rawURL, client, user string) (string, int) {
 	if err != nil || n < 1 || n > 65535 {
 		return CodeBadRequest + ": port " + strconv.Quote(port), -1
 	}
-	rule := -1
+	var list []Rule
 	if rs := p.rules.Load(); rs != nil {
-		r := match.Request{Host: host, Client: a.Unmap(), Port: n, Method: method, User: user, URL: rawURL, Resolve: p.resolveForRules}
-		var allow bool
-		if rule, allow = firstRule(*rs, &r); !allow {
+		list = *rs
+	}
+	r := match.Request{Host: host, Client: a.Unmap(), Port: n, Method: method, URL: rawURL, Resolve: p.resolveForRules}
+	if changed && connect {
+		r.URL = net.JoinHostPort(host, port)
+	} else if changed {
+		// The host as the request's target would carry it, once made canonical.
+		r.URL = strings.Replace(rawURL, "://"+u.Host, "://"+net.JoinHostPort(host, port), 1)
+	}
+	// The user named is taken as proven; none, where one is needed, is
+	// the 407 the request would get.
+	login := func() (string, *Error) {
+		if user == "" {
+			return "", errorf(http.StatusProxyAuthRequired, CodeAuthRequired, "", "credentials needed")
+		}
+		return user, nil
+	}
+	rule, e := walkRules(list, &r, p.auth.Load() != nil, login)
+	if e != nil {
+		if e.Code == CodeAccessDenied {
 			return fmt.Sprintf("%s: refused by [[rule]] %d", CodeAccessDenied, rule), rule
 		}
+		if rule >= 0 {
+			return fmt.Sprintf("%s: [[rule]] %d needs a user; pass &user=NAME", CodeAuthRequired, rule), rule
+		}
+		return CodeAuthRequired + ": [auth] needs a user; pass &user=NAME", rule
 	}
 	pol := p.policy.Load()
 	if err := pol.CheckPort(connect, n); err != nil {

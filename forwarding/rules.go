@@ -2,9 +2,13 @@ package forwarding
 
 // This file holds [[rule]] (contract section 18, Squid http_access): an
 // ordered list of allow and deny rules with the match keys of [[route]],
-// checked after the client address and its credentials and before the
-// destination policy; the first rule that matches decides, and a request
-// no rule matches is allowed (its client passed [proxy] allow).
+// checked after the client address and before the destination policy;
+// the first rule that matches decides, and a request no rule matches is
+// allowed (its client passed [proxy] allow). Credentials are asked for
+// as Squid asks: only by a rule that needs the user, when a request
+// reaches it, so a deny that comes first is 403 whatever the password
+// (a 407 for a wrong one and a 403 for a right one would tell an
+// outsider which passwords are right).
 
 import (
 	"context"
@@ -55,30 +59,73 @@ func CompileRules(specs []RuleSpec) ([]Rule, error) {
 // SetRules puts the [[rule]] list in force (on start and reload).
 func (p *Proxy) SetRules(rs []Rule) { p.rules.Store(&rs) }
 
-// checkRules applies [[rule]] to the request: the index of the rule that
-// decided (-1: none), and the refusal when it denies.
+// checkRules applies [[rule]] and [auth] to the request: the index of
+// the rule that decided (-1: none), and the refusal (403 by a rule, 407
+// or 429 when the user was needed and not proven).
 func (tx *txn) checkRules() (int, *Error) {
-	rs := tx.cc.p.rules.Load()
-	if rs == nil || len(*rs) == 0 {
+	var list []Rule
+	if rs := tx.cc.p.rules.Load(); rs != nil {
+		list = *rs
+	}
+	a := tx.cc.p.auth.Load()
+	if len(list) == 0 && a == nil {
 		return -1, nil
 	}
 	r := tx.matchRequest()
-	i, allow := firstRule(*rs, &r)
-	if !allow {
-		return i, errorf(http.StatusForbidden, CodeAccessDenied, "", "refused by [[rule]] %d", i)
+	login := func() (string, *Error) {
+		if e := tx.authenticate(*a); e != nil {
+			return "", e
+		}
+		return tx.user, nil
 	}
-	return i, nil
+	return walkRules(list, &r, a != nil, login)
 }
 
-// firstRule is the index of the first rule r matches (-1: none) and
-// whether it allows.
-func firstRule(rs []Rule, r *match.Request) (int, bool) {
+// walkRules walks the rules in order, as Squid walks http_access: the
+// first rule that matches decides. A rule with users is matched on its
+// other keys first; only when they match does it need the user, and then
+// login proves it (or ends the walk with its 407 or 429). With auth on,
+// a request no rule decided needs the user too: authentication that is
+// configured is never skipped by falling off the end. It returns the
+// deciding rule's index (-1: none) and the refusal, nil when allowed.
+func walkRules(rs []Rule, r *match.Request, auth bool, login func() (string, *Error)) (int, *Error) {
+	proven := false
+	prove := func() *Error {
+		if proven {
+			return nil
+		}
+		proven = true
+		user, e := login()
+		r.User = user
+		return e
+	}
 	for i := range rs {
-		if rs[i].m.Match(r) {
-			return i, rs[i].allow
+		m := rs[i].m
+		if !m.MatchButUser(r) {
+			continue
+		}
+		if m.NeedsUser() {
+			if !auth {
+				continue // no user can be proven: the rule never matches
+			}
+			if e := prove(); e != nil {
+				return i, e
+			}
+			if !m.MatchUser(r) {
+				continue
+			}
+		}
+		if !rs[i].allow {
+			return i, errorf(http.StatusForbidden, CodeAccessDenied, "", "refused by [[rule]] %d", i)
+		}
+		return i, nil
+	}
+	if auth {
+		if e := prove(); e != nil {
+			return -1, e
 		}
 	}
-	return -1, true
+	return -1, nil
 }
 
 // matchRequest is the request as the matchers see it.

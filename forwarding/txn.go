@@ -6,6 +6,7 @@ package forwarding
 // body kept for a retry, and the error answer.
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -109,6 +110,44 @@ func (tx *txn) begin(c *runtimeConfig, start time.Time, head []byte) {
 
 var methods = [...]string{"GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS", "TRACE", "PATCH", "CONNECT"}
 
+// knownMethods are the methods Squid knows by name besides those: with
+// them, a method in any case is taken as that method.
+var knownMethods = [...]string{"PROPFIND", "PROPPATCH", "MKCOL", "COPY", "MOVE", "LOCK", "UNLOCK", "SEARCH",
+	"REPORT", "MKACTIVITY", "CHECKOUT", "MERGE", "PURGE"}
+
+// canonicalMethod writes a known method that the client sent in another
+// case ("put", "Get") in capitals, in place in the request head, so that
+// every check, the cache and every next hop see the one method Squid's
+// relaxed parser would make of it (a rule on PUT is not passed by "put",
+// which a Squid parent would forward as PUT). Other methods are kept as
+// sent; rules compare them without regard to case.
+func canonicalMethod(head []byte) {
+	sp := bytes.IndexByte(head, ' ')
+	if sp <= 0 || sp > len("MKACTIVITY") {
+		return
+	}
+	m := head[:sp]
+	lower := false
+	for _, c := range m {
+		lower = lower || 'a' <= c && c <= 'z'
+	}
+	if !lower {
+		return
+	}
+	for _, k := range methods {
+		if h1.EqualFold(m, k) {
+			copy(m, k)
+			return
+		}
+	}
+	for _, k := range knownMethods {
+		if h1.EqualFold(m, k) {
+			copy(m, k)
+			return
+		}
+	}
+}
+
 // methodString returns m as a string, without allocating for the common
 // methods.
 func methodString(m []byte) string {
@@ -126,6 +165,7 @@ func (tx *txn) serve() outcome {
 	c := tx.cfg
 	cc := tx.cc
 	req := &tx.req
+	canonicalMethod(tx.head)
 	if err := h1.ParseRequest(tx.head, req); err != nil {
 		e := errorf(h1.Status(err), CodeBadRequest, "", "%v", err)
 		e.Close = true
@@ -141,12 +181,6 @@ func (tx *txn) serve() outcome {
 		tx.fail(errorf(http.StatusForbidden, CodeAccessDenied, "", "client %s is not in [proxy] allow", cc.remoteStr))
 		return tx.after()
 	}
-	if a := cc.p.auth.Load(); a != nil {
-		if e := tx.authenticate(*a); e != nil {
-			tx.fail(e)
-			return tx.after()
-		}
-	}
 	if e := c.loopError(req.Fields); e != nil {
 		tx.fail(e)
 		return tx.after()
@@ -158,9 +192,13 @@ func (tx *txn) serve() outcome {
 	if req.Form == h1.AuthorityForm {
 		tx.port = h1.PortNumber(req.Port)
 		if e := tx.checkDestination(true); e != nil {
-			e.Close = true
-			tx.fail(e)
-			return closeConn
+			if e.Code != CodeAuthRequired && e.Code != CodeAuthSlowed {
+				e.Close = true // a refused tunnel ends its connection
+				tx.fail(e)
+				return closeConn
+			}
+			tx.fail(e) // the client may answer the challenge on it
+			return tx.after()
 		}
 		return tx.serveConnect()
 	}

@@ -23,6 +23,7 @@ import (
 const (
 	usersSHA512 = `carol:$6$saltsalt$Vd2b/4Dxg.2QfZEXUzBTWCPk7eyodBwe9Y1uDVney3aHpmOzQhTuZJtKMY1uJH3BDnIJkk.d5TRGUEcZTtKNW.` // s3cret-512
 	usersAPR1   = `erin:$apr1$aprsalt$7qTYE0FQzI2BE0eyEavkD0`                                                                // s3cret-apr1
+	usersSHA256 = `dave:$5$salt5$MbuG.3mBwuxA57eb7NJhBukerQOBR.d19oIxnvaYtt8`                                               // s3cret-256
 )
 
 func basicAuth(user, pass string) string {
@@ -32,7 +33,7 @@ func basicAuth(user, pass string) string {
 func TestBasicAuthThroughTheBinary(t *testing.T) {
 	a := newFakeParent(t, "a")
 	users := filepath.Join(t.TempDir(), "users")
-	os.WriteFile(users, []byte(usersSHA512+"\n"+usersAPR1+"\n"), 0o600)
+	os.WriteFile(users, []byte(usersSHA512+"\n"+usersAPR1+"\n"+usersSHA256+"\n"), 0o600)
 	cfg := baseConfig + fmt.Sprintf("\n[auth]\nbasic_users = %q\nrealm = \"test realm\"\n", users) + peerBlock("", a)
 	p := startPeerd(t, cfg)
 	send := func(auth string) *http.Response {
@@ -66,17 +67,26 @@ func TestBasicAuthThroughTheBinary(t *testing.T) {
 			t.Fatalf("%s with the right password: %d; want 200", user, r.StatusCode)
 		}
 	}
-	// Many wrong passwords: slowed (429); the right one still works.
+	// Many wrong passwords: slowed (429). A right guess while the source
+	// is over its allowance is refused too (it is not even hashed), and
+	// works once the allowance refills; carol's credential, verified
+	// before, works throughout.
 	codes := map[int]int{}
 	for i := 0; i < 12; i++ {
-		codes[send(basicAuth("carol", fmt.Sprintf("guess-%d", i))).StatusCode]++
+		codes[send(basicAuth("dave", fmt.Sprintf("guess-%d", i))).StatusCode]++
 	}
 	if codes[429] == 0 {
 		t.Fatalf("12 wrong passwords answered %v; want some 429", codes)
 	}
-	if r := send(basicAuth("carol", "s3cret-512")); r.StatusCode != 200 {
-		t.Fatalf("the right password after many wrong ones: %d; want 200", r.StatusCode)
+	if r := send(basicAuth("dave", "s3cret-256")); r.StatusCode != 429 {
+		t.Fatalf("the right password right after many wrong ones: %d; want 429", r.StatusCode)
 	}
+	if r := send(basicAuth("carol", "s3cret-512")); r.StatusCode != 200 {
+		t.Fatalf("carol's verified credential from the guessing source: %d; want 200", r.StatusCode)
+	}
+	waitFor(t, "the right password once the allowance refilled", 15*time.Second, func() bool {
+		return send(basicAuth("dave", "s3cret-256")).StatusCode == 200
+	})
 	// The parent never sees the client's credentials.
 	if strings.Contains(fmt.Sprint(a.records()), "s3cret") {
 		t.Fatal("a credential reached the parent")
@@ -95,7 +105,7 @@ func TestBasicAuthThroughTheBinary(t *testing.T) {
 		regexp.MustCompile(`TCP_MISS/200 \d+ GET http://o\.test/x carol `),
 		regexp.MustCompile(`TCP_DENIED/407 \d+ GET http://o\.test/x - HIER_NONE/- `),
 		regexp.MustCompile(`TCP_DENIED/407 \d+ GET http://o\.test/x carol HIER_NONE/- `),
-		regexp.MustCompile(`TCP_DENIED/429 \d+ GET http://o\.test/x carol HIER_NONE/- `),
+		regexp.MustCompile(`TCP_DENIED/429 \d+ GET http://o\.test/x dave HIER_NONE/- `),
 	} {
 		if !want.Match(access) {
 			t.Errorf("no access log line matches %s:\n%s", want, access)

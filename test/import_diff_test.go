@@ -51,15 +51,22 @@ type judgeCase struct {
 	clients []string
 	// bothParents: the case sends requests to each parent.
 	bothParents bool
+	// hosts are more names Squid's hosts file resolves to 127.0.0.1.
+	hosts string
+	// files are written into a directory both Squid and peerd can read;
+	// "%[3]s" in conf names that directory.
+	files map[string]string
 }
 
-type judgeReq struct{ method, target string }
+// judgeReq is one request: its method, target and Proxy-Authorization.
+type judgeReq struct{ method, target, auth string }
 
-// outcome is what a client saw: refused (403), or which parent answered
-// ("" for none: DIRECT or an error).
+// outcome is what a client saw: refused (403), challenged (407), or
+// which parent answered ("" for none: DIRECT or an error).
 type outcome struct {
-	refused bool
-	parent  string
+	refused    bool
+	challenged bool
+	parent     string
 }
 
 func TestImportedAccessAgreesWithSquid(t *testing.T) {
@@ -68,15 +75,15 @@ func TestImportedAccessAgreesWithSquid(t *testing.T) {
 	var matrix []judgeReq
 	for _, host := range []string{"127.0.0.1:" + oport, "www.blocked.test", "ok.test", "ok.test:25", "ok.test:8080"} {
 		for _, path := range []string{"/", "/setup.EXE", "/squid-internal-mgr/menu"} {
-			matrix = append(matrix, judgeReq{"GET", "http://" + host + path}, judgeReq{"POST", "http://" + host + path})
+			matrix = append(matrix, judgeReq{"GET", "http://" + host + path, ""}, judgeReq{"POST", "http://" + host + path, ""})
 		}
 	}
 	for _, target := range []string{"ok.test:443", "ok.test:8443", "www.blocked.test:443", "127.0.0.1:" + oport} {
-		matrix = append(matrix, judgeReq{"CONNECT", target})
+		matrix = append(matrix, judgeReq{"CONNECT", target, ""})
 	}
 	var routed []judgeReq
 	for _, host := range []string{"www.media.test", "media.test", "ok.test", "www.corp.test", "x.other.test"} {
-		routed = append(routed, judgeReq{"GET", "http://" + host + "/"}, judgeReq{"HEAD", "http://" + host + "/a"})
+		routed = append(routed, judgeReq{"GET", "http://" + host + "/", ""}, judgeReq{"HEAD", "http://" + host + "/a", ""})
 	}
 	three := []string{"127.0.0.1", "127.0.0.2", "127.0.0.3"}
 	for _, jc := range []judgeCase{
@@ -107,10 +114,6 @@ http_access allow net2
 // the same requests to both.
 func judge(t *testing.T, jc judgeCase) {
 	pa, pb := newFakeParent(t, "pa"), newFakeParent(t, "pb")
-	conf := jc.conf
-	if strings.Contains(conf, "%[1]s") {
-		conf = fmt.Sprintf(conf, pa.port(), pb.port())
-	}
 	dir := t.TempDir()
 	// Squid resolves the test names from a hosts file (its DNS would time
 	// out); peerd fails to resolve them, which is not a refusal either.
@@ -120,8 +123,15 @@ func judge(t *testing.T, jc judgeCase) {
 	}
 	t.Cleanup(func() { os.RemoveAll(hostsDir) })
 	os.Chmod(hostsDir, 0o755) // Squid reads it as its own user
+	for name, content := range jc.files {
+		os.WriteFile(filepath.Join(hostsDir, name), []byte(content), 0o644)
+	}
+	conf := jc.conf
+	if strings.Contains(conf, "%[") {
+		conf = fmt.Sprintf(conf, pa.port(), pb.port(), hostsDir)
+	}
 	hosts := filepath.Join(hostsDir, "hosts")
-	os.WriteFile(hosts, []byte("127.0.0.1 ok.test www.blocked.test www.corp.test\n"), 0o644)
+	os.WriteFile(hosts, []byte("127.0.0.1 ok.test www.blocked.test www.corp.test "+jc.hosts+"\n"), 0o644)
 	sq := startSquid(t, "judge", "hosts_file "+hosts+"\n"+conf)
 	src := filepath.Join(dir, "squid.conf")
 	os.WriteFile(src, []byte(conf+squidTail), 0o644)
@@ -164,24 +174,29 @@ func judge(t *testing.T, jc judgeCase) {
 		if r.method == "POST" {
 			body = "x=1"
 		}
-		fmt.Fprintf(c, "%s %s HTTP/1.1\r\nHost: %s\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", r.method, r.target, host, len(body), body)
+		auth := ""
+		if r.auth != "" {
+			auth = "Proxy-Authorization: " + r.auth + "\r\n"
+		}
+		fmt.Fprintf(c, "%s %s HTTP/1.1\r\nHost: %s\r\n%sContent-Length: %d\r\nConnection: close\r\n\r\n%s", r.method, r.target, host, auth, len(body), body)
 		resp, err := http.ReadResponse(bufio.NewReader(c), &http.Request{Method: r.method})
 		if err != nil {
 			cl, _ := os.ReadFile(filepath.Join(sq.Dir, "cache.log"))
 			t.Fatalf("%s %s via %s from %s: %v\n%s", r.method, r.target, proxy, client, err, cl)
 		}
 		resp.Body.Close()
-		return outcome{refused: resp.StatusCode == http.StatusForbidden, parent: resp.Header.Get("X-Parent")}
+		return outcome{refused: resp.StatusCode == http.StatusForbidden, challenged: resp.StatusCode == http.StatusProxyAuthRequired,
+			parent: resp.Header.Get("X-Parent")}
 	}
 	checked, denied, parents := 0, 0, 0
 	for _, client := range jc.clients {
 		for _, r := range jc.reqs {
 			s, pd := ask(sq.addr, client, r), ask(p.proxy, client, r)
 			if s != pd {
-				t.Errorf("%s %s from %s: Squid %+v, peerd %+v", r.method, r.target, client, s, pd)
+				t.Errorf("%s %s (auth %q) from %s: Squid %+v, peerd %+v", r.method, r.target, r.auth, client, s, pd)
 			}
 			checked++
-			if s.refused {
+			if s.refused || s.challenged {
 				denied++
 			}
 			if s.parent != "" {

@@ -204,9 +204,6 @@ func (a *squidACL) condition(name string, wide, route bool) (string, []string, e
 		var out []string
 		for _, v := range a.values {
 			re := v
-			if a.typ == "urlpath_regex" {
-				re = urlPathRegex(v, wide)
-			}
 			if a.flags["-i"] {
 				re = "(?i)" + re
 			}
@@ -214,6 +211,9 @@ func (a *squidACL) condition(name string, wide, route bool) (string, []string, e
 				return "", nil, fmt.Errorf("acl %s %s %q: not an RE2 expression", name, a.typ, v)
 			}
 			out = append(out, re)
+		}
+		if a.typ == "urlpath_regex" {
+			return "paths", out, nil // matched on the unescaped path, as Squid does
 		}
 		return "urls", out, nil
 	}
@@ -230,27 +230,6 @@ func checked(name, key string, vals []string) error {
 		return fmt.Errorf("acl %s: %v", name, err)
 	}
 	return nil
-}
-
-// urlPathRegex turns a regex on the URL path into one on the absolute
-// URI. Anchored at the path's start it is exact; unanchored, the version
-// for a deny may match in the host too (wider) and the one for an allow
-// only after the path's first character (narrower).
-func urlPathRegex(v string, wide bool) string {
-	const authority = `^[^:/]+://[^/]*`
-	if rest, ok := strings.CutPrefix(v, "^"); ok {
-		if strings.HasPrefix(rest, "/") {
-			return authority + rest
-		}
-		if wide {
-			return authority + ".*" + rest
-		}
-		return authority + "/(?:" + rest + ")" // narrower: a path is "/..."
-	}
-	if wide {
-		return authority + ".*(?:" + v + ")"
-	}
-	return authority + "/.*(?:" + v + ")"
 }
 
 // squidCIDRs reads a Squid src/dst value, which may also be a range

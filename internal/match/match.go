@@ -1,8 +1,10 @@
 // Package match is the request matcher of [[rule]] and [[route]]
 // (contract section 18): destination domains with Squid's dstdomain
-// semantics, client addresses, ports, methods, users and URL regular
-// expressions (Squid url_regex, which import-squid needs to carry a
-// squid.conf's "deny manager" over faithfully). A key that is
+// semantics, client addresses, ports, methods, users and URL and path
+// regular expressions (Squid url_regex and urlpath_regex, which
+// import-squid needs to carry a squid.conf's "deny manager" over
+// faithfully). Rules see the request as Squid's ACLs do: the URL
+// rebuilt (url.go), the method without regard to case. A key that is
 // absent matches everything; a value written "!v" excludes what v names,
 // so Squid's negated ACLs carry over. Compiled once per config: a domain
 // is found in O(labels), whatever the number of domains.
@@ -29,8 +31,12 @@ type Spec struct {
 	// matches no address).
 	Dst []string `toml:"dst"`
 	// URLs are regular expressions (RE2; "(?i)" for Squid's -i) matched
-	// against the absolute URI, or host:port for CONNECT.
+	// against the absolute URI as Squid's url_regex sees it
+	// (CanonicalURL), or host:port for CONNECT.
 	URLs []string `toml:"urls"`
+	// Paths are regular expressions matched against the URL's path and
+	// query, unescaped (Squid urlpath_regex); CONNECT has no path.
+	Paths []string `toml:"paths"`
 }
 
 // Request is what a request offers to match.
@@ -38,9 +44,9 @@ type Request struct {
 	Host   string // the destination host, canonical (no trailing dot; any case)
 	Client netip.Addr
 	Port   int
-	Method string
+	Method string // any case: matched without regard to it
 	User   string // "" when not authenticated
-	URL    string // the absolute URI; host:port for CONNECT
+	URL    string // the absolute URI (its host canonical); host:port for CONNECT
 	// Resolve, when set, looks a host name up for dst (called only when a
 	// matcher with dst meets a name, and once per Request however many
 	// matchers ask).
@@ -49,6 +55,30 @@ type Request struct {
 	resolved bool
 	addrs    []netip.Addr
 	lowered  bool
+	canon    bool
+	uri      string // CanonicalURL's, once asked
+	path     string
+}
+
+// canonical is the URL and path as url and path rules see them, built
+// once and only when a matcher asks.
+func (r *Request) canonical() (string, string) {
+	if !r.canon {
+		r.canon = true
+		r.uri, r.path = CanonicalURL(r.URL)
+	}
+	return r.uri, r.path
+}
+
+// method is the method as the matcher's sets hold it: in capitals (a
+// method already in capitals, the common case, is not copied).
+func (r *Request) method() string {
+	for i := 0; i < len(r.Method); i++ {
+		if c := r.Method[i]; 'a' <= c && c <= 'z' {
+			return strings.ToUpper(r.Method)
+		}
+	}
+	return r.Method
 }
 
 // lowerHost makes Host lower case once (names are compared without case;
@@ -84,9 +114,23 @@ type Matcher struct {
 	users, notUsers     map[string]bool
 	anyUser             bool // users = ["*"]: any authenticated user (Squid REQUIRED)
 	urls, notURLs       []*regexp.Regexp
+	paths, notPaths     []*regexp.Regexp
 	dst, notDst         []netip.Prefix
-	has                 [7]bool
+	has                 [nKeys]bool
 }
+
+// The keys, as indexes of Matcher.has.
+const (
+	kDomains = iota
+	kSrc
+	kPorts
+	kMethods
+	kUsers
+	kURLs
+	kDst
+	kPaths
+	nKeys
+)
 
 type portRange struct{ lo, hi int }
 
@@ -192,23 +236,35 @@ func Compile(s Spec) (*Matcher, error) {
 			m.users = set(m.users, v)
 		}
 	}
-	for _, v := range s.URLs {
-		v, neg := split(v)
-		re, err := regexp.Compile(v)
-		if err != nil {
-			return nil, fmt.Errorf("urls: %q: %v", v, err)
-		}
-		if neg {
-			m.notURLs = append(m.notURLs, re)
-		} else {
-			m.urls = append(m.urls, re)
-		}
+	if m.urls, m.notURLs, err = regexps("urls", s.URLs); err != nil {
+		return nil, err
+	}
+	if m.paths, m.notPaths, err = regexps("paths", s.Paths); err != nil {
+		return nil, err
 	}
 	if m.dst, m.notDst, err = prefixes("dst", s.Dst); err != nil {
 		return nil, err
 	}
-	m.has = [7]bool{len(s.Domains) > 0, len(s.Src) > 0, len(s.Ports) > 0, len(s.Methods) > 0, len(s.Users) > 0, len(s.URLs) > 0, len(s.Dst) > 0}
+	m.has = [nKeys]bool{kDomains: len(s.Domains) > 0, kSrc: len(s.Src) > 0, kPorts: len(s.Ports) > 0, kMethods: len(s.Methods) > 0,
+		kUsers: len(s.Users) > 0, kURLs: len(s.URLs) > 0, kDst: len(s.Dst) > 0, kPaths: len(s.Paths) > 0}
 	return m, nil
+}
+
+// regexps compiles a key's expressions, and the negated ones.
+func regexps(key string, vals []string) (in, out []*regexp.Regexp, err error) {
+	for _, v := range vals {
+		v, neg := strings.CutPrefix(v, "!")
+		re, err := regexp.Compile(v)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s: %q: %v", key, v, err)
+		}
+		if neg {
+			out = append(out, re)
+		} else {
+			in = append(in, re)
+		}
+	}
+	return in, out, nil
 }
 
 // prefixes reads a key's addresses and CIDRs, and the negated ones.
@@ -251,41 +307,65 @@ func set(m map[string]bool, v string) map[string]bool {
 
 // Match reports whether r matches every key of the matcher.
 func (m *Matcher) Match(r *Request) bool {
-	if m.has[0] {
+	return m.MatchButUser(r) && m.MatchUser(r)
+}
+
+// NeedsUser reports whether the matcher has a users key: it can match
+// only an authenticated request.
+func (m *Matcher) NeedsUser() bool { return m.has[kUsers] }
+
+// MatchUser reports whether r's user matches the users key (true when
+// the matcher has none).
+func (m *Matcher) MatchUser(r *Request) bool {
+	if !m.has[kUsers] {
+		return true
+	}
+	if r.User == "" || m.notUsers[r.User] {
+		return false
+	}
+	return m.anyUser || len(m.users) == 0 || m.users[r.User]
+}
+
+// MatchButUser reports whether r matches every key but users: a rule
+// that needs the user asks for credentials only when the rest matched
+// (as Squid evaluates an http_access line's ACLs in order, proxy_auth
+// last).
+func (m *Matcher) MatchButUser(r *Request) bool {
+	if m.has[kDomains] {
 		host := r.lowerHost()
 		if (!m.domains.empty() && !m.domains.has(host)) || m.notDomains.has(host) {
 			return false
 		}
 	}
-	if m.has[1] {
+	if m.has[kSrc] {
 		if (len(m.src) > 0 && !inPrefixes(m.src, r.Client)) || inPrefixes(m.notSrc, r.Client) {
 			return false
 		}
 	}
-	if m.has[2] {
+	if m.has[kPorts] {
 		if (len(m.ports) > 0 && !inPorts(m.ports, r.Port)) || inPorts(m.notPorts, r.Port) {
 			return false
 		}
 	}
-	if m.has[3] {
-		if (len(m.methods) > 0 && !m.methods[r.Method]) || m.notMethods[r.Method] {
+	if m.has[kMethods] {
+		method := r.method()
+		if (len(m.methods) > 0 && !m.methods[method]) || m.notMethods[method] {
 			return false
 		}
 	}
-	if m.has[4] {
-		if r.User == "" || m.notUsers[r.User] {
-			return false
-		}
-		if !m.anyUser && len(m.users) > 0 && !m.users[r.User] {
-			return false
-		}
-	}
-	if m.has[5] {
-		if (len(m.urls) > 0 && !anyMatch(m.urls, r.URL)) || anyMatch(m.notURLs, r.URL) {
+	if m.has[kURLs] {
+		uri, _ := r.canonical()
+		if (len(m.urls) > 0 && !anyMatch(m.urls, uri)) || anyMatch(m.notURLs, uri) {
 			return false
 		}
 	}
-	if m.has[6] && !m.matchDst(r) {
+	if m.has[kPaths] {
+		_, path := r.canonical()
+		if (len(m.paths) > 0 && !anyMatch(m.paths, path)) || anyMatch(m.notPaths, path) {
+			return false
+		}
+	}
+	if m.has[kDst] && !m.matchDst(r) {
 		return false
 	}
 	return true
@@ -337,7 +417,7 @@ func inPorts(rs []portRange, p int) bool {
 // DomainsOnly returns the domains of a matcher whose only key is
 // positive domains (for an index over many such matchers).
 func (m *Matcher) DomainsOnly() (exact, suffix []string, ok bool) {
-	if m.has != [7]bool{true} || !m.notDomains.empty() {
+	if m.has != [nKeys]bool{kDomains: true} || !m.notDomains.empty() {
 		return nil, nil, false
 	}
 	for d := range m.domains.exact {

@@ -1,0 +1,62 @@
+package e2e
+
+// [[rule]] against real Squid (issue 40): a rule matches the request as
+// Squid's http_access does, whatever spelling the client chose, and
+// credentials are asked for only by the rule that needs them, so an
+// outsider learns nothing of passwords from a deny that comes first.
+
+import (
+	"testing"
+)
+
+// TestRuleSpellingsAgreeWithSquid: the same squid.conf in Squid and,
+// imported, in peerd; every spelling of a denied URL, path or method is
+// denied by both.
+func TestRuleSpellingsAgreeWithSquid(t *testing.T) {
+	var reqs []judgeReq
+	for _, target := range []string{
+		"http://regex.example/secret", "http://REGEX.example/secret", "HTTP://regex.example/secret",
+		"http://regex.example:80/secret", "http://regex.example/%73ecret", "http://Regex.Example:80/%73%65cret",
+		"http://regex.example/public", "http://regex.example:8080/secret",
+		"http://files.example/setup.exe", "http://files.example/setup%2Eexe", "http://files.example/setup.ex%65",
+		"http://FILES.example/setup.exe", "http://files.example/setup.zip",
+	} {
+		reqs = append(reqs, judgeReq{"GET", target, ""})
+	}
+	for _, m := range []string{"PUT", "put", "Put", "POST", "get", "Get", "DELETE", "delete"} {
+		reqs = append(reqs, judgeReq{m, "http://files.example/doc", ""})
+	}
+	judge(t, judgeCase{
+		clients: []string{"127.0.0.1"},
+		reqs:    reqs,
+		hosts:   "regex.example files.example",
+		conf: `acl secret url_regex ^http://regex\.example/secret
+acl exe urlpath_regex \.exe$
+acl writes method PUT DELETE
+http_access deny secret
+http_access deny exe
+http_access deny writes
+`,
+	})
+}
+
+// TestAuthOrderAgreesWithSquid: "deny !localnet" before "allow authed":
+// an outsider gets 403 with no, a wrong or the right password, as from
+// Squid; an insider is challenged (407) until the password is right.
+func TestAuthOrderAgreesWithSquid(t *testing.T) {
+	var reqs []judgeReq
+	for _, auth := range []string{"", basicAuth("erin", "wrong"), basicAuth("erin", "s3cret-apr1"), basicAuth("nobody", "s3cret-apr1")} {
+		reqs = append(reqs, judgeReq{"GET", "http://ok.test/x", auth}, judgeReq{"CONNECT", "ok.test:443", auth})
+	}
+	judge(t, judgeCase{
+		clients: []string{"127.0.0.1", "127.0.0.2"},
+		reqs:    reqs,
+		files:   map[string]string{"users": usersAPR1 + "\n"},
+		conf: `auth_param basic program /usr/lib/squid/basic_ncsa_auth %[3]s/users
+acl localnet src 127.0.0.1
+acl authed proxy_auth REQUIRED
+http_access deny !localnet
+http_access allow authed
+`,
+	})
+}
