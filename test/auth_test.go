@@ -23,7 +23,7 @@ import (
 const (
 	usersSHA512 = `carol:$6$saltsalt$Vd2b/4Dxg.2QfZEXUzBTWCPk7eyodBwe9Y1uDVney3aHpmOzQhTuZJtKMY1uJH3BDnIJkk.d5TRGUEcZTtKNW.` // s3cret-512
 	usersAPR1   = `erin:$apr1$aprsalt$7qTYE0FQzI2BE0eyEavkD0`                                                                // s3cret-apr1
-	usersSHA256 = `dave:$5$salt5$MbuG.3mBwuxA57eb7NJhBukerQOBR.d19oIxnvaYtt8`                                               // s3cret-256
+	usersSHA256 = `dave:$5$salt5$MbuG.3mBwuxA57eb7NJhBukerQOBR.d19oIxnvaYtt8`                                                // s3cret-256
 )
 
 func basicAuth(user, pass string) string {
