@@ -5,6 +5,7 @@ package icp
 import (
 	"fmt"
 	"net"
+	"net/netip"
 	"time"
 
 	"github.com/peerd/peerd/internal/conf"
@@ -26,11 +27,42 @@ type Config struct {
 	// unanswered this long is marked suspect and probed (Squid
 	// dead_peer_timeout).
 	DeadPeerTimeout time.Duration `toml:"dead_peer_timeout"`
+	// Allow are the sources (CIDRs or addresses) answered (Squid
+	// icp_access); others get ICP_OP_DENIED. Empty: the [proxy] allow
+	// list. A HIT tells the asker what local users fetched, so an
+	// import whose http_access lets everyone in still answers ICP only
+	// to whom icp_access named.
+	Allow []string `toml:"allow"`
+}
+
+// Sources is Allow read as prefixes (nil when empty: [proxy] allow
+// decides). Validate has checked every value.
+func (c Config) Sources() []netip.Prefix {
+	var out []netip.Prefix
+	for _, v := range c.Allow {
+		if p, err := parsePrefix(v); err == nil {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// parsePrefix reads a CIDR or a single address.
+func parsePrefix(v string) (netip.Prefix, error) {
+	if p, err := netip.ParsePrefix(v); err == nil {
+		return p.Masked(), nil
+	}
+	a, err := netip.ParseAddr(v)
+	if err != nil {
+		return netip.Prefix{}, err
+	}
+	a = a.Unmap()
+	return netip.PrefixFrom(a, a.BitLen()), nil
 }
 
 // DefaultConfig returns the built-in [icp] defaults.
 func DefaultConfig() Config {
-	return Config{QueryTimeout: Auto, LogQueries: true, DeadPeerTimeout: DeadPeerTimeout}
+	return Config{QueryTimeout: Auto, LogQueries: true, DeadPeerTimeout: DeadPeerTimeout, Allow: []string{}}
 }
 
 // Bounds of the automatic query timeout (Squid icp_query_min_timeout and
@@ -76,6 +108,11 @@ func (c Config) Validate() error {
 	}
 	if c.QueryTimeout < 0 {
 		es.Addf("icp", "query_timeout", "must be \"auto\" or positive")
+	}
+	for i, v := range c.Allow {
+		if _, err := parsePrefix(v); err != nil {
+			es.Addf("icp", "allow", "[%d] %q is not an address or CIDR", i, v)
+		}
 	}
 	if c.DeadPeerTimeout <= 0 {
 		es.Addf("icp", "dead_peer_timeout", "must be positive, got %s", c.DeadPeerTimeout)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"maps"
 	"net/netip"
 	"os"
@@ -226,5 +227,50 @@ func TestImportSharedCorpus(t *testing.T) {
 	// floor keeps what is done.
 	if pct < 91 {
 		t.Errorf("%.1f%% of the lines carried over; it was 91.0%% (issue 24 asks for 90%%)", pct)
+	}
+}
+
+// TestImportICPAccess: icp_access becomes the [icp] allow list Squid's
+// first-match evaluation gives for every source; without it (Squid's
+// default deny) the ICP port stays closed; what cannot be said of a
+// query's source fails closed.
+func TestImportICPAccess(t *testing.T) {
+	for _, tc := range []struct {
+		name, conf string
+		allow      []string // nil: no ICP listener
+		note       string
+	}{
+		{"no icp_access: nobody", "", nil, "answers no source"},
+		{"allow a network", "acl sibs src 10.1.0.0/16\nicp_access allow sibs\n", []string{"10.1.0.0/16"}, ""},
+		{"deny one host first", "acl bad src 10.1.2.3\nacl sibs src 10.1.0.0/16\nicp_access deny bad\nicp_access allow sibs\nicp_access deny all\n",
+			[]string{"10.1.0.0/23", "10.1.2.0/31", "10.1.2.2/32", "10.1.2.4/30", "10.1.2.8/29", "10.1.2.16/28", "10.1.2.32/27", "10.1.2.64/26",
+				"10.1.2.128/25", "10.1.3.0/24", "10.1.4.0/22", "10.1.8.0/21", "10.1.16.0/20", "10.1.32.0/19", "10.1.64.0/18", "10.1.128.0/17"}, ""},
+		{"a last deny lets the rest in", "acl bad src 0.0.0.0/1 ::/1\nicp_access deny bad\n", []string{"128.0.0.0/1", "8000::/1"}, ""},
+		{"negated src", "acl lan src 192.168.0.0/16\nicp_access deny !lan\nicp_access allow all\n", []string{"192.168.0.0/16"}, ""},
+		{"allow all", "icp_access allow all\n", []string{"0.0.0.0/0", "::/0"}, ""},
+		{"an allow it cannot say is dropped", "acl d dstdomain .example.com\nacl sibs src 10.0.0.0/8\nicp_access allow d\nicp_access allow sibs\n", []string{"10.0.0.0/8"}, "icp_access allow d: not carried over"},
+		{"a deny it cannot say is widened", "acl d dstdomain .example.com\nacl sibs src 10.0.0.0/8\nicp_access deny d sibs\nicp_access allow all\n",
+			[]string{"0.0.0.0/5", "8.0.0.0/7", "11.0.0.0/8", "12.0.0.0/6", "16.0.0.0/4", "32.0.0.0/3", "64.0.0.0/2", "128.0.0.0/1", "::/0"}, "widened"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out, notes, err := importSquid(strings.NewReader("icp_port 3130\n" + tc.conf))
+			if err != nil {
+				t.Fatal(err)
+			}
+			c, probs := parseConfig([]byte(out))
+			if len(probs) > 0 {
+				t.Fatalf("%v\n%s", probs, out)
+			}
+			if tc.allow == nil {
+				if c.ICP.Listen != "" {
+					t.Fatalf("listen %q; want no ICP listener", c.ICP.Listen)
+				}
+			} else if c.ICP.Listen == "" || fmt.Sprint(c.ICP.Allow) != fmt.Sprint(tc.allow) {
+				t.Fatalf("listen %q allow %v; want %v", c.ICP.Listen, c.ICP.Allow, tc.allow)
+			}
+			if tc.note != "" && !strings.Contains(strings.Join(notes, "\n"), tc.note) {
+				t.Fatalf("notes %q; want one with %q", notes, tc.note)
+			}
+		})
 	}
 }

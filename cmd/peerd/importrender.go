@@ -15,6 +15,13 @@ import (
 func (s *squidImport) render() string {
 	var b strings.Builder
 	b.WriteString("# peerd config imported from a squid.conf by `peerd import-squid`.\n")
+	var icpAllow []string // first: its notes go with the others
+	if s.icpListen != "" {
+		if icpAllow = s.icpSources().cidrs(); len(icpAllow) == 0 {
+			s.note(0, "icp_port: icp_access answers no source (Squid's default without icp_access lines), so peerd does not answer ICP")
+			s.icpListen = ""
+		}
+	}
 	policy := s.policy()
 	firstParent := ""
 	if ps := s.parentNames(); len(ps) > 0 {
@@ -86,6 +93,7 @@ func (s *squidImport) render() string {
 		}
 		if s.icpListen != "" {
 			fmt.Fprintf(&b, "listen = %s\n", tomlString(s.icpListen))
+			writeList(&b, "allow", icpAllow)
 		}
 		if s.icpTimeout > 0 {
 			fmt.Fprintf(&b, "query_timeout = %s\n", tomlString(s.icpTimeout.String()))

@@ -82,6 +82,7 @@ type squidImport struct {
 	defined                   []string // acl names the file defines
 	sawACL                    bool
 	httpAccessLines           []accessLine
+	icpAccessLines            []accessLine
 	alwaysDirect, neverDirect []accessLine
 	peerAccessLines           []peerAccessLine
 	rules, routes             []importRule
@@ -310,6 +311,10 @@ func (s *squidImport) directive(n int, w []string) error {
 		s.sawACL = true
 		if l := s.accessList(n, w[0], w[1:]); l != nil {
 			s.httpAccessLines = append(s.httpAccessLines, *l)
+		}
+	case "icp_access":
+		if l := s.accessList(n, w[0], w[1:]); l != nil {
+			s.icpAccessLines = append(s.icpAccessLines, *l)
 		}
 	case "cache_peer_access":
 		s.cachePeerAccess(n, w[1:])

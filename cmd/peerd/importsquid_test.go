@@ -74,8 +74,8 @@ func TestImportSquidCorpus(t *testing.T) {
 				if sib.ICPPort != 3130 || c.Peers[1].ICPPort != 0 || up1.ICPPort != 0 {
 					t.Errorf("icp ports sib1=%d sib2=%d up1=%d; want 3130, 0, 0", sib.ICPPort, c.Peers[1].ICPPort, up1.ICPPort)
 				}
-				if c.ICP.Listen != "0.0.0.0:3130" || c.ICP.QueryTimeout != icp.Timeout(800*time.Millisecond) {
-					t.Errorf("icp = %+v; want listen 0.0.0.0:3130, query_timeout 800ms", c.ICP)
+				if c.ICP.Listen != "0.0.0.0:3130" || c.ICP.QueryTimeout != icp.Timeout(800*time.Millisecond) || fmt.Sprint(c.ICP.Allow) != "[10.0.0.0/8]" {
+					t.Errorf("icp = %+v; want listen 0.0.0.0:3130, query_timeout 800ms, allow [10.0.0.0/8]", c.ICP)
 				}
 			}},
 		{file: "wrr.conf", policy: selection.WeightedRoundRobin, direct: selection.DirectAllow,

@@ -188,6 +188,8 @@ func (s *server) commit(st *staged, old *fileConfig) {
 	s.reconfigureCache(cfg.Cache, st.cache)
 	s.api.SetToken(cfg.Admin.Token)
 	s.icpLog.Store(cfg.ICP.LogQueries)
+	icpSources := cfg.ICP.Sources()
+	s.icpSources.Store(&icpSources)
 	if s.icpQ != nil {
 		s.icpQ.SetTimeout(cfg.ICP.QueryTimeout)
 		s.icpQ.SetDeadPeerTimeout(cfg.ICP.DeadPeerTimeout)

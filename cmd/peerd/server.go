@@ -62,7 +62,9 @@ type server struct {
 	icpQ    *icp.Querier
 	icpSrv  *icp.Server // guarded by mu; nil when [icp] listen is ""
 	icpLog  atomic.Bool // [icp] log_queries
-	api     *admin.API
+	// icpSources is [icp] allow (empty: [proxy] allow decides).
+	icpSources atomic.Pointer[[]netip.Prefix]
+	api        *admin.API
 
 	mu        sync.Mutex // guards cfg, the listeners, the admin server and access
 	cfg       *fileConfig
@@ -158,6 +160,8 @@ func newServer(path string, cfg *fileConfig, stderr io.Writer) (*server, error) 
 	}
 	var icpQuerier forwarding.ICP
 	s.icpLog.Store(cfg.ICP.LogQueries)
+	icpSources := cfg.ICP.Sources()
+	s.icpSources.Store(&icpSources)
 	if s.icpQ, err = icp.NewQuerier(reg, lg, cfg.ICP.QueryTimeout, icpSource(cfg.ICP)); err != nil {
 		lg.WithError(err).Error("icp: cannot open a socket for queries; peers will not be asked by ICP")
 	} else {
@@ -500,6 +504,20 @@ func icpSource(c icp.Config) string {
 	return ""
 }
 
+// icpAllowed is the ICP source check: [icp] allow when set, else
+// [proxy] allow.
+func (s *server) icpAllowed(a netip.Addr) bool {
+	if ps := s.icpSources.Load(); ps != nil && len(*ps) > 0 {
+		for _, p := range *ps {
+			if p.Contains(a) {
+				return true
+			}
+		}
+		return false
+	}
+	return s.proxy.Allowed(a)
+}
+
 // listenICP opens an ICP listener answering from the proxy's cache.
 func (s *server) listenICP(addr string) (*icp.Server, error) {
 	conn, err := s.upg.listenUDP("icp", addr)
@@ -507,7 +525,7 @@ func (s *server) listenICP(addr string) (*icp.Server, error) {
 		return nil, fmt.Errorf("icp.listen: %w", err)
 	}
 	srv := icp.Serve(conn, icp.ServerOptions{
-		Store: s.proxy, Registry: s.reg, Allowed: s.proxy.Allowed, DirectAllowed: s.planner.DirectAllowed, Log: s.log,
+		Store: s.proxy, Registry: s.reg, Allowed: s.icpAllowed, DirectAllowed: s.planner.DirectAllowed, Log: s.log,
 		Answered: func(from netip.Addr, result string, size int, url []byte) {
 			if s.icpLog.Load() {
 				s.proxy.LogICP(from, result, size, url)
