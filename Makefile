@@ -48,6 +48,7 @@ FUZZ_TARGETS := \
 	cache:FuzzCacheControl \
 	cache:FuzzStoredResponse \
 	cache:FuzzObjectFile \
+	cache:FuzzHeadFile \
 	cache:FuzzJournalRecord \
 	cache:FuzzDecodeHead \
 	forwarding:FuzzProxyStatus \

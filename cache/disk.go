@@ -47,10 +47,13 @@ func hashSecondary(s string) uint64 {
 
 // diskEntry is one stored object in the index.
 type diskEntry struct {
-	key  keyHash
-	sec  uint64
-	id   uint64
-	size int64
+	key keyHash
+	sec uint64
+	id  uint64
+	// gen > 0: the object's head is the one in its head file of that
+	// generation (a 304 refreshed it), not the one in its object file.
+	gen  uint32
+	size int64 // the object file's bytes, and its head file's
 	//lint:ignore U1000 used through lruLinks
 	links links[*diskEntry] // in the LRU
 	sib   *diskEntry        // the next (newer) variant of the same key
@@ -121,12 +124,21 @@ var errLocked = errors.New("in use by another peerd")
 // old peerd of a binary upgrade) is taken over once it lets go; without,
 // it is an error that says who holds it.
 func openDisk(dir string, capacity int64, log logrus.FieldLogger, wait bool) (*disk, error) {
-	for _, sub := range []string{"", "objects"} {
-		if err := os.MkdirAll(filepath.Join(dir, sub), 0o750); err != nil {
-			return nil, fmt.Errorf("cache disk %s: %w", dir, err)
+	// The directory itself is the operator's (it may be a link to
+	// another disk); nothing under it is followed.
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return nil, fmt.Errorf("cache disk %s: %w", dir, err)
+	}
+	if err := plainDir(filepath.Join(dir, "objects")); err != nil {
+		return nil, fmt.Errorf("cache disk %s: %w", dir, err)
+	}
+	lock, err := openNoFollow(filepath.Join(dir, "LOCK"), os.O_RDWR|os.O_CREATE)
+	if err == nil {
+		if st, serr := lock.Stat(); serr != nil || !st.Mode().IsRegular() {
+			lock.Close()
+			lock, err = nil, fmt.Errorf("LOCK is not a regular file")
 		}
 	}
-	lock, err := os.OpenFile(filepath.Join(dir, "LOCK"), os.O_RDWR|os.O_CREATE, 0o640)
 	if err != nil {
 		return nil, fmt.Errorf("cache disk %s: %w", dir, err)
 	}
@@ -182,6 +194,7 @@ func (d *disk) waitLock() {
 // start runs once the lock is held: the pid is recorded and the index is
 // loaded (then the files of unfinished writes are swept).
 func (d *disk) start() {
+	d.checkObjectDirs()
 	d.lock.Truncate(0)
 	d.lock.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
 	d.load()
@@ -201,17 +214,35 @@ func (d *disk) objectPath(id uint64) string {
 	return filepath.Join(d.dir, "objects", fmt.Sprintf("%02x", id&0xff), strconv.FormatUint(id, 16))
 }
 
+// headPath is where generation gen of object id's refreshed head lives.
+func (d *disk) headPath(id uint64, gen uint32) string {
+	return d.objectPath(id) + "." + strconv.FormatUint(uint64(gen), 16)
+}
+
 // Journal records.
 const (
 	recordSize = 48
 	opAdd      = 1
 	opDel      = 2
+	// opHead: the object's head is now the one in its head file of the
+	// record's generation (bytes 1-3), and its size is the record's.
+	opHead     = 3
 	journalHdr = "PEERDJ1\n"
+	// maxGen is the largest head generation (24 bits); the next wraps
+	// to 1.
+	maxGen = 1<<24 - 1
+	// maxEntrySize bounds a record's size: nothing a journal names is
+	// larger (16 TiB), so no sum of sizes overflows the byte count.
+	maxEntrySize = 1 << 44
 )
 
 func appendRecord(b []byte, op byte, e *diskEntry) []byte {
 	start := len(b)
-	b = append(b, op, 0, 0, 0)
+	var g uint32
+	if op == opHead {
+		g = e.gen
+	}
+	b = append(b, op, byte(g>>16), byte(g>>8), byte(g))
 	b = append(b, e.key[:]...)
 	b = binary.BigEndian.AppendUint64(b, e.id)
 	b = binary.BigEndian.AppendUint64(b, uint64(e.size))
@@ -227,9 +258,20 @@ func parseRecord(b []byte) (op byte, e diskEntry, ok bool) {
 	op = b[0]
 	copy(e.key[:], b[4:20])
 	e.id = binary.BigEndian.Uint64(b[20:])
-	e.size = int64(binary.BigEndian.Uint64(b[28:]))
+	size := binary.BigEndian.Uint64(b[28:])
 	e.sec = binary.BigEndian.Uint64(b[36:])
-	return op, e, (op == opAdd || op == opDel) && e.size >= 0
+	g := uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
+	switch {
+	case e.id == 0 || size > maxEntrySize:
+		return 0, e, false
+	case op == opHead && g != 0:
+		e.gen = g
+	case (op == opAdd || op == opDel) && g == 0:
+	default:
+		return 0, e, false
+	}
+	e.size = int64(size)
+	return op, e, true
 }
 
 // appendLocked writes records to the journal in one write.
@@ -354,10 +396,12 @@ func (d *disk) unlinkLocked(e *diskEntry) {
 	d.objects--
 }
 
-// removeLocked takes the entry of e's key with e's id out of the index.
+// removeLocked takes the entry of e's key with e's id out of the index
+// (e learns its head generation, for its files to be removed).
 func (d *disk) removeLocked(e *diskEntry) bool {
 	for x := d.index[e.key]; x != nil; x = x.sib {
 		if x.id == e.id {
+			e.gen = x.gen
 			d.dropLocked(x)
 			return true
 		}
@@ -396,6 +440,9 @@ func (d *disk) forget(es []*diskEntry) {
 	for _, e := range es {
 		d.open.drop(e.id)
 		os.Remove(d.objectPath(e.id))
+		if e.gen > 0 {
+			os.Remove(d.headPath(e.id, e.gen))
+		}
 	}
 }
 
@@ -505,6 +552,10 @@ func (d *disk) close() {
 	close(d.stop)
 	d.mu.Unlock()
 	d.writers.Wait()
+	// The sweep stops at its next directory: once the store is let go,
+	// a sweep still running would delete the files of the process that
+	// takes it next (an upgrade's new peerd, a restart).
+	<-d.swept
 	d.open.closeAll()
 	d.mu.Lock()
 	d.closed = true

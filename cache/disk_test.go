@@ -7,10 +7,13 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/peerd/peerd/internal/conf"
 	"github.com/sirupsen/logrus"
 )
 
@@ -769,5 +772,239 @@ func TestDiskRefreshPersists(t *testing.T) {
 	}
 	if s := c.Stats(); s.DiskObjects != 2 {
 		t.Fatalf("%d objects on disk; want the 2 refreshed ones (the old files replaced)", s.DiskObjects)
+	}
+}
+
+// objectFiles lists the files under dir/objects (name -> size).
+func objectFiles(t testing.TB, dir string) map[string]int64 {
+	t.Helper()
+	out := map[string]int64{}
+	filepath.WalkDir(filepath.Join(dir, "objects"), func(p string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			if st, err := os.Stat(p); err == nil {
+				out[filepath.Base(p)] = st.Size()
+			}
+		}
+		return nil
+	})
+	return out
+}
+
+// TestDiskRefreshWritesTheHeadOnly: twenty 304s for a large object, one
+// read from disk and one kept in memory too, leave its object file as it
+// was (no body written again) beside one small head file; after a
+// restart the object is fresh by the last 304's head, with its body.
+func TestDiskRefreshWritesTheHeadOnly(t *testing.T) {
+	for _, inMemory := range []int64{4 << 10, 8 << 20} {
+		dir := t.TempDir()
+		mut := func(c *Config) { c.MaxObjectInMemory = conf.ByteSize(inMemory) }
+		c := diskCache(t, dir, mut)
+		u := fmt.Sprintf("http://example.com/big-%d", inMemory)
+		want := body(2<<20, 7)
+		r := request(t, "GET", u)
+		w := c.Admit(r, response(t, "200 OK", "Cache-Control: max-age=1", "Date: {0}", `ETag: "v1"`), int64(len(want)), t0, t0, nil)
+		w.Write(want)
+		w.Finish(true)
+		c.disk.writers.Wait()
+		before := objectFiles(t, dir)
+		at := t0
+		for i := 1; i <= 20; i++ {
+			at = t0.Add(time.Duration(i) * 10 * time.Second)
+			o, v, _ := c.Find(r, at)
+			if o == nil || v != Stale {
+				t.Fatalf("refresh %d: %v; want the stale object", i, v)
+			}
+			c.Refresh(o, r, response(t, "304 Not Modified", "Cache-Control: max-age=5", fmt.Sprintf("X-Refresh: %d", i), fmt.Sprintf("Date: {%d}", i*10)), at, at)
+			c.disk.writers.Wait()
+		}
+		after := objectFiles(t, dir)
+		var heads int
+		for name, size := range after {
+			if strings.Contains(name, ".") {
+				heads++
+				if size > 4<<10 {
+					t.Fatalf("head file %s is %d bytes", name, size)
+				}
+				continue
+			}
+			if before[name] != size {
+				t.Fatalf("object file %s: %d bytes, was %d (want it untouched: a 304 rewrites no body)", name, size, before[name])
+			}
+		}
+		if heads != 1 || len(after) != len(before)+1 {
+			t.Fatalf("files %v, were %v; want the object files as they were and one head file", after, before)
+		}
+		c.Close()
+		c = diskCache(t, dir, mut)
+		o, v, _ := c.Find(r, at)
+		if v != Hit || !strings.Contains(string(o.AppendFields(nil)), "X-Refresh: 20\r\n") {
+			t.Fatalf("after a restart: %v; want fresh by the 20th 304", v)
+		}
+		if v, _, got := servedAt(t, c, u, at); v != Hit || !bytes.Equal(got, want) {
+			t.Fatalf("after a restart: %v, %d bytes; want the whole body", v, len(got))
+		}
+		c.Close()
+	}
+}
+
+// TestDiskRefreshCrashSafe: a head file the journal never named (a crash
+// between the two) is swept and the object keeps its last committed
+// head; a head file cut short is never served: the object is dropped.
+func TestDiskRefreshCrashSafe(t *testing.T) {
+	dir := t.TempDir()
+	const u = "http://example.com/crash"
+	c := diskCache(t, dir, nil)
+	r := request(t, "GET", u)
+	storeOn(t, c, u, body(5000, 1), 5000)
+	later := t0.Add(2 * time.Hour)
+	o, _, _ := c.Find(r, later)
+	c.Refresh(o, r, response(t, "304 Not Modified", "Cache-Control: max-age=3600", "X-Refresh: 1", "Date: {7200}"), later, later)
+	c.disk.writers.Wait()
+	c.Close()
+	var head string
+	for name := range objectFiles(t, dir) {
+		if id, gen, ok := strings.Cut(name, "."); ok {
+			head = filepath.Join(dir, "objects", filepath.Base(filepath.Dir(c.disk.objectPath(mustHex(t, id)))), name)
+			// A crash after writing generation 2, before its record.
+			os.WriteFile(head[:len(head)-len(gen)]+"2", []byte("PEERDHD1 unfinished"), 0o640)
+		}
+	}
+	if head == "" {
+		t.Fatal("no head file after a refresh")
+	}
+	c = diskCache(t, dir, nil)
+	<-c.disk.swept
+	if o, v, _ := c.Find(r, later); v != Hit || !strings.Contains(string(o.AppendFields(nil)), "X-Refresh: 1\r\n") {
+		t.Fatalf("after a crash mid-refresh: %v; want the committed head", v)
+	}
+	if _, err := os.Stat(head[:len(head)-1] + "2"); !os.IsNotExist(err) {
+		t.Fatalf("the unnamed head file is still there: %v", err)
+	}
+	c.Close()
+	b, _ := os.ReadFile(head)
+	os.WriteFile(head, b[:len(b)-3], 0o640)
+	c = diskCache(t, dir, nil)
+	if v, _, got := servedAt(t, c, u, later); v == Hit || got != nil {
+		t.Fatalf("a torn head file: %v, %d bytes served", v, len(got))
+	}
+	if s := c.Stats(); s.DiskObjects != 0 {
+		t.Fatalf("%d objects on disk; want the one with a torn head dropped", s.DiskObjects)
+	}
+}
+
+func mustHex(t testing.TB, s string) uint64 {
+	t.Helper()
+	v, err := strconv.ParseUint(s, 16, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// TestDiskFollowsNoLinks: a LOCK that is a link to a file elsewhere is
+// refused, its target untouched; an object directory that is a link is
+// removed at start, never listed, so the sweep deletes nothing through it.
+func TestDiskFollowsNoLinks(t *testing.T) {
+	outside := t.TempDir()
+	victim := filepath.Join(outside, "victim")
+	os.WriteFile(victim, []byte("precious"), 0o644)
+
+	dir := t.TempDir()
+	os.MkdirAll(filepath.Join(dir, "objects"), 0o750)
+	os.Symlink(victim, filepath.Join(dir, "LOCK"))
+	cfg := DefaultConfig()
+	cfg.Disk = dir
+	if _, err := Open(cfg, Options{}); err == nil {
+		t.Fatal("a LOCK that is a link was opened")
+	}
+	if b, _ := os.ReadFile(victim); string(b) != "precious" {
+		t.Fatalf("the LOCK link's target was changed: %q", b)
+	}
+
+	dir = t.TempDir()
+	os.MkdirAll(filepath.Join(dir, "objects"), 0o750)
+	// A name the sweep would take for an object file no journal names.
+	os.WriteFile(filepath.Join(outside, "18edb5966ee0264c"), []byte("not ours"), 0o644)
+	os.Symlink(outside, filepath.Join(dir, "objects", "4c"))
+	c := diskCache(t, dir, nil)
+	<-c.disk.swept
+	if _, err := os.Stat(filepath.Join(outside, "18edb5966ee0264c")); err != nil {
+		t.Fatalf("the sweep deleted a file through a link: %v", err)
+	}
+	if st, err := os.Lstat(filepath.Join(dir, "objects", "4c")); err == nil && st.Mode()&os.ModeSymlink != 0 {
+		t.Fatal("the linked object directory is still a link")
+	}
+	storeOn(t, c, "http://example.com/x", body(100, 1), 100)
+	if v, _, got := served(t, c, "http://example.com/x"); v != Hit || len(got) != 100 {
+		t.Fatalf("storing after the link was removed: %v", v)
+	}
+}
+
+// TestDiskOpenFailureKeepsTheObject: a lookup whose open fails for a
+// passing reason (too many open files) is a miss and keeps the object;
+// the next lookup finds it.
+func TestDiskOpenFailureKeepsTheObject(t *testing.T) {
+	dir := t.TempDir()
+	small := func(c *Config) { c.MaxObjectInMemory = 1 << 10 }
+	c := diskCache(t, dir, small)
+	const u = "http://example.com/emfile"
+	want := body(100<<10, 5)
+	storeOn(t, c, u, want, int64(len(want)))
+	c.Close()
+	c = diskCache(t, dir, small)
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		t.Skip(err)
+	}
+	low := lim
+	low.Cur = 64
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &low); err != nil {
+		t.Skip(err)
+	}
+	// Every descriptor below the limit taken: the next open fails.
+	var held []*os.File
+	for {
+		f, err := os.Open(os.DevNull)
+		if err != nil {
+			break
+		}
+		held = append(held, f)
+	}
+	_, v, _ := c.Find(request(t, "GET", u), t0)
+	for _, f := range held {
+		f.Close()
+	}
+	syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim)
+	if v != Miss {
+		t.Fatalf("with no file descriptor to spare: %v; want a miss", v)
+	}
+	if s := c.Stats(); s.DiskObjects != 1 {
+		t.Fatalf("%d objects on disk after a failed open; want the object kept", s.DiskObjects)
+	}
+	if v, _, got := served(t, c, u); v != Hit || !bytes.Equal(got, want) {
+		t.Fatalf("once files can be opened: %v, %d bytes", v, len(got))
+	}
+}
+
+// TestDiskJournalSizesBounded: records whose sizes could overflow the
+// byte count are not believed: disk_size is still enforced.
+func TestDiskJournalSizesBounded(t *testing.T) {
+	dir := t.TempDir()
+	os.MkdirAll(filepath.Join(dir, "objects"), 0o750)
+	b := []byte(journalHdr)
+	for i := range 2 {
+		e := diskEntry{key: hashKey([]byte(fmt.Sprint(i))), id: uint64(i + 1), size: 1 << 62}
+		b = appendRecord(b, opAdd, &e)
+	}
+	os.WriteFile(filepath.Join(dir, "journal"), b, 0o640)
+	c := diskCache(t, dir, func(c *Config) { c.DiskSize = 1 << 20 })
+	if s := c.Stats(); s.DiskObjects != 0 || s.DiskBytes != 0 || s.DiskErrors == 0 {
+		t.Fatalf("after records of 2^62 bytes: %+v; want them skipped and counted", s)
+	}
+	for i := range 20 {
+		storeOn(t, c, fmt.Sprintf("http://example.com/%d", i), body(100<<10, byte(i)), 100<<10)
+	}
+	if s := c.Stats(); s.DiskBytes > 1<<20 {
+		t.Fatalf("%d bytes on disk; disk_size is 1 MiB", s.DiskBytes)
 	}
 }

@@ -91,3 +91,29 @@ func FuzzDecodeHead(f *testing.F) {
 		}
 	})
 }
+
+// FuzzHeadFile: a head file is read back only when it checks out, and
+// what is read encodes to the same head; a body length other than the
+// one it was written for is refused.
+func FuzzHeadFile(f *testing.F) {
+	dir := f.TempDir()
+	c := diskCache(f, dir, nil)
+	storeOn(f, c, "http://example.com/fuzz", body(100, 1), 100)
+	o, _, _ := c.Find(request(f, "GET", "http://example.com/fuzz"), t0)
+	good := appendHeadFile(nil, encodeHead(o), 100)
+	f.Add(good, int64(100))
+	f.Add(good[:len(good)-1], int64(100))
+	f.Add(good, int64(99))
+	f.Add([]byte(headMagic), int64(0))
+	f.Fuzz(func(t *testing.T, b []byte, bodyLen int64) {
+		p := filepath.Join(t.TempDir(), "h")
+		os.WriteFile(p, b, 0o640)
+		o, err := readHeadFile(p, bodyLen)
+		if err != nil {
+			return
+		}
+		if !bytes.Equal(appendHeadFile(nil, encodeHead(o), bodyLen), b) {
+			t.Fatal("a head file read back does not write the same")
+		}
+	})
+}

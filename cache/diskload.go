@@ -12,8 +12,8 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/peerd/peerd/internal/atomicfile"
@@ -51,11 +51,14 @@ func (d *disk) load() {
 // file that is not a peerd journal is moved aside and a new one started.
 func (d *disk) openJournal(first bool) error {
 	path := filepath.Join(d.dir, "journal")
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o640)
+	f, err := openNoFollow(path, os.O_RDWR|os.O_CREATE)
 	if err != nil {
 		return err
 	}
 	st, err := f.Stat()
+	if err == nil && !st.Mode().IsRegular() {
+		err = fmt.Errorf("%s is not a regular file", path)
+	}
 	if err != nil {
 		f.Close()
 		return err
@@ -101,11 +104,11 @@ func (d *disk) openJournal(first bool) error {
 		}
 	}
 	f.Close()
-	app, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0o640)
+	app, err := openNoFollow(path, os.O_WRONLY|os.O_APPEND)
 	if err != nil {
 		return err
 	}
-	rd, err := os.Open(path)
+	rd, err := openNoFollow(path, os.O_RDONLY)
 	if err != nil {
 		app.Close()
 		return err
@@ -162,6 +165,10 @@ func (d *disk) readJournal(rd *os.File, end int64) error {
 			d.records++
 			if op == opDel {
 				d.removeLocked(&e)
+				continue
+			}
+			if op == opHead {
+				d.headLocked(&e)
 				continue
 			}
 			if len(slab) == cap(slab) {
@@ -224,12 +231,15 @@ func (d *disk) compactLocked() error {
 	for _, l := range []*lruList[*diskEntry]{&d.lru.probation, &d.lru.protected} {
 		for e := l.tail; e != nil; e = prevOf(e) {
 			b = appendRecord(b, opAdd, e)
+			if e.gen > 0 {
+				b = appendRecord(b, opHead, e)
+			}
 		}
 	}
 	if err := atomicfile.Write(path, b, 0o640); err != nil {
 		return err
 	}
-	app, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0o640)
+	app, err := openNoFollow(path, os.O_WRONLY|os.O_APPEND)
 	if err != nil {
 		return errors.Join(err, d.journal.Close())
 	}
@@ -248,14 +258,13 @@ func (d *disk) compactLocked() error {
 func (d *disk) sweep(before uint64) {
 	defer close(d.swept)
 	d.mu.Lock()
-	ids := make([]uint64, 0, d.objects)
+	gens := make(map[uint64]uint32, d.objects)
 	for _, head := range d.index {
 		for e := head; e != nil; e = e.sib {
-			ids = append(ids, e.id)
+			gens[e.id] = e.gen
 		}
 	}
 	d.mu.Unlock()
-	slices.Sort(ids)
 	removed := 0
 	for i := range 256 {
 		select {
@@ -264,16 +273,26 @@ func (d *disk) sweep(before uint64) {
 		default:
 		}
 		dir := filepath.Join(d.dir, "objects", fmt.Sprintf("%02x", i))
+		if st, err := os.Lstat(dir); err != nil || !st.IsDir() {
+			continue // never listed through a link
+		}
 		names, _ := readNames(dir)
 		// This process's files have ids in (before, issued]: read after
 		// the listing, issued covers every one of them listed.
 		issued := d.nextID.Load()
 		for _, n := range names {
-			id, err := strconv.ParseUint(n, 16, 64)
+			idPart, genPart, isHead := strings.Cut(n, ".")
+			id, err := strconv.ParseUint(idPart, 16, 64)
 			if err != nil || id > before && id <= issued {
 				continue
 			}
-			if _, found := slices.BinarySearch(ids, id); !found {
+			gen, known := gens[id]
+			if isHead {
+				// A head file: kept only while its object names its generation.
+				g, err := strconv.ParseUint(genPart, 16, 32)
+				known = known && err == nil && uint32(g) == gen
+			}
+			if !known {
 				os.Remove(filepath.Join(dir, n))
 				removed++
 			}

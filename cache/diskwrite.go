@@ -12,7 +12,6 @@ import (
 	"errors"
 	"hash/crc32"
 	"os"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -62,16 +61,9 @@ type diskWriter struct {
 // startWriter begins storing o (its head is final) on disk; nil when the
 // store does not take objects now.
 func (d *disk) startWriter(o *Object, c *Cache) *diskWriter {
-	if !d.storing() {
+	if !d.beginWrite() {
 		return nil
 	}
-	d.mu.Lock()
-	if d.closing {
-		d.mu.Unlock()
-		return nil
-	}
-	d.writers.Add(1)
-	d.mu.Unlock()
 	w := &diskWriter{
 		d: d, e: diskEntry{key: hashKey([]byte(o.Key)), sec: hashSecondary(o.secondary), id: d.nextID.Add(1)},
 		head: encodeHead(o), q: make(chan chunk, writeQueue), end: make(chan bool, 1),
@@ -223,10 +215,10 @@ func (w *diskWriter) writeFile() (*diskRef, error) {
 	// The file is written at its final name: until its journal record is
 	// appended no lookup finds it, and one a crash left unnamed is swept.
 	path := d.objectPath(w.e.id)
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o640)
+	f, err := createNoFollow(path)
 	if errors.Is(err, os.ErrNotExist) {
-		if err = os.MkdirAll(filepath.Dir(path), 0o750); err == nil {
-			f, err = os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o640)
+		if err = d.objectDir(path); err == nil {
+			f, err = createNoFollow(path)
 		}
 	}
 	if err != nil {

@@ -42,7 +42,7 @@ func (c *fdCache) get(id uint64, path string) (*openFile, error) {
 		return o, nil
 	}
 	c.mu.Unlock()
-	f, err := os.Open(path)
+	f, err := openNoFollow(path, os.O_RDONLY)
 	if err != nil {
 		return nil, err
 	}

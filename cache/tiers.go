@@ -8,7 +8,9 @@ package cache
 import (
 	"errors"
 	"io"
+	"io/fs"
 	"os"
+	"syscall"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -159,19 +161,34 @@ func (o *Object) diskID() uint64 {
 	return o.loadedFrom
 }
 
-// readEntry reads an entry's file: its head, and the body into memory
-// when body says so for that head (else the object is disk-only). A file
-// that does not check out is dropped.
+// readEntry reads an entry's file: its head (from its head file when a
+// 304 refreshed it), and the body into memory when body says so for that
+// head (else the object is disk-only). A file that does not check out, or
+// is gone, is dropped; one that cannot be opened now (too many open
+// files, a permission) is a miss and is kept.
 func (c *Cache) readEntry(e diskEntry, body func(o *Object, bodyLen int64) bool) (*Object, error) {
 	d := c.disk
-	f, err := os.Open(d.objectPath(e.id))
+	f, err := openNoFollow(d.objectPath(e.id), os.O_RDONLY)
 	if err != nil {
-		d.remove(e.key, e.id)
+		if gone(err) {
+			d.remove(e.key, e.id)
+		}
 		d.fault("read", err)
 		return nil, err
 	}
 	defer f.Close()
 	o, ref, err := readObject(f)
+	if err == nil && e.gen > 0 {
+		var fresh *Object
+		if fresh, err = readHeadFile(d.headPath(e.id, e.gen), ref.bodyLen); err == nil && (fresh.Key != o.Key || fresh.secondary != o.secondary) {
+			err = errCorrupt
+		}
+		o = fresh
+	}
+	if err != nil && !gone(err) && !errors.Is(err, errCorrupt) {
+		d.fault("read", err) // a transient failure: kept, a miss now
+		return nil, err
+	}
 	whole := err == nil && body(o, ref.bodyLen)
 	if whole {
 		o.Body, err = ref.readBody(f)
@@ -241,14 +258,25 @@ type BodyReader struct {
 // served: the object is dropped and the client's connection must close.
 var ErrStoredBroken = errors.New("a stored body did not check out")
 
-// OpenBody opens a disk-only object's body; an error means it is gone
-// (evicted, or not checking out) and was dropped: answer as a miss.
+// gone reports an error that says a stored file is not there (or is a
+// link, which is never followed): the object is dropped. Others (too
+// many open files, a permission) are passing, and the file is kept.
+func gone(err error) bool {
+	return errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ELOOP) || errors.Is(err, syscall.ENOTDIR)
+}
+
+// OpenBody opens a disk-only object's body; an error means it cannot be
+// served now (answer as a miss): gone or not checking out, it was
+// dropped; a passing failure (too many open files) keeps it.
 func (o *Object) OpenBody() (*BodyReader, error) {
 	ref := o.disk
 	d := ref.c.disk
 	of, err := d.open.get(ref.id, d.objectPath(ref.id))
 	if err != nil {
-		ref.c.Drop(o)
+		if gone(err) {
+			ref.c.Drop(o)
+		}
+		d.fault("read", err)
 		return nil, err
 	}
 	f := of.f
@@ -347,7 +375,7 @@ func (b *BodyStream) Next(off int64) (p []byte, done, failed bool) {
 	}
 	w := s.disk
 	if b.f == nil {
-		f, err := os.Open(w.d.objectPath(w.e.id))
+		f, err := openNoFollow(w.d.objectPath(w.e.id), os.O_RDONLY)
 		if err != nil {
 			return nil, false, true
 		}
@@ -370,40 +398,51 @@ func (b *BodyStream) Close() {
 	}
 }
 
-// maxRefreshCopy bounds the body copied to disk to keep a refreshed head
-// there: a larger object keeps its old head on disk (after a restart it
-// is revalidated once more).
+// maxRefreshCopy bounds the body copied to disk for a refreshed object
+// that the disk does not hold yet: a larger one is stored at its next
+// miss.
 const maxRefreshCopy = 16 << 20
 
-// persistRefresh writes a refreshed object (a 304 merged into it) to disk
-// again, so that its new freshness survives a restart; the new file
-// replaces the old. It runs behind the request.
+// persistRefresh keeps a refreshed object's new head (a 304 merged into
+// it) on disk, so that its new freshness survives a restart. When the
+// disk holds the object, only the head is written (a head file, see
+// diskhead.go): its body is what it was. When it does not (its store was
+// paused, or its write had not committed), the object is written whole,
+// up to maxRefreshCopy. It runs behind the request.
 func (c *Cache) persistRefresh(o *Object) {
-	if c.disk == nil || o.partial || o.bodyLen() > maxRefreshCopy {
+	d := c.disk
+	if d == nil {
 		return
 	}
-	dw := c.disk.startWriter(o, c)
-	if dw == nil {
-		return
+	key, sec := hashKey([]byte(o.Key)), hashSecondary(o.secondary)
+	d.mu.Lock()
+	var x *diskEntry
+	if id := o.diskID(); id != 0 {
+		x = d.entryLocked(key, sec, id)
+	} else {
+		x = d.variantLocked(key, sec)
 	}
-	go func() {
-		diskOnly := o.disk != nil
-		if diskOnly {
-			br, err := o.OpenBody()
-			if err != nil {
-				dw.giveUp()
-				return
-			}
-			defer br.Close()
-			if _, err := br.WriteRange(writerTo{dw}, 0, o.bodyLen()-1); err != nil {
-				dw.giveUp()
-				return
-			}
-		} else if !dw.write(o.Body) {
-			return
+	var id uint64
+	if x != nil {
+		id = x.id
+	}
+	d.mu.Unlock()
+	if id != 0 {
+		if d.beginWrite() {
+			go d.refreshHead(o, key, sec, id, o.bodyLen())
 		}
-		dw.finish(nil, diskOnly)
-	}()
+		return
+	}
+	if o.partial || o.disk != nil || o.bodyLen() > maxRefreshCopy {
+		return
+	}
+	if dw := d.startWriter(o, c); dw != nil {
+		go func() {
+			if dw.write(o.Body) {
+				dw.finish(nil, false)
+			}
+		}()
+	}
 }
 
 // writerTo feeds a disk writer as an io.Writer.

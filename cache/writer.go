@@ -283,6 +283,12 @@ func (w *Writer) Settle() {
 // Stored reports whether the writer is still keeping the response.
 func (w *Writer) Stored() bool { return w != nil && !w.dead }
 
+// InMemory reports whether the memory tier is keeping a copy: the
+// response is then stored once its body has arrived whole. A disk-only
+// copy is stored only at its commit, after the body (and the head that
+// could have said so) went to the client.
+func (w *Writer) InMemory() bool { return w.Stored() && w.mem }
+
 // objectOverhead approximates an object's bookkeeping bytes.
 const objectOverhead = 256
 

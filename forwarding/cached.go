@@ -347,7 +347,9 @@ func (l *cacheLayer) appendStatus(b []byte, status int) []byte {
 		b = append(b, "; fwd-status="...)
 		b = strconv.AppendInt(b, int64(status), 10)
 	}
-	if l.cw.Stored() {
+	if l.cw.InMemory() {
+		// Only what is certain once the body is whole: a disk-only copy
+		// commits after this head is sent, and may still fail.
 		b = append(b, "; stored"...)
 	}
 	return append(b, "\r\n"...)
