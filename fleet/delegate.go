@@ -78,6 +78,7 @@ func (e *events) NotifyJoin(n *memberlist.Node) {
 func (e *events) NotifyLeave(n *memberlist.Node) {
 	m := (*member)(e)
 	m.f.forget(n.Name)
+	m.pins.drop(n.Name)
 	m.f.log.WithFields(logrus.Fields{"node": n.Name, "addr": n.Address()}).Warn("fleet: member left or failed")
 }
 

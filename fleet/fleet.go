@@ -96,6 +96,8 @@ type member struct {
 	keyOf func(node string) ed25519.PublicKey
 	// now is the clock verdict times are checked against (nil: time.Now).
 	now func() time.Time
+	// pins are the keys of the other members, pinned on first sight.
+	pins pins
 }
 
 // Apply puts cfg in force, with node as this member's name. It is called
@@ -191,6 +193,7 @@ func (f *Fleet) start(cfg Config, node string) (*member, error) {
 	mc.Delegate = (*delegate)(m)
 	mc.Events = (*events)(m)
 	mc.Conflict = (*events)(m)
+	mc.Alive = (*aliveDelegate)(m)
 	mc.Logger = log.New(logWriter{f.log, &f.undecryptable}, "", 0)
 	m.queue = &memberlist.TransmitLimitedQueue{NumNodes: m.numNodes, RetransmitMult: mc.RetransmitMult}
 	ml, err := memberlist.Create(mc)
@@ -209,8 +212,9 @@ func (f *Fleet) start(cfg Config, node string) (*member, error) {
 	for _, v := range own {
 		m.queueVerdict(v)
 	}
-	m.done.Add(1)
+	m.done.Add(2)
 	go m.joinLoop()
+	go m.beatLoop()
 	return m, nil
 }
 

@@ -1,10 +1,14 @@
 package fleet
 
 import (
+	"bytes"
 	"context"
+	"crypto/ed25519"
 	"encoding/base64"
 	"fmt"
+	"io"
 	"math"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -225,5 +229,118 @@ func TestFleetLyingMember(t *testing.T) {
 	}
 	if !logged(b.hook, "fleet: message dropped") {
 		t.Fatal("the forged message was not logged")
+	}
+}
+
+// attackerDelegate is a raw memberlist member's delegate: its meta is a
+// key of its own.
+type attackerDelegate struct{ pub []byte }
+
+func (d attackerDelegate) NodeMeta(int) []byte                 { return d.pub }
+func (d attackerDelegate) NotifyMsg([]byte)                    {}
+func (d attackerDelegate) GetBroadcasts(int, int) [][]byte     { return nil }
+func (d attackerDelegate) LocalState(bool) []byte              { return nil }
+func (d attackerDelegate) MergeRemoteState(buf []byte, j bool) {}
+
+// TestFleetImpersonationRefused: a member holding the fleet key takes b's
+// name and address, with a key of its own: memberlist's own refutation
+// would announce it with a higher incarnation, which replaced b's key at
+// c. c keeps b's pinned key (the new one is refused while b is heard),
+// never takes a verdict the impostor signs in b's name, and says so.
+func TestFleetImpersonationRefused(t *testing.T) {
+	secret := []byte("0123456789abcdef")
+	key := base64.StdEncoding.EncodeToString(secret)
+	b := startNode(t, "b", Config{Bind: "127.0.0.1:0", Key: key})
+	c := startNode(t, "c", Config{Bind: "127.0.0.1:0", Key: key, Join: []string{b.addr()}})
+	eventually(t, "b and c see each other", func() bool { return b.f.Members() == 2 && c.f.Members() == 2 })
+	bKey := c.f.cur.Load().publicKey("b")
+	if bKey == nil {
+		t.Fatal("c has no key for b")
+	}
+
+	impostor := testMember(New(b.reg, logrus.New()), "b")
+	mc := memberlist.DefaultLocalConfig()
+	mc.Name = "b"
+	// A port of its own (with port 0, memberlist would advertise it too).
+	l, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mc.BindAddr, mc.BindPort = "127.0.0.1", l.LocalAddr().(*net.UDPAddr).Port
+	l.Close()
+	bPort := b.f.cur.Load().ml.LocalNode().Port
+	mc.AdvertiseAddr, mc.AdvertisePort = "127.0.0.1", int(bPort)
+	mc.SecretKey = secret
+	mc.Delegate = attackerDelegate{pub: impostor.priv.Public().(ed25519.PublicKey)}
+	mc.LogOutput = io.Discard
+	ml, err := memberlist.Create(mc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ml.Shutdown()
+	if _, err := ml.Join([]string{c.addr()}); err != nil {
+		t.Fatal(err)
+	}
+	cm := c.f.cur.Load()
+	var cNode *memberlist.Node
+	for _, n := range ml.Members() {
+		if n.Name == "c" {
+			cNode = n
+		}
+	}
+	if cNode == nil {
+		t.Fatal("the impostor does not see c")
+	}
+	eventually(t, "c refuses the impostor's key for b", func() bool { return logged(c.hook, "fleet: refused a new key for a live member") })
+	dropped := func() int {
+		n := 0
+		for _, e := range c.hook.AllEntries() {
+			if e.Message == "fleet: message dropped" {
+				n++
+			}
+		}
+		return n
+	}
+	before := dropped()
+	msg, _ := impostor.seal([]Verdict{{Node: "b", Peer: "p1", Addr: "127.0.0.1:1", State: StateDead, At: time.Now().UnixNano()}})
+	if err := ml.SendReliable(cNode, msg); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "c drops the verdict the impostor signed in b's name", func() bool { return dropped() > before })
+	if k := cm.publicKey("b"); !bytes.Equal(k, bKey) {
+		t.Fatal("c took the impostor's key for b")
+	}
+	if c.reg.Get("p1").Suspect() || c.f.Status().Peers["p1"]["b"] == StateDead {
+		t.Fatal("c took a death the impostor signed in b's name")
+	}
+}
+
+// TestPinsAcceptARestartedMember: a new key for a pinned name is refused
+// while the old key is heard, and taken once it has been silent for
+// keyQuiet, or at once after memberlist saw the member leave.
+func TestPinsAcceptARestartedMember(t *testing.T) {
+	log, _ := test.NewNullLogger()
+	var ps pins
+	k1, k2 := newKey().Public().(ed25519.PublicKey), newKey().Public().(ed25519.PublicKey)
+	now := t0
+	node := func(k ed25519.PublicKey) *memberlist.Node { return &memberlist.Node{Name: "x", Meta: k} }
+	if err := ps.check(node(k1), now, log); err != nil {
+		t.Fatalf("first sight: %v", err)
+	}
+	now = now.Add(keyQuiet - time.Second)
+	ps.heard("x", now.Add(-time.Second))
+	if err := ps.check(node(k2), now, log); err == nil {
+		t.Fatal("a new key was taken while the pinned one is heard")
+	}
+	if !bytes.Equal(ps.key("x"), k1) {
+		t.Fatal("the pinned key changed")
+	}
+	now = now.Add(keyQuiet)
+	if err := ps.check(node(k2), now, log); err != nil || !bytes.Equal(ps.key("x"), k2) {
+		t.Fatalf("after the old key was silent for keyQuiet: %v", err)
+	}
+	ps.drop("x")
+	if err := ps.check(node(k1), now, log); err != nil || !bytes.Equal(ps.key("x"), k1) {
+		t.Fatalf("after the member left: %v", err)
 	}
 }

@@ -97,6 +97,7 @@ func (m *member) open(b []byte) (string, []Verdict, error) {
 	if len(e.Sig) != ed25519.SignatureSize || !ed25519.Verify(pub, signed(e.Node, e.Body), e.Sig) {
 		return "", nil, errForged
 	}
+	m.pins.heard(e.Node, m.clock())
 	vs, err := decode(e.Body)
 	if err != nil {
 		return "", nil, err
@@ -109,8 +110,8 @@ func (m *member) open(b []byte) (string, []Verdict, error) {
 	return e.Node, vs, nil
 }
 
-// publicKey is node's key from its memberlist meta; nil when node is not
-// a current member (or has no key).
+// publicKey is node's pinned key (pins.go); nil when node is not a
+// current member (or has no key).
 func (m *member) publicKey(node string) ed25519.PublicKey {
 	if m.keyOf != nil {
 		return m.keyOf(node)
@@ -118,12 +119,7 @@ func (m *member) publicKey(node string) ed25519.PublicKey {
 	if m.ml == nil || node == m.node {
 		return nil
 	}
-	for _, n := range m.ml.Members() {
-		if n.Name == node && len(n.Meta) == ed25519.PublicKeySize {
-			return ed25519.PublicKey(n.Meta)
-		}
-	}
-	return nil
+	return m.pins.key(node)
 }
 
 func (m *member) clock() time.Time {
