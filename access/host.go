@@ -5,6 +5,8 @@ package access
 
 import (
 	"errors"
+	"fmt"
+	"net/netip"
 	"strconv"
 )
 
@@ -160,4 +162,33 @@ func atonPart(p []byte) (uint64, bool) {
 		}
 	}
 	return v, true
+}
+
+// Unspecified refuses a host that is the unspecified address (0.0.0.0,
+// ::, ::ffff:0.0.0.0, and every spelling CanonicalHost turns into them:
+// "0", "0x", "0.0"), whatever the config and the next hop: no host is
+// reached at it, and the kernel under a parent or peerd takes it for
+// itself, so a request for http://0/ would reach the next hop's own
+// loopback. host is canonical (CanonicalHost), without brackets.
+func Unspecified(host []byte) error {
+	switch {
+	case string(host) == "0.0.0.0":
+	case len(host) > 1 && (host[0] == ':' || host[0] == '0') && containsColon(host):
+		a, err := netip.ParseAddr(string(host))
+		if err != nil || !a.Unmap().IsUnspecified() {
+			return nil
+		}
+	default:
+		return nil
+	}
+	return &Denied{"destination", fmt.Sprintf("%s is the unspecified address, refused whatever the next hop", host)}
+}
+
+func containsColon(b []byte) bool {
+	for _, c := range b {
+		if c == ':' {
+			return true
+		}
+	}
+	return false
 }

@@ -135,3 +135,28 @@ func FuzzCanonicalHost(f *testing.F) {
 		}
 	})
 }
+
+// TestUnspecifiedRefused: every spelling of the unspecified address is
+// refused once made canonical; nothing else is.
+func TestUnspecifiedRefused(t *testing.T) {
+	for _, h := range []string{"0", "0x", "0.0.0.0", "0.0", "00", "0x0.0", "::", "::ffff:0.0.0.0", "0:0::0", "::ffff:0:0"} {
+		canon := []byte(h)
+		if !strings.Contains(h, ":") { // an IPv6 host is bracketed: kept as it is
+			c, changed, err := CanonicalHost(nil, []byte(h))
+			if err != nil {
+				t.Fatalf("%s: %v", h, err)
+			}
+			if changed {
+				canon = c
+			}
+		}
+		if err := Unspecified(canon); err == nil {
+			t.Errorf("%s (%s): not refused", h, canon)
+		}
+	}
+	for _, h := range []string{"0.0.0.1", "example.com", "::1", "10.0.0.0", "0a.example", "::ffff:0.0.0.1"} {
+		if err := Unspecified([]byte(h)); err != nil {
+			t.Errorf("%s: refused: %v", h, err)
+		}
+	}
+}

@@ -77,6 +77,12 @@ func (c *Cache) storable(r *Request, resp *h1.Response, cc *Directives) bool {
 	if resp.Status < 200 || resp.Status == 304 || resp.Status > 599 {
 		return false
 	}
+	if resp.Status == 401 || resp.Status == 407 {
+		// A challenge is never stored, whatever its freshness (Squid
+		// stores neither): served later, it would answer a request that
+		// carries the very credentials it asks for.
+		return false
+	}
 	if cc.has(ccNoStore) || cc.has(ccPrivate) {
 		return false
 	}

@@ -91,6 +91,9 @@ func (tx *txn) checkDestination(connect bool) *Error {
 	}
 	pol := tx.cc.p.policy.Load()
 	err := pol.CheckPort(connect, tx.port)
+	if err == nil {
+		err = access.Unspecified(tx.req.Host)
+	}
 	if err == nil && pol.HostChecks() {
 		err = pol.CheckHost(string(tx.req.Host))
 	}

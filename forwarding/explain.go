@@ -97,6 +97,9 @@ func (p *Proxy) refusal(method, rawURL, client, user string) (string, int) {
 	if err := pol.CheckPort(connect, n); err != nil {
 		return CodeDenied + ": " + err.Error(), rule
 	}
+	if err := access.Unspecified([]byte(host)); err != nil {
+		return CodeDenied + ": " + err.Error(), rule
+	}
 	if pol.HostChecks() {
 		if err := pol.CheckHost(host); err != nil {
 			return CodeDenied + ": " + err.Error(), rule

@@ -136,3 +136,24 @@ func TestChainedDefaultPeerds(t *testing.T) {
 		}
 	}
 }
+
+// TestUnspecifiedAddressRefusedEverywhere: a request for the unspecified
+// address, however spelled, is refused even when it would go to a parent
+// (whose kernel would take 0.0.0.0 for its own loopback), and with
+// deny_to_local off.
+func TestUnspecifiedAddressRefusedEverywhere(t *testing.T) {
+	a := newFakeParent(t, "a")
+	p := startPeerd(t, baseConfig+"deny_to_local = false\n"+peerBlock("", a))
+	for _, u := range []string{"http://0/", "http://0x/", "http://0.0.0.0/", "http://0.0/x", "http://[::ffff:0.0.0.0]/", "http://[::]:8080/"} {
+		resp := rawBody(t, p, "GET "+u+" HTTP/1.1\r\nHost: x\r\n\r\n")
+		if resp.status != 403 || resp.code != "destination-denied" || !strings.Contains(resp.body, "unspecified") {
+			t.Fatalf("%s: %d %s %q; want 403 destination-denied", u, resp.status, resp.code, resp.body)
+		}
+	}
+	if resp := rawBody(t, p, "CONNECT 0:443 HTTP/1.1\r\nHost: 0:443\r\n\r\n"); resp.status != 403 {
+		t.Fatalf("CONNECT 0:443: %d; want 403", resp.status)
+	}
+	if n := a.requests(""); n != 0 {
+		t.Fatalf("%d requests for the unspecified address reached the parent", n)
+	}
+}

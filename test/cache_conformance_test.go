@@ -326,6 +326,11 @@ func conformanceScenarios() []scenario {
 		{"no heuristic 201", []step{{status: 201, resp: []hv{{"Last-Modified", "{-86400}"}, date}}, {status: 201, expect: "not_cached"}}},
 		{"no heuristic 503", []step{{status: 503, resp: []hv{{"Last-Modified", "{-86400}"}, date}}, {status: 503, expect: "not_cached"}}},
 		{"no heuristic 599", []step{{status: 599, resp: []hv{{"Last-Modified", "{-86400}"}, date}}, {status: 599, expect: "not_cached"}}},
+		// Challenges are never stored, even with explicit freshness (as
+		// Squid): a stored 401 or 407 would answer requests that carry
+		// the credentials it asked for.
+		{"401 with max-age not stored", []step{{status: 401, resp: []hv{cc("max-age=3600"), {"WWW-Authenticate", `Basic realm="o"`}, date}}, {status: 401, expect: "not_cached"}}},
+		{"407 with max-age not stored", []step{{status: 407, resp: []hv{cc("max-age=3600"), {"Proxy-Authenticate", `Basic realm="o"`}, date}}, {status: 407, expect: "not_cached"}}},
 		{"heuristic 599 public", []step{{status: 599, resp: []hv{{"Last-Modified", "{-86400}"}, date, cc("public")}}, {status: 599, expect: "cached"}}},
 		// 4.1 Vary.
 		{"vary match", []step{{req: []hv{{"Foo", "1"}}, resp: []hv{cc("max-age=5000"), {"Vary", "Foo"}}}, {req: []hv{{"Foo", "1"}}, expect: "cached"}}},
