@@ -35,17 +35,27 @@ type Config struct {
 	// Token is the bearer token every write endpoint requires; empty
 	// refuses all writes.
 	Token string `toml:"token"`
+	// Hosts are the names the API answers to besides its listen address
+	// and localhost (a guard against DNS rebinding); other Host values
+	// get 421.
+	Hosts []string `toml:"hosts"`
 }
 
 // DefaultConfig returns the built-in [admin] defaults.
-func DefaultConfig() Config { return Config{Listen: "127.0.0.1:3180"} }
+func DefaultConfig() Config { return Config{Listen: "127.0.0.1:3180", Hosts: []string{}} }
 
-// Validate reports a problem naming its key.
+// Validate reports every problem, each naming its key.
 func (c Config) Validate() error {
+	var es conf.Errors
 	if _, err := netip.ParseAddrPort(c.Listen); err != nil {
-		return conf.Errorf("admin", "listen", "%q is not an ip:port address: %v", c.Listen, err)
+		es.Addf("admin", "listen", "%q is not an ip:port address: %v", c.Listen, err)
 	}
-	return nil
+	for i, h := range c.Hosts {
+		if h == "" || strings.ContainsAny(h, " /:@[]\t") {
+			es.Addf("admin", "hosts", "[%d] %q is not a host name (no port, no scheme)", i, h)
+		}
+	}
+	return es.Err()
 }
 
 // Prober runs a probe on demand; *probes.Prober is one.
@@ -72,6 +82,10 @@ type Options struct {
 	Fleet *fleet.Fleet
 	// Name and Version head the status page.
 	Name, Version string
+	// Listen and Hosts are the [admin] listen address and hosts: the
+	// Host values answered.
+	Listen string
+	Hosts  []string
 }
 
 // API is the admin HTTP handler.
@@ -85,6 +99,7 @@ type API struct {
 	token   atomic.Pointer[string]
 	router  *mux.Router
 	guard   *tokenGuard
+	hosts   hostGuard
 	cache   func() *cache.Cache
 	fleet   *fleet.Fleet
 	name    string
@@ -101,6 +116,7 @@ func New(o Options, token string) *API {
 		a.log = logrus.StandardLogger()
 	}
 	a.SetToken(token)
+	a.SetHosts(o.Listen, o.Hosts)
 	r := mux.NewRouter()
 	r.HandleFunc("/peers", a.listPeers).Methods(http.MethodGet)
 	r.HandleFunc("/peers/{name}", a.getPeer).Methods(http.MethodGet)
@@ -133,12 +149,22 @@ func New(o Options, token string) *API {
 // SetToken replaces the write token (on reload).
 func (a *API) SetToken(t string) { a.token.Store(&t) }
 
-func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) { a.router.ServeHTTP(w, r) }
+// SetHosts puts the admin listen address and [admin] hosts in force (on
+// reload): the Host values answered.
+func (a *API) SetHosts(listen string, hosts []string) { a.hosts.set(listen, hosts) }
+
+func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if a.guardHost(w, r) {
+		a.router.ServeHTTP(w, r)
+	}
+}
 
 // write guards a write endpoint: 403 when no token is configured, 401
 // without the right bearer token (the scheme is case-insensitive, RFC 9110
-// 11.1), and a delayed 429 for failures past the guard's allowance (the
-// right token is never refused). The compare is constant-time.
+// 11.1). A source past its failure allowance gets 429 before its token is
+// looked at, so guessing is bounded by time, not by how many connections
+// a guesser opens; other sources are not held up by it. The compare is
+// constant-time.
 func (a *API) write(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		token := *a.token.Load()
@@ -147,9 +173,15 @@ func (a *API) write(h http.HandlerFunc) http.HandlerFunc {
 			return
 		}
 		src := sourceOf(r)
+		if a.guard.over(src) {
+			a.log.WithField("remote", src).Debug("admin write refused: too many failed token attempts from this source")
+			w.Header().Set("Retry-After", "1")
+			writeError(w, http.StatusTooManyRequests, "too many failed token attempts from this address; slow down")
+			return
+		}
 		scheme, got, ok := strings.Cut(strings.TrimSpace(r.Header.Get("Authorization")), " ")
 		if ok && strings.EqualFold(scheme, "Bearer") && subtle.ConstantTimeCompare([]byte(strings.TrimSpace(got)), []byte(token)) == 1 {
-			h(w, r) // the right token is never slowed down, whoever else guesses
+			h(w, r)
 			return
 		}
 		if a.guard.failed(src) {

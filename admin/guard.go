@@ -10,13 +10,13 @@ import (
 	"golang.org/x/time/rate"
 )
 
-// tokenGuard slows down token guessing without ever refusing the right
-// token: a wrong token is answered at once while its source (and the
-// whole API) is within its allowance of failures (5 in a burst, then one
-// a second per source; 50, then 20 a second for all sources together, so
-// that rotating addresses does not help), and after failDelay with 429
-// beyond it. A correct token is checked first and never waits or counts,
-// so an operator sharing an address with a guesser is not locked out.
+// tokenGuard bounds token guessing by time. Each source has an
+// allowance of failures (5 in a burst, then one a second): past it, its
+// attempts are refused (429) before the token is compared, the right one
+// too, however many connections it opens. All sources together have one
+// too (50, then 20 a second, so that rotating addresses does not help):
+// past it, a wrong token is answered after failDelay with 429. A right
+// token from a source within its allowance never waits or counts.
 type tokenGuard struct {
 	mu      sync.Mutex
 	sources map[string]*rate.Limiter
@@ -54,6 +54,15 @@ func (g *tokenGuard) failed(src string) (slow bool) {
 	own := l.Allow()
 	all := g.all.Allow()
 	return !own || !all
+}
+
+// over reports whether src has spent its failure allowance: its next
+// attempt is refused before its token is compared.
+func (g *tokenGuard) over(src string) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	l := g.sources[src]
+	return l != nil && l.Tokens() < 1
 }
 
 // sweepLocked drops sources whose allowance is full again.

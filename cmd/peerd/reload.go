@@ -187,6 +187,7 @@ func (s *server) commit(st *staged, old *fileConfig) {
 	s.proxy.Prune(s.reg.Peers())
 	s.reconfigureCache(cfg.Cache, st.cache)
 	s.api.SetToken(cfg.Admin.Token)
+	s.api.SetHosts(cfg.Admin.Listen, cfg.Admin.Hosts)
 	s.icpLog.Store(cfg.ICP.LogQueries)
 	icpSources := cfg.ICP.Sources()
 	s.icpSources.Store(&icpSources)

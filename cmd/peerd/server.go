@@ -196,7 +196,8 @@ func newServer(path string, cfg *fileConfig, stderr io.Writer) (*server, error) 
 		Name: "peerd_fleet_members", Help: "Live members of the fleet, this peerd included; 0 when [fleet] is off.",
 	}, func() float64 { return float64(s.fleet.Members()) }))
 	s.api = admin.New(admin.Options{Registry: reg, Prober: s.prober, Reload: s.reload, Explain: s.explain,
-		Gatherer: promReg, Log: lg, Cache: s.proxy.Cache, Fleet: s.fleet, Name: s.proxy.Name(), Version: version}, cfg.Admin.Token)
+		Gatherer: promReg, Log: lg, Cache: s.proxy.Cache, Fleet: s.fleet, Name: s.proxy.Name(), Version: version,
+		Listen: cfg.Admin.Listen, Hosts: cfg.Admin.Hosts}, cfg.Admin.Token)
 	return s, nil
 }
 
