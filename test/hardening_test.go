@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -142,6 +143,38 @@ func TestAdminHostGuard(t *testing.T) {
 			if got != want {
 				t.Errorf("%s %s with Host %q: %d; want %d", method, path, host, resp.StatusCode, want)
 			}
+		}
+	}
+}
+
+// TestStateFileMustBeRegular: a FIFO (or any non-regular file) at
+// state_file is a -check error naming the key, and the start refuses it
+// at once instead of hanging on the read.
+func TestStateFileMustBeRegular(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "state.json")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Skip(err)
+	}
+	path := filepath.Join(dir, "peerd.toml")
+	os.WriteFile(path, []byte(fmt.Sprintf("[proxy]\nlisten = \"127.0.0.1:0\"\nstate_file = %q\n[admin]\nlisten = \"127.0.0.1:0\"\n", fifo)), 0o644)
+	for _, args := range [][]string{{"-check", "-config", path}, {"-config", path}} {
+		cmd := exec.Command(peerdBin, args...)
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		select {
+		case err := <-done:
+			if err == nil || !strings.Contains(out.String(), "state_file") || !strings.Contains(out.String(), "FIFO") {
+				t.Fatalf("peerd %v with a FIFO state_file: %v\n%s", args, err, out.String())
+			}
+		case <-time.After(20 * time.Second):
+			cmd.Process.Kill()
+			t.Fatalf("peerd %v hung on a FIFO state_file", args)
 		}
 	}
 }

@@ -462,6 +462,9 @@ func (c *fileConfig) checkFiles() []error {
 	if _, err := auth.Load(c.Auth); err != nil {
 		es.Add(&conf.Error{Section: "auth", Key: "basic_users", Msg: strings.TrimPrefix(err.Error(), "auth.basic_users: ")})
 	}
+	if err := checkStateFile(c.Proxy.StateFile); err != nil {
+		es.Addf("proxy", "state_file", "%v", err)
+	}
 	return es
 }
 

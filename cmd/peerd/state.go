@@ -10,9 +10,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/peerd/peerd/internal/atomicfile"
@@ -32,7 +35,7 @@ func loadState(reg *peers.Registry, path string, log logrus.FieldLogger) {
 	if path == "" {
 		return
 	}
-	b, err := os.ReadFile(path)
+	b, err := readStateFile(path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		log.WithField("state_file", path).Info("no state file yet; starting afresh")
@@ -52,6 +55,59 @@ func loadState(reg *peers.Registry, path string, log logrus.FieldLogger) {
 	}
 	log.WithFields(logrus.Fields{"state_file": path, "written": st.Written.Format(time.RFC3339), "peers": strings.Join(restored, ",")}).
 		Info("state restored (peers are still probed before they get traffic)")
+}
+
+// checkStateFile refuses a state_file that is there but is not a regular
+// file: a FIFO would hang the start reading it, a directory could never be
+// written. One that is not there yet is written at the first change.
+func checkStateFile(path string) error {
+	if path == "" {
+		return nil
+	}
+	st, err := os.Stat(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil
+	case err != nil:
+		return err
+	case !st.Mode().IsRegular():
+		return fmt.Errorf("%s is a %s, not a regular file", path, fileKind(st.Mode()))
+	}
+	return nil
+}
+
+// fileKind names a mode's file type.
+func fileKind(m fs.FileMode) string {
+	switch {
+	case m.IsDir():
+		return "directory"
+	case m&fs.ModeNamedPipe != 0:
+		return "named pipe (FIFO)"
+	case m&fs.ModeSocket != 0:
+		return "socket"
+	case m&fs.ModeDevice != 0:
+		return "device"
+	}
+	return "special file"
+}
+
+// readStateFile reads the state file without waiting on it: it is opened
+// non-blocking (a FIFO put there after -check would hang the start) and
+// read only when it is a regular file of at most 64 MiB.
+func readStateFile(path string) ([]byte, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !st.Mode().IsRegular() || st.Size() > 64<<20 {
+		return nil, fmt.Errorf("%s is a %s of %d bytes, not a state file", path, fileKind(st.Mode()), st.Size())
+	}
+	return io.ReadAll(f)
 }
 
 // stateWriter writes the state whenever it changes, until ctx ends, then
