@@ -90,6 +90,25 @@ func (e *events) NotifyConflict(existing, other *memberlist.Node) {
 		Error("fleet: two members share a node name; give each a distinct [fleet] node")
 }
 
+// unreadableLines are the memberlist errors that what a remote sent
+// causes: a datagram or stream that is not gossip under this fleet's key.
+var unreadableLines = []string{
+	"decrypt", "Decrypt packet failed", "failed to receive", "Failed to receive", "unacceptable label",
+	"double stream label", "double packet label", "Received invalid msgType", "Failed to decode ping",
+	"Failed to read remote state", "missing message type byte", "Encryption is configured but remote state is not encrypted",
+	"No installed keys could decrypt",
+}
+
+// unreadableInput reports a memberlist line about input it could not read.
+func unreadableInput(msg string) bool {
+	for _, s := range unreadableLines {
+		if strings.Contains(msg, s) {
+			return true
+		}
+	}
+	return false
+}
+
 // logWriter sends memberlist's log lines ("[WARN] memberlist: ...") to
 // logrus at their level.
 type logWriter struct {
@@ -105,9 +124,11 @@ func (w logWriter) Write(b []byte) (int, error) {
 			level, msg = s[1:i], strings.TrimSpace(s[i+1:])
 		}
 	}
-	if strings.Contains(msg, "Decrypt packet failed") || strings.Contains(msg, "decrypt") {
-		// A datagram under another key (or garbage): anyone can send
-		// those, so each is a debug line and the warning is a summary.
+	if unreadableInput(msg) {
+		// A datagram or a connection under another key, or not gossip at
+		// all (a port scan, a plaintext client): anyone who reaches the
+		// port can send those, so each is a debug line and the warning is
+		// a summary.
 		w.l.Debug(msg)
 		w.failed.note(w.l)
 		return len(b), nil

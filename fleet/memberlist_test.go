@@ -344,3 +344,34 @@ func TestPinsAcceptARestartedMember(t *testing.T) {
 		t.Fatalf("after the member left: %v", err)
 	}
 }
+
+// TestPlaintextConnectionsSummed: connections to the gossip port that are
+// not gossip (a port scanner, an HTTP client) are debug lines, never an
+// error line each.
+func TestPlaintextConnectionsSummed(t *testing.T) {
+	key := base64.StdEncoding.EncodeToString([]byte("0123456789abcdef"))
+	a := startNode(t, "a", Config{Bind: "127.0.0.1:0", Key: key})
+	for i := 0; i < 20; i++ {
+		c, err := net.Dial("tcp", a.addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+		c.Close()
+	}
+	debugs := func() int {
+		n := 0
+		for _, e := range a.hook.AllEntries() {
+			if e.Level == logrus.DebugLevel && strings.Contains(e.Message, "memberlist") {
+				n++
+			}
+		}
+		return n
+	}
+	eventually(t, "the 20 connections logged at debug level", func() bool { return debugs() >= 20 })
+	for _, e := range a.hook.AllEntries() {
+		if e.Level <= logrus.WarnLevel {
+			t.Errorf("a %v line for a plaintext connection: %s", e.Level, e.Message)
+		}
+	}
+}

@@ -236,11 +236,11 @@ func (f *Fleet) forget(node string) {
 	}
 }
 
-// decryptFailures counts gossip datagrams that could not be decrypted:
-// each is a debug line, and one warning a minute at most sums up those of
-// the minute before (a member with the wrong key says so itself, once,
-// when its join fails; anyone can send datagrams, so they never flood the
-// log).
+// decryptFailures counts gossip datagrams and connections that could not
+// be read (another key, or not gossip): each is a debug line, and one
+// warning a minute at most sums up those of the minute before (a member
+// with the wrong key says so itself, once, when its join fails; anyone
+// can send datagrams or connect, so they never flood the log).
 type decryptFailures struct {
 	mu   sync.Mutex
 	n    atomic.Int64
@@ -258,6 +258,6 @@ func (d *decryptFailures) note(l logrus.FieldLogger) {
 	}
 	if now.Sub(d.last) >= time.Minute {
 		d.last = now
-		l.WithField("count", d.n.Swap(0)).Warn("fleet: gossip datagrams that could not be decrypted were dropped (another [fleet] key, or not gossip)")
+		l.WithField("count", d.n.Swap(0)).Warn("fleet: gossip datagrams and connections that could not be read were dropped (another [fleet] key, or not gossip)")
 	}
 }
