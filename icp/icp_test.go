@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 	"sync/atomic"
@@ -447,5 +448,106 @@ func TestQueryDeadPeerTimeoutSetting(t *testing.T) {
 	q.Query(ctx, []byte("http://a/4"))
 	if !reg.Get("s1").Suspect() {
 		t.Fatal("not suspect after 61 s of silence with dead_peer_timeout = 1m")
+	}
+}
+
+// TestServerDeniedBounded: DENIED answers to one source stop after a
+// small burst (a forged source is not flooded), other sources are still
+// answered, all of them together are bounded too, and time restores it.
+func TestServerDeniedBounded(t *testing.T) {
+	reg := newRegistry(t, peers.Spec{Name: "p1", Host: "127.0.0.1", Port: 1})
+	now := time.Unix(1_000_000, 0)
+	s := &Server{o: ServerOptions{Registry: reg, Allowed: func(netip.Addr) bool { return false }}}
+	s.denials.now = func() time.Time { return now }
+	in := (&Message{Op: OpQuery, ReqNum: 1, URL: []byte("http://a.b/x")}).Append(nil)
+	ask := func(from string) bool {
+		var m Message
+		out, _ := s.answer(in, netip.MustParseAddrPort(from), &m, nil)
+		return len(out) > 0
+	}
+	answered := 0
+	for range 50 {
+		if ask("192.0.2.1:3130") {
+			answered++
+		}
+	}
+	if answered != denyBurst {
+		t.Fatalf("%d of 50 denied queries from one source answered; want %d", answered, denyBurst)
+	}
+	if !ask("192.0.2.2:3130") {
+		t.Fatal("another source was not answered")
+	}
+	answered = 0
+	for i := range 200 {
+		if ask(fmt.Sprintf("198.51.100.%d:3130", i)) {
+			answered++
+		}
+	}
+	if answered > denyAllBurst {
+		t.Fatalf("%d DENIED answers to 200 sources at once; want at most %d in all", answered, denyAllBurst)
+	}
+	now = now.Add(time.Minute)
+	if !ask("192.0.2.1:3130") {
+		t.Fatal("the first source is still not answered a minute later")
+	}
+	if st := s.Stats(); st.Denied != 252 || st.Silenced == 0 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+// TestQueryNumbersAndURLs: request numbers are not sequential, and an
+// answer naming another URL (a forgery that got the number right) is not
+// taken for an answer.
+func TestQueryNumbersAndURLs(t *testing.T) {
+	c, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	nums := make(chan uint32, 100)
+	go func() {
+		buf := make([]byte, MaxLen)
+		for {
+			n, from, err := c.ReadFromUDPAddrPort(buf)
+			if err != nil {
+				return
+			}
+			var m Message
+			if m.Parse(buf[:n]) != nil {
+				continue
+			}
+			nums <- m.ReqNum
+			// HIT, the number right, another URL.
+			c.WriteToUDPAddrPort((&Message{Op: OpHit, ReqNum: m.ReqNum, URL: []byte("http://forged.example/")}).Append(nil), from)
+		}
+	}()
+	reg := newRegistry(t, peers.Spec{Name: "p1", Host: "127.0.0.1", Port: 1, ICPPort: c.LocalAddr().(*net.UDPAddr).Port})
+	alive(reg, "p1")
+	log, _ := test.NewNullLogger()
+	q, err := NewQuerier(reg, log, Timeout(50*time.Millisecond), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	for i := range 5 {
+		if first, code, _, _ := q.Query(context.Background(), []byte(fmt.Sprintf("http://a/%d", i))); first != nil || code != "" {
+			t.Fatalf("an answer about another URL was taken: %v %q", first, code)
+		}
+	}
+	var got []uint32
+	for range 5 {
+		got = append(got, <-nums)
+	}
+	sequential := true
+	for i := 1; i < len(got); i++ {
+		sequential = sequential && got[i] == got[i-1]+1
+	}
+	if sequential {
+		t.Fatalf("request numbers %v are sequential", got)
+	}
+	for deadline := time.Now().Add(5 * time.Second); q.Stray() < 5; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d stray answers; want the 5 forged ones counted", q.Stray())
+		}
 	}
 }

@@ -4,9 +4,11 @@ package icp
 // round-trip times.
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/netip"
 	"sync"
@@ -34,7 +36,6 @@ type Querier struct {
 
 	timeout atomic.Int64 // Timeout; 0: auto
 	silence atomic.Int64 // dead_peer_timeout, nanoseconds
-	reqnum  atomic.Uint32
 
 	mu      sync.Mutex
 	pending map[uint32]*query
@@ -57,6 +58,7 @@ type tracking struct {
 type query struct {
 	sent    time.Time
 	peers   []*peers.Peer
+	url     []byte // what was asked: an answer must name it
 	addrs   []netip.AddrPort
 	replied []bool
 	replies chan reply
@@ -154,19 +156,21 @@ func (q *Querier) Query(ctx context.Context, url []byte) (first *peers.Peer, cod
 	if len(targets) == 0 {
 		return nil, "", false, false
 	}
-	qu := &query{peers: targets, addrs: make([]netip.AddrPort, len(targets)), replied: make([]bool, len(targets)), replies: make(chan reply, len(targets))}
-	num := q.reqnum.Add(1)
-	if num == 0 {
-		num = q.reqnum.Add(1)
-	}
-	msg := Message{Op: OpQuery, ReqNum: num, URL: url}
-	buf := msg.Append(make([]byte, 0, HeaderLen+4+len(url)+1))
-
+	qu := &query{url: url, peers: targets, addrs: make([]netip.AddrPort, len(targets)), replied: make([]bool, len(targets)), replies: make(chan reply, len(targets))}
 	now := q.now()
 	expected := 0
 	var rttSum time.Duration
 	rttN := 0
 	q.mu.Lock()
+	// A request number no one can guess (a sequential one would let an
+	// off-path sender forge a HIT for the next query) and no query in
+	// flight holds.
+	num := rand.Uint32()
+	for num == 0 || q.pending[num] != nil {
+		num = rand.Uint32()
+	}
+	msg := Message{Op: OpQuery, ReqNum: num, URL: url}
+	buf := msg.Append(make([]byte, 0, HeaderLen+4+len(url)+1))
 	for i, p := range targets {
 		if qu.addrs[i] = q.addrLocked(p); !qu.addrs[i].IsValid() {
 			continue // no address known yet: not asked, not waited for
@@ -328,6 +332,12 @@ func (q *Querier) deliver(m *Message, from netip.AddrPort) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	qu := q.pending[m.ReqNum]
+	if qu != nil && !bytes.Equal(m.URL, qu.url) {
+		// An answer about another URL: not an answer to this query (a
+		// forgery, or a peer that mixed its replies up).
+		q.stray.Add(1)
+		return
+	}
 	if qu == nil {
 		q.stray.Add(1)
 		// A late answer still says the peer is there, and how slow it

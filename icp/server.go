@@ -8,9 +8,11 @@ import (
 	"net"
 	"net/netip"
 	"sync/atomic"
+	"time"
 
 	"github.com/peerd/peerd/peers"
 	"github.com/sirupsen/logrus"
+	"golang.org/x/time/rate"
 )
 
 // Store answers "is a fresh response stored for this absolute URL (a
@@ -43,8 +45,49 @@ type Server struct {
 	o    ServerOptions
 	conn *net.UDPConn
 	done chan struct{}
+	// denials bounds the DENIED answers: only the serving goroutine
+	// touches it.
+	denials denials
 
-	queries, hits, misses, nofetch, denied, malformed atomic.Int64
+	queries, hits, misses, nofetch, denied, silenced, malformed atomic.Int64
+}
+
+// denials bounds the DENIED answers sent, per source and in all: a query
+// is one datagram whose source anyone can forge, so without a bound the
+// listener would reflect a flood of DENIED at whoever the forger names
+// (Squid likewise stops answering a client that is almost always denied).
+// Past the bound a denied query is dropped without an answer.
+type denials struct {
+	sources map[netip.Addr]*rate.Limiter
+	all     *rate.Limiter
+	now     func() time.Time // nil: time.Now
+}
+
+const (
+	denyBurst, denyRate       = 5, rate.Limit(1)   // per source
+	denyAllBurst, denyAllRate = 50, rate.Limit(20) // in all
+	denySources               = 4096
+)
+
+// allow reports whether a DENIED may be sent to from now.
+func (d *denials) allow(from netip.Addr) bool {
+	now := time.Now()
+	if d.now != nil {
+		now = d.now()
+	}
+	if d.sources == nil {
+		d.sources = map[netip.Addr]*rate.Limiter{}
+		d.all = rate.NewLimiter(denyAllRate, denyAllBurst)
+	}
+	l := d.sources[from]
+	if l == nil {
+		if len(d.sources) >= denySources {
+			clear(d.sources)
+		}
+		l = rate.NewLimiter(denyRate, denyBurst)
+		d.sources[from] = l
+	}
+	return l.AllowN(now, 1) && d.all.AllowN(now, 1)
 }
 
 // Serve answers on conn (a socket handed over by the process before this
@@ -111,8 +154,12 @@ func (s *Server) answer(in []byte, from netip.AddrPort, m *Message, out []byte) 
 	reply := Message{ReqNum: m.ReqNum, URL: m.URL, Version: Version}
 	switch {
 	case !s.o.Allowed(from.Addr().Unmap()):
-		reply.Op = OpDenied
 		s.denied.Add(1)
+		if !s.denials.allow(from.Addr().Unmap()) {
+			s.silenced.Add(1)
+			return out, 0
+		}
+		reply.Op = OpDenied
 	case s.o.Store != nil && s.o.Store.ICPHit(m.URL):
 		reply.Op = OpHit
 		s.hits.Add(1)
@@ -140,12 +187,14 @@ func (s *Server) nextHop() bool {
 }
 
 // Stats are the listener's counters.
+// Denied counts the queries refused; Silenced those of them dropped
+// without an answer (past the bound of DENIED answers).
 type Stats struct {
-	Queries, Hits, Misses, MissNoFetch, Denied, Malformed int64
+	Queries, Hits, Misses, MissNoFetch, Denied, Silenced, Malformed int64
 }
 
 // Stats reads the counters.
 func (s *Server) Stats() Stats {
 	return Stats{Queries: s.queries.Load(), Hits: s.hits.Load(), Misses: s.misses.Load(),
-		MissNoFetch: s.nofetch.Load(), Denied: s.denied.Load(), Malformed: s.malformed.Load()}
+		MissNoFetch: s.nofetch.Load(), Denied: s.denied.Load(), Silenced: s.silenced.Load(), Malformed: s.malformed.Load()}
 }
