@@ -38,11 +38,15 @@ type Writer struct {
 // body's length, -1 when unknown) is stored. It returns nil when not,
 // and then a flight r leads is landed empty: the waiting requests go to
 // the next hop on their own and the key is not collapsed for a while.
+// An error (5xx) that is not stored says nothing of the URL, only that
+// the leader failed: its followers elect a new leader, one of them goes
+// to the next hop, and the others keep waiting, rather than all going at
+// once to a next hop that is failing.
 func (c *Cache) Admit(r *Request, resp *h1.Response, length int64, reqTime, respTime time.Time, f *Flight) *Writer {
 	st := c.cfg()
 	o, ok := c.build(r, resp, reqTime, respTime)
 	if !ok || length > st.maxObject {
-		c.Land(f, nil, true)
+		c.Land(f, nil, resp.Status < 500)
 		return nil
 	}
 	o.Key = string(r.Key)

@@ -288,3 +288,49 @@ func TestRefreshIMS(t *testing.T) {
 		t.Fatalf("a plain request: %d, origin saw %d; want a hit", st, n.Load())
 	}
 }
+
+// TestCollapsedLeaderFails: the leader of 20 collapsed requests gets a
+// 503; one of the followers becomes the leader and the others wait for
+// it, so the origin sees two requests, not twenty (a failing next hop is
+// not stormed by the requests that were waiting on it).
+func TestCollapsedLeaderFails(t *testing.T) {
+	var n atomic.Int64
+	origin := newOrigin(t, func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(300 * time.Millisecond) // the followers join meanwhile
+		if n.Add(1) == 1 {
+			http.Error(w, "overloaded", http.StatusServiceUnavailable)
+			return
+		}
+		w.Header().Set("Cache-Control", "max-age=60")
+		io.WriteString(w, "the object")
+	})
+	p := startPeerd(t, directConfig)
+	c := p.client()
+	var wg sync.WaitGroup
+	codes := make(chan int, 20)
+	for range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resp, err := c.Get("http://" + origin + "/leader-fails")
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			codes <- resp.StatusCode
+		}()
+	}
+	wg.Wait()
+	close(codes)
+	ok := 0
+	for code := range codes {
+		if code == 200 {
+			ok++
+		}
+	}
+	if got := n.Load(); got != 2 || ok != 19 {
+		t.Fatalf("origin asked %d times, %d clients got the object; want 2 and 19 (one 503 for the first leader)", got, ok)
+	}
+}
