@@ -430,3 +430,106 @@ func TestStateFileAcrossRestart(t *testing.T) {
 		t.Fatalf("a = %+v after a corrupt state file; want a fresh start", st)
 	}
 }
+
+// TestBinaryUpgradeReadyThenDies: a new binary that says ready and then
+// dies is not trusted: the old process keeps its listeners through the
+// grace period, sees the new one go, and goes on serving (with the PID
+// file naming it again).
+func TestBinaryUpgradeReadyThenDies(t *testing.T) {
+	origin := slowOrigin(t)
+	u := startUpgradable(t, upgradeConfig)
+	os.WriteFile(u.bin+".new", []byte("#!/bin/sh\necho ready >&$PEERD_UPGRADE_READY\nsleep 1\nexit 3\n"), 0o755)
+	os.Rename(u.bin+".new", u.bin)
+	u.cmd.Process.Signal(syscall.SIGUSR2)
+	waitFor(t, "the dead new process logged", 40*time.Second, func() bool {
+		return strings.Contains(u.logs(), "the new process exited after it said it was ready; this process keeps serving")
+	})
+	proxyURL, _ := url.Parse("http://" + u.proxy)
+	cl := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(proxyURL)}, Timeout: 5 * time.Second}
+	for i := range 5 {
+		resp, err := cl.Get(fmt.Sprintf("http://%s/small/after-%d", origin, i))
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("after the new process died: %v %v", resp, err)
+		}
+		resp.Body.Close()
+	}
+	if pid := u.servingPID(); pid != u.cmd.Process.Pid {
+		t.Fatalf("pid file names %d; want the old process %d", pid, u.cmd.Process.Pid)
+	}
+}
+
+// TestBinaryUpgradeRefusedAsPID1: peerd as PID 1 of its own PID namespace
+// (a container's init) refuses SIGUSR2 with a log line and keeps serving.
+func TestBinaryUpgradeRefusedAsPID1(t *testing.T) {
+	if _, err := exec.LookPath("unshare"); err != nil {
+		t.Skip("no unshare")
+	}
+	if out, err := exec.Command("unshare", "--pid", "--fork", "--mount-proc", "true").CombinedOutput(); err != nil {
+		t.Skipf("cannot make a PID namespace here: %v %s", err, out)
+	}
+	dir := t.TempDir()
+	cfgPath := filepath.Join(dir, "peerd.toml")
+	os.WriteFile(cfgPath, []byte(upgradeConfig), 0o644)
+	var log syncBuffer
+	cmd := exec.Command("unshare", "--pid", "--fork", "--kill-child", "--mount-proc", peerdBin, "-config", cfgPath)
+	cmd.Stdout, cmd.Stderr = &log, &log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// unshare ignores SIGTERM while its child runs: peerd is stopped by
+	// its host pid, then unshare ends with it.
+	pid := 0
+	t.Cleanup(func() {
+		if pid > 0 {
+			syscall.Kill(pid, syscall.SIGTERM)
+		}
+		done := make(chan struct{})
+		go func() { cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			cmd.Process.Kill()
+		}
+		if t.Failed() {
+			t.Logf("peerd log:\n%s", log.String())
+		}
+	})
+	waitFor(t, "peerd serving as PID 1", 30*time.Second, func() bool { return servingRe.MatchString(log.String()) })
+	m := servingRe.FindStringSubmatch(log.String())
+	if m[2] != "1" {
+		t.Fatalf("peerd runs as pid %s; want 1", m[2])
+	}
+	// The signal goes to peerd's host pid (unshare --fork forwards none).
+	waitFor(t, "peerd's host pid", 10*time.Second, func() bool {
+		out, _ := exec.Command("pgrep", "-f", "-n", "^"+regexp.QuoteMeta(peerdBin+" -config "+cfgPath)+"$").Output()
+		pid, _ = strconv.Atoi(strings.TrimSpace(string(out)))
+		return pid > 1
+	})
+	syscall.Kill(pid, syscall.SIGUSR2)
+	waitFor(t, "the refusal logged", 20*time.Second, func() bool {
+		return strings.Contains(log.String(), "binary upgrade refused: peerd is PID 1")
+	})
+	resp, err := http.Get("http://" + m[1] + "/healthz")
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("after the refused upgrade: %v %v", resp, err)
+	}
+	resp.Body.Close()
+}
+
+// syncBuffer is a bytes.Buffer a process writes while the test reads.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}

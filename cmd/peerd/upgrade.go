@@ -4,9 +4,13 @@ package main
 // running peerd starts the binary at its own path and hands it every
 // listening socket (proxy, TLS, admin, ICP); the new process loads its
 // config and state, opens for business on the inherited sockets and says
-// it is ready; only then does the old one stop accepting and finish what
-// is in flight. A new process that fails, or is not ready within 30 s, is
-// killed, and the old one keeps serving.
+// it is ready. Both then accept on the shared sockets for upgradeGrace;
+// only a new process still running at its end is trusted, and the old one
+// stops accepting and finishes what is in flight. A new process that
+// fails, is not ready within 30 s (it is killed) or dies within the grace
+// (the old one takes the PID file and systemd's main PID back) leaves the
+// old one serving. peerd as PID 1 (a container's init) refuses the
+// upgrade: its exit would end the container, and the new process with it.
 //
 // The hand-over is our own (exec with the sockets as extra files, a pipe
 // for "ready"), not cloudflare/tableflip: tableflip keeps a duplicate of
@@ -32,8 +36,13 @@ import (
 	"github.com/sirupsen/logrus"
 )
 
-// upgradeTimeout bounds how long a new process may take to be ready.
-const upgradeTimeout = 30 * time.Second
+// upgradeTimeout bounds how long a new process may take to be ready;
+// upgradeGrace is how long it must then keep running before this one lets
+// go of the listeners.
+const (
+	upgradeTimeout = 30 * time.Second
+	upgradeGrace   = 5 * time.Second
+)
 
 // Environment of a process started by an upgrade: its inherited sockets
 // (role=fd,...) and the fd it writes "ready" to.
@@ -181,21 +190,46 @@ func (u *upgrader) upgrade() {
 		return // already handed over
 	default:
 	}
+	if os.Getpid() == 1 {
+		u.log.Error("binary upgrade refused: peerd is PID 1 (a container's init), and its exit would end the container with the new process; restart the container to upgrade")
+		return
+	}
 	bin, err := os.Executable() // the file at this one's path (" (deleted)" dropped)
 	if err != nil {
 		bin = os.Args[0]
 	}
 	u.log.WithField("binary", bin).Warn("binary upgrade: starting the new process; this one serves until it is ready")
-	if err := u.start(bin); err != nil {
+	exited, err := u.start(bin)
+	if err != nil {
 		u.log.WithField("err", err.Error()).Error("binary upgrade failed; this process keeps serving")
 		return
 	}
-	u.log.Warn("binary upgrade: the new process is ready; this one stops accepting and finishes in-flight requests")
+	u.log.WithField("grace", upgradeGrace.String()).Warn("binary upgrade: the new process is ready; both serve until it has run for the grace period")
+	select {
+	case werr := <-exited:
+		u.reclaim()
+		u.log.WithField("err", fmt.Sprint(werr)).Error("binary upgrade failed: the new process exited after it said it was ready; this process keeps serving")
+		return
+	case <-time.After(upgradeGrace):
+	}
+	u.log.Warn("binary upgrade: the new process has served for the grace period; this one stops accepting and finishes in-flight requests")
 	close(u.exitC)
 }
 
-// start runs bin with the sockets and waits for its "ready".
-func (u *upgrader) start(bin string) error {
+// reclaim makes this process the one that serves again: the PID file and
+// systemd's main PID name it (a new process that said ready named itself).
+func (u *upgrader) reclaim() {
+	if u.pidFile != "" {
+		if err := atomicfile.Write(u.pidFile, []byte(strconv.Itoa(os.Getpid())+"\n"), 0o600); err != nil {
+			u.log.WithError(err).Error("pid_file not written")
+		}
+	}
+	sdNotify(fmt.Sprintf("MAINPID=%d", os.Getpid()), u.log)
+}
+
+// start runs bin with the sockets and waits for its "ready"; exited
+// then reports the new process's end.
+func (u *upgrader) start(bin string) (exited <-chan error, err error) {
 	var files []*os.File
 	defer func() {
 		for _, f := range files {
@@ -206,14 +240,14 @@ func (u *upgrader) start(bin string) error {
 	for role, c := range u.current() {
 		f, err := c.File()
 		if err != nil {
-			return fmt.Errorf("socket %s: %w", role, err)
+			return nil, fmt.Errorf("socket %s: %w", role, err)
 		}
 		files = append(files, f)
 		spec = append(spec, fmt.Sprintf("%s=%d", role, 3+len(files)-1))
 	}
 	readyR, readyW, err := os.Pipe()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer readyR.Close()
 	files = append(files, readyW)
@@ -232,7 +266,7 @@ func (u *upgrader) start(bin string) error {
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("cannot start %s: %w", bin, err)
+		return nil, fmt.Errorf("cannot start %s: %w", bin, err)
 	}
 	readyW.Close()
 	files = files[:len(files)-1]
@@ -246,25 +280,25 @@ func (u *upgrader) start(bin string) error {
 		}
 		result <- errors.New("the new process ended before it was ready")
 	}()
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
 	select {
 	case err := <-result:
 		if err == nil {
-			return nil
+			return done, nil
 		}
 		select {
-		case werr := <-exited:
-			return fmt.Errorf("the new process exited before it was ready: %v", werr)
+		case werr := <-done:
+			return nil, fmt.Errorf("the new process exited before it was ready: %v", werr)
 		case <-time.After(time.Second):
 			cmd.Process.Kill()
-			return err
+			return nil, err
 		}
-	case werr := <-exited:
-		return fmt.Errorf("the new process exited before it was ready: %v", werr)
+	case werr := <-done:
+		return nil, fmt.Errorf("the new process exited before it was ready: %v", werr)
 	case <-time.After(upgradeTimeout):
 		cmd.Process.Signal(syscall.SIGKILL)
-		return fmt.Errorf("the new process was not ready within %s; killed", upgradeTimeout)
+		return nil, fmt.Errorf("the new process was not ready within %s; killed", upgradeTimeout)
 	}
 }
 
