@@ -558,3 +558,36 @@ func TestDiskCacheRevalidationWritesNoBody(t *testing.T) {
 		t.Fatalf("20 revalidations wrote %d bytes to disk; want the heads only (under one body, %d)", disk, size)
 	}
 }
+
+// TestDiskOnlyNotClaimedStored: a response kept in memory says "stored"
+// in its Cache-Status; one that goes to disk only does not (its commit
+// comes after the head is sent, and may fail), and is a hit next time.
+func TestDiskOnlyNotClaimedStored(t *testing.T) {
+	o := newDiskOrigin(t)
+	p := startPeerd(t, diskConfig(t.TempDir(), "max_object_in_memory = \"64KiB\"\n"))
+	for _, tc := range []struct {
+		path   string
+		size   int
+		stored bool
+	}{{"/o/small?size=1000", 1000, true}, {"/o/large?size=1000000", 1000000, false}} {
+		resp, err := p.client().Get("http://" + o.addr + tc.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if cs := resp.Header.Get("Cache-Status"); strings.Contains(cs, "stored") != tc.stored {
+			t.Fatalf("%s: Cache-Status %q; want stored %v", tc.path, cs, tc.stored)
+		}
+	}
+	waitFor(t, "both on disk", 10*time.Second, func() bool { return p.cacheStats().DiskObjects == 2 })
+	resp, err := p.client().Get("http://" + o.addr + "/o/large?size=1000000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if cs := resp.Header.Get("Cache-Status"); !strings.Contains(cs, "hit") {
+		t.Fatalf("the large object again: Cache-Status %q; want a hit", cs)
+	}
+}
