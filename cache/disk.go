@@ -125,8 +125,11 @@ var errLocked = errors.New("in use by another peerd")
 // it is an error that says who holds it.
 func openDisk(dir string, capacity int64, log logrus.FieldLogger, wait bool) (*disk, error) {
 	// The directory itself is the operator's (it may be a link to
-	// another disk); nothing under it is followed.
-	if err := os.MkdirAll(dir, 0o750); err != nil {
+	// another disk); nothing under it is followed. It is made when it is
+	// missing (mode 0750), never its parents.
+	if err := os.Mkdir(dir, 0o750); err == nil {
+		log.WithField("disk", dir).Warn("cache disk: made the store's directory (mode 0750)")
+	} else if !errors.Is(err, os.ErrExist) {
 		return nil, fmt.Errorf("cache disk %s: %w", dir, err)
 	}
 	if err := plainDir(filepath.Join(dir, "objects")); err != nil {

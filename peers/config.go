@@ -6,6 +6,7 @@ package peers
 import (
 	"fmt"
 	"net"
+	"net/netip"
 	"net/url"
 	"strconv"
 	"strings"
@@ -276,8 +277,8 @@ func (s Spec) Validate(index int) error {
 	}
 	if strings.TrimSpace(s.Host) == "" {
 		bad("host", "is required")
-	} else if strings.ContainsAny(s.Host, " /") || strings.IndexFunc(s.Host, isControl) >= 0 {
-		bad("host", "%q is not a host name or address", s.Host)
+	} else if msg := hostProblem(s.Host); msg != "" {
+		bad("host", "%s", msg)
 	}
 	if s.Port < 1 || s.Port > 65535 {
 		bad("port", "must be 1-65535, got %d", s.Port)
@@ -333,6 +334,38 @@ func validName(n string) bool {
 }
 
 func isControl(r rune) bool { return r < 0x20 || r == 0x7f }
+
+// hostProblem says what is wrong with a peer's host ("" for nothing): it
+// is a name or an address, without a port (the HAProxy and Caddy habit
+// of "10.0.0.1:3128" would be dialled as 10.0.0.1:3128:3128) and without
+// brackets; a host that ends in a number is read as an IPv4 address by
+// every resolver, so it must be a valid one (10.0.0.300 is not).
+func hostProblem(h string) string {
+	if strings.ContainsAny(h, " /\\@") || strings.IndexFunc(h, isControl) >= 0 {
+		return fmt.Sprintf("%q is not a host name or address", h)
+	}
+	if a, err := netip.ParseAddr(h); err == nil {
+		if a.Zone() != "" {
+			return fmt.Sprintf("%q: an address with a zone is not supported", h)
+		}
+		return ""
+	}
+	if host, port, err := net.SplitHostPort(h); err == nil {
+		if n, perr := strconv.Atoi(port); perr == nil {
+			return fmt.Sprintf("%q has a port: write host = %q and port = %d", h, strings.Trim(host, "[]"), n)
+		}
+		return fmt.Sprintf("%q is not a host name or address (no port in host: use the port key)", h)
+	}
+	if strings.ContainsAny(h, ":[]") {
+		return fmt.Sprintf("%q is not a host name or address (an IPv6 address is written without brackets)", h)
+	}
+	last := h[strings.LastIndexByte(strings.TrimSuffix(h, "."), '.')+1:]
+	last = strings.TrimSuffix(last, ".")
+	if last != "" && strings.TrimLeft(last, "0123456789") == "" || strings.HasPrefix(strings.ToLower(last), "0x") {
+		return fmt.Sprintf("%q ends in a number but is not a valid IPv4 address (four numbers 0-255)", h)
+	}
+	return ""
+}
 
 // ValidateSpecs checks every peer and the set as a whole (unique names).
 func ValidateSpecs(specs []Spec) error {

@@ -321,6 +321,12 @@ func (d *decoder) decode(path string, line int, p toml.Primitive, f reflect.Valu
 // decodeErr decodes one value into its field, returning what was wrong
 // with it ("" when nothing was).
 func (d *decoder) decodeErr(p toml.Primitive, f reflect.Value) string {
+	var raw any
+	if d.md.PrimitiveDecode(p, &raw) == nil {
+		if where, bare := bareDuration(raw, f.Type()); bare {
+			return where + `want a duration such as "30s", not a bare number (which would be read as nanoseconds)`
+		}
+	}
 	err := d.md.PrimitiveDecode(p, f.Addr().Interface())
 	if err == nil {
 		return ""
@@ -462,10 +468,7 @@ func (c *fileConfig) checkFiles() []error {
 	if _, err := auth.Load(c.Auth); err != nil {
 		es.Add(&conf.Error{Section: "auth", Key: "basic_users", Msg: strings.TrimPrefix(err.Error(), "auth.basic_users: ")})
 	}
-	if err := checkStateFile(c.Proxy.StateFile); err != nil {
-		es.Addf("proxy", "state_file", "%v", err)
-	}
-	return es
+	return append(es, c.checkPaths()...)
 }
 
 // peerOptions builds the registry options from the config.

@@ -92,6 +92,22 @@ func TestConfigProblems(t *testing.T) {
 			[]string{`line 2: rule[0].action: must be "allow" or "deny"`, `rule[1].match:`}},
 		{"rule wrong type", "[[rule]]\naction = \"deny\"\nports = 443\n", []string{`line 3: rule[0].ports: wrong type`}},
 		{"peer bad tier", "[[peer]]\nhost = \"h\"\ntier = -1\n", []string{`line 3: peer[0] "h:3128": tier: must not be negative`}},
+		// What an operator's first hour tripped on: values that would be
+		// read as something else than meant.
+		{"bare duration", "[proxy]\nconnect_timeout = 30\n", []string{`line 2: proxy.connect_timeout: want a duration such as "30s"`}},
+		{"bare probe interval", "[health]\nprobe_interval = 5\n", []string{`line 2: health.probe_interval: want a duration such as "30s"`}},
+		{"bare zero auto duration", "[health]\nfirst_byte_timeout = 0\n", []string{`line 2: health.first_byte_timeout: want a duration`}},
+		{"bare float duration", "[proxy]\nread_timeout = 1.5\n", []string{`line 2: proxy.read_timeout: want a duration`}},
+		{"bare peer duration", "[[peer]]\nhost = \"h\"\nconnect_timeout = 3\n", []string{`line 3: peer[0] "h:3128": connect_timeout: want a duration`}},
+		{"bare nested duration", "[cache]\nrefresh_patterns = [{ pattern = \".\", min = 60, percent = 10, max = \"1h\" }]\n", []string{"cache.refresh_patterns: min: want a duration"}},
+		{"host with a port", "[[peer]]\nhost = \"10.0.0.1:3128\"\n", []string{`line 2`, `host: "10.0.0.1:3128" has a port: write host = "10.0.0.1" and port = 3128`}},
+		{"host not an address", "[[peer]]\nhost = \"10.0.0.300\"\n", []string{`line 2`, `host: "10.0.0.300" ends in a number but is not a valid IPv4 address`}},
+		{"ambiguous size", "[cache]\nmemory = \"256MB\"\n", []string{`line 2: cache.memory: size "256MB" is ambiguous: write "256MiB"`}},
+		// What start-up would fail on, -check finds.
+		{"access log in a missing directory", "[log]\naccess_log = \"/nonexistent-peerd/access.log\"\n", []string{`line 2: log.access_log: directory /nonexistent-peerd does not exist`}},
+		{"pid file in a missing directory", "[proxy]\npid_file = \"/nonexistent-peerd/peerd.pid\"\n", []string{`line 2: proxy.pid_file: directory /nonexistent-peerd does not exist`}},
+		{"state file that is a directory", "[proxy]\nstate_file = \"/tmp\"\n", []string{`line 2: proxy.state_file: /tmp is a directory`}},
+		{"disk store under a missing directory", "[cache]\ndisk = \"/nonexistent-peerd/cache\"\n", []string{`line 2: cache.disk: directory /nonexistent-peerd does not exist`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, ps := parseConfig([]byte(tc.src))

@@ -12,7 +12,10 @@ import (
 	"time"
 
 	"github.com/BurntSushi/toml"
+	"github.com/peerd/peerd/forwarding"
+	"github.com/peerd/peerd/icp"
 	"github.com/peerd/peerd/internal/conf"
+	"github.com/peerd/peerd/peers"
 )
 
 // isArray says whether a config section is an array of tables, whose
@@ -73,6 +76,62 @@ func tomlFields(v any) map[string]reflect.Value {
 		}
 	}
 	return out
+}
+
+// durationTypes are the config types that hold a duration: a bare
+// number in one is refused (the TOML decoder would read 30 as 30 ns, and
+// Squid reads it as seconds, HAProxy as milliseconds).
+var durationTypes = map[reflect.Type]bool{
+	reflect.TypeOf(time.Duration(0)):         true,
+	reflect.TypeOf(peers.FirstByteTimeout{}): true,
+	reflect.TypeOf(forwarding.HedgeDelay{}):  true,
+	reflect.TypeOf(icp.Timeout(0)):           true,
+}
+
+// bareDuration reports whether raw (a decoded TOML value) puts a number
+// where t, or a field or element of t, holds a duration; where names the
+// inner key ("min: "), if any.
+func bareDuration(raw any, t reflect.Type) (where string, bare bool) {
+	if durationTypes[t] {
+		switch raw.(type) {
+		case int64, float64:
+			return "", true
+		}
+		return "", false
+	}
+	switch t.Kind() {
+	case reflect.Pointer:
+		return bareDuration(raw, t.Elem())
+	case reflect.Slice:
+		if rs, ok := raw.([]any); ok {
+			for _, r := range rs {
+				if where, bare := bareDuration(r, t.Elem()); bare {
+					return where, true
+				}
+			}
+		}
+		if rs, ok := raw.([]map[string]any); ok {
+			for _, r := range rs {
+				if where, bare := bareDuration(r, t.Elem()); bare {
+					return where, true
+				}
+			}
+		}
+	case reflect.Struct:
+		m, ok := raw.(map[string]any)
+		if !ok {
+			return "", false
+		}
+		fields := tomlFields(reflect.New(t).Interface())
+		for k, v := range m {
+			if f, ok := fields[k]; ok {
+				if where, bare := bareDuration(v, f.Type()); bare {
+					return k + ": " + where, true
+				}
+			}
+		}
+	}
+	return "", false
 }
 
 func kindName(t reflect.Type) string {

@@ -57,25 +57,6 @@ func loadState(reg *peers.Registry, path string, log logrus.FieldLogger) {
 		Info("state restored (peers are still probed before they get traffic)")
 }
 
-// checkStateFile refuses a state_file that is there but is not a regular
-// file: a FIFO would hang the start reading it, a directory could never be
-// written. One that is not there yet is written at the first change.
-func checkStateFile(path string) error {
-	if path == "" {
-		return nil
-	}
-	st, err := os.Stat(path)
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		return nil
-	case err != nil:
-		return err
-	case !st.Mode().IsRegular():
-		return fmt.Errorf("%s is a %s, not a regular file", path, fileKind(st.Mode()))
-	}
-	return nil
-}
-
 // fileKind names a mode's file type.
 func fileKind(m fs.FileMode) string {
 	switch {

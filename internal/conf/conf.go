@@ -73,11 +73,19 @@ type ByteSize int64
 var sizeUnits = []struct {
 	suffix string
 	mult   int64
-}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"KB", 1000}, {"MB", 1000 * 1000}, {"GB", 1000 * 1000 * 1000}, {"B", 1}}
+}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"B", 1}}
 
-// UnmarshalText parses a size.
+// UnmarshalText parses a size. KB, MB and GB are refused: Squid reads
+// them as powers of two and most of the world as powers of ten, so either
+// reading would surprise someone; the error says how to write each.
 func (b *ByteSize) UnmarshalText(text []byte) error {
 	s := strings.TrimSpace(string(text))
+	for _, u := range []string{"KB", "MB", "GB", "kB", "kb", "mb", "gb"} {
+		if n, ok := strings.CutSuffix(s, u); ok {
+			n = strings.TrimSpace(n)
+			return fmt.Errorf("size %q is ambiguous: write %q (as Squid reads %s) or the bytes", string(text), n+strings.ToUpper(u[:1])+"iB", u)
+		}
+	}
 	mult := int64(1)
 	for _, u := range sizeUnits {
 		if strings.HasSuffix(s, u.suffix) {
