@@ -16,21 +16,25 @@ import (
 )
 
 // hostGuard knows the Host values the API answers to.
-type hostGuard struct {
-	listen netip.Addr // the listen address; unspecified: any address of this host
-	names  atomic.Pointer[map[string]bool]
+type hostGuard struct{ p atomic.Pointer[hostsInForce] }
+
+// hostsInForce are the listen address (unspecified: any address of this
+// host) and the names answered to, swapped whole on reload.
+type hostsInForce struct {
+	listen netip.Addr
+	names  map[string]bool
 }
 
 // set puts a new [admin] hosts list in force (on start and reload).
 func (g *hostGuard) set(listen string, hosts []string) {
+	h := &hostsInForce{names: map[string]bool{"localhost": true}}
 	if ap, err := netip.ParseAddrPort(listen); err == nil {
-		g.listen = ap.Addr().Unmap()
+		h.listen = ap.Addr().Unmap()
 	}
-	m := map[string]bool{"localhost": true}
-	for _, h := range hosts {
-		m[normalHost(h)] = true
+	for _, n := range hosts {
+		h.names[normalHost(n)] = true
 	}
-	g.names.Store(&m)
+	g.p.Store(h)
 }
 
 // normalHost is a host name compared: lower case, no trailing dot.
@@ -47,14 +51,17 @@ func (g *hostGuard) allows(hostport string) bool {
 		host = h
 	}
 	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+	h := g.p.Load()
+	if h == nil {
+		return false
+	}
 	if a, err := netip.ParseAddr(host); err == nil {
 		a = a.Unmap()
 		// An address is no name to rebind: the listen address, a loopback
 		// one, or any when the API listens on every address.
-		return a == g.listen || a.IsLoopback() || g.listen.IsUnspecified()
+		return a == h.listen || a.IsLoopback() || h.listen.IsUnspecified()
 	}
-	names := g.names.Load()
-	return names != nil && (*names)[normalHost(host)]
+	return h.names[normalHost(host)]
 }
 
 // guardHost wraps the router: a Host the API does not answer to gets 421.

@@ -5,6 +5,9 @@ package main
 
 import (
 	"bufio"
+	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"github.com/peerd/peerd/cache"
 	"io"
@@ -114,9 +117,21 @@ func (s *squidImport) note(line int, format string, args ...any) {
 }
 
 // importSquidCommand runs "peerd import-squid FILE".
-func importSquidCommand(args []string, stdout, stderr io.Writer) int {
+func importSquidCommand(_ context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("peerd import-squid", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "Usage: peerd import-squid FILE\n\nPrints the peerd TOML equivalent of a squid.conf; what has no equivalent is\nlisted on stderr and as comments, and access lines it cannot say fail closed.")
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		return exitConfig
+	}
+	args = fs.Args()
 	if len(args) != 1 {
-		fmt.Fprintln(stderr, "usage: peerd import-squid FILE   (prints an equivalent peerd TOML for a squid.conf)")
+		fs.Usage()
 		return exitConfig
 	}
 	f, err := os.Open(args[0])

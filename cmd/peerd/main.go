@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -27,23 +28,28 @@ func main() {
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 {
-		switch args[0] {
-		case "import-squid":
-			return importSquidCommand(args[1:], stdout, stderr)
-		case "status":
-			return statusCommand(ctx, args[1:], stdout, stderr)
+		for _, c := range subcommands() {
+			if args[0] == c.name {
+				return c.run(ctx, args[1:], stdout, stderr)
+			}
 		}
 	}
 	fs := flag.NewFlagSet("peerd", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.Usage = func() { usage(fs.Output()) }
 	path := fs.String("config", "", "TOML config `file` (default: the embedded default, a direct proxy on 127.0.0.1:3128)")
 	check := fs.Bool("check", false, "validate the config, print every problem, exit 0 if valid and 1 if not")
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(stdout) // asked for: the list goes to stdout, and it is no error
+			usage(stdout)
+			return exitOK
+		}
 		return exitConfig
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "peerd: unexpected argument %q\n", fs.Arg(0))
+		fmt.Fprintf(stderr, "peerd: unknown command %q (peerd help lists them)\n", fs.Arg(0))
 		return exitConfig
 	}
 	if *showVersion {

@@ -7,16 +7,15 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/peerd/peerd/admin"
+	"github.com/peerd/peerd/selection"
 )
 
 // peerd status [-admin URL]: the peers as a table on a terminal.
@@ -44,42 +43,100 @@ type statusPeer struct {
 }
 
 func statusCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("peerd status", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	addr := fs.String("admin", "http://"+admin.DefaultConfig().Listen, "admin API `URL` of the peerd to ask")
-	if err := fs.Parse(args); err != nil {
-		return exitConfig
+	a := newAdminFlags("status", "", stdout, stderr, false)
+	if _, code, ok := a.parse(args, 0); !ok {
+		return code
 	}
-	base := strings.TrimSuffix(*addr, "/")
-	if !strings.Contains(base, "://") {
-		base = "http://" + base
+	c, err := a.client()
+	if err != nil {
+		return done("status", &admin.Unreachable{Err: err}, stderr)
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/peers", nil)
+	raw, err := c.Peers(ctx)
 	if err != nil {
-		fmt.Fprintf(stderr, "peerd status: %v\n", err)
-		return exitConfig
+		return done("status", err, stderr)
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		fmt.Fprintf(stderr, "peerd status: %s: %v\n", base, err)
-		return exitRuntime
+	ps := make([]statusPeer, len(raw))
+	for i, r := range raw {
+		if err := json.Unmarshal(r, &ps[i]); err != nil {
+			fmt.Fprintf(stderr, "peerd status: %s/peers: %v\n", c.Base, err)
+			return exitRuntime
+		}
 	}
-	defer resp.Body.Close()
-	var body struct {
-		Peers []statusPeer `json:"peers"`
-	}
-	if resp.StatusCode != http.StatusOK {
-		fmt.Fprintf(stderr, "peerd status: %s/peers: %s\n", base, resp.Status)
-		return exitRuntime
-	}
-	if err := json.NewDecoder(io.LimitReader(resp.Body, 16<<20)).Decode(&body); err != nil {
-		fmt.Fprintf(stderr, "peerd status: %s/peers: %v\n", base, err)
-		return exitRuntime
-	}
-	printStatus(stdout, body.Peers, isTerminal(stdout), time.Now())
+	printStatus(stdout, ps, isTerminal(stdout), time.Now())
 	return exitOK
+}
+
+// transition is one entry of a peer's history.
+type transition struct {
+	At    time.Time `json:"at"`
+	From  string    `json:"from"`
+	To    string    `json:"to"`
+	Cause string    `json:"cause"`
+	Error string    `json:"error"`
+}
+
+// printPeer writes one peer's state, counters and recent transitions.
+func printPeer(w io.Writer, p statusPeer, hist []transition, now time.Time) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	state := p.State
+	if p.State == "alive" && p.Suspect {
+		state = "alive, suspect"
+	}
+	if p.DeadCause != nil {
+		state += " (" + *p.DeadCause + ")"
+	}
+	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, commentText(v)) }
+	row("peer", p.Name)
+	row("address", fmt.Sprintf("%s:%d (%s)", p.Host, p.Port, p.Type))
+	row("state", state)
+	row("admin state", p.AdminState+adminNote(p, now))
+	if p.DeadSince != nil {
+		row("dead for", now.Sub(*p.DeadSince).Round(time.Second).String())
+	}
+	row("failures", fmt.Sprintf("%d in a row, %d deaths", p.ConsecutiveFailures, p.DeathsTotal))
+	if p.ConnectTimeMs > 0 {
+		row("connect time", fmt.Sprintf("%.1f ms", p.ConnectTimeMs))
+	}
+	row("requests", fmt.Sprintf("%d, %d in flight", p.RequestsTotal, p.InFlight))
+	if p.LastError != nil {
+		row("last error", *p.LastError)
+	}
+	tw.Flush()
+	if len(hist) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "\nhistory (newest last):")
+	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	for _, h := range hist {
+		fmt.Fprintf(tw, "  %s\t%s -> %s\t%s\t%s\n", h.At.Local().Format("2006-01-02 15:04:05"), commentText(h.From), commentText(h.To), commentText(h.Cause), commentText(h.Error))
+	}
+	tw.Flush()
+}
+
+// printPlan writes an explained plan: the hops in order and the peers
+// left out, or the refusal.
+func printPlan(w io.Writer, e selection.Explanation, owner *string) {
+	if e.Denied != "" {
+		fmt.Fprintf(w, "refused: %s\n", commentText(e.Denied))
+		return
+	}
+	if owner != nil {
+		fmt.Fprintf(w, "owner: %s\n", commentText(*owner))
+	}
+	if len(e.ICP) > 0 {
+		fmt.Fprintf(w, "ICP asks first: %s\n", commentText(strings.Join(e.ICP, ", ")))
+	}
+	if len(e.Hops) == 0 {
+		fmt.Fprintln(w, "no next hop: the request would be answered 503 no-peers")
+	}
+	for i, h := range e.Hops {
+		fmt.Fprintf(w, "%d. %s (%s, tier %d): %s\n", i+1, commentText(h.Peer), commentText(h.Type), h.Tier, commentText(h.Why))
+	}
+	for _, s := range e.Skipped {
+		fmt.Fprintf(w, "   skipped %s: %s\n", commentText(s.Peer), commentText(s.Why))
+	}
 }
 
 // isTerminal reports a character device (a TTY) that did not opt out of

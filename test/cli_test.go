@@ -1,0 +1,126 @@
+package e2e
+
+// The command line against a live peerd (issue 41): help and -h exit 0,
+// the admin commands find the API and its token in the config (or -admin
+// and PEERD_ADMIN_TOKEN), and exit 0 when done, 1 when refused and 2 when
+// peerd cannot be reached.
+
+import (
+	"fmt"
+	"os"
+	osexec "os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// cli runs peerd with args and env added; its exit code and output.
+func cli(t *testing.T, env []string, args ...string) (int, string) {
+	t.Helper()
+	cmd := osexec.Command(peerdBin, args...)
+	cmd.Env = append(os.Environ(), env...)
+	out, _ := cmd.CombinedOutput()
+	return cmd.ProcessState.ExitCode(), string(out)
+}
+
+func TestCLIHelp(t *testing.T) {
+	for _, args := range [][]string{{"help"}, {"-h"}, {"--help"}} {
+		code, out := cli(t, nil, args...)
+		if code != 0 {
+			t.Fatalf("peerd %v: exit %d", args, code)
+		}
+		for _, sub := range []string{"status", "peers", "peer", "drain", "maintenance", "enable", "probe", "reload", "purge", "plan", "import-squid"} {
+			if !strings.Contains(out, "\n  "+sub+" ") {
+				t.Fatalf("peerd %v does not list %s:\n%s", args, sub, out)
+			}
+		}
+	}
+	for _, sub := range []string{"status", "peers", "peer", "drain", "maintenance", "enable", "probe", "reload", "purge", "plan", "import-squid"} {
+		if code, out := cli(t, nil, sub, "-h"); code != 0 || !strings.Contains(out, "Usage: peerd "+sub) {
+			t.Fatalf("peerd %s -h: exit %d\n%s", sub, code, out)
+		}
+	}
+	if code, _ := cli(t, nil, "no-such-command"); code != 1 {
+		t.Fatalf("an unknown command: exit %d; want 1", code)
+	}
+}
+
+func TestCLIAgainstALivePeerd(t *testing.T) {
+	a, b := newFakeParent(t, "a"), newFakeParent(t, "b")
+	a.SetHeader("Cache-Control", "max-age=600")
+	p := startPeerd(t, baseConfig+peerBlock("", a, b))
+	api := []string{"-admin", "http://" + p.admin}
+	withToken := []string{"PEERD_ADMIN_TOKEN=secret"}
+
+	code, out := cli(t, nil, append([]string{"peers"}, api...)...)
+	if code != 0 || !strings.Contains(out, "PEER") || !strings.Contains(out, "\na ") || !strings.Contains(out, "\nb ") {
+		t.Fatalf("peers: exit %d\n%s", code, out)
+	}
+	if code, out := cli(t, nil, append([]string{"peers", "-json"}, api...)...); code != 0 || !strings.Contains(out, `"connect_fail_limit"`) {
+		t.Fatalf("peers -json: exit %d\n%s", code, out)
+	}
+	// A write without the token is refused (1), with the API's error.
+	if code, out := cli(t, nil, append([]string{"drain", "a"}, api...)...); code != 1 || !strings.Contains(out, "401") {
+		t.Fatalf("drain without a token: exit %d\n%s", code, out)
+	}
+	// Flags after the name, as an operator types them.
+	code, out = cli(t, withToken, append([]string{"drain", "a", "-reason", "kernel upgrade", "-ttl", "30m"}, api...)...)
+	if code != 0 || !strings.Contains(out, "peer a: drain (reason: kernel upgrade, for 30m") {
+		t.Fatalf("drain: exit %d\n%s", code, out)
+	}
+	if st := p.peer("a"); st.AdminState != "drain" {
+		t.Fatalf("a is %s after peerd drain", st.AdminState)
+	}
+	if code, out := cli(t, nil, append([]string{"peer", "a"}, api...)...); code != 0 || !strings.Contains(out, "admin state") || !strings.Contains(out, "history") {
+		t.Fatalf("peer a: exit %d\n%s", code, out)
+	}
+	if code, out := cli(t, withToken, append([]string{"maintenance", "b"}, api...)...); code != 0 || !strings.Contains(out, "peer b: maintenance") {
+		t.Fatalf("maintenance: exit %d\n%s", code, out)
+	}
+	for _, n := range []string{"a", "b"} {
+		if code, out := cli(t, withToken, append([]string{"enable", n}, api...)...); code != 0 || !strings.Contains(out, "peer "+n+": enabled") {
+			t.Fatalf("enable %s: exit %d\n%s", n, code, out)
+		}
+	}
+	if code, out := cli(t, withToken, append([]string{"probe", "a"}, api...)...); code != 0 || !strings.Contains(out, "peer a: alive") {
+		t.Fatalf("probe: exit %d\n%s", code, out)
+	}
+	if code, out := cli(t, withToken, append([]string{"probe", "nope"}, api...)...); code != 1 || !strings.Contains(out, "404") {
+		t.Fatalf("probe of an unknown peer: exit %d\n%s", code, out)
+	}
+	if code, out := cli(t, nil, append([]string{"plan", "http://origin.test/x"}, api...)...); code != 0 || !strings.Contains(out, "1. a (parent") {
+		t.Fatalf("plan: exit %d\n%s", code, out)
+	}
+	if r := do(p.client(), "GET", "http://origin.test/cached", ""); r.status != 200 {
+		t.Fatalf("GET: %s", r)
+	}
+	if code, out := cli(t, withToken, append([]string{"purge", "http://origin.test/cached"}, api...)...); code != 0 || !strings.Contains(out, "purged 1") {
+		t.Fatalf("purge: exit %d\n%s", code, out)
+	}
+	if code, out := cli(t, withToken, append([]string{"reload"}, api...)...); code != 0 || !strings.Contains(out, "reloaded") {
+		t.Fatalf("reload: exit %d\n%s", code, out)
+	}
+	if code, out := cli(t, nil, "status", "-admin", "http://127.0.0.1:1"); code != 2 {
+		t.Fatalf("status of a peerd that is not there: exit %d; want 2\n%s", code, out)
+	}
+}
+
+// TestCLIReadsTheConfig: with -config, the commands dial the config's
+// admin address with its token.
+func TestCLIReadsTheConfig(t *testing.T) {
+	a := newFakeParent(t, "a")
+	port := freePort(t)
+	cfg := strings.Replace(baseConfig, "[admin]\nlisten = \"127.0.0.1:0\"", fmt.Sprintf("[admin]\nlisten = \"0.0.0.0:%s\"", port), 1) + peerBlock("", a)
+	p := startPeerd(t, cfg)
+	path := filepath.Join(t.TempDir(), "peerd.toml")
+	os.WriteFile(path, []byte(cfg), 0o600)
+	if code, out := cli(t, nil, "drain", "a", "-config", path); code != 0 || !strings.Contains(out, "peer a: drain") {
+		t.Fatalf("drain -config: exit %d\n%s", code, out)
+	}
+	if st := p.peer("a"); st.AdminState != "drain" {
+		t.Fatalf("a is %s", st.AdminState)
+	}
+	if code, out := cli(t, nil, "status", "-config", path); code != 0 || !strings.Contains(out, "drain") {
+		t.Fatalf("status -config: exit %d\n%s", code, out)
+	}
+}
