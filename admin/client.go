@@ -35,7 +35,9 @@ type Refused struct {
 	Msg    string
 }
 
-func (r *Refused) Error() string { return fmt.Sprintf("%d %s: %s", r.Status, http.StatusText(r.Status), r.Msg) }
+func (r *Refused) Error() string {
+	return fmt.Sprintf("%d %s: %s", r.Status, http.StatusText(r.Status), r.Msg)
+}
 
 // Unreachable is an API that did not answer.
 type Unreachable struct{ Err error }
