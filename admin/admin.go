@@ -86,6 +86,9 @@ type Options struct {
 	// Host values answered.
 	Listen string
 	Hosts  []string
+	// Ready answers GET /readyz: ready or not, and the JSON body saying
+	// why (nil: always ready while serving).
+	Ready func() (bool, any)
 }
 
 // API is the admin HTTP handler.
@@ -100,6 +103,7 @@ type API struct {
 	router  *mux.Router
 	guard   *tokenGuard
 	hosts   hostGuard
+	ready   func() (bool, any)
 	cache   func() *cache.Cache
 	fleet   *fleet.Fleet
 	name    string
@@ -108,7 +112,7 @@ type API struct {
 
 // New builds the API with the given token.
 func New(o Options, token string) *API {
-	a := &API{reg: o.Registry, prober: o.Prober, reload: o.Reload, explain: o.Explain, log: o.Log, guard: newTokenGuard(), cache: o.Cache, fleet: o.Fleet, name: o.Name, version: o.Version}
+	a := &API{reg: o.Registry, prober: o.Prober, reload: o.Reload, explain: o.Explain, log: o.Log, guard: newTokenGuard(), cache: o.Cache, fleet: o.Fleet, name: o.Name, version: o.Version, ready: o.Ready}
 	if a.cache == nil {
 		a.cache = func() *cache.Cache { return nil }
 	}
@@ -133,6 +137,7 @@ func New(o Options, token string) *API {
 	r.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	}).Methods(http.MethodGet)
+	r.HandleFunc("/readyz", a.readyz).Methods(http.MethodGet)
 	if o.Gatherer != nil {
 		r.Handle("/metrics", promhttp.HandlerFor(o.Gatherer, promhttp.HandlerOpts{})).Methods(http.MethodGet)
 	}
@@ -144,6 +149,21 @@ func New(o Options, token string) *API {
 	})
 	a.router = r
 	return a
+}
+
+// readyz is GET /readyz: 200 while peerd should be sent requests, 503
+// with the reason otherwise (healthz stays liveness).
+func (a *API) readyz(w http.ResponseWriter, _ *http.Request) {
+	if a.ready == nil {
+		writeJSON(w, http.StatusOK, map[string]any{"ready": true})
+		return
+	}
+	ok, body := a.ready()
+	status := http.StatusOK
+	if !ok {
+		status = http.StatusServiceUnavailable
+	}
+	writeJSON(w, status, body)
 }
 
 // SetToken replaces the write token (on reload).

@@ -6,12 +6,16 @@ package e2e
 // peerd cannot be reached.
 
 import (
+	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	osexec "os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // cli runs peerd with args and env added; its exit code and output.
@@ -122,5 +126,64 @@ func TestCLIReadsTheConfig(t *testing.T) {
 	}
 	if code, out := cli(t, nil, "status", "-config", path); code != 0 || !strings.Contains(out, "drain") {
 		t.Fatalf("status -config: exit %d\n%s", code, out)
+	}
+}
+
+// readiness is GET /readyz's body.
+type readiness struct {
+	Ready    bool     `json:"ready"`
+	NextHops []string `json:"next_hops"`
+	Reason   string   `json:"reason"`
+	Skipped  []struct {
+		Peer, Why string
+	} `json:"skipped"`
+}
+
+// readyz is GET /readyz's status and body.
+func readyz(t *testing.T, p *peerd) (int, readiness) {
+	t.Helper()
+	resp, err := http.Get("http://" + p.admin + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	var r readiness
+	if err := json.Unmarshal(b, &r); err != nil {
+		t.Fatalf("GET /readyz: %v\n%s", err, b)
+	}
+	return resp.StatusCode, r
+}
+
+// TestReadyz: ready while a parent is usable; 503 naming why once every
+// parent is dead and direct is never, while /healthz stays 200; ready
+// again when one comes back; and with direct allowed, ready whatever the
+// parents.
+func TestReadyz(t *testing.T) {
+	a, b := newFakeParent(t, "a"), newFakeParent(t, "b")
+	p := startPeerd(t, baseConfig+health(1, "100ms", "200ms")+peerBlock("", a, b))
+	if code, r := readyz(t, p); code != 200 || !r.Ready || fmt.Sprint(r.NextHops) != "[a b]" {
+		t.Fatalf("with two live parents: %d %+v", code, r)
+	}
+	a.stop()
+	b.stop()
+	for _, n := range []string{"a", "b"} {
+		cli(t, []string{"PEERD_ADMIN_TOKEN=secret"}, "probe", n, "-admin", "http://"+p.admin)
+	}
+	waitFor(t, "both parents dead", 10*time.Second, func() bool { return p.peer("a").State == "dead" && p.peer("b").State == "dead" })
+	code, r := readyz(t, p)
+	if code != 503 || r.Ready || !strings.Contains(r.Reason, "no usable next hop") || !strings.Contains(r.Reason, "direct is never") ||
+		len(r.Skipped) != 2 || r.Skipped[0].Why != "dead" {
+		t.Fatalf("with every parent dead: %d %+v", code, r)
+	}
+	if resp, err := http.Get("http://" + p.admin + "/healthz"); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("healthz with every parent dead: %v %v", resp, err)
+	}
+	a.restart()
+	waitFor(t, "ready once a is back", 15*time.Second, func() bool { code, _ := readyz(t, p); return code == 200 })
+
+	d := startPeerd(t, directConfig)
+	if code, r := readyz(t, d); code != 200 || fmt.Sprint(r.NextHops) != "[DIRECT]" {
+		t.Fatalf("a direct proxy: %d %+v", code, r)
 	}
 }

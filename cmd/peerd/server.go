@@ -51,8 +51,9 @@ func (w debugWriter) Write(b []byte) (int, error) {
 
 // server wires the packages together and owns listeners and signals.
 type server struct {
-	path string
-	log  *logrus.Logger
+	path  string
+	log   *logrus.Logger
+	phase atomic.Int32 // phaseStarting, phaseServing, phaseStopping: readiness
 
 	reg     *peers.Registry
 	prober  *probes.Prober
@@ -197,7 +198,7 @@ func newServer(path string, cfg *fileConfig, stderr io.Writer) (*server, error) 
 	}, func() float64 { return float64(s.fleet.Members()) }))
 	s.api = admin.New(admin.Options{Registry: reg, Prober: s.prober, Reload: s.reload, Explain: s.explain,
 		Gatherer: promReg, Log: lg, Cache: s.proxy.Cache, Fleet: s.fleet, Name: s.proxy.Name(), Version: version,
-		Listen: cfg.Admin.Listen, Hosts: cfg.Admin.Hosts}, cfg.Admin.Token)
+		Listen: cfg.Admin.Listen, Hosts: cfg.Admin.Hosts, Ready: s.readiness}, cfg.Admin.Token)
 	return s, nil
 }
 
@@ -390,6 +391,7 @@ func (s *server) serve(ctx context.Context) error {
 		fields["tls"] = ln.Addr().String()
 	}
 	s.log.WithFields(fields).Info("peerd serving")
+	s.phase.Store(phaseServing)
 	s.upg.ready()
 
 	for {
@@ -422,6 +424,7 @@ func (s *server) serve(ctx context.Context) error {
 // to shutdown_timeout, then closes what is left. A further SIGTERM/SIGINT
 // on sigs ends it at once.
 func (s *server) shutdown(sigs <-chan os.Signal) error {
+	s.phase.Store(phaseStopping)
 	s.mu.Lock()
 	timeout := s.cfg.Proxy.ShutdownTimeout
 	adminSrv := s.adminSrv

@@ -1,0 +1,43 @@
+package main
+
+// This file holds readiness (GET /readyz): whether this peerd should be
+// sent requests now, for a load balancer or Kubernetes. It is ready while
+// a request for the default route has a usable next hop (a live parent,
+// or DIRECT when allowed); not while it starts (waiting for its peers'
+// first verdicts) or stops. GET /healthz stays liveness.
+
+import "github.com/peerd/peerd/selection"
+
+// Phases of the process, for readiness.
+const (
+	phaseStarting int32 = iota
+	phaseServing
+	phaseStopping
+)
+
+// readyProbe is the request readiness plans: a GET no [[route]] with a
+// domain can match, from loopback (what the default route is asked).
+var readyProbe = selection.Request{Method: "GET", URL: "http://peerd-readyz.invalid/", ClientIP: "127.0.0.1"}
+
+// readiness answers GET /readyz: ready or not, and the body saying why.
+func (s *server) readiness() (bool, any) {
+	switch s.phase.Load() {
+	case phaseStarting:
+		return false, map[string]any{"ready": false, "reason": "starting: the proxy port opens once every peer has a first verdict"}
+	case phaseStopping:
+		return false, map[string]any{"ready": false, "reason": "stopping: no new connections are taken"}
+	}
+	e := s.planner.Explain(readyProbe)
+	if len(e.Hops) > 0 {
+		hops := make([]string, len(e.Hops))
+		for i, h := range e.Hops {
+			hops[i] = h.Peer
+		}
+		return true, map[string]any{"ready": true, "next_hops": hops}
+	}
+	reason := "no usable next hop for the default route: every parent is dead, unknown, drained or full"
+	if !s.planner.DirectAllowed() {
+		reason += ", and direct is never"
+	}
+	return false, map[string]any{"ready": false, "reason": reason, "skipped": e.Skipped}
+}
