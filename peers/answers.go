@@ -270,12 +270,17 @@ func (r *Registry) ObserveHTTPProbe(p *Peer, ok bool, err error, class AnswerCla
 // fleet) that the peer's own probe settled (how says what the probe did);
 // none for a suspicion of the peer's own connects.
 func settledByProbe(at time.Time, how string) func(cur *liveness) *Transition {
+	return settled(at, CauseProbe, how)
+}
+
+// settled is the history entry of a suspicion settled: by cause, how,
+// and who had suspected the peer when it was not its own traffic.
+func settled(at time.Time, cause, how string) func(cur *liveness) *Transition {
 	return func(cur *liveness) *Transition {
-		if cur.suspectBy == "" {
-			return nil
+		if cur.suspectBy != "" {
+			how += " (suspected by " + cur.suspectBy + ")"
 		}
-		return &Transition{At: at, From: "suspect", To: Alive.String(), Cause: CauseProbe,
-			Error: how + " (suspected by " + cur.suspectBy + ")"}
+		return &Transition{At: at, From: "suspect", To: Alive.String(), Cause: cause, Error: how}
 	}
 }
 

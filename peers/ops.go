@@ -120,6 +120,10 @@ const (
 	CauseReload          = "reload"
 	CauseFleet           = "fleet"
 	CauseFlapHold        = "flap_hold"
+	// A connect pending past its hedge delay makes a peer suspect; a
+	// traffic connect that succeeds settles a suspicion.
+	CauseSlowConnect = "slow_connect"
+	CauseConnect     = "connect"
 )
 
 // historyLen is how many transitions a peer keeps.

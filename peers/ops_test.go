@@ -7,11 +7,13 @@ import (
 	"net"
 	"os"
 	"runtime"
+	"strings"
 	"syscall"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	"github.com/sirupsen/logrus"
 	"github.com/sirupsen/logrus/hooks/test"
 )
 
@@ -326,5 +328,37 @@ func TestHistoryWrittenBeforeChangeIsSeen(t *testing.T) {
 		}
 		feed.mu.Unlock()
 		<-done
+	}
+}
+
+// TestOwnSuspicionsRecorded: a failed connect below the limit, a slow
+// connect and the connect that settles them are in the peer's history
+// with their causes and logged at info level; a peer that flips at the
+// rate of its requests logs at most one line per 10 s.
+func TestOwnSuspicionsRecorded(t *testing.T) {
+	r, hook := newTestRegistry(t, 3, parent("p1", 1))
+	p1 := r.Get("p1")
+	succeed(r, p1, true)
+	fail(r, p1, false)
+	succeed(r, p1, false)
+	r.MarkSlow(p1)
+	succeed(r, p1, true)
+	h := p1.History()
+	var got []string
+	for _, tr := range h[len(h)-4:] {
+		got = append(got, tr.From+">"+tr.To+" "+tr.Cause)
+	}
+	want := "[alive>suspect connect_failures suspect>alive connect alive>suspect slow_connect suspect>alive probe]"
+	if fmt.Sprint(got) != want {
+		t.Fatalf("history %v; want %s", got, want)
+	}
+	var infos []string
+	for _, e := range hook.AllEntries() {
+		if e.Level == logrus.InfoLevel && strings.Contains(e.Message, "suspect") {
+			infos = append(infos, e.Message)
+		}
+	}
+	if len(infos) != 1 || !strings.Contains(infos[0], "Parent p1 is suspect: connect failed (1 of 3 before dead)") {
+		t.Fatalf("info lines %q; want the first suspicion only (the rest within 10 s are counted)", infos)
 	}
 }

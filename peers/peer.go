@@ -230,11 +230,14 @@ type Peer struct {
 	icp           ICPCounters
 	rampUntil     atomic.Int64 // slow start ends (Unix ns); 0: not ramping
 
-	// opsMu guards what operators read: history, upstream errors, deaths.
+	// opsMu guards what operators read: history, upstream errors, deaths,
+	// and the spacing of suspicion log lines.
 	opsMu      sync.Mutex
 	history    []Transition
 	upstream   map[string]int64
 	deathTimes []int64
+	suspectLog time.Time // the last suspicion line logged
+	suspectMut int       // suspicion changes not logged since
 }
 
 // cacheLinePad keeps what is on either side of it off one cache line.

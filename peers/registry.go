@@ -221,10 +221,11 @@ func (r *Registry) Observe(p *Peer, o Observation) {
 	n := p.consecutive.Add(1)
 	switch p.State() {
 	case Alive:
-		if n >= p.settings().failLimit {
+		if limit := p.settings().failLimit; n >= limit {
 			r.transition(p, Alive, Dead, o.Err, o.At, CauseConnectFailures)
 		} else if !p.Suspect() {
-			r.setSuspect(p, true) // healthy -> suspect
+			// healthy -> suspect
+			r.suspectOwn(p, CauseConnectFailures, fmt.Sprintf("connect failed (%d of %d before dead): %s", n, limit, msg), o.At)
 		}
 	case Unknown:
 		// The first probe's verdict: no traffic has been sent, and none
@@ -281,11 +282,13 @@ func (r *Registry) observeSuccess(p *Peer, o Observation, at int64) {
 		}
 		if l.suspect && !l.httpSettle { // (a connect never settles an answer suspicion)
 			// suspect -> healthy
-			var note func(*liveness) *Transition
+			cause, how := CauseConnect, "a connect succeeded"
 			if o.Probe {
-				note = settledByProbe(o.At, "own probe connected")
+				cause, how = CauseProbe, "own probe connected"
 			}
-			r.setSuspectBy(p, false, "", note)
+			if r.setSuspectBy(p, false, "", settled(o.At, cause, how)) {
+				r.logSuspicion(p, o.At, false, cause, how)
+			}
 		}
 		return
 	}
@@ -385,9 +388,46 @@ func errString(err error) string {
 	return err.Error()
 }
 
-// setSuspect turns an alive peer suspect or healthy again; a change wakes
-// watchers (the prober settles a suspect peer by probing it).
-func (r *Registry) setSuspect(p *Peer, suspect bool) { r.setSuspectBy(p, suspect, "", nil) }
+// suspectOwn makes an alive, healthy peer suspect for what its own
+// traffic showed (a failed connect below the limit, a slow connect): it
+// sorts behind healthy peers and the prober settles it. The change is
+// in its history with cause, and logged at info level.
+func (r *Registry) suspectOwn(p *Peer, cause, detail string, at time.Time) {
+	if r.setSuspectBy(p, true, "", func(*liveness) *Transition {
+		return &Transition{At: at, From: Alive.String(), To: "suspect", Cause: cause, Error: detail}
+	}) {
+		r.logSuspicion(p, at, true, cause, detail)
+	}
+}
+
+// suspicionLogEvery spaces one peer's suspicion lines: a parent that
+// fails one connect in a hundred turns suspect and back as often, and a
+// line each would be a line per request (each change still goes into
+// its history).
+const suspicionLogEvery = 10 * time.Second
+
+// logSuspicion logs a peer turning suspect or healthy again, at most one
+// line per suspicionLogEvery, the line counting the changes not logged.
+func (r *Registry) logSuspicion(p *Peer, at time.Time, suspect bool, cause, detail string) {
+	p.opsMu.Lock()
+	if at.Sub(p.suspectLog) < suspicionLogEvery {
+		p.suspectMut++
+		p.opsMu.Unlock()
+		return
+	}
+	quiet := p.suspectMut
+	p.suspectLog, p.suspectMut = at, 0
+	p.opsMu.Unlock()
+	l := r.log.WithFields(logrus.Fields{"peer": p.Name(), "cause": cause, "detail": detail})
+	if quiet > 0 {
+		l = l.WithField("changes_not_logged", quiet)
+	}
+	if suspect {
+		l.Infof("%s %s is suspect: %s", p.Type().Label(), p.Name(), detail)
+	} else {
+		l.Infof("%s %s is no longer suspect: %s", p.Type().Label(), p.Name(), detail)
+	}
+}
 
 // setSuspectBy changes an alive peer's suspicion, with its outside cause
 // ("" for the peer's own connects); it reports whether it changed. note,
@@ -461,7 +501,7 @@ func (r *Registry) commitTxn(txn *memdb.Txn, p *Peer, nl *liveness, note *Transi
 // until a connect to it succeeds.
 func (r *Registry) MarkSlow(p *Peer) {
 	if !p.Suspect() {
-		r.setSuspect(p, true)
+		r.suspectOwn(p, CauseSlowConnect, "a connect is pending past its hedge delay", r.now())
 	}
 }
 
