@@ -39,11 +39,12 @@ var (
 	descHedged    = prometheus.NewDesc("peerd_peer_hedged_requests_total", "Requests of the parent also sent to the next hop because its response head was late.", labels, nil)
 	descFirstByte = prometheus.NewDesc("peerd_peer_first_byte_seconds", "Smoothed response-head time of the parent.", labels, nil)
 	descAdminDesc = prometheus.NewDesc("peerd_peer_admin_state", "1 for the peer's current admin state.", append(labels, "state"), nil)
+	descBytes     = prometheus.NewDesc("peerd_peer_bytes_total", "Bytes of the requests sent to the peer (direction sent) and of its answers relayed to clients (received), tunnels included.", append(labels, "direction"), nil)
 )
 
 // Describe sends the descriptors.
 func (c *PeerCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descUp, descFailures, descConnects, descRequests, descChanges, descProbes, descInFlight, descConsec, descSuspect, descConnTime, descConnVar, descProbeRTT, descAdminDesc, descICP, descICPRTT, descAnswers, descHedged, descFirstByte} {
+	for _, d := range []*prometheus.Desc{descUp, descFailures, descConnects, descRequests, descChanges, descProbes, descInFlight, descConsec, descSuspect, descConnTime, descConnVar, descProbeRTT, descAdminDesc, descICP, descICPRTT, descAnswers, descHedged, descFirstByte, descBytes} {
 		ch <- d
 	}
 }
@@ -103,5 +104,8 @@ func (c *PeerCollector) Collect(ch chan<- prometheus.Metric) {
 			}
 			gauge(descAdminDesc, v, st.String())
 		}
+		sent, received := p.Bytes()
+		counter(descBytes, sent, "sent")
+		counter(descBytes, received, "received")
 	}
 }

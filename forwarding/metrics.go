@@ -25,6 +25,10 @@ type Metrics struct {
 	// unsolicited counts connections closed because a next hop sent bytes
 	// past its answer, by hop (peer name or DIRECT).
 	unsolicited *prometheus.CounterVec
+	// clientIn and clientOut count the bytes clients sent peerd (heads,
+	// bodies, tunnels) and the bytes peerd sent them.
+	clientIn, clientOut prometheus.Counter
+	clientBytes         *prometheus.CounterVec
 
 	mu    sync.RWMutex // guards byKey
 	byKey map[requestKey]prometheus.Counter
@@ -32,7 +36,7 @@ type Metrics struct {
 
 // NewMetrics creates the collectors; register them with Register.
 func NewMetrics() *Metrics {
-	return &Metrics{
+	m := &Metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "peerd_requests_total", Help: "Client requests by status code and hierarchy code.",
 		}, []string{"code", "hierarchy"}),
@@ -59,13 +63,19 @@ func NewMetrics() *Metrics {
 			Name: "peerd_unsolicited_responses_total",
 			Help: "Connections to a next hop closed because it sent bytes past the end of its answer (never used to answer another request).",
 		}, []string{"hop"}),
+		clientBytes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "peerd_client_bytes_total",
+			Help: "Bytes between peerd and its clients, by direction: received (request heads, bodies and tunnelled bytes from clients) and sent (everything clients got).",
+		}, []string{"direction"}),
 		byKey: make(map[requestKey]prometheus.Counter),
 	}
+	m.clientIn, m.clientOut = m.clientBytes.WithLabelValues("received"), m.clientBytes.WithLabelValues("sent")
+	return m
 }
 
 // Register adds the collectors to r.
 func (m *Metrics) Register(r prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.requests, m.duration, m.retries, m.exhausted, m.hedges, m.hedgedRequests, m.refused, m.unsolicited} {
+	for _, c := range []prometheus.Collector{m.requests, m.duration, m.retries, m.exhausted, m.hedges, m.hedgedRequests, m.refused, m.unsolicited, m.clientBytes} {
 		if err := r.Register(c); err != nil {
 			return err
 		}

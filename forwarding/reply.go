@@ -17,18 +17,21 @@ type reply struct {
 	// and tunnelIn what the far side sent through a tunnel: the bytes the
 	// client got (see txn.sentBytes).
 	handedFrom, tunnelIn int64
-	hop                  selection.Hop
-	hopped               bool // hop answered
-	errHop               bool // hop is the one peerd's error answer is about
-	headSent             bool // a final response head went to the client
+	// tunnelOut is what the client sent the far side through a tunnel.
+	tunnelOut int64
+	hop       selection.Hop
+	hopped    bool // hop answered
+	errHop    bool // hop is the one peerd's error answer is about
+	headSent  bool // a final response head went to the client
 }
 
 // countFrom starts the count of what the client gets at the client
 // writer's count now.
 func (r *reply) countFrom(handed int64) { r.handedFrom = handed }
 
-// tunnelledIn records what the far side of a tunnel sent the client.
-func (r *reply) tunnelledIn(n int64) { r.tunnelIn = n }
+// tunnelBytes records what the far side of a tunnel sent the client (in)
+// and what the client sent it (out).
+func (r *reply) tunnelBytes(in, out int64) { r.tunnelIn, r.tunnelOut = in, out }
 
 // answeredBy records the hop whose answer the client gets.
 func (r *reply) answeredBy(h selection.Hop) { r.hop, r.hopped = h, true }

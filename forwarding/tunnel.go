@@ -191,18 +191,18 @@ func (tx *txn) tunnel(a *attempt, status int, hello []byte) outcome {
 	cc.r.Discard(len(fromClient))
 	fromUp := up.r.Peek()
 	up.r.Discard(len(fromUp))
-	received := splice(cc.nc, fromClient, up.nc, fromUp, tx.cfg.ReadTimeout)
+	received, sent := splice(cc.nc, fromClient, up.nc, fromUp, tx.cfg.ReadTimeout)
 	cc.nc.Close()
 	up.close()
-	tx.tunnelledIn(received)
+	tx.tunnelBytes(received, sent)
 	return closeConn
 }
 
 // splice copies a→b and b→a (each after its pending bytes) until both
 // directions end, and returns the bytes copied to a (what the access log
-// counts). A side that sent EOF is half-closed on the other; when neither
-// direction carries a byte for idle, both are closed.
-func splice(a net.Conn, aPending []byte, b net.Conn, bPending []byte, idle time.Duration) (toA int64) {
+// counts) and to b. A side that sent EOF is half-closed on the other; when
+// neither direction carries a byte for idle, both are closed.
+func splice(a net.Conn, aPending []byte, b net.Conn, bPending []byte, idle time.Duration) (toA, toB int64) {
 	var last atomic.Int64
 	last.Store(time.Now().UnixNano())
 	var wg sync.WaitGroup
@@ -211,9 +211,9 @@ func splice(a net.Conn, aPending []byte, b net.Conn, bPending []byte, idle time.
 		defer wg.Done()
 		toA = pipe(a, b, bPending, idle, &last, b)
 	}()
-	pipe(b, a, aPending, idle, &last, a)
+	toB = pipe(b, a, aPending, idle, &last, a)
 	wg.Wait()
-	return toA
+	return toA, toB
 }
 
 // pipe copies src to dst. Reads time out every idle; a timeout ends the

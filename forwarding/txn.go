@@ -412,9 +412,27 @@ func (tx *txn) finish() {
 	elapsed := time.Since(tx.start)
 	hier := tx.hierarchy()
 	p.metrics.observeRequest(&tx.cc.memo, tx.status, hier, elapsed)
+	tx.countBytes()
 	if al := p.access.Load(); al != nil {
 		tx.logBuf = tx.appendLog(tx.logBuf[:0], al, elapsed, hier)
 		al.Write(tx.logBuf)
+	}
+}
+
+// countBytes adds the request's bytes to the client counters and, when a
+// peer answered, to the peer's: what the client sent (head, body, tunnel)
+// went to the peer, and what the client got came from it.
+func (tx *txn) countBytes() {
+	in := int64(len(tx.head)) + tx.tunnelOut
+	if tx.req.Chunked || tx.req.ContentLength > 0 {
+		in += tx.body.Count
+	}
+	out := tx.sentBytes()
+	m := tx.cc.p.metrics
+	m.clientIn.Add(float64(in))
+	m.clientOut.Add(float64(out))
+	if tx.hopped && tx.hop.Peer != nil {
+		tx.hop.Peer.AddBytes(in, out)
 	}
 }
 

@@ -229,6 +229,9 @@ type Peer struct {
 	_             cacheLinePad
 	icp           ICPCounters
 	rampUntil     atomic.Int64 // slow start ends (Unix ns); 0: not ramping
+	// bytesSent and bytesReceived are the bytes of the requests sent to
+	// the peer and of its answers relayed (peerd_peer_bytes_total).
+	bytesSent, bytesReceived atomic.Int64
 
 	// opsMu guards what operators read: history, upstream errors, deaths,
 	// and the spacing of suspicion log lines.
@@ -494,3 +497,13 @@ func (c *ICPCounters) snapshot() ICPSnapshot {
 	return ICPSnapshot{Queries: c.queries.Load(), Hits: c.hits.Load(), Misses: c.misses.Load(),
 		Timeouts: c.timeouts.Load(), Denied: c.denied.Load(), MeanRTT: c.MeanRTT()}
 }
+
+// AddBytes counts the bytes of one request sent to p and of its answer
+// relayed to the client.
+func (p *Peer) AddBytes(sent, received int64) {
+	p.bytesSent.Add(sent)
+	p.bytesReceived.Add(received)
+}
+
+// Bytes are the bytes sent to p and received from it so far.
+func (p *Peer) Bytes() (sent, received int64) { return p.bytesSent.Load(), p.bytesReceived.Load() }

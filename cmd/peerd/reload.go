@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"time"
 
 	"github.com/peerd/peerd/access"
 	"github.com/peerd/peerd/admin"
@@ -29,6 +30,13 @@ import (
 // keeping their name and address keep their state; in-flight requests on a
 // moved listener finish.
 func (s *server) reload() (admin.ReloadDiff, error) {
+	d, err := s.reloadConfig()
+	s.reloads.record(err == nil, time.Now())
+	return d, err
+}
+
+// reloadConfig is reload, without the record of its result.
+func (s *server) reloadConfig() (admin.ReloadDiff, error) {
 	s.reloading.Lock()
 	defer s.reloading.Unlock()
 	cfg, ps := loadConfig(s.path)

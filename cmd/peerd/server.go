@@ -54,6 +54,9 @@ type server struct {
 	path  string
 	log   *logrus.Logger
 	phase atomic.Int32 // phaseStarting, phaseServing, phaseStopping: readiness
+	// reloads is the last reload's result and time (the start counts as
+	// one that succeeded): metrics and the status page.
+	reloads reloadRecord
 
 	reg     *peers.Registry
 	prober  *probes.Prober
@@ -145,6 +148,8 @@ func newServer(path string, cfg *fileConfig, stderr io.Writer) (*server, error) 
 
 	promReg := prometheus.NewRegistry()
 	promReg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), admin.NewPeerCollector(reg))
+	s.reloads.record(true, time.Now())
+	s.registerServerMetrics(promReg)
 	metrics := forwarding.NewMetrics()
 	if err := metrics.Register(promReg); err != nil {
 		return nil, err

@@ -1,0 +1,60 @@
+package main
+
+// This file holds the metrics of the process itself: its build, its open
+// client connections, and the last reload's result and time.
+
+import (
+	"runtime"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// reloadRecord is the last reload's result and time.
+type reloadRecord struct {
+	ok atomic.Bool
+	at atomic.Int64 // Unix seconds
+}
+
+func (r *reloadRecord) record(ok bool, at time.Time) {
+	r.ok.Store(ok)
+	r.at.Store(at.Unix())
+}
+
+// last is the last reload's result and time.
+func (r *reloadRecord) last() (bool, time.Time) { return r.ok.Load(), time.Unix(r.at.Load(), 0) }
+
+// registerServerMetrics adds peerd_build_info, peerd_client_connections
+// and the reload gauges.
+func (s *server) registerServerMetrics(reg prometheus.Registerer) {
+	build := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "peerd_build_info", Help: "1, labelled with peerd's version and the Go version it was built with.",
+		ConstLabels: prometheus.Labels{"version": version, "goversion": runtime.Version()},
+	})
+	build.Set(1)
+	reg.MustRegister(build,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "peerd_client_connections", Help: "Client connections open now (tunnels included).",
+		}, func() float64 {
+			if s.proxy == nil {
+				return 0
+			}
+			return float64(s.proxy.OpenConnections())
+		}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "peerd_config_last_reload_success", Help: "1 if the last config reload (or the start) succeeded, 0 if it was refused and the running config kept.",
+		}, func() float64 {
+			if ok, _ := s.reloads.last(); ok {
+				return 1
+			}
+			return 0
+		}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "peerd_config_last_reload_timestamp_seconds", Help: "When the last config reload (or the start) was tried, as a Unix time.",
+		}, func() float64 {
+			_, at := s.reloads.last()
+			return float64(at.Unix())
+		}),
+	)
+}
