@@ -182,6 +182,8 @@ type AccessLog struct {
 	// keepQuery logs URLs whole; by default their query is cut (see
 	// SetStripQuery).
 	keepQuery atomic.Bool
+	// format is access_log_format (nil: Squid's native line).
+	format atomic.Pointer[LogFormat]
 
 	mu sync.Mutex // guards f and w
 	f  *os.File
@@ -215,6 +217,10 @@ func (a *AccessLog) loggedURL(u []byte) []byte {
 	}
 	return u
 }
+
+// SetFormat puts an access_log_format in force (nil: Squid's native
+// line), on start and reload.
+func (a *AccessLog) SetFormat(f *LogFormat) { a.format.Store(f) }
 
 // Path is the file written.
 func (a *AccessLog) Path() string { return a.path }

@@ -34,6 +34,8 @@ type clientConn struct {
 	remote    netip.Addr
 	remoteOK  bool
 	remoteStr string
+	// remotePort is the client's port (0: not known), for the access log.
+	remotePort uint16
 
 	// counted: the connection holds a max_connections slot and one of its
 	// source's (released when it ends). refusal: its source is outside
@@ -54,7 +56,7 @@ func newClientConn(p *Proxy, nc net.Conn) *clientConn {
 	cc.dw = deadlineWriter{dl: &cc.dl, rio: &cc.rio}
 	cc.w = bufio.NewWriterSize(&cc.dw, 4<<10)
 	if ap, err := netip.ParseAddrPort(nc.RemoteAddr().String()); err == nil {
-		cc.remote, cc.remoteOK = ap.Addr().Unmap(), true
+		cc.remote, cc.remoteOK, cc.remotePort = ap.Addr().Unmap(), true, ap.Port()
 		cc.remoteStr = cc.remote.String()
 	} else {
 		cc.remoteStr = nc.RemoteAddr().String()

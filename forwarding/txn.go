@@ -414,7 +414,11 @@ func (tx *txn) finish() {
 	p.metrics.observeRequest(&tx.cc.memo, tx.status, hier, elapsed)
 	tx.countBytes()
 	if al := p.access.Load(); al != nil {
-		tx.logBuf = tx.appendLog(tx.logBuf[:0], al, elapsed, hier)
+		if f := al.format.Load(); f != nil {
+			tx.logBuf = f.appendLine(tx.logBuf[:0], tx, al, elapsed, hier)
+		} else {
+			tx.logBuf = tx.appendLog(tx.logBuf[:0], al, elapsed, hier)
+		}
 		al.Write(tx.logBuf)
 	}
 }

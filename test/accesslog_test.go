@@ -5,6 +5,9 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -143,4 +146,72 @@ func nthLine(lines []string, s string, n int) string {
 		}
 	}
 	return ""
+}
+
+// TestAccessLogCombinedAsSquid: access_log_format = "combined" writes the
+// line real Squid writes with its combined format for the same request
+// (time and byte count aside), and a logformat string of peerd's codes
+// writes what it says.
+func TestAccessLogCombinedAsSquid(t *testing.T) {
+	origin := newOrigin(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "hello") })
+	dir, err := os.MkdirTemp("", "peerd-combined-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	os.Chmod(dir, 0o777)
+	sq := startSquid(t, "combined", fmt.Sprintf("access_log stdio:%s/combined.log combined\n", dir))
+	logPath := filepath.Join(t.TempDir(), "access.log")
+	p := startPeerd(t, directConfig+fmt.Sprintf("[log]\naccess_log = %q\naccess_log_format = \"combined\"\n", logPath))
+	ask := func(proxy string) {
+		t.Helper()
+		c, err := net.Dial("tcp", proxy)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		fmt.Fprintf(c, "GET http://%s/page?q=1 HTTP/1.1\r\nHost: %s\r\nReferer: http://ref.test/\r\nUser-Agent: test-agent/1.0\r\nConnection: close\r\n\r\n", origin, origin)
+		io.ReadAll(c)
+	}
+	ask(sq.addr)
+	ask(p.proxy)
+	norm := func(l string) string {
+		l = regexp.MustCompile(`\[[^\]]+\]`).ReplaceAllString(l, "[TIME]")
+		return regexp.MustCompile(`" 200 \d+ `).ReplaceAllString(l, `" 200 BYTES `)
+	}
+	var squidLine string
+	waitFor(t, "Squid's combined line", 10*time.Second, func() bool {
+		b, _ := os.ReadFile(filepath.Join(dir, "combined.log"))
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.Contains(l, "/page?") {
+				squidLine = l
+			}
+		}
+		return squidLine != ""
+	})
+	peerdLine := accessLines(t, logPath, 1)[0]
+	if norm(peerdLine) != norm(squidLine) {
+		t.Fatalf("combined lines differ:\nSquid: %s\npeerd: %s", squidLine, peerdLine)
+	}
+}
+
+// TestAccessLogCustomFormat: a logformat string of peerd's codes, with
+// widths and a request header.
+func TestAccessLogCustomFormat(t *testing.T) {
+	origin := newOrigin(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "hello") })
+	logPath := filepath.Join(t.TempDir(), "access.log")
+	p := startPeerd(t, directConfig+fmt.Sprintf("[log]\naccess_log = %q\naccess_log_format = %q\n", logPath, `%>a %Ss/%03>Hs %<st %rm %ru %Sh/%<a "%{X-Trace}>h" %6tr`))
+	req, _ := http.NewRequest("GET", "http://"+origin+"/custom", nil)
+	req.Header.Set("X-Trace", "abc123")
+	resp, err := p.client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	line := accessLines(t, logPath, 1)[0]
+	want := regexp.MustCompile(`^127\.0\.0\.1 TCP_MISS/200 \d+ GET http://` + regexp.QuoteMeta(origin) + `/custom HIER_DIRECT/127\.0\.0\.1 "abc123" +\d+$`)
+	if !want.MatchString(line) {
+		t.Fatalf("line %q; want %s", line, want)
+	}
 }

@@ -61,6 +61,15 @@ type logConfig struct {
 	// Squid does by default (strip_query_terms): a query often carries
 	// tokens that must not sit in a log. Default true.
 	StripQueryTerms bool `toml:"strip_query_terms"`
+	// AccessLogFormat is "squid" (Squid's native line), "common",
+	// "combined", or a Squid logformat string of the codes peerd knows.
+	AccessLogFormat string `toml:"access_log_format"`
+}
+
+// format is the compiled access_log_format (validated).
+func (c logConfig) format() *forwarding.LogFormat {
+	f, _ := forwarding.CompileLogFormat(c.AccessLogFormat)
+	return f
 }
 
 // logLevel is a logrus level word.
@@ -88,7 +97,12 @@ func (f *logFormat) UnmarshalText(b []byte) error {
 	return fmt.Errorf("%q is not a log format (want text or json)", b)
 }
 
-func (c logConfig) Validate() error { return nil }
+func (c logConfig) Validate() error {
+	if _, err := forwarding.CompileLogFormat(c.AccessLogFormat); err != nil {
+		return conf.Errorf("log", "access_log_format", "%v", err)
+	}
+	return nil
+}
 
 // defaultConfig is the embedded default: every section's own defaults.
 func defaultConfig() fileConfig {
@@ -102,7 +116,7 @@ func defaultConfig() fileConfig {
 		Fleet:     fleet.DefaultConfig(),
 		ICP:       icp.DefaultConfig(),
 		Auth:      auth.DefaultConfig(),
-		Log:       logConfig{Level: logLevel(logrus.InfoLevel), Format: "text", StripQueryTerms: true},
+		Log:       logConfig{Level: logLevel(logrus.InfoLevel), Format: "text", StripQueryTerms: true, AccessLogFormat: "squid"},
 	}
 }
 

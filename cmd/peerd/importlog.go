@@ -1,14 +1,17 @@
 package main
 
 // This file holds import-squid's reading of access_log (the one log peerd
-// writes, in Squid's native format, to a file), log_icp_queries and
-// strip_query_terms.
+// writes, to a file), logformat, log_icp_queries and strip_query_terms.
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/peerd/peerd/forwarding"
+)
 
 // squidLogFormats are the formats Squid has built in besides its native
-// one; a log in any of them, or in a logformat of the file's own, is not
-// what peerd writes.
+// one: common and combined peerd writes too; the others it has no
+// equivalent for.
 var squidLogFormats = map[string]bool{"common": true, "combined": true, "referrer": true, "useragent": true}
 
 // logDirective reads access_log, logformat, log_icp_queries and
@@ -25,15 +28,16 @@ func (s *squidImport) logDirective(n int, w []string) {
 		s.keepQuery = len(w) > 1 && w[1] == "off" // [log] strip_query_terms
 		return
 	}
-	// logformat NAME SPEC: a format of the file's own, noted as any
-	// directive without an equivalent, and known by name to access_log.
-	if len(w) > 1 {
-		if s.logFormats == nil {
-			s.logFormats = map[string]bool{}
-		}
-		s.logFormats[w[1]] = true
+	// logformat NAME SPEC: a format of the file's own, known by name to
+	// access_log (which says whether peerd can write it).
+	if len(w) < 3 {
+		s.note(n, "%s: a logformat needs a name and a format", strings.Join(w, " "))
+		return
 	}
-	s.note(n, "%s", strings.Join(w, " "))
+	if s.logFormats == nil {
+		s.logFormats = map[string]string{}
+	}
+	s.logFormats[w[1]] = strings.Join(w[2:], " ")
 }
 
 // accessLog reads "access_log none", or "access_log [MODULE:]PATH
@@ -78,7 +82,7 @@ func (s *squidImport) accessLog(n int, w []string) {
 		switch {
 		case strings.HasPrefix(word, "logformat="):
 			format = strings.TrimPrefix(word, "logformat=")
-		case i == 0 && !strings.Contains(word, "=") && (word == "squid" || squidLogFormats[word] || s.logFormats[word]):
+		case i == 0 && !strings.Contains(word, "=") && (word == "squid" || squidLogFormats[word] || s.logFormats[word] != ""):
 			format = word
 		case strings.Contains(word, "="):
 			// buffer-size=, rotate=, on-error=: how Squid writes, not what.
@@ -86,9 +90,22 @@ func (s *squidImport) accessLog(n int, w []string) {
 			acls = append(acls, word)
 		}
 	}
+	spec := ""
 	switch {
-	case format != "squid":
-		s.note(n, "%s: peerd writes Squid's native format (logformat squid), not %s", line, format)
+	case format == "squid":
+	case format == "common" || format == "combined":
+		spec = format
+	case s.logFormats[format] != "":
+		spec = s.logFormats[format]
+		if _, err := forwarding.CompileLogFormat(spec); err != nil {
+			s.note(n, "%s: logformat %s: %v", line, format, err)
+			return
+		}
+	default:
+		s.note(n, "%s: peerd has no %s format (it writes squid, common, combined, or a logformat of the codes it knows)", line, format)
+		return
+	}
+	switch {
 	case len(acls) > 0:
 		s.note(n, "%s: peerd cannot log only the requests %s matches", line, strings.Join(acls, " "))
 	case s.logExcluded > 0:
@@ -98,6 +115,6 @@ func (s *squidImport) accessLog(n int, w []string) {
 	case s.accessLogPath != "":
 		s.note(n, "%s: peerd writes one access log, %s", line, s.accessLogPath)
 	default:
-		s.accessLogPath = place
+		s.accessLogPath, s.accessLogFormat = place, spec
 	}
 }

@@ -78,6 +78,9 @@ func (s *squidImport) render() string {
 		b.WriteString("\n[log]\n")
 		if s.accessLogPath != "" {
 			fmt.Fprintf(&b, "access_log = %s  # access_log\n", tomlString(s.accessLogPath))
+			if s.accessLogFormat != "" {
+				fmt.Fprintf(&b, "access_log_format = %s  # logformat\n", tomlString(s.accessLogFormat))
+			}
 		}
 		if s.keepQuery {
 			b.WriteString("strip_query_terms = false  # strip_query_terms off\n")

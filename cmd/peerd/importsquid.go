@@ -72,11 +72,12 @@ type squidImport struct {
 	deadPeerTimeout time.Duration           // [icp] dead_peer_timeout
 	notes           []string
 	// access_log (importlog.go): the file, and the logformat names.
-	accessLogPath string
-	logFormats    map[string]bool
-	logExcluded   int  // the first "access_log none ACL" line
-	icpNoLog      bool // log_icp_queries off
-	keepQuery     bool // strip_query_terms off
+	accessLogPath   string
+	accessLogFormat string            // "" for squid; common, combined, or a logformat spec
+	logFormats      map[string]string // logformat NAME -> its spec
+	logExcluded     int               // the first "access_log none ACL" line
+	icpNoLog        bool              // log_icp_queries off
+	keepQuery       bool              // strip_query_terms off
 	// https_port and auth_param basic.
 	tlsListen, tlsCert, tlsKey string
 	basicUsers, realm          string

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -272,21 +273,24 @@ func TestImportSquidAccessLog(t *testing.T) {
 		name, conf string
 		want       string // [log] access_log
 		note       string // in the notes ("" for none)
+		format     string // [log] access_log_format ("" for squid)
 	}{
-		{"bare path", "access_log /var/log/squid/access.log", "/var/log/squid/access.log", ""},
-		{"squid format", "access_log /var/log/squid/access.log squid", "/var/log/squid/access.log", ""},
-		{"stdio", "access_log stdio:/var/log/squid/access.log", "/var/log/squid/access.log", ""},
-		{"daemon, options", "access_log daemon:/l/access.log logformat=squid buffer-size=64KB rotate=5", "/l/access.log", ""},
-		{"none", "access_log none", "", ""},
-		{"another format", "access_log /l/access.log combined", "", "not combined"},
-		{"a logformat of its own", "logformat mine %ts %ru\naccess_log /l/access.log mine", "", "not mine"},
-		{"some requests", "acl office src 10.0.0.0/8\naccess_log /l/access.log squid office", "", "only the requests office matches"},
-		{"excluded first", "acl hc src 10.9.9.9\naccess_log none hc\naccess_log /l/access.log", "", "leaves some requests out"},
-		{"excluded after", "acl hc src 10.9.9.9\naccess_log /l/access.log\naccess_log none hc", "/l/access.log", "logs every request"},
-		{"syslog", "access_log syslog:local4.info squid", "", "module syslog"},
-		{"two files", "access_log /l/a.log\naccess_log /l/b.log", "/l/a.log", "one access log, /l/a.log"},
-		{"no ICP queries", "access_log /l/a.log\nlog_icp_queries off", "/l/a.log", ""},
-		{"whole URLs", "access_log /l/a.log\nstrip_query_terms off", "/l/a.log", ""},
+		{"bare path", "access_log /var/log/squid/access.log", "/var/log/squid/access.log", "", ""},
+		{"squid format", "access_log /var/log/squid/access.log squid", "/var/log/squid/access.log", "", ""},
+		{"stdio", "access_log stdio:/var/log/squid/access.log", "/var/log/squid/access.log", "", ""},
+		{"daemon, options", "access_log daemon:/l/access.log logformat=squid buffer-size=64KB rotate=5", "/l/access.log", "", ""},
+		{"none", "access_log none", "", "", ""},
+		{"combined", "access_log /l/access.log combined", "/l/access.log", "", "combined"},
+		{"a logformat of its own", "logformat mine %ts.%03tu %6tr %>a %Ss/%03>Hs %ru\naccess_log /l/access.log mine", "/l/access.log", "", "%ts.%03tu %6tr %>a %Ss/%03>Hs %ru"},
+		{"a logformat with a code peerd lacks", "logformat mine %ts %ru %<lp\naccess_log /l/access.log logformat=mine", "", "%<lp is not a code", ""},
+		{"a format peerd lacks", "access_log /l/access.log useragent", "", "no useragent format", ""},
+		{"some requests", "acl office src 10.0.0.0/8\naccess_log /l/access.log squid office", "", "only the requests office matches", ""},
+		{"excluded first", "acl hc src 10.9.9.9\naccess_log none hc\naccess_log /l/access.log", "", "leaves some requests out", ""},
+		{"excluded after", "acl hc src 10.9.9.9\naccess_log /l/access.log\naccess_log none hc", "/l/access.log", "logs every request", ""},
+		{"syslog", "access_log syslog:local4.info squid", "", "module syslog", ""},
+		{"two files", "access_log /l/a.log\naccess_log /l/b.log", "/l/a.log", "one access log, /l/a.log", ""},
+		{"no ICP queries", "access_log /l/a.log\nlog_icp_queries off", "/l/a.log", "", ""},
+		{"whole URLs", "access_log /l/a.log\nstrip_query_terms off", "/l/a.log", "", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			out, notes, err := importSquid(strings.NewReader(tc.conf))
@@ -299,6 +303,9 @@ func TestImportSquidAccessLog(t *testing.T) {
 			}
 			if cfg.Log.AccessLog != tc.want {
 				t.Errorf("access_log = %q; want %q\n%s", cfg.Log.AccessLog, tc.want, out)
+			}
+			if want := cmp.Or(tc.format, "squid"); cfg.Log.AccessLogFormat != want {
+				t.Errorf("access_log_format = %q; want %q\n%s", cfg.Log.AccessLogFormat, want, out)
 			}
 			if want := !strings.Contains(tc.conf, "log_icp_queries off"); cfg.ICP.LogQueries != want {
 				t.Errorf("[icp] log_queries = %v; want %v\n%s", cfg.ICP.LogQueries, want, out)

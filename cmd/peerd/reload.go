@@ -144,6 +144,7 @@ func (s *server) stage(cfg, old *fileConfig) (*staged, error) {
 			return fail(fmt.Errorf("log.access_log: %w", err))
 		}
 		st.access.SetStripQuery(cfg.Log.StripQueryTerms)
+		st.access.SetFormat(cfg.Log.format())
 	}
 	if cfg.ICP.Listen != "" && cfg.ICP.Listen != old.ICP.Listen {
 		if st.icp, err = s.listenICP(cfg.ICP.Listen); err != nil {
@@ -229,6 +230,7 @@ func (s *server) commit(st *staged, old *fileConfig) {
 		}
 	} else if s.access != nil {
 		s.access.SetStripQuery(cfg.Log.StripQueryTerms)
+		s.access.SetFormat(cfg.Log.format())
 	}
 	if st.proxyLn != nil && s.proxyLn != nil {
 		// The old listener stops accepting; its connections finish their

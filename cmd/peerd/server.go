@@ -159,6 +159,7 @@ func newServer(path string, cfg *fileConfig, stderr io.Writer) (*server, error) 
 			return nil, err
 		}
 		s.access.SetStripQuery(cfg.Log.StripQueryTerms)
+		s.access.SetFormat(cfg.Log.format())
 	}
 	pol, err := cfg.policy()
 	if err != nil {
