@@ -268,6 +268,7 @@ func (l *cacheLayer) serveObject(o *cache.Object, result string) outcome {
 		b = strconv.AppendInt(b, length, 10)
 		b = append(b, "\r\n"...)
 	}
+	tx.closeIfStopping()
 	if !tx.keepAlive {
 		b = append(b, "Connection: close\r\n"...)
 	} else if tx.req.Minor == 0 {

@@ -31,6 +31,11 @@ type Config struct {
 	ReadTimeout time.Duration `toml:"read_timeout"`
 	// ShutdownTimeout bounds the wait for in-flight requests on stop.
 	ShutdownTimeout time.Duration `toml:"shutdown_timeout"`
+	// ShutdownIdleGrace is how long, at a stop or a binary upgrade, an
+	// idle keep-alive client connection is kept for its next request
+	// (answered with Connection: close) before it is closed: closing it
+	// at once would fail a request its client is sending on it.
+	ShutdownIdleGrace time.Duration `toml:"shutdown_idle_grace"`
 	// Direct is allow, never, prefer or always.
 	Direct selection.Direct `toml:"direct"`
 	// RetryOnStatus lists next-hop statuses that make an idempotent
@@ -114,6 +119,7 @@ func DefaultConfig() Config {
 		ConnectTimeout:    30 * time.Second,
 		ReadTimeout:       15 * time.Minute,
 		ShutdownTimeout:   30 * time.Second,
+		ShutdownIdleGrace: 2 * time.Second,
 		Direct:            selection.DirectAllow,
 		RetryOnStatus:     []int{502, 504},
 		MaxRetryBody:      64 << 10,
@@ -156,6 +162,9 @@ func (c Config) Validate() error {
 		if d.d <= 0 {
 			bad(d.key, "must be positive, got %s", d.d)
 		}
+	}
+	if c.ShutdownIdleGrace < 0 || c.ShutdownIdleGrace > c.ShutdownTimeout {
+		bad("shutdown_idle_grace", "must be between 0s and shutdown_timeout (%s), got %s", c.ShutdownTimeout, c.ShutdownIdleGrace)
 	}
 	if c.MaxHeaderSize < 1<<10 || c.MaxHeaderSize > 16<<20 {
 		bad("max_header_size", "must be between 1KiB and 16MiB, got %d bytes", int64(c.MaxHeaderSize))

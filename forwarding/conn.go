@@ -36,6 +36,9 @@ type clientConn struct {
 	remoteStr string
 	// remotePort is the client's port (0: not known), for the access log.
 	remotePort uint16
+	// graced: stopping, the idle wait was cut to the grace's end
+	// (connSet.closeIdle, under its lock).
+	graced bool
 
 	// counted: the connection holds a max_connections slot and one of its
 	// source's (released when it ends). refusal: its source is outside
@@ -199,10 +202,17 @@ func (cc *clientConn) serve() {
 			// closing it unanswered would fail a request that was never
 			// late. It waits request_start_timeout at most.
 			cc.idle.Store(!first)
-			if p.conns.closing() && !first {
-				return
-			}
 			wait := c.ClientIdleTimeout
+			if p.conns.closing() && !first {
+				// Stopping: an idle connection waits for its client's next
+				// request only for shutdown_idle_grace (it is answered with
+				// Connection: close), never closed under a client sending.
+				left := p.conns.graceLeft(time.Now())
+				if left <= 0 {
+					return
+				}
+				wait = min(wait, left)
+			}
 			if first {
 				// A new connection says something soon or goes: idle
 				// sockets opened to hold slots are not kept for minutes.
@@ -244,8 +254,12 @@ func (cc *clientConn) serve() {
 		switch out {
 		case keepOpen:
 			if p.conns.closing() {
-				cc.w.Flush()
-				return
+				// An answer that began before the stop kept the
+				// connection: its next request comes within the grace.
+				if cc.w.Flush() != nil {
+					return
+				}
+				continue
 			}
 			if tx.flushLater && !cc.flushAndWait(c) {
 				return

@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // taskGroup counts background tasks; once closed it starts no more, and
@@ -64,6 +65,7 @@ type connSet struct {
 	conns     map[*clientConn]struct{}
 	open      atomic.Int64
 	shutting  atomic.Bool
+	graceEnd  atomic.Int64 // Unix ns: idle connections are closed after it
 	// refusing counts connections being answered 403 (not in open).
 	refusing atomic.Int64
 	// perSource counts the open connections of each client address.
@@ -149,23 +151,41 @@ func (s *connSet) remove(c *clientConn) {
 
 func (s *connSet) release() { s.open.Add(-1) }
 
-func (s *connSet) beginClose() {
+func (s *connSet) beginClose(grace time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if !s.shutting.Load() {
+		s.graceEnd.Store(time.Now().Add(grace).UnixNano())
+	}
 	s.shutting.Store(true)
 	for ln := range s.listeners {
 		ln.Close()
 	}
 }
 
-// closeIdle closes connections waiting for a request and returns how
-// many connections remain.
-func (s *connSet) closeIdle() int {
+// graceLeft is how long idle connections may still wait for a request
+// while stopping (shutdown_idle_grace from the stop).
+func (s *connSet) graceLeft(now time.Time) time.Duration {
+	return time.Duration(s.graceEnd.Load() - now.UnixNano())
+}
+
+// closeIdle ends the waits of connections idle for a request: until the
+// grace is over, by making their wait end with it (a request that comes
+// first is answered with Connection: close), then by closing them. It
+// returns how many connections remain.
+func (s *connSet) closeIdle(now time.Time) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	end := s.graceEnd.Load()
 	for c := range s.conns {
-		if c.idle.Load() {
+		if !c.idle.Load() {
+			continue
+		}
+		if now.UnixNano() >= end {
 			c.nc.Close()
+		} else if !c.graced {
+			c.graced = true
+			c.nc.SetReadDeadline(time.Unix(0, end))
 		}
 	}
 	return len(s.conns)

@@ -142,6 +142,7 @@ func (tx *txn) responseHead(b []byte, resp *h1.Response, kind h1.Body, chunked b
 	}
 	b = append(b, tx.xCache()...)
 	b = tx.appendProxyStatus(b, resp.Status)
+	tx.closeIfStopping()
 	switch {
 	case !tx.keepAlive:
 		b = append(b, "Connection: close\r\n"...)

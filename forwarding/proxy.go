@@ -472,7 +472,7 @@ func remoteAddr(nc net.Conn) (netip.Addr, bool) {
 // requests in flight to finish; when ctx ends first it closes the rest.
 // Tunnels are waited for by WaitTunnels.
 func (p *Proxy) Shutdown(ctx context.Context) error {
-	p.conns.beginClose()
+	p.conns.beginClose(p.config().ShutdownIdleGrace)
 	select {
 	case <-p.stop:
 	default:
@@ -482,7 +482,7 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 	defer t.Stop()
 	bg := p.background.close()
 	for {
-		if p.conns.closeIdle() == 0 {
+		if p.conns.closeIdle(time.Now()) == 0 {
 			select {
 			case <-bg:
 				return nil

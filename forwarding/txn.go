@@ -378,6 +378,17 @@ func (tx *txn) prepareBody() error {
 	return nil
 }
 
+// closeIfStopping makes the answer being written the connection's last
+// when peerd is stopping (or handing over): its head says Connection:
+// close, so the client opens a new connection for its next request
+// instead of sending it on one about to close (HAProxy's
+// idle-close-on-response).
+func (tx *txn) closeIfStopping() {
+	if tx.keepAlive && tx.cc.p.conns.closing() {
+		tx.keepAlive = false
+	}
+}
+
 // fail answers the client with an error peerd made itself.
 func (tx *txn) fail(e *Error) {
 	tx.code, tx.errType = e.Code, errorType(e)
@@ -396,6 +407,7 @@ func (tx *txn) fail(e *Error) {
 		// this answer.
 		tx.keepAlive = false
 	}
+	tx.closeIfStopping()
 	writeError(tx.cc.w, e, tx.method == http.MethodHead, tx.keepAlive, tx.proxyStatusForError(e)+tx.cl.errorStatus()+tx.errorFields())
 	if tx.cc.w.Flush() != nil {
 		tx.clientGone = true
