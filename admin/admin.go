@@ -89,6 +89,8 @@ type Options struct {
 	// Ready answers GET /readyz: ready or not, and the JSON body saying
 	// why (nil: always ready while serving).
 	Ready func() (bool, any)
+	// Facts are what the status page says of the process (nil: nothing).
+	Facts func() Facts
 }
 
 // API is the admin HTTP handler.
@@ -104,6 +106,7 @@ type API struct {
 	guard   *tokenGuard
 	hosts   hostGuard
 	ready   func() (bool, any)
+	facts   func() Facts
 	cache   func() *cache.Cache
 	fleet   *fleet.Fleet
 	name    string
@@ -112,7 +115,7 @@ type API struct {
 
 // New builds the API with the given token.
 func New(o Options, token string) *API {
-	a := &API{reg: o.Registry, prober: o.Prober, reload: o.Reload, explain: o.Explain, log: o.Log, guard: newTokenGuard(), cache: o.Cache, fleet: o.Fleet, name: o.Name, version: o.Version, ready: o.Ready}
+	a := &API{reg: o.Registry, prober: o.Prober, reload: o.Reload, explain: o.Explain, log: o.Log, guard: newTokenGuard(), cache: o.Cache, fleet: o.Fleet, name: o.Name, version: o.Version, ready: o.Ready, facts: o.Facts}
 	if a.cache == nil {
 		a.cache = func() *cache.Cache { return nil }
 	}

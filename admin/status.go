@@ -30,7 +30,12 @@ var (
 type statusRow struct {
 	Name, Type, Address, State, StateClass, Admin, AdminNote string
 	Fails, Requests, InFlight, Deaths                        int64
-	Connect, Classes, LastError                              string
+	Connect, Classes, LastError, LastErrorAt                 string
+	Weight                                                   int
+	// DeadFor and NextProbe are how long it has been dead and when it is
+	// probed next ("" when alive, or none is planned).
+	DeadFor, NextProbe string
+	Charts             []template.HTML
 }
 
 type statusTransition struct {
@@ -39,13 +44,16 @@ type statusTransition struct {
 
 type statusData struct {
 	Name, Version, Now string
-	CSS                template.CSS
-	Refresh            int
-	Alive, Dead, Other int
-	Peers              []statusRow
-	Transitions        []statusTransition
-	Cache              string
-	Disk               string // the disk tier; "" without one
+	// Policy, Uptime and Reload: the selection policy in force, how long
+	// the process has served, and the last reload's result.
+	Policy, Uptime, Reload string
+	CSS                    template.CSS
+	Refresh                int
+	Alive, Dead, Other     int
+	Peers                  []statusRow
+	Transitions            []statusTransition
+	Cache                  string
+	Disk                   string // the disk tier; "" without one
 }
 
 func (a *API) statusPage(w http.ResponseWriter, r *http.Request) {
@@ -55,6 +63,21 @@ func (a *API) statusPage(w http.ResponseWriter, r *http.Request) {
 	}
 	now := time.Now()
 	d := statusData{Name: a.name, Version: a.version, Now: now.UTC().Format("2006-01-02 15:04:05 UTC"), CSS: template.CSS(statusCSS), Refresh: 5}
+	if a.facts != nil {
+		f := a.facts()
+		d.Policy = f.Policy
+		if !f.Started.IsZero() {
+			d.Uptime = roundAge(now.Sub(f.Started))
+		}
+		if !f.ReloadAt.IsZero() {
+			d.Reload = "last config load " + f.ReloadAt.UTC().Format("15:04:05") + ": "
+			if f.ReloadOK {
+				d.Reload += "taken"
+			} else {
+				d.Reload += "refused (the running config kept)"
+			}
+		}
+	}
 	var ts []statusTransition
 	type stamped struct {
 		at time.Time
@@ -66,7 +89,17 @@ func (a *API) statusPage(w http.ResponseWriter, r *http.Request) {
 		row := statusRow{
 			Name: p.Name(), Type: p.Type().String(), Address: p.Addr(), State: s.State.String(), StateClass: s.State.String(),
 			Admin: s.Admin.String(), Fails: s.ConsecutiveFailures, Requests: s.RequestsTotal, InFlight: s.InFlight, Deaths: s.DeathsTotal,
-			Connect: "-", LastError: s.LastError,
+			Connect: "-", LastError: s.LastError, Weight: p.Weight(),
+			Charts: peerCharts(p, now),
+		}
+		if s.LastError != "" && !s.LastFailure.IsZero() {
+			row.LastErrorAt = s.LastFailure.UTC().Format("15:04:05") + " (" + roundAge(now.Sub(s.LastFailure)) + " ago)"
+		}
+		if s.State == peers.Dead && !s.DeadSince.IsZero() {
+			row.DeadFor = roundAge(now.Sub(s.DeadSince))
+		}
+		if !s.NextProbe.IsZero() && s.State != peers.Alive {
+			row.NextProbe = roundAge(max(s.NextProbe.Sub(now), 0))
 		}
 		switch {
 		case s.State == peers.Alive && s.Suspect:

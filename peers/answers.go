@@ -144,6 +144,7 @@ func (r *Registry) ObserveAnswer(p *Peer, class AnswerClass, firstByte time.Dura
 	if class == AnswerOK {
 		if firstByte > 0 {
 			p.answers.recordHead(firstByte)
+			p.series.head(at, firstByte)
 		}
 		if p.answerConsec.Load() != 0 {
 			p.answerConsec.Store(0)
@@ -151,6 +152,7 @@ func (r *Registry) ObserveAnswer(p *Peer, class AnswerClass, firstByte time.Dura
 		return
 	}
 	p.answerByClass[class].Add(1)
+	p.series.failure(at)
 	n := p.answerConsec.Add(1)
 	h := r.opts.Load().Health
 	if h.AnswerFailLimit <= 0 || p.State() != Alive {

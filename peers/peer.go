@@ -232,6 +232,8 @@ type Peer struct {
 	// bytesSent and bytesReceived are the bytes of the requests sent to
 	// the peer and of its answers relayed (peerd_peer_bytes_total).
 	bytesSent, bytesReceived atomic.Int64
+	// series is the last 15 minutes of requests, errors and head times.
+	series series
 
 	// opsMu guards what operators read: history, upstream errors, deaths,
 	// and the spacing of suspicion log lines.

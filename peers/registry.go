@@ -214,6 +214,8 @@ func (r *Registry) Observe(p *Peer, o Observation) {
 	p.failures[Classify(o.Err)].Add(1)
 	if o.Probe {
 		p.probeFailures.Add(1)
+	} else {
+		p.series.failure(o.At)
 	}
 	storeLater(&p.lastFailure, at)
 	msg := o.Err.Error()
@@ -521,6 +523,7 @@ func (r *Registry) BeginRequest(p *Peer, now time.Time) bool {
 		}
 	}
 	p.requests.Add(1)
+	p.series.request(now)
 	// lastUsed only feeds idle_probe; millisecond precision is plenty and
 	// skipping most stores keeps this per-request path uncontended.
 	if now := now.UnixNano(); now-p.lastUsed.Load() > int64(time.Millisecond) {

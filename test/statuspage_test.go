@@ -3,10 +3,12 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"image/png"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -30,10 +32,20 @@ func TestStatusPageInABrowser(t *testing.T) {
 		}
 		t.Skip("no headless browser installed (apt-get install -y chromium); skipping the status page test")
 	}
-	a, b := newFakeParent(t, "alpha"), newFakeParent(t, "bravo")
+	a, b, c := newFakeParent(t, "alpha"), newFakeParent(t, "bravo"), newFakeParent(t, "charlie")
 	b.stop() // the first probe finds it dead
-	p := startPeerd(t, baseConfig+health(1, "1h", "1h")+peerBlock("", a, b))
+	p := startPeerd(t, baseConfig+health(1, "1h", "1h")+peerBlock("", a, b, c))
 	waitFor(t, "bravo dead", 10*time.Second, func() bool { return p.peer("bravo").State == "dead" })
+	// Some traffic for alpha's charts, and charlie drained: its state
+	// stays alive, its admin badge says drain.
+	for i := range 20 {
+		if r := do(p.client(), "GET", fmt.Sprintf("http://origin.test/%d", i), ""); r.status != 200 {
+			t.Fatalf("GET: %s", r)
+		}
+	}
+	if code, out := cli(t, []string{"PEERD_ADMIN_TOKEN=secret"}, "drain", "charlie", "-reason", "kernel upgrade", "-admin", p.admin); code != 0 {
+		t.Fatalf("drain charlie: %d %s", code, out)
+	}
 	url := "http://" + p.admin + "/"
 	dir := t.TempDir()
 	chrome := func(args ...string) []byte {
@@ -51,10 +63,17 @@ func TestStatusPageInABrowser(t *testing.T) {
 		return out.Bytes()
 	}
 	dom := string(chrome("--dump-dom", url))
-	for _, want := range []string{"alpha", "bravo", `badge alive">alive`, `badge dead">dead`, "1 alive", "1 dead"} {
+	for _, want := range []string{"alpha", "bravo", `badge alive">alive`, `badge dead">dead`, "2 alive", "1 dead",
+		`badge admin-drain">drain`, "kernel upgrade", "dead for ", "next probe in ", "policy <b>first-up</b>", "up ", "last config load",
+		`<svg class="chart"`, `<polyline class="req"`, `<polyline class="p99"`, "head time p50 / p99"} {
 		if !strings.Contains(dom, want) {
 			t.Errorf("the rendered page lacks %q:\n%s", want, dom)
 		}
+	}
+	// alpha's 20 requests: at least 1 a second in the busiest slot,
+	// however the 10 s slots split them.
+	if !regexp.MustCompile(`requests, last 15 minutes \(max [1-9]`).MatchString(dom) {
+		t.Errorf("no request rate charted for alpha:\n%s", dom)
 	}
 	shot := filepath.Join(dir, "status.png")
 	chrome("--screenshot="+shot, "--window-size=1200,700", url)

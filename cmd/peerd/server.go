@@ -57,6 +57,7 @@ type server struct {
 	// reloads is the last reload's result and time (the start counts as
 	// one that succeeded): metrics and the status page.
 	reloads reloadRecord
+	started time.Time // when the process began (uptime)
 
 	reg     *peers.Registry
 	prober  *probes.Prober
@@ -148,7 +149,8 @@ func newServer(path string, cfg *fileConfig, stderr io.Writer) (*server, error) 
 
 	promReg := prometheus.NewRegistry()
 	promReg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), admin.NewPeerCollector(reg))
-	s.reloads.record(true, time.Now())
+	s.started = time.Now()
+	s.reloads.record(true, s.started)
 	s.registerServerMetrics(promReg)
 	metrics := forwarding.NewMetrics()
 	if err := metrics.Register(promReg); err != nil {
@@ -204,7 +206,7 @@ func newServer(path string, cfg *fileConfig, stderr io.Writer) (*server, error) 
 	}, func() float64 { return float64(s.fleet.Members()) }))
 	s.api = admin.New(admin.Options{Registry: reg, Prober: s.prober, Reload: s.reload, Explain: s.explain,
 		Gatherer: promReg, Log: lg, Cache: s.proxy.Cache, Fleet: s.fleet, Name: s.proxy.Name(), Version: version,
-		Listen: cfg.Admin.Listen, Hosts: cfg.Admin.Hosts, Ready: s.readiness}, cfg.Admin.Token)
+		Listen: cfg.Admin.Listen, Hosts: cfg.Admin.Hosts, Ready: s.readiness, Facts: s.facts}, cfg.Admin.Token)
 	return s, nil
 }
 

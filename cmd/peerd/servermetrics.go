@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/peerd/peerd/admin"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -57,4 +58,14 @@ func (s *server) registerServerMetrics(reg prometheus.Registerer) {
 			return float64(at.Unix())
 		}),
 	)
+}
+
+// facts are what the status page says of the process: the policy in
+// force, when it started, and the last reload.
+func (s *server) facts() admin.Facts {
+	s.mu.Lock()
+	policy := s.cfg.Selection.Policy.String()
+	s.mu.Unlock()
+	ok, at := s.reloads.last()
+	return admin.Facts{Policy: policy, Started: s.started, ReloadOK: ok, ReloadAt: at}
 }
