@@ -60,3 +60,44 @@ http_access allow authed
 `,
 	})
 }
+
+// TestPeerAccessAgreesWithSquid: every peer's cache_peer_access list is
+// evaluated as Squid evaluates it, together with never_direct: the shape
+// an import used to turn into "p1 gets no requests" (p2 for a domain,
+// p1 for the rest) and one that mixes client addresses and domains give
+// each request the parent Squid gives it.
+func TestPeerAccessAgreesWithSquid(t *testing.T) {
+	var reqs []judgeReq
+	for _, host := range []string{"www.special.test", "special.test", "www.media.test", "ok.test", "other.test"} {
+		reqs = append(reqs, judgeReq{"GET", "http://" + host + "/", ""}, judgeReq{"HEAD", "http://" + host + "/a", ""})
+	}
+	three := []string{"127.0.0.1", "127.0.0.2", "127.0.0.3"}
+	for _, jc := range []judgeCase{
+		{name: "a domain to p2, the rest to p1", bothParents: true, routing: true, clients: three, reqs: reqs, conf: `cache_peer 127.0.0.1 parent %[1]s 0 no-query name=p1
+cache_peer 127.0.0.1 parent %[2]s 0 no-query name=p2
+acl special dstdomain .special.test
+acl lo src 127.0.0.0/8
+cache_peer_access p2 allow special
+cache_peer_access p2 deny all
+cache_peer_access p1 deny special
+cache_peer_access p1 allow all
+never_direct allow all
+http_access allow lo
+`},
+		{name: "addresses and domains", bothParents: true, routing: true, clients: three, reqs: reqs, conf: `cache_peer 127.0.0.1 parent %[1]s 0 no-query name=pa
+cache_peer 127.0.0.1 parent %[2]s 0 no-query name=pb
+acl net2 src 127.0.0.2
+acl media dstdomain .media.test .special.test
+acl lo src 127.0.0.0/8
+cache_peer_access pa deny net2 media
+cache_peer_access pa allow all
+cache_peer_access pb allow media
+cache_peer_access pb allow net2
+cache_peer_access pb deny all
+never_direct allow all
+http_access allow lo
+`},
+	} {
+		t.Run(jc.name, func(t *testing.T) { judge(t, jc) })
+	}
+}

@@ -288,8 +288,13 @@ func convertSquid(r io.Reader) (*squidImport, string, error) {
 	s.fitMaxObject()
 	s.refreshDefaults()
 	s.httpAccess()
-	s.directRoutes()
-	s.peerAccess()
+	if len(s.peerAccessLines) > 0 || len(s.alwaysDirect) > 0 || len(s.neverDirect) > 0 {
+		if !s.regionRoutes() {
+			s.note(0, "the routing lines name more than %d ACLs: translated line by line, leaning to the safe side", maxRegionACLs)
+			s.directRoutes()
+			s.peerAccess()
+		}
+	}
 	out := s.render()
 	// What is printed must pass -check; a squid.conf whose values peerd
 	// refuses is reported here with peerd's own words.
