@@ -79,8 +79,12 @@ soak:
 
 ci: lint test
 
+# The binary and the manual pages under PREFIX, the example config and the
+# systemd unit at their system paths, all under DESTDIR (a package root).
 install: build
 	install -D -m 0755 $(BIN) $(DESTDIR)$(PREFIX)/bin/peerd
+	install -D -m 0644 man/peerd.8 $(DESTDIR)$(PREFIX)/share/man/man8/peerd.8
+	install -D -m 0644 man/peerd.toml.5 $(DESTDIR)$(PREFIX)/share/man/man5/peerd.toml.5
 	install -D -m 0644 etc/peerd.toml $(DESTDIR)/etc/peerd/peerd.toml
 	install -D -m 0644 etc/peerd.service $(DESTDIR)/lib/systemd/system/peerd.service
 

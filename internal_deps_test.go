@@ -1,6 +1,7 @@
 package peerd_test
 
 import (
+	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -84,4 +85,28 @@ func contains(list []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// TestNothingPointsOutside: the project documents itself; no file in the
+// repository points to a place outside it (test data read at test time
+// excepted: a test may name where it looks).
+func TestNothingPointsOutside(t *testing.T) {
+	out, err := exec.Command("git", "ls-files").Output()
+	if err != nil {
+		t.Skip("not a git checkout")
+	}
+	for _, f := range strings.Fields(string(out)) {
+		if strings.HasSuffix(f, "_test.go") || strings.HasPrefix(f, ".ci/") || f == "Makefile" {
+			continue
+		}
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		for _, bad := range []string{"../shared", "shared/CONTRACT", "CONTRACT.md"} {
+			if strings.Contains(string(b), bad) {
+				t.Errorf("%s points outside the repository (%q)", f, bad)
+			}
+		}
+	}
 }

@@ -187,3 +187,25 @@ func TestReadyz(t *testing.T) {
 		t.Fatalf("a direct proxy: %d %+v", code, r)
 	}
 }
+
+// TestMakeInstall: make install DESTDIR=... PREFIX=/usr puts the binary,
+// both manual pages, the example config and the unit under the root.
+func TestMakeInstall(t *testing.T) {
+	if _, err := osexec.LookPath("make"); err != nil {
+		t.Skip("no make")
+	}
+	root := t.TempDir()
+	cmd := osexec.Command("make", "-C", "..", "install", "DESTDIR="+root, "PREFIX=/usr")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("make install: %v\n%s", err, out)
+	}
+	for _, f := range []string{"usr/bin/peerd", "usr/share/man/man8/peerd.8", "usr/share/man/man5/peerd.toml.5", "etc/peerd/peerd.toml", "lib/systemd/system/peerd.service"} {
+		st, err := os.Stat(filepath.Join(root, f))
+		if err != nil || st.Size() == 0 {
+			t.Fatalf("%s not installed: %v", f, err)
+		}
+	}
+	if code, out := cli(t, nil, "-check", "-config", filepath.Join(root, "etc/peerd/peerd.toml")); code != 0 {
+		t.Fatalf("the installed example config: exit %d\n%s", code, out)
+	}
+}
