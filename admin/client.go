@@ -9,7 +9,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -152,10 +151,4 @@ func (c *Client) Purge(ctx context.Context, rawURL string, out any) error {
 // Plan is GET /plan with the query's parameters.
 func (c *Client) Plan(ctx context.Context, q url.Values, out any) error {
 	return c.Do(ctx, http.MethodGet, "/plan?"+q.Encode(), nil, out)
-}
-
-// IsUnreachable reports an error of an API that did not answer.
-func IsUnreachable(err error) bool {
-	var u *Unreachable
-	return errors.As(err, &u)
 }

@@ -445,19 +445,6 @@ func (c *Cache) persistRefresh(o *Object) {
 	}
 }
 
-// writerTo feeds a disk writer as an io.Writer.
-type writerTo struct{ w *diskWriter }
-
-func (t writerTo) Write(p []byte) (int, error) {
-	if !t.w.write(p) {
-		return 0, errQueueGaveUp
-	}
-	return len(p), nil
-}
-
-// errQueueGaveUp is a disk writer that gave its copy up.
-var errQueueGaveUp = errors.New("the disk copy was given up")
-
 // forgetOnDisk drops o's variant from the disk (a refresh said no-store).
 func (c *Cache) forgetOnDisk(o *Object) {
 	if c.disk == nil {

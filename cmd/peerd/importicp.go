@@ -117,7 +117,6 @@ func (s addrSet) or(o addrSet) addrSet {
 	return addrSet{normalize(append(slices.Clone(s.v4), o.v4...)), normalize(append(slices.Clone(s.v6), o.v6...))}
 }
 func (s addrSet) minus(o addrSet) addrSet { return s.and(o.complement()) }
-func (s addrSet) empty() bool             { return len(s.v4) == 0 && len(s.v6) == 0 }
 
 // cidrs writes the set as the fewest CIDRs.
 func (s addrSet) cidrs() []string {
