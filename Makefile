@@ -41,7 +41,7 @@ FUZZ_TARGETS := \
 	internal/h1:FuzzRequest \
 	internal/h1:FuzzResponse \
 	selection:FuzzPlanner \
-	cmd/peerd:FuzzParseConfig \
+	internal/config:FuzzParseConfig \
 	admin:FuzzStateBody \
 	cache:FuzzHTTPDate \
 	cache:FuzzRange \
@@ -52,7 +52,7 @@ FUZZ_TARGETS := \
 	cache:FuzzJournalRecord \
 	cache:FuzzDecodeHead \
 	forwarding:FuzzProxyStatus \
-	cmd/peerd:FuzzImportSquid \
+	internal/squidimport:FuzzImportSquid \
 	fleet:FuzzDecode \
 	fleet:FuzzForgedVerdicts \
 	access:FuzzCanonicalHost \

@@ -241,7 +241,7 @@
 //
 // Upgrades and restarts (issue 26).
 //
-//   - The socket hand-over on SIGUSR2 is our own (cmd/peerd/upgrade.go),
+//   - The socket hand-over on SIGUSR2 is our own (internal/handover),
 //     not cloudflare/tableflip, which was tried first: tableflip keeps a
 //     duplicate of every socket it has seen for the life of the process
 //     and has no way to drop one, so a reload that moved the proxy port,

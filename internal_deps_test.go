@@ -17,9 +17,13 @@ import (
 // internal/atomicfile (its journal); internal/h1 and
 // access nothing of ours; admin only peers, selection (the types
 // GET /plan renders) and cache (GET /cache);
-// nothing imports cmd/peerd. Third-party libraries stay
-// in their owners: go-memdb in peers, gorilla/mux in admin, memberlist in fleet, toml in
-// cmd/peerd.
+// internal/config (decoding the TOML) may import the packages whose
+// Config it fills, internal/squidimport only config and what its output
+// names, internal/cli (the admin commands) only admin, config and the
+// types it prints; nothing imports cmd/peerd, and nothing but cmd/peerd
+// imports squidimport or cli. Third-party libraries stay in their
+// owners: go-memdb in peers, gorilla/mux in admin, memberlist in fleet,
+// toml in internal/config.
 func TestDependencyDirection(t *testing.T) {
 	const mod = "github.com/peerd/peerd/"
 	allowed := map[string][]string{
@@ -36,15 +40,20 @@ func TestDependencyDirection(t *testing.T) {
 		"internal/atomicfile": {},
 		"internal/match":      {},
 		"internal/procs":      {},
+		"internal/handover":   {"internal/atomicfile"},
 		"admin":               {"peers", "selection", "internal/match", "cache", "fleet", "internal/h1", "internal/conf", "internal/atomicfile"},
 		"fleet":               {"peers", "internal/conf"},
 		"icp":                 {"peers", "internal/conf"},
+		"internal/squidimport": {"internal/config", "cache", "forwarding", "internal/match", "internal/conf",
+			"access", "admin", "auth", "fleet", "icp", "peers", "selection", "dialer", "internal/h1", "internal/atomicfile"},
+		"internal/cli": {"admin", "internal/config", "selection", "internal/conf",
+			"access", "auth", "cache", "fleet", "forwarding", "icp", "peers", "dialer", "internal/h1", "internal/match", "internal/atomicfile"},
 	}
 	owners := map[string]string{
 		"github.com/hashicorp/go-memdb":   "peers",
 		"github.com/gorilla/mux":          "admin",
 		"github.com/hashicorp/memberlist": "fleet",
-		"github.com/BurntSushi/toml":      "cmd/peerd",
+		"github.com/BurntSushi/toml":      "internal/config",
 	}
 	for pkg, ok := range allowed {
 		out, err := exec.Command("go", "list", "-deps", "./"+pkg).Output()
@@ -62,7 +71,7 @@ func TestDependencyDirection(t *testing.T) {
 			}
 		}
 	}
-	for _, pkg := range []string{"peers", "dialer", "probes", "selection", "forwarding", "admin", "fleet", "icp", "cmd/peerd"} {
+	for _, pkg := range []string{"peers", "dialer", "probes", "selection", "forwarding", "admin", "fleet", "icp", "cmd/peerd", "internal/config", "internal/squidimport", "internal/cli"} {
 		out, err := exec.Command("go", "list", "-f", "{{join .Imports \" \"}}", "./"+pkg).Output()
 		if err != nil {
 			t.Fatalf("go list %s: %v", pkg, err)
@@ -73,6 +82,9 @@ func TestDependencyDirection(t *testing.T) {
 			}
 			if imp == mod+"cmd/peerd" {
 				t.Errorf("%s imports cmd/peerd", pkg)
+			}
+			if (imp == mod+"internal/squidimport" || imp == mod+"internal/cli") && pkg != "cmd/peerd" {
+				t.Errorf("%s imports %s, which only cmd/peerd dispatches to", pkg, imp)
 			}
 		}
 	}

@@ -358,7 +358,20 @@ func TestSystemdUnitVerifies(t *testing.T) {
 	}
 	unit := filepath.Join(t.TempDir(), "peerd.service")
 	os.WriteFile(unit, []byte(strings.ReplaceAll(string(b), "/usr/local/bin/peerd", peerdBin)), 0o644)
-	out, err := exec.Command(sa, "verify", unit).CombinedOutput()
+	// Documentation= names the manual pages: verify finds them where
+	// make install puts them (MANPATH, here the test's own tree).
+	man := t.TempDir()
+	for src, dst := range map[string]string{"../man/peerd.8": "man8/peerd.8", "../man/peerd.toml.5": "man5/peerd.toml.5"} {
+		page, err := os.ReadFile(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		os.MkdirAll(filepath.Dir(filepath.Join(man, dst)), 0o755)
+		os.WriteFile(filepath.Join(man, dst), page, 0o644)
+	}
+	cmd := exec.Command(sa, "verify", unit)
+	cmd.Env = append(os.Environ(), "MANPATH="+man)
+	out, err := cmd.CombinedOutput()
 	if err != nil || strings.Contains(string(out), "peerd.service") {
 		t.Fatalf("systemd-analyze verify: %v\n%s", err, out)
 	}

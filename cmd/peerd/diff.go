@@ -10,13 +10,14 @@ import (
 	"strings"
 
 	"github.com/peerd/peerd/admin"
+	"github.com/peerd/peerd/internal/config"
 	"github.com/peerd/peerd/peers"
 )
 
 // reloadDiff says what a reload changes: peers kept (their state with
 // them), added and removed, kept peers whose settings changed, and the
 // other settings that changed, by their dotted key.
-func reloadDiff(old, cfg *fileConfig) admin.ReloadDiff {
+func reloadDiff(old, cfg *config.File) admin.ReloadDiff {
 	d := admin.ReloadDiff{Kept: []string{}, Added: []string{}, Removed: []string{}, Changed: []admin.PeerChange{}, Settings: []string{}}
 	before := map[string]peers.Spec{}
 	for _, p := range old.Peers {
@@ -49,22 +50,13 @@ func reloadDiff(old, cfg *fileConfig) admin.ReloadDiff {
 	if !reflect.DeepEqual(old.Rules, cfg.Rules) {
 		d.Settings = append(d.Settings, "rule")
 	}
-	oldSec, newSec := sectionsOf(old), sectionsOf(cfg)
+	oldSec, newSec := config.Sections(old), config.Sections(cfg)
 	for _, name := range slices.Sorted(maps.Keys(newSec)) {
 		for _, f := range changedFields(oldSec[name], newSec[name]) {
 			d.Settings = append(d.Settings, name+"."+f)
 		}
 	}
 	return d
-}
-
-// sectionsOf maps each TOML section (other than [[peer]]) to its value
-// in c: the decoder fills them and the reload diff compares them.
-func sectionsOf(c *fileConfig) map[string]any {
-	return map[string]any{
-		"proxy": &c.Proxy, "access": &c.Access, "health": &c.Health, "selection": &c.Selection,
-		"admin": &c.Admin, "cache": &c.Cache, "fleet": &c.Fleet, "icp": &c.ICP, "auth": &c.Auth, "log": &c.Log,
-	}
 }
 
 // changedFields lists the TOML keys whose values differ between two

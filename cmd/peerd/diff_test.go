@@ -5,18 +5,20 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
 	"github.com/peerd/peerd/admin"
+	"github.com/peerd/peerd/internal/config"
 	"github.com/peerd/peerd/peers"
 )
 
 func TestReloadDiff(t *testing.T) {
-	old := defaultConfig()
+	old := config.Default()
 	old.Peers = []peers.Spec{
 		{Name: "p1", Host: "10.0.0.1", Port: 3128},
 		{Name: "p2", Host: "10.0.0.2", Port: 3128},
 		{Name: "p3", Host: "10.0.0.3", Port: 3128},
 	}
-	cfg := defaultConfig()
+	cfg := config.Default()
 	cfg.Peers = []peers.Spec{
 		{Name: "p1", Host: "10.0.0.1", Port: 3128, Weight: 5},
 		{Name: "p2", Host: "10.0.0.2", Port: 3128},

@@ -10,6 +10,10 @@ import (
 	"io"
 	"os"
 	"runtime/pprof"
+	"time"
+
+	"github.com/peerd/peerd/internal/config"
+	"github.com/peerd/peerd/peers"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -56,7 +60,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "peerd %s\n", version)
 		return exitOK
 	}
-	cfg, ps := loadConfig(*path)
+	cfg, ps := config.Load(*path)
 	if len(ps) > 0 {
 		name := *path
 		if name == "" {
@@ -68,7 +72,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitConfig
 	}
 	if *check {
-		for _, w := range cfg.warnings() {
+		for _, w := range cfg.Warnings() {
 			fmt.Fprintf(stderr, "peerd: %s: warning: %s\n", displayPath(*path), w)
 		}
 		fmt.Fprintf(stdout, "peerd: config %s is valid (%d peers)\n", displayPath(*path), len(cfg.Peers))
@@ -114,14 +118,12 @@ func displayPath(p string) string {
 	return p
 }
 
-// loadConfig reads path, or uses the built-in defaults when path is "".
-func loadConfig(path string) (*fileConfig, problems) {
-	if path == "" {
-		return parseConfig(nil)
+// verdictWait is how long start-up waits for first probe verdicts: the
+// longest probe timeout of any peer.
+func verdictWait(reg *peers.Registry) time.Duration {
+	var d time.Duration
+	for _, p := range reg.Peers() {
+		d = max(d, p.ProbeTimeout())
 	}
-	src, err := os.ReadFile(path)
-	if err != nil {
-		return nil, problems{{msg: err.Error()}}
-	}
-	return parseConfig(src)
+	return d
 }

@@ -13,13 +13,15 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sirupsen/logrus"
+
 	"github.com/peerd/peerd/access"
 	"github.com/peerd/peerd/admin"
 	"github.com/peerd/peerd/auth"
 	"github.com/peerd/peerd/cache"
 	"github.com/peerd/peerd/forwarding"
 	"github.com/peerd/peerd/icp"
-	"github.com/sirupsen/logrus"
+	"github.com/peerd/peerd/internal/config"
 )
 
 // reload re-reads the config file, as a transaction. Everything the new
@@ -39,7 +41,7 @@ func (s *server) reload() (admin.ReloadDiff, error) {
 func (s *server) reloadConfig() (admin.ReloadDiff, error) {
 	s.reloading.Lock()
 	defer s.reloading.Unlock()
-	cfg, ps := loadConfig(s.path)
+	cfg, ps := config.Load(s.path)
 	if len(ps) > 0 {
 		s.log.WithField("err", ps.Error()).Error("config reload refused; keeping the running config")
 		return admin.ReloadDiff{}, ps
@@ -62,7 +64,7 @@ func (s *server) reloadConfig() (admin.ReloadDiff, error) {
 	// The peers' TLS configs go in with the peers (a new TLS peer must
 	// never dial without one); a failed reconcile puts the old ones back.
 	oldTLS := s.peerTLS.Swap(&st.peerTLS)
-	if err := s.reg.Reconcile(cfg.peerOptions(s.log), cfg.Peers); err != nil {
+	if err := s.reg.Reconcile(cfg.PeerOptions(s.log), cfg.Peers); err != nil {
 		s.peerTLS.Store(oldTLS)
 		st.abort()
 		if ferr := s.fleet.Apply(old.Fleet, s.fleetNode(old)); ferr != nil {
@@ -87,13 +89,13 @@ func (s *server) reloadConfig() (admin.ReloadDiff, error) {
 
 // staged is what a reload built before anything was swapped.
 type staged struct {
-	cfg              *fileConfig
+	cfg              *config.File
 	proxyLn, adminLn net.Listener
 	tlsRaw           net.Listener // under tlsLn
 	access           *forwarding.AccessLog
 	policy           *access.Policy
 	icp              *icp.Server // a new ICP listener (moved or turned on)
-	peerTLS          peerTLS
+	peerTLS          config.PeerTLS
 	basic            *auth.Basic  // [auth] re-read (nil: off)
 	clientCert       *clientTLS   // the TLS listener's certificate, re-read
 	tlsLn            net.Listener // a TLS listener moved or turned on
@@ -122,7 +124,7 @@ func (st *staged) abort() {
 
 // stage builds the resources cfg needs beyond old's; on an error it
 // closes what it opened.
-func (s *server) stage(cfg, old *fileConfig) (*staged, error) {
+func (s *server) stage(cfg, old *config.File) (*staged, error) {
 	st := &staged{cfg: cfg}
 	fail := func(err error) (*staged, error) {
 		st.abort()
@@ -130,12 +132,12 @@ func (s *server) stage(cfg, old *fileConfig) (*staged, error) {
 	}
 	var err error
 	if cfg.Proxy.Listen != old.Proxy.Listen {
-		if st.proxyLn, err = s.upg.listen("proxy", cfg.Proxy.Listen); err != nil {
+		if st.proxyLn, err = s.upg.Listen("proxy", cfg.Proxy.Listen); err != nil {
 			return fail(fmt.Errorf("proxy.listen: %w", err))
 		}
 	}
 	if cfg.Admin.Listen != old.Admin.Listen {
-		if st.adminLn, err = s.upg.listen("admin", cfg.Admin.Listen); err != nil {
+		if st.adminLn, err = s.upg.Listen("admin", cfg.Admin.Listen); err != nil {
 			return fail(fmt.Errorf("admin.listen: %w", err))
 		}
 	}
@@ -144,14 +146,14 @@ func (s *server) stage(cfg, old *fileConfig) (*staged, error) {
 			return fail(fmt.Errorf("log.access_log: %w", err))
 		}
 		st.access.SetStripQuery(cfg.Log.StripQueryTerms)
-		st.access.SetFormat(cfg.Log.format())
+		st.access.SetFormat(cfg.Log.AccessFormat())
 	}
 	if cfg.ICP.Listen != "" && cfg.ICP.Listen != old.ICP.Listen {
 		if st.icp, err = s.listenICP(cfg.ICP.Listen); err != nil {
 			return fail(err)
 		}
 	}
-	if st.policy, err = cfg.policy(); err != nil {
+	if st.policy, err = cfg.Policy(); err != nil {
 		return fail(err)
 	}
 	if cfg.Cache.Memory > 0 && (old.Cache.Memory <= 0 || cfg.Cache.Disk != old.Cache.Disk) {
@@ -161,7 +163,7 @@ func (s *server) stage(cfg, old *fileConfig) (*staged, error) {
 			return fail(fmt.Errorf("cache.disk: %w", err))
 		}
 	}
-	if st.peerTLS, err = buildPeerTLS(cfg.Peers); err != nil {
+	if st.peerTLS, err = config.BuildPeerTLS(cfg.Peers); err != nil {
 		return fail(err) // the running certificates stay
 	}
 	if st.basic, err = auth.Load(cfg.Auth); err != nil {
@@ -173,7 +175,7 @@ func (s *server) stage(cfg, old *fileConfig) (*staged, error) {
 			return fail(err) // the running certificate stays
 		}
 		if cfg.Proxy.TLSListen != old.Proxy.TLSListen {
-			ln, err := s.upg.listen("tls", cfg.Proxy.TLSListen)
+			ln, err := s.upg.Listen("tls", cfg.Proxy.TLSListen)
 			if err != nil {
 				return fail(fmt.Errorf("proxy.tls_listen: %w", err))
 			}
@@ -185,13 +187,13 @@ func (s *server) stage(cfg, old *fileConfig) (*staged, error) {
 }
 
 // commit swaps the staged config in. Nothing here can fail.
-func (s *server) commit(st *staged, old *fileConfig) {
+func (s *server) commit(st *staged, old *config.File) {
 	cfg := st.cfg
 	configureLogger(s.log, cfg.Log)
 	s.setAuth(st.basic)
 	s.proxy.SetPolicy(st.policy)
-	s.proxy.SetRules(cfg.rules())
-	s.planner.SetOptions(cfg.plannerOptions())
+	s.proxy.SetRules(cfg.CompiledRules())
+	s.planner.SetOptions(cfg.PlannerOptions())
 	s.proxy.Apply(cfg.Proxy) // validated once, with the whole file, by loadConfig
 	s.proxy.Prune(s.reg.Peers())
 	s.reconfigureCache(cfg.Cache, st.cache)
@@ -230,7 +232,7 @@ func (s *server) commit(st *staged, old *fileConfig) {
 		}
 	} else if s.access != nil {
 		s.access.SetStripQuery(cfg.Log.StripQueryTerms)
-		s.access.SetFormat(cfg.Log.format())
+		s.access.SetFormat(cfg.Log.AccessFormat())
 	}
 	if st.proxyLn != nil && s.proxyLn != nil {
 		// The old listener stops accepting; its connections finish their

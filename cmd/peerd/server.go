@@ -1,7 +1,7 @@
 package main
 
-// This file holds the server: building every part from the config, serving,
-// signals, shutdown and the cache's wiring.
+// This file holds the server: building every part from the config, and
+// the wiring of its access log, ICP, fleet and cache.
 
 import (
 	"context"
@@ -13,13 +13,14 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
-	"os"
-	"os/signal"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/sirupsen/logrus"
 
 	"github.com/peerd/peerd/admin"
 	"github.com/peerd/peerd/auth"
@@ -28,13 +29,11 @@ import (
 	"github.com/peerd/peerd/fleet"
 	"github.com/peerd/peerd/forwarding"
 	"github.com/peerd/peerd/icp"
-	"github.com/peerd/peerd/internal/procs"
+	"github.com/peerd/peerd/internal/config"
+	"github.com/peerd/peerd/internal/handover"
 	"github.com/peerd/peerd/peers"
 	"github.com/peerd/peerd/probes"
 	"github.com/peerd/peerd/selection"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/sirupsen/logrus"
 )
 
 // debugLogger adapts l to a *log.Logger writing at debug level, for
@@ -72,14 +71,14 @@ type server struct {
 	api        *admin.API
 
 	mu        sync.Mutex // guards cfg, the listeners, the admin server and access
-	cfg       *fileConfig
+	cfg       *config.File
 	proxyLn   net.Listener
 	adminSrv  *http.Server
 	access    *forwarding.AccessLog
 	reloading sync.Mutex
-	wg        sync.WaitGroup // serving goroutines
-	upg       *upgrader      // socket hand-over to the next binary (upgrade.go)
-	peerTLS   atomic.Pointer[peerTLS]
+	wg        sync.WaitGroup     // serving goroutines
+	upg       *handover.Upgrader // socket hand-over to the next binary (internal/handover)
+	peerTLS   atomic.Pointer[config.PeerTLS]
 	clientTLS clientTLS    // the TLS listener's certificate
 	tlsLn     net.Listener // guarded by mu; nil without tls_listen
 	tlsRaw    net.Listener // the TCP listener under tlsLn (handed over on upgrade)
@@ -87,12 +86,12 @@ type server struct {
 }
 
 // sockets are the listening sockets a binary upgrade hands over, by role.
-func (s *server) sockets() map[string]fileConn {
+func (s *server) sockets() map[string]handover.FileConn {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := map[string]fileConn{}
+	out := map[string]handover.FileConn{}
 	add := func(role string, v any) {
-		if fc, ok := v.(fileConn); ok && v != nil {
+		if fc, ok := v.(handover.FileConn); ok && v != nil {
 			out[role] = fc
 		}
 	}
@@ -117,22 +116,22 @@ func (s *server) setAuth(b *auth.Basic) {
 // tlsFor is the TLS client config of a peer (dialer.Dialer.TLS).
 func (s *server) tlsFor(p *peers.Peer) *tls.Config { return (*s.peerTLS.Load())[p.Name()] }
 
-func newServer(path string, cfg *fileConfig, stderr io.Writer) (*server, error) {
+func newServer(path string, cfg *config.File, stderr io.Writer) (*server, error) {
 	lg := logrus.New()
 	lg.SetOutput(stderr)
 	configureLogger(lg, cfg.Log)
 	s := &server{path: path, log: lg, cfg: cfg}
-	for _, w := range cfg.warnings() {
+	for _, w := range cfg.Warnings() {
 		lg.Warn(w)
 	}
 
-	reg, err := peers.New(cfg.peerOptions(lg), cfg.Peers)
+	reg, err := peers.New(cfg.PeerOptions(lg), cfg.Peers)
 	if err != nil {
 		return nil, err
 	}
 	s.reg = reg
 	loadState(reg, cfg.Proxy.StateFile, lg)
-	tlsConfs, err := buildPeerTLS(cfg.Peers)
+	tlsConfs, err := config.BuildPeerTLS(cfg.Peers)
 	if err != nil {
 		return nil, err
 	}
@@ -145,7 +144,7 @@ func newServer(path string, cfg *fileConfig, stderr io.Writer) (*server, error) 
 	source := new(dialer.Source) // [proxy] outgoing_address, set by the proxy's config
 	d := &dialer.Dialer{Reporter: reg, Log: lg, TLS: s.tlsFor, Source: source}
 	s.prober = probes.New(probes.Options{Registry: reg, Dialer: d, Log: lg})
-	s.planner = selection.New(reg, cfg.plannerOptions())
+	s.planner = selection.New(reg, cfg.PlannerOptions())
 
 	promReg := prometheus.NewRegistry()
 	promReg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), admin.NewPeerCollector(reg))
@@ -161,9 +160,9 @@ func newServer(path string, cfg *fileConfig, stderr io.Writer) (*server, error) 
 			return nil, err
 		}
 		s.access.SetStripQuery(cfg.Log.StripQueryTerms)
-		s.access.SetFormat(cfg.Log.format())
+		s.access.SetFormat(cfg.Log.AccessFormat())
 	}
-	pol, err := cfg.policy()
+	pol, err := cfg.Policy()
 	if err != nil {
 		return nil, err
 	}
@@ -188,12 +187,12 @@ func newServer(path string, cfg *fileConfig, stderr io.Writer) (*server, error) 
 	// A process started by a binary upgrade takes the disk store over
 	// once the old one lets go; any other fails when another peerd
 	// holds it.
-	ch, err := cache.Open(cfg.Cache, cache.Options{Log: lg, TakeOver: os.Getenv(envReady) != ""})
+	ch, err := cache.Open(cfg.Cache, cache.Options{Log: lg, TakeOver: handover.Started()})
 	if err != nil {
 		return nil, err
 	}
 	s.proxy.SetCache(ch)
-	s.proxy.SetRules(cfg.rules())
+	s.proxy.SetRules(cfg.CompiledRules())
 	basic, err := auth.Load(cfg.Auth)
 	if err != nil {
 		return nil, err
@@ -233,7 +232,7 @@ func (s *server) explain(r selection.Request) selection.Explanation {
 	return e
 }
 
-func configureLogger(lg *logrus.Logger, c logConfig) {
+func configureLogger(lg *logrus.Logger, c config.LogConfig) {
 	lg.SetLevel(logrus.Level(c.Level))
 	if c.Format == "json" {
 		lg.SetFormatter(&logrus.JSONFormatter{})
@@ -280,220 +279,6 @@ func (s *server) startServing(srv *http.Server, ln net.Listener, what string) {
 	}()
 }
 
-// serve runs until SIGTERM/SIGINT (or ctx ends), then shuts down
-// gracefully; a second signal exits at once.
-func (s *server) serve(ctx context.Context) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGHUP, syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGTERM, syscall.SIGINT)
-	defer signal.Stop(sigs)
-
-	cfg := s.cfg
-	s.upg = newUpgrader(cfg.Proxy.PIDFile, s.log)
-	s.upg.current = s.sockets
-	if s.upg.inherited() {
-		s.log.Info("binary upgrade: started by the running peerd; taking its sockets over")
-	}
-	adminLn, err := s.upg.listen("admin", cfg.Admin.Listen)
-	if err != nil {
-		return fmt.Errorf("admin listen: %w", err)
-	}
-	s.adminSrv = s.newAdminServer()
-	s.startServing(s.adminSrv, adminLn, "admin")
-	s.mu.Lock()
-	s.adminLn = adminLn
-	s.mu.Unlock()
-	s.log.WithField("admin", adminLn.Addr().String()).Info("admin API listening")
-
-	sw := &stateWriter{reg: s.reg, log: s.log, path: func() string {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		return s.cfg.Proxy.StateFile
-	}}
-	stateCtx, stopState := context.WithCancel(context.Background())
-	stateDone := make(chan struct{})
-	go func() { sw.run(stateCtx); close(stateDone) }()
-	handedOver := false
-	defer func() {
-		stopState()
-		<-stateDone
-		if !handedOver {
-			sw.write() // at stop; after a hand-over the new process owns the file
-		}
-	}()
-
-	probeCtx, stopProbes := context.WithCancel(context.Background())
-	probesDone := make(chan struct{})
-	go func() { s.prober.Run(probeCtx); close(probesDone) }()
-	defer func() { stopProbes(); <-probesDone }()
-
-	if sz := procs.New(); sz != nil {
-		sz.Changed = func(from, to int, busy float64) {
-			s.log.WithFields(logrus.Fields{"from": from, "to": to, "busy_cores": fmt.Sprintf("%.2f", busy)}).Debug("worker threads follow the load")
-		}
-		sizeCtx, stopSizing := context.WithCancel(context.Background())
-		sizeDone := make(chan struct{})
-		go func() { sz.Run(sizeCtx); close(sizeDone) }()
-		defer func() { stopSizing(); <-sizeDone }()
-	}
-
-	if err := s.fleet.Apply(cfg.Fleet, s.fleetNode(cfg)); err != nil {
-		if !s.upg.inherited() {
-			s.adminSrv.Close()
-			return err
-		}
-		// The old process still holds the gossip port until it has
-		// handed over: join once it lets go.
-		go s.retryFleet(probeCtx, cfg)
-	}
-	if cfg.ICP.Listen != "" {
-		srv, err := s.listenICP(cfg.ICP.Listen)
-		if err != nil {
-			s.adminSrv.Close()
-			return err
-		}
-		s.mu.Lock()
-		s.icpSrv = srv
-		s.mu.Unlock()
-	}
-	fleetDone := make(chan struct{})
-	go func() { s.fleet.Run(probeCtx); close(fleetDone) }()
-	defer func() { stopProbes(); <-fleetDone; s.fleet.Close() }()
-
-	// Open the proxy port once every peer has a first verdict (or the
-	// longest probe timeout passed), so a restart is not a burst of 503s.
-	wait := verdictWait(s.reg)
-	if s.upg.inherited() {
-		wait = min(wait, upgradeTimeout/2) // the old process serves meanwhile, and waits at most 30 s
-	}
-	if wait > 0 {
-		wctx, wcancel := context.WithTimeout(ctx, wait)
-		if err := s.reg.WaitVerdicts(wctx); err != nil {
-			s.log.WithField("waited", wait.String()).Warn("some peers have no probe verdict yet; opening the proxy port anyway")
-		}
-		wcancel()
-	}
-	proxyLn, err := s.upg.listen("proxy", cfg.Proxy.Listen)
-	if err != nil {
-		s.adminSrv.Close()
-		return fmt.Errorf("proxy listen: %w", err)
-	}
-	s.mu.Lock()
-	s.proxyLn = proxyLn
-	s.proxy.SetPort(listenPort(proxyLn))
-	s.serveProxy(proxyLn)
-	s.mu.Unlock()
-	fields := logrus.Fields{"proxy": proxyLn.Addr().String(), "admin": adminLn.Addr().String(), "peers": len(s.reg.Peers()), "version": version, "pid": os.Getpid()}
-	if cfg.Proxy.TLSListen != "" {
-		ln, err := s.upg.listen("tls", cfg.Proxy.TLSListen)
-		if err != nil {
-			s.adminSrv.Close()
-			return fmt.Errorf("proxy tls_listen: %w", err)
-		}
-		s.mu.Lock()
-		s.tlsRaw = ln
-		s.tlsLn = tls.NewListener(ln, s.clientTLS.config())
-		s.serveProxy(s.tlsLn)
-		s.mu.Unlock()
-		fields["tls"] = ln.Addr().String()
-	}
-	s.log.WithFields(fields).Info("peerd serving")
-	s.phase.Store(phaseServing)
-	s.upg.ready()
-
-	for {
-		select {
-		case <-ctx.Done():
-			return s.shutdown(nil)
-		case <-s.upg.exit():
-			s.log.WithField("pid", os.Getpid()).Warn("handed over to the new process: no new connections here, finishing in-flight requests")
-			s.proxy.Cache().Close() // the new process takes the disk store over
-			handedOver = true
-			stopState()
-			return s.shutdown(sigs)
-		case sig := <-sigs:
-			switch sig {
-			case syscall.SIGHUP:
-				s.reload()
-			case syscall.SIGUSR1:
-				s.reopenAccessLog()
-			case syscall.SIGUSR2:
-				go s.upg.upgrade()
-			default:
-				s.log.WithField("signal", sig.String()).Info("shutting down: no new connections, finishing in-flight requests")
-				return s.shutdown(sigs)
-			}
-		}
-	}
-}
-
-// shutdown stops accepting, lets in-flight requests and tunnels finish up
-// to shutdown_timeout, then closes what is left. A further SIGTERM/SIGINT
-// on sigs ends it at once.
-func (s *server) shutdown(sigs <-chan os.Signal) error {
-	s.phase.Store(phaseStopping)
-	s.mu.Lock()
-	timeout := s.cfg.Proxy.ShutdownTimeout
-	adminSrv := s.adminSrv
-	s.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	go func() {
-		// Ends with the shutdown (ctx), whether or not a second signal
-		// came; sigs may be nil (a shutdown not started by a signal).
-		for {
-			select {
-			case sig, ok := <-sigs:
-				if !ok {
-					return
-				}
-				if sig == syscall.SIGTERM || sig == syscall.SIGINT {
-					s.log.Warn("second signal: exiting now")
-					cancel()
-					return
-				}
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
-	var wg sync.WaitGroup
-	wg.Add(3)
-	go func() {
-		// Tell the fleet first: the others stop counting on this member.
-		defer wg.Done()
-		s.fleet.Close()
-	}()
-	go func() {
-		defer wg.Done()
-		s.proxy.Shutdown(ctx)
-	}()
-	go func() {
-		defer wg.Done()
-		s.proxy.WaitTunnels(ctx)
-	}()
-	wg.Wait()
-	adminSrv.Close()
-	s.mu.Lock()
-	if s.icpSrv != nil {
-		s.icpSrv.Close()
-		s.icpSrv = nil
-	}
-	s.mu.Unlock()
-	if s.icpQ != nil {
-		s.icpQ.Close()
-	}
-	s.proxy.CloseIdle()
-	s.proxy.Cache().Close()
-	s.wg.Wait()
-	if s.access != nil {
-		s.access.Close()
-	}
-	s.log.Info("peerd stopped")
-	return nil
-}
-
 func (s *server) reopenAccessLog() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -532,7 +317,7 @@ func (s *server) icpAllowed(a netip.Addr) bool {
 
 // listenICP opens an ICP listener answering from the proxy's cache.
 func (s *server) listenICP(addr string) (*icp.Server, error) {
-	conn, err := s.upg.listenUDP("icp", addr)
+	conn, err := s.upg.ListenUDP("icp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("icp.listen: %w", err)
 	}
@@ -550,7 +335,7 @@ func (s *server) listenICP(addr string) (*icp.Server, error) {
 
 // retryFleet joins the fleet once the old process (in a binary upgrade)
 // lets go of the gossip port, for up to a minute.
-func (s *server) retryFleet(ctx context.Context, cfg *fileConfig) {
+func (s *server) retryFleet(ctx context.Context, cfg *config.File) {
 	t := time.NewTicker(500 * time.Millisecond)
 	defer t.Stop()
 	deadline := time.Now().Add(time.Minute)
@@ -570,7 +355,7 @@ func (s *server) retryFleet(ctx context.Context, cfg *fileConfig) {
 // fleetNode is the fleet member name cfg gives: [fleet] node, else the
 // [proxy] name, else (both defaulted) the host name with the gossip port,
 // so that several peerds on one host are distinct members.
-func (s *server) fleetNode(cfg *fileConfig) string {
+func (s *server) fleetNode(cfg *config.File) string {
 	switch {
 	case cfg.Fleet.Node != "":
 		return cfg.Fleet.Node
@@ -595,15 +380,5 @@ func (s *server) reconfigureCache(c cache.Config, fresh *cache.Cache) {
 		cur.Close()
 	default:
 		cur.Reconfigure(c)
-	}
-}
-
-// retire stops an old server after a listener move, letting its in-flight
-// requests finish.
-func (s *server) retire(srv *http.Server, timeout time.Duration) {
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	if err := srv.Shutdown(ctx); err != nil {
-		srv.Close()
 	}
 }

@@ -8,8 +8,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/peerd/peerd/admin"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/peerd/peerd/admin"
 )
 
 // reloadRecord is the last reload's result and time.

@@ -18,9 +18,11 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/peerd/peerd/internal/atomicfile"
-	"github.com/peerd/peerd/peers"
 	"github.com/sirupsen/logrus"
+
+	"github.com/peerd/peerd/internal/atomicfile"
+	"github.com/peerd/peerd/internal/config"
+	"github.com/peerd/peerd/peers"
 )
 
 // stateEvery is how often learned times are written when nothing else
@@ -57,21 +59,6 @@ func loadState(reg *peers.Registry, path string, log logrus.FieldLogger) {
 		Info("state restored (peers are still probed before they get traffic)")
 }
 
-// fileKind names a mode's file type.
-func fileKind(m fs.FileMode) string {
-	switch {
-	case m.IsDir():
-		return "directory"
-	case m&fs.ModeNamedPipe != 0:
-		return "named pipe (FIFO)"
-	case m&fs.ModeSocket != 0:
-		return "socket"
-	case m&fs.ModeDevice != 0:
-		return "device"
-	}
-	return "special file"
-}
-
 // readStateFile reads the state file without waiting on it: it is opened
 // non-blocking (a FIFO put there after -check would hang the start) and
 // read only when it is a regular file of at most 64 MiB.
@@ -86,7 +73,7 @@ func readStateFile(path string) ([]byte, error) {
 		return nil, err
 	}
 	if !st.Mode().IsRegular() || st.Size() > 64<<20 {
-		return nil, fmt.Errorf("%s is a %s of %d bytes, not a state file", path, fileKind(st.Mode()), st.Size())
+		return nil, fmt.Errorf("%s is a %s of %d bytes, not a state file", path, config.FileKind(st.Mode()), st.Size())
 	}
 	return io.ReadAll(f)
 }

@@ -9,63 +9,9 @@ package main
 
 import (
 	"crypto/tls"
-	"crypto/x509"
 	"fmt"
-	"os"
 	"sync/atomic"
-
-	"github.com/peerd/peerd/internal/conf"
-	"github.com/peerd/peerd/peers"
 )
-
-// peerTLS is the TLS client config of each peer that speaks TLS, by name.
-type peerTLS map[string]*tls.Config
-
-// buildPeerTLS reads every TLS peer's files; errors name the peer and
-// the key.
-func buildPeerTLS(specs []peers.Spec) (peerTLS, error) {
-	out := peerTLS{}
-	var es conf.Errors
-	for i, s := range specs {
-		if !s.TLS {
-			continue
-		}
-		bad := func(key, format string, args ...any) {
-			es.Add(&conf.Error{Section: "peer", Index: i, Name: s.Name, Key: key, Msg: fmt.Sprintf(format, args...)})
-		}
-		cfg := &tls.Config{
-			MinVersion:         tls.VersionTLS12,
-			ServerName:         s.TLSName,
-			NextProtos:         []string{"http/1.1"},
-			ClientSessionCache: tls.NewLRUClientSessionCache(64),
-		}
-		if cfg.ServerName == "" {
-			cfg.ServerName = s.Host
-		}
-		if s.TLSCA != "" {
-			pem, err := os.ReadFile(s.TLSCA)
-			switch {
-			case err != nil:
-				bad("tls_ca", "%v", err)
-			default:
-				pool := x509.NewCertPool()
-				if !pool.AppendCertsFromPEM(pem) {
-					bad("tls_ca", "%s holds no PEM certificate", s.TLSCA)
-				}
-				cfg.RootCAs = pool
-			}
-		}
-		if s.TLSCert != "" && s.TLSKey != "" {
-			cert, err := tls.LoadX509KeyPair(s.TLSCert, s.TLSKey)
-			if err != nil {
-				bad("tls_cert", "%v", err)
-			}
-			cfg.Certificates = []tls.Certificate{cert}
-		}
-		out[s.Name] = cfg
-	}
-	return out, es.Err()
-}
 
 // clientTLS is the proxy's own certificate for its TLS listener, swapped
 // whole on reload (connections already open keep theirs).
@@ -93,15 +39,4 @@ func (c *clientTLS) config() *tls.Config {
 			return c.cert.Load(), nil
 		},
 	}
-}
-
-// checkClientTLS is the -check of [proxy] tls_cert and tls_key.
-func checkClientTLS(certPath, keyPath string) error {
-	if certPath == "" || keyPath == "" {
-		return nil
-	}
-	if _, err := tls.LoadX509KeyPair(certPath, keyPath); err != nil {
-		return &conf.Error{Section: "proxy", Key: "tls_cert", Msg: err.Error()}
-	}
-	return nil
 }

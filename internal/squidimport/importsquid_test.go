@@ -1,4 +1,4 @@
-package main
+package squidimport
 
 import (
 	"cmp"
@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/peerd/peerd/icp"
+	"github.com/peerd/peerd/internal/config"
 	"github.com/peerd/peerd/peers"
 	"github.com/peerd/peerd/selection"
 )
@@ -31,19 +32,19 @@ func TestImportSquidCorpus(t *testing.T) {
 		direct  selection.Direct
 		peers   []peer
 		notes   []string // substrings of what is not carried over
-		check   func(t *testing.T, c *fileConfig)
+		check   func(t *testing.T, c *config.File)
 		refused string
 	}{
 		{file: "rr-equal.conf", policy: selection.RoundRobin, direct: selection.DirectNever,
 			peers: []peer{{"p1", "10.0.0.1", 3128, peers.Parent, 1}, {"p2", "10.0.0.2", 3128, peers.Parent, 1}, {"p3", "10.0.0.3", 8080, peers.Parent, 1}},
-			check: func(t *testing.T, c *fileConfig) {
+			check: func(t *testing.T, c *config.File) {
 				if c.Proxy.Listen != "0.0.0.0:3128" || c.Proxy.Name != "child1.example.net" {
 					t.Errorf("listen %q name %q", c.Proxy.Listen, c.Proxy.Name)
 				}
 			}},
 		{file: "rr-weighted.conf", policy: selection.WeightedRoundRobin, direct: selection.DirectNever,
 			peers: []peer{{"big.example.net", "big.example.net", 3128, peers.Parent, 3}, {"small1.example.net", "small1.example.net", 3128, peers.Parent, 1}, {"small2.example.net", "small2.example.net", 3128, peers.Parent, 1}},
-			check: func(t *testing.T, c *fileConfig) {
+			check: func(t *testing.T, c *config.File) {
 				if c.Proxy.Listen != "127.0.0.1:3129" {
 					t.Errorf("listen %q", c.Proxy.Listen)
 				}
@@ -54,7 +55,7 @@ func TestImportSquidCorpus(t *testing.T) {
 			peers: []peer{{"h1", "10.1.0.1", 3128, peers.Parent, 1}, {"h2", "10.1.0.2", 3128, peers.Parent, 1}}},
 		{file: "hierarchy.conf", policy: selection.FirstUp, direct: selection.DirectNever,
 			peers: []peer{{"sib1", "sib1.example.net", 3128, peers.Sibling, 1}, {"sib2", "sib2.example.net", 3128, peers.Sibling, 1}, {"up1", "up1.example.net", 3128, peers.Parent, 1}, {"up2", "up2.example.net", 3128, peers.Parent, 1}},
-			check: func(t *testing.T, c *fileConfig) {
+			check: func(t *testing.T, c *config.File) {
 				up1, up2, sib := c.Peers[2], c.Peers[3], c.Peers[0]
 				if !sib.ProxyOnly || up1.ProxyOnly {
 					t.Errorf("proxy_only sib1 %v up1 %v; want sib1's proxy-only carried over, and only it", sib.ProxyOnly, up1.ProxyOnly)
@@ -87,7 +88,7 @@ func TestImportSquidCorpus(t *testing.T) {
 		{file: "unsupported.conf", policy: selection.FirstUp, direct: selection.DirectAllow,
 			peers: []peer{{"only", "10.3.0.1", 3128, peers.Parent, 1}},
 			notes: []string{"background-ping"},
-			check: func(t *testing.T, c *fileConfig) {
+			check: func(t *testing.T, c *config.File) {
 				if c.Peers[0].Login != "PASS" || !c.Peers[0].TLS {
 					t.Errorf("login=PASSTHRU ssl: login %q tls %v; want PASS (the client's credentials as they came) over TLS", c.Peers[0].Login, c.Peers[0].TLS)
 				}
@@ -125,7 +126,7 @@ func TestImportSquidCorpus(t *testing.T) {
 			}
 			path := filepath.Join(t.TempDir(), "peerd.toml")
 			os.WriteFile(path, []byte(out), 0o644)
-			cfg, ps := loadConfig(path)
+			cfg, ps := config.Load(path)
 			if len(ps) > 0 {
 				t.Fatalf("the output does not pass -check: %v\n%s", ps, out)
 			}
@@ -181,7 +182,7 @@ func FuzzImportSquid(f *testing.F) {
 		}
 		path := filepath.Join(dir, "out.toml")
 		os.WriteFile(path, []byte(out), 0o644)
-		if _, ps := parseConfigFiles([]byte(out), false); len(ps) > 0 { // (the files it names are another machine's)
+		if _, ps := config.ParseFiles([]byte(out), false); len(ps) > 0 { // (the files it names are another machine's)
 			t.Fatalf("import of\n%s\nprints a config -check refuses: %v\n%s", conf, ps, out)
 		}
 	})
@@ -242,7 +243,7 @@ cache_peer old.example.net parent 3130 0 no-query ssl sslcafile=/etc/ssl/ca.pem 
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, ps := parseConfigFiles([]byte(out), false)
+	cfg, ps := config.ParseFiles([]byte(out), false)
 	if len(ps) > 0 {
 		t.Fatalf("the output does not pass -check: %v\n%s", ps, out)
 	}
@@ -297,7 +298,7 @@ func TestImportSquidAccessLog(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			cfg, ps := parseConfigFiles([]byte(out), false)
+			cfg, ps := config.ParseFiles([]byte(out), false)
 			if len(ps) > 0 {
 				t.Fatalf("the output does not pass -check: %v\n%s", ps, out)
 			}
@@ -362,45 +363,45 @@ sslproxy_foo password=optpass
 // do the same, the last line winning as in Squid; values peerd cannot take
 // are listed, never dropped silently, and never make an invalid config.
 func TestImportSquidProxySettings(t *testing.T) {
-	base := defaultConfig()
+	base := config.Default()
 	// is checks the keys get reads, printed together (fmt.Sprint), against
 	// want.
-	is := func(want string, get func(*fileConfig) any) func(*fileConfig) string {
-		return func(f *fileConfig) string {
+	is := func(want string, get func(*config.File) any) func(*config.File) string {
+		return func(f *config.File) string {
 			if got := fmt.Sprint(get(f)); got != want {
 				return fmt.Sprintf("got %s; want %s", got, want)
 			}
 			return ""
 		}
 	}
-	privacy := func(f *fileConfig) any { return []any{f.Proxy.ForwardedFor, f.Proxy.Via} }
-	memory := func(f *fileConfig) any { return int64(f.Cache.Memory) }
-	removed := func(f *fileConfig) any { return f.Proxy.RequestHeaderRemove }
-	pidFile := func(f *fileConfig) any { return f.Proxy.PIDFile }
-	outgoing := func(f *fileConfig) any { return f.Proxy.OutgoingAddress }
+	privacy := func(f *config.File) any { return []any{f.Proxy.ForwardedFor, f.Proxy.Via} }
+	memory := func(f *config.File) any { return int64(f.Cache.Memory) }
+	removed := func(f *config.File) any { return f.Proxy.RequestHeaderRemove }
+	pidFile := func(f *config.File) any { return f.Proxy.PIDFile }
+	outgoing := func(f *config.File) any { return f.Proxy.OutgoingAddress }
 	for _, tc := range []struct {
 		name, conf string
-		check      func(*fileConfig) string // "" when right; what is wrong otherwise
-		note       string                   // in the notes ("" for none)
-		err        string                   // the import fails with this
+		check      func(*config.File) string // "" when right; what is wrong otherwise
+		note       string                    // in the notes ("" for none)
+		err        string                    // the import fails with this
 	}{
 		{"timeouts", "read_timeout 60 seconds\nrequest_timeout 30 seconds\nclient_idle_pconn_timeout 2 minutes\nwrite_timeout 5 minutes\nshutdown_lifetime 3 seconds",
-			is("[1m0s 30s 2m0s 5m0s 3s]", func(f *fileConfig) any {
+			is("[1m0s 30s 2m0s 5m0s 3s]", func(f *config.File) any {
 				c := f.Proxy
 				return []any{c.ReadTimeout, c.RequestTimeout, c.ClientIdleTimeout, c.WriteTimeout, c.ShutdownTimeout}
 			}), "", ""},
 		{"the older idle name, the last line wins", "persistent_request_timeout 1 minute\nread_timeout 1 minute\nread_timeout 2 minutes",
-			is("[1m0s 2m0s]", func(f *fileConfig) any { return []any{f.Proxy.ClientIdleTimeout, f.Proxy.ReadTimeout} }), "", ""},
+			is("[1m0s 2m0s]", func(f *config.File) any { return []any{f.Proxy.ClientIdleTimeout, f.Proxy.ReadTimeout} }), "", ""},
 		{"forwarded_for delete, via off", "forwarded_for delete\nvia off", is("[delete false]", privacy), "", ""},
 		{"forwarded_for off, via on", "forwarded_for off\nvia on", is("[off true]", privacy), "", ""},
-		{"collapsed_forwarding off", "collapsed_forwarding off", is("false", func(f *fileConfig) any { return f.Cache.Collapse }), "", ""},
+		{"collapsed_forwarding off", "collapsed_forwarding off", is("false", func(f *config.File) any { return f.Cache.Collapse }), "", ""},
 		{"a zero timeout keeps peerd's default", "shutdown_lifetime 0 seconds",
-			is(base.Proxy.ShutdownTimeout.String(), func(f *fileConfig) any { return f.Proxy.ShutdownTimeout }),
+			is(base.Proxy.ShutdownTimeout.String(), func(f *config.File) any { return f.Proxy.ShutdownTimeout }),
 			"shutdown_lifetime 0 seconds: peerd needs a positive shutdown_timeout", ""},
 		{"pid_filename", "pid_filename /run/squid.pid", is("/run/squid.pid", pidFile), "", ""},
 		{"pid_filename none", "pid_filename /run/squid.pid\npid_filename none", is("", pidFile), "", ""},
 		{"cache deny all stores nothing", "cache_mem 64 MB\ncache_dir ufs /var/spool/squid 1000 16 256\ncache deny all\ncache allow QUERY",
-			is("[0 ]", func(f *fileConfig) any { return []any{int64(f.Cache.Memory), f.Cache.Disk} }), "cache_dir /var/spool/squid: cache deny all stores nothing", ""},
+			is("[0 ]", func(f *config.File) any { return []any{int64(f.Cache.Memory), f.Cache.Disk} }), "cache_dir /var/spool/squid: cache deny all stores nothing", ""},
 		{"cache allow all is the default", "no_cache allow all", is(fmt.Sprint(int64(base.Cache.Memory)), memory), "", ""},
 		{"some requests uncached is listed", "acl QUERY urlpath_regex cgi-bin\ncache deny QUERY\ncache deny all", is(fmt.Sprint(int64(base.Cache.Memory)), memory), "cache deny QUERY: peerd stores what RFC 9111 allows", ""},
 		{"request_header_access deny all", "request_header_access Referer deny all\nrequest_header_access Referer allow all\nrequest_header_access From allow all\nrequest_header_access From deny all", is("[Referer]", removed), "", ""},
@@ -408,26 +409,26 @@ func TestImportSquidProxySettings(t *testing.T) {
 		{"request_header_access of a field peerd writes is listed", "request_header_access Host deny all", is("[]", removed), "Host: peerd writes this field itself", ""},
 		{"request_header_access All is listed", "request_header_access All deny all", is("[]", removed), "peerd removes fields it is given by name only", ""},
 		{"quick_abort", "quick_abort_min -1 QB\nquick_abort_max 1 MB\nquick_abort_pct 80",
-			is("[-1 1048576 80]", func(f *fileConfig) any {
+			is("[-1 1048576 80]", func(f *config.File) any {
 				return []any{int64(f.Cache.QuickAbortMin), int64(f.Cache.QuickAbortMax), f.Cache.QuickAbortPct}
 			}), "", ""},
 		{"quick_abort off", "quick_abort_min 0 KB\nquick_abort_max 0 KB",
-			is("[0 0]", func(f *fileConfig) any { return []any{int64(f.Cache.QuickAbortMin), int64(f.Cache.QuickAbortMax)} }), "", ""},
+			is("[0 0]", func(f *config.File) any { return []any{int64(f.Cache.QuickAbortMin), int64(f.Cache.QuickAbortMax)} }), "", ""},
 		{"refresh_pattern options that break RFC 9111", "refresh_pattern -i \\.deb$ 40320 100% 259200 refresh-ims override-expire ignore-no-store\nrefresh_pattern . 0 20% 4320",
-			func(f *fileConfig) string {
+			func(f *config.File) string {
 				if ps := f.Cache.RefreshPatterns; len(ps) != 1 || ps[0].Pattern != `(?i)\.deb$` || ps[0].Min != 672*time.Hour || !ps[0].RefreshIMS {
 					return fmt.Sprintf("refresh_patterns %+v; want the .deb pattern without its options", ps)
 				}
 				return ""
 			}, "options override-expire ignore-no-store (peerd keeps to RFC 9111; the pattern itself is carried over)", ""},
 		{"what peerd always does", "minimum_object_size 0 KB\nserver_persistent_connections on\nclient_persistent_connections on\nrequest_start_timeout 20 seconds",
-			is("20s", func(f *fileConfig) any { return f.Proxy.RequestStartTimeout }), "", ""},
+			is("20s", func(f *config.File) any { return f.Proxy.RequestStartTimeout }), "", ""},
 		{"what peerd cannot do is listed", "minimum_object_size 4 KB\nserver_persistent_connections off",
-			func(*fileConfig) string { return "" }, "server_persistent_connections off", ""},
+			func(*config.File) string { return "" }, "server_persistent_connections off", ""},
 		{"tcp_outgoing_address", "tcp_outgoing_address 10.0.0.5\ntcp_outgoing_address 10.0.0.6 all", is("10.0.0.5", outgoing), "", ""},
 		{"tcp_outgoing_address for some requests is listed", "acl dst_x dstdomain .x.test\ntcp_outgoing_address 10.0.0.5 dst_x\nhttp_access allow all",
 			is("", outgoing), "tcp_outgoing_address 10.0.0.5 dst_x", ""},
-		{"dead_peer_timeout", "dead_peer_timeout 300 seconds", is("5m0s", func(f *fileConfig) any { return f.ICP.DeadPeerTimeout }), "", ""},
+		{"dead_peer_timeout", "dead_peer_timeout 300 seconds", is("5m0s", func(f *config.File) any { return f.ICP.DeadPeerTimeout }), "", ""},
 		{"an unknown forwarded_for word", "forwarded_for maybe", nil, "", `forwarded_for "maybe"`},
 		{"via with no word", "via", nil, "", "via: want on or off"},
 	} {
@@ -442,7 +443,7 @@ func TestImportSquidProxySettings(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			cfg, ps := parseConfigFiles([]byte(out), false)
+			cfg, ps := config.ParseFiles([]byte(out), false)
 			if len(ps) > 0 {
 				t.Fatalf("the output does not pass -check: %v\n%s", ps, out)
 			}

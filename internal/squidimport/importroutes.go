@@ -1,4 +1,4 @@
-package main
+package squidimport
 
 // This file holds import-squid's translation of the routing directives
 // with ACLs into [[route]]: always_direct and never_direct lines (in

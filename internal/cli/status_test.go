@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bytes"
@@ -24,7 +24,7 @@ func TestStatusTable(t *testing.T) {
 	}))
 	defer srv.Close()
 	var out, errOut bytes.Buffer
-	if code := run(context.Background(), []string{"status", "-admin", srv.URL}, &out, &errOut); code != 0 {
+	if code := Status(context.Background(), []string{"-admin", srv.URL}, &out, &errOut); code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut.String())
 	}
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
@@ -47,7 +47,7 @@ func TestStatusTable(t *testing.T) {
 	if idx := strings.Index(lines[0], "STATE"); strings.Index(lines[1], "alive") != idx {
 		t.Errorf("columns not aligned:\n%s", out.String())
 	}
-	if code := run(context.Background(), []string{"status", "-admin", "127.0.0.1:1"}, &out, &errOut); code != exitRuntime {
+	if code := Status(context.Background(), []string{"-admin", "127.0.0.1:1"}, &out, &errOut); code != exitRuntime {
 		t.Fatalf("unreachable admin: exit %d; want %d", code, exitRuntime)
 	}
 }

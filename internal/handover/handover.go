@@ -1,6 +1,4 @@
-package main
-
-// This file holds binary upgrades (contract section 19): on SIGUSR2 the
+// Package handover holds binary upgrades (contract section 19): on SIGUSR2 the
 // running peerd starts the binary at its own path and hands it every
 // listening socket (proxy, TLS, admin, ICP); the new process loads its
 // config and state, opens for business on the inherited sockets and says
@@ -19,6 +17,7 @@ package main
 // old port accepting connections that nobody serves (TestReloadFailsHalfWay
 // found it). Here the sockets are duplicated only for the upgrade, and
 // the duplicates are closed right after.
+package handover
 
 import (
 	"errors"
@@ -32,16 +31,17 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/peerd/peerd/internal/atomicfile"
 	"github.com/sirupsen/logrus"
+
+	"github.com/peerd/peerd/internal/atomicfile"
 )
 
-// upgradeTimeout bounds how long a new process may take to be ready;
+// Timeout bounds how long a new process may take to be ready;
 // upgradeGrace is how long it must then keep running before this one lets
 // go of the listeners.
 const (
-	upgradeTimeout = 30 * time.Second
-	upgradeGrace   = 5 * time.Second
+	Timeout      = 30 * time.Second
+	upgradeGrace = 5 * time.Second
 )
 
 // Environment of a process started by an upgrade: its inherited sockets
@@ -51,8 +51,8 @@ const (
 	envReady   = "PEERD_UPGRADE_READY"
 )
 
-// upgrader hands sockets to the next process.
-type upgrader struct {
+// Upgrader hands sockets to the next process.
+type Upgrader struct {
 	log     logrus.FieldLogger
 	pidFile string
 	// sockets are what this process inherited, by role; taken once.
@@ -60,16 +60,16 @@ type upgrader struct {
 	sockets map[string]*os.File
 	readyFd *os.File
 	// current returns the listening sockets to hand over now, by role.
-	current func() map[string]fileConn
+	Current func() map[string]FileConn
 	exitC   chan struct{}
 	busy    sync.Mutex
 }
 
-// fileConn is a socket that can give a duplicate of its descriptor.
-type fileConn interface{ File() (*os.File, error) }
+// FileConn is a socket that can give a duplicate of its descriptor.
+type FileConn interface{ File() (*os.File, error) }
 
-func newUpgrader(pidFile string, log logrus.FieldLogger) *upgrader {
-	u := &upgrader{log: log, pidFile: pidFile, sockets: map[string]*os.File{}, exitC: make(chan struct{})}
+func New(pidFile string, log logrus.FieldLogger) *Upgrader {
+	u := &Upgrader{log: log, pidFile: pidFile, sockets: map[string]*os.File{}, exitC: make(chan struct{})}
 	if spec := os.Getenv(envSockets); spec != "" {
 		for _, kv := range strings.Split(spec, ",") {
 			role, fd, ok := strings.Cut(kv, "=")
@@ -88,10 +88,10 @@ func newUpgrader(pidFile string, log logrus.FieldLogger) *upgrader {
 }
 
 // inherited reports whether this process was started by an upgrade.
-func (u *upgrader) inherited() bool { return u.readyFd != nil }
+func (u *Upgrader) Inherited() bool { return u.readyFd != nil }
 
 // take returns the inherited socket of role, once.
-func (u *upgrader) take(role string) *os.File {
+func (u *Upgrader) take(role string) *os.File {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	f := u.sockets[role]
@@ -101,7 +101,7 @@ func (u *upgrader) take(role string) *os.File {
 
 // listen returns the inherited listener of role when it listens where
 // addr says (port 0 matches any), else a new one.
-func (u *upgrader) listen(role, addr string) (net.Listener, error) {
+func (u *Upgrader) Listen(role, addr string) (net.Listener, error) {
 	if f := u.take(role); f != nil {
 		ln, err := net.FileListener(f)
 		f.Close()
@@ -116,7 +116,7 @@ func (u *upgrader) listen(role, addr string) (net.Listener, error) {
 }
 
 // listenUDP is listen for a UDP socket.
-func (u *upgrader) listenUDP(role, addr string) (*net.UDPConn, error) {
+func (u *Upgrader) ListenUDP(role, addr string) (*net.UDPConn, error) {
 	if f := u.take(role); f != nil {
 		pc, err := net.FilePacketConn(f)
 		f.Close()
@@ -149,7 +149,7 @@ func sameAddr(have, want string) bool {
 
 // ready says this process serves: the process that started it stops
 // accepting; the PID file and systemd name this one.
-func (u *upgrader) ready() {
+func (u *Upgrader) Ready() {
 	// Sockets inherited but not wanted (the config moved them) go.
 	u.mu.Lock()
 	for role, f := range u.sockets {
@@ -164,7 +164,7 @@ func (u *upgrader) ready() {
 	}
 	// systemd (Type=notify, NotifyAccess=all) learns that this process
 	// is ready and is now the service's main process.
-	sdNotify(fmt.Sprintf("READY=1\nMAINPID=%d", os.Getpid()), u.log)
+	SDNotify(fmt.Sprintf("READY=1\nMAINPID=%d", os.Getpid()), u.log)
 	if u.readyFd != nil {
 		u.readyFd.Write([]byte("ready\n"))
 		u.readyFd.Close()
@@ -174,12 +174,12 @@ func (u *upgrader) ready() {
 
 // exit is closed when a new process is ready: this one must stop
 // accepting and drain.
-func (u *upgrader) exit() <-chan struct{} { return u.exitC }
+func (u *Upgrader) Exit() <-chan struct{} { return u.exitC }
 
 // upgrade starts the binary at this one's path with the listening
 // sockets and waits until it is ready (or fails); errors are logged, and
 // this process keeps serving.
-func (u *upgrader) upgrade() {
+func (u *Upgrader) Upgrade() {
 	if !u.busy.TryLock() {
 		u.log.Warn("binary upgrade asked (SIGUSR2) while one is under way; ignored")
 		return
@@ -218,18 +218,18 @@ func (u *upgrader) upgrade() {
 
 // reclaim makes this process the one that serves again: the PID file and
 // systemd's main PID name it (a new process that said ready named itself).
-func (u *upgrader) reclaim() {
+func (u *Upgrader) reclaim() {
 	if u.pidFile != "" {
 		if err := atomicfile.Write(u.pidFile, []byte(strconv.Itoa(os.Getpid())+"\n"), 0o600); err != nil {
 			u.log.WithError(err).Error("pid_file not written")
 		}
 	}
-	sdNotify(fmt.Sprintf("MAINPID=%d", os.Getpid()), u.log)
+	SDNotify(fmt.Sprintf("MAINPID=%d", os.Getpid()), u.log)
 }
 
 // start runs bin with the sockets and waits for its "ready"; exited
 // then reports the new process's end.
-func (u *upgrader) start(bin string) (exited <-chan error, err error) {
+func (u *Upgrader) start(bin string) (exited <-chan error, err error) {
 	var files []*os.File
 	defer func() {
 		for _, f := range files {
@@ -237,7 +237,7 @@ func (u *upgrader) start(bin string) (exited <-chan error, err error) {
 		}
 	}()
 	var spec []string
-	for role, c := range u.current() {
+	for role, c := range u.Current() {
 		f, err := c.File()
 		if err != nil {
 			return nil, fmt.Errorf("socket %s: %w", role, err)
@@ -296,15 +296,15 @@ func (u *upgrader) start(bin string) (exited <-chan error, err error) {
 		}
 	case werr := <-done:
 		return nil, fmt.Errorf("the new process exited before it was ready: %v", werr)
-	case <-time.After(upgradeTimeout):
+	case <-time.After(Timeout):
 		cmd.Process.Signal(syscall.SIGKILL)
-		return nil, fmt.Errorf("the new process was not ready within %s; killed", upgradeTimeout)
+		return nil, fmt.Errorf("the new process was not ready within %s; killed", Timeout)
 	}
 }
 
-// sdNotify sends state to systemd's notification socket, when there is
+// SDNotify sends state to systemd's notification socket, when there is
 // one (sd_notify(3)).
-func sdNotify(state string, log logrus.FieldLogger) {
+func SDNotify(state string, log logrus.FieldLogger) {
 	addr := os.Getenv("NOTIFY_SOCKET")
 	if addr == "" {
 		return
@@ -321,3 +321,7 @@ func sdNotify(state string, log logrus.FieldLogger) {
 		log.WithError(err).Warn("could not notify systemd")
 	}
 }
+
+// Started tells whether this process was started by an upgrade (before
+// New reads and clears the environment it was handed).
+func Started() bool { return os.Getenv(envReady) != "" }

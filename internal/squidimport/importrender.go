@@ -1,4 +1,4 @@
-package main
+package squidimport
 
 // This file holds the writing of import-squid's TOML: the sections, the
 // [[peer]] tables, the [[rule]] and [[route]] tables translated from the
@@ -10,6 +10,8 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+
+	"github.com/peerd/peerd/internal/conf"
 )
 
 func (s *squidImport) render() string {
@@ -30,7 +32,7 @@ func (s *squidImport) render() string {
 	if len(s.notes) > 0 {
 		b.WriteString("#\n# Not carried over:\n")
 		for _, n := range s.notes {
-			fmt.Fprintf(&b, "#   %s\n", commentText(n))
+			fmt.Fprintf(&b, "#   %s\n", conf.Printable(n))
 		}
 	}
 	b.WriteString("\n[proxy]\n")
@@ -246,17 +248,6 @@ func tomlString(s string) string {
 	}
 	b.WriteByte('"')
 	return b.String()
-}
-
-// commentText makes a note safe for a TOML comment: valid UTF-8, no
-// control characters.
-func commentText(s string) string {
-	return strings.Map(func(r rune) rune {
-		if r < 0x20 || r == 0x7f {
-			return ' '
-		}
-		return r
-	}, strings.ToValidUTF8(s, "?"))
 }
 
 // secretWords match what a squid.conf line carries that is a secret: a

@@ -1,4 +1,4 @@
-package main
+package cli
 
 // This file holds peerd status: the peers' table from a running peerd's
 // admin API.
@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/peerd/peerd/admin"
+	"github.com/peerd/peerd/internal/conf"
 	"github.com/peerd/peerd/selection"
 )
 
@@ -42,7 +43,7 @@ type statusPeer struct {
 	DeadCause           *string          `json:"dead_cause"`
 }
 
-func statusCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+func Status(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	a := newAdminFlags("status", "", stdout, stderr, false)
 	if _, code, ok := a.parse(args, 0); !ok {
 		return code
@@ -87,7 +88,7 @@ func printPeer(w io.Writer, p statusPeer, hist []transition, now time.Time) {
 	if p.DeadCause != nil {
 		state += " (" + *p.DeadCause + ")"
 	}
-	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, commentText(v)) }
+	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, conf.Printable(v)) }
 	row("peer", p.Name)
 	row("address", fmt.Sprintf("%s:%d (%s)", p.Host, p.Port, p.Type))
 	row("state", state)
@@ -110,7 +111,7 @@ func printPeer(w io.Writer, p statusPeer, hist []transition, now time.Time) {
 	fmt.Fprintln(w, "\nhistory (newest last):")
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	for _, h := range hist {
-		fmt.Fprintf(tw, "  %s\t%s -> %s\t%s\t%s\n", h.At.Local().Format("2006-01-02 15:04:05"), commentText(h.From), commentText(h.To), commentText(h.Cause), commentText(h.Error))
+		fmt.Fprintf(tw, "  %s\t%s -> %s\t%s\t%s\n", h.At.Local().Format("2006-01-02 15:04:05"), conf.Printable(h.From), conf.Printable(h.To), conf.Printable(h.Cause), conf.Printable(h.Error))
 	}
 	tw.Flush()
 }
@@ -119,23 +120,23 @@ func printPeer(w io.Writer, p statusPeer, hist []transition, now time.Time) {
 // left out, or the refusal.
 func printPlan(w io.Writer, e selection.Explanation, owner *string) {
 	if e.Denied != "" {
-		fmt.Fprintf(w, "refused: %s\n", commentText(e.Denied))
+		fmt.Fprintf(w, "refused: %s\n", conf.Printable(e.Denied))
 		return
 	}
 	if owner != nil {
-		fmt.Fprintf(w, "owner: %s\n", commentText(*owner))
+		fmt.Fprintf(w, "owner: %s\n", conf.Printable(*owner))
 	}
 	if len(e.ICP) > 0 {
-		fmt.Fprintf(w, "ICP asks first: %s\n", commentText(strings.Join(e.ICP, ", ")))
+		fmt.Fprintf(w, "ICP asks first: %s\n", conf.Printable(strings.Join(e.ICP, ", ")))
 	}
 	if len(e.Hops) == 0 {
 		fmt.Fprintln(w, "no next hop: the request would be answered 503 no-peers")
 	}
 	for i, h := range e.Hops {
-		fmt.Fprintf(w, "%d. %s (%s, tier %d): %s\n", i+1, commentText(h.Peer), commentText(h.Type), h.Tier, commentText(h.Why))
+		fmt.Fprintf(w, "%d. %s (%s, tier %d): %s\n", i+1, conf.Printable(h.Peer), conf.Printable(h.Type), h.Tier, conf.Printable(h.Why))
 	}
 	for _, s := range e.Skipped {
-		fmt.Fprintf(w, "   skipped %s: %s\n", commentText(s.Peer), commentText(s.Why))
+		fmt.Fprintf(w, "   skipped %s: %s\n", conf.Printable(s.Peer), conf.Printable(s.Why))
 	}
 }
 
@@ -170,7 +171,7 @@ func printStatus(w io.Writer, ps []statusPeer, colour bool, now time.Time) {
 			state = "suspect"
 		case p.State == "dead":
 			if p.DeadCause != nil {
-				state += " (" + commentText(*p.DeadCause) + ")"
+				state += " (" + conf.Printable(*p.DeadCause) + ")"
 			}
 			if p.Flapping {
 				state += " (flapping)"
@@ -204,8 +205,8 @@ func printStatus(w io.Writer, ps []statusPeer, colour bool, now time.Time) {
 		}
 		// What another peerd sends is printed without its control
 		// characters: a terminal must not take a name for an escape.
-		fmt.Fprintf(tw, "%s\t%s\t%s:%d\t%s\t%s\t%d\t%s\t%d\t%d\t%d\t%s\n", commentText(p.Name), commentText(p.Type), commentText(p.Host), p.Port,
-			commentText(state), commentText(adminState), p.ConsecutiveFailures, connect, p.RequestsTotal, p.InFlight, p.DeathsTotal, commentText(strings.Join(note, "; ")))
+		fmt.Fprintf(tw, "%s\t%s\t%s:%d\t%s\t%s\t%d\t%s\t%d\t%d\t%d\t%s\n", conf.Printable(p.Name), conf.Printable(p.Type), conf.Printable(p.Host), p.Port,
+			conf.Printable(state), conf.Printable(adminState), p.ConsecutiveFailures, connect, p.RequestsTotal, p.InFlight, p.DeathsTotal, conf.Printable(strings.Join(note, "; ")))
 	}
 	tw.Flush()
 	if !colour {

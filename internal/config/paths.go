@@ -1,4 +1,4 @@
-package main
+package config
 
 // This file holds the checks -check makes of the paths the config names
 // for peerd to write: what start-up would fail on must fail -check too
@@ -19,7 +19,7 @@ import (
 // checkPaths reports, by key, a file peerd writes whose directory is
 // missing or not writable, or that is there and is not a regular file;
 // and a disk store whose directory cannot be made or used.
-func (c *fileConfig) checkPaths() []error {
+func (c *File) checkPaths() []error {
 	var es conf.Errors
 	for _, f := range []struct{ section, key, path string }{
 		{"log", "access_log", c.Log.AccessLog},
@@ -58,7 +58,7 @@ func checkWritableFile(path string) error {
 	case st.IsDir():
 		return fmt.Errorf("%s is a directory", path)
 	case st.Mode()&fs.ModeNamedPipe != 0 || st.Mode()&fs.ModeSocket != 0:
-		return fmt.Errorf("%s is a %s, not a regular file", path, fileKind(st.Mode()))
+		return fmt.Errorf("%s is a %s, not a regular file", path, FileKind(st.Mode()))
 	}
 	if err := syscall.Access(path, 2 /* W_OK */); err != nil {
 		return fmt.Errorf("%s cannot be written: %v", path, err)
@@ -98,4 +98,19 @@ func checkStoreDir(dir string) error {
 		return fmt.Errorf("%s is not a directory", dir)
 	}
 	return writableDir(dir)
+}
+
+// FileKind names a mode's file type.
+func FileKind(m fs.FileMode) string {
+	switch {
+	case m.IsDir():
+		return "directory"
+	case m&fs.ModeNamedPipe != 0:
+		return "named pipe (FIFO)"
+	case m&fs.ModeSocket != 0:
+		return "socket"
+	case m&fs.ModeDevice != 0:
+		return "device"
+	}
+	return "special file"
 }

@@ -1,4 +1,4 @@
-package main
+package squidimport
 
 // This file holds import-squid's joint translation of the routing lines:
 // every peer's cache_peer_access (and cache_peer_domain) list, and the

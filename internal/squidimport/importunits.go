@@ -1,4 +1,4 @@
-package main
+package squidimport
 
 // This file holds import-squid's reading of Squid's durations and sizes,
 // the fitting of maximum_object_size to peerd's memory cache, cache_dir,

@@ -1,4 +1,4 @@
-package main
+package config
 
 import (
 	"os"
@@ -15,15 +15,15 @@ import (
 // decoderKeys are the keys the decoder knows, by section ("proxy",
 // "[[peer]]", "[[route]]", "[[rule]]").
 func decoderKeys() map[string][]string {
-	cfg := defaultConfig()
+	cfg := Default()
 	out := map[string][]string{}
-	for name, target := range sectionsOf(&cfg) {
-		for k := range tomlFields(target) {
+	for name, target := range Sections(&cfg) {
+		for k := range Fields(target) {
 			out[name] = append(out[name], k)
 		}
 	}
 	for name, v := range map[string]any{"[[peer]]": &peers.Spec{}, "[[route]]": &selection.RouteSpec{}, "[[rule]]": &forwarding.RuleSpec{}} {
-		for k := range tomlFields(v) {
+		for k := range Fields(v) {
 			out[name] = append(out[name], k)
 		}
 	}

@@ -1,4 +1,4 @@
-package main
+package config
 
 // This file holds the decoding of arrays of tables ([[peer]], [[route]],
 // [[rule]]) key by key, with each key's line found by a scan of the file
@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/BurntSushi/toml"
+
 	"github.com/peerd/peerd/forwarding"
 	"github.com/peerd/peerd/icp"
 	"github.com/peerd/peerd/internal/conf"
@@ -19,13 +20,13 @@ import (
 )
 
 // isArray says whether a config section is an array of tables, whose
-// problems are reported per table ("route[2].peers").
+// Problems are reported per table ("route[2].peers").
 func isArray(section string) bool {
 	return section == "peer" || section == "route" || section == "rule"
 }
 
 // arrayTables decodes the [[name]] tables into *out (a pointer to a slice
-// of structs with toml tags): unknown keys and wrong types are problems at
+// of structs with toml tags): unknown keys and wrong types are Problems at
 // their lines, and decoding goes on past them.
 func (d *decoder) arrayTables(name string, prim toml.Primitive, out any) {
 	var tables []map[string]toml.Primitive
@@ -37,7 +38,7 @@ func (d *decoder) arrayTables(name string, prim toml.Primitive, out any) {
 	slice := reflect.ValueOf(out).Elem()
 	slice.Set(reflect.MakeSlice(slice.Type(), len(tables), len(tables)))
 	for i, keys := range tables {
-		fields := tomlFields(slice.Index(i).Addr().Interface())
+		fields := Fields(slice.Index(i).Addr().Interface())
 		for key, p := range keys {
 			line := 0
 			if i < len(lines) {
@@ -57,16 +58,16 @@ func (d *decoder) arrayTables(name string, prim toml.Primitive, out any) {
 	}
 }
 
-// tomlFields maps the toml tags of the struct v points to onto its fields;
+// Fields maps the toml tags of the struct v points to onto its fields;
 // an embedded struct's fields count as the outer struct's (as the TOML
 // decoder reads them).
-func tomlFields(v any) map[string]reflect.Value {
+func Fields(v any) map[string]reflect.Value {
 	rv := reflect.ValueOf(v).Elem()
 	out := map[string]reflect.Value{}
 	for i := 0; i < rv.NumField(); i++ {
 		f := rv.Type().Field(i)
 		if f.Anonymous && f.Type.Kind() == reflect.Struct && f.Tag.Get("toml") == "" {
-			for k, v := range tomlFields(rv.Field(i).Addr().Interface()) {
+			for k, v := range Fields(rv.Field(i).Addr().Interface()) {
 				out[k] = v
 			}
 			continue
@@ -122,7 +123,7 @@ func bareDuration(raw any, t reflect.Type) (where string, bare bool) {
 		if !ok {
 			return "", false
 		}
-		fields := tomlFields(reflect.New(t).Interface())
+		fields := Fields(reflect.New(t).Interface())
 		for k, v := range m {
 			if f, ok := fields[k]; ok {
 				if where, bare := bareDuration(v, f.Type()); bare {

@@ -1,4 +1,4 @@
-package main
+package config
 
 // This file holds the TOML file: the sections assembled from each package's
 // Config, loading, and validation with line numbers.
@@ -8,18 +8,17 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
-	"math"
-	"net"
-	"net/netip"
+	"os"
 	"reflect"
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/peerd/peerd/auth"
 
 	"github.com/BurntSushi/toml"
+	"github.com/sirupsen/logrus"
+
 	"github.com/peerd/peerd/access"
 	"github.com/peerd/peerd/admin"
 	"github.com/peerd/peerd/cache"
@@ -29,11 +28,10 @@ import (
 	"github.com/peerd/peerd/internal/conf"
 	"github.com/peerd/peerd/peers"
 	"github.com/peerd/peerd/selection"
-	"github.com/sirupsen/logrus"
 )
 
-// fileConfig is the TOML file: each section owned by its package.
-type fileConfig struct {
+// File is the TOML file: each section owned by its package.
+type File struct {
 	Proxy     forwarding.Config     `toml:"proxy"`
 	Access    access.Config         `toml:"access"`
 	Health    peers.Config          `toml:"health"`
@@ -43,18 +41,18 @@ type fileConfig struct {
 	Fleet     fleet.Config          `toml:"fleet"`
 	ICP       icp.Config            `toml:"icp"`
 	Auth      auth.Config           `toml:"auth"`
-	Log       logConfig             `toml:"log"`
+	Log       LogConfig             `toml:"log"`
 	Peers     []peers.Spec          `toml:"peer"`
 	Routes    []selection.RouteSpec `toml:"route"`
 	Rules     []forwarding.RuleSpec `toml:"rule"`
 }
 
-// logConfig is the [log] section.
-type logConfig struct {
+// LogConfig is the [log] section.
+type LogConfig struct {
 	// Level is a logrus level: debug, info, warn, error.
-	Level logLevel `toml:"level"`
+	Level LogLevel `toml:"level"`
 	// Format is text or json.
-	Format logFormat `toml:"format"`
+	Format LogFormat `toml:"format"`
 	// AccessLog is a file path for the Squid-format access log; "" is off.
 	AccessLog string `toml:"access_log"`
 	// StripQueryTerms logs URLs without their query ("http://h/p?"), as
@@ -66,47 +64,47 @@ type logConfig struct {
 	AccessLogFormat string `toml:"access_log_format"`
 }
 
-// format is the compiled access_log_format (validated).
-func (c logConfig) format() *forwarding.LogFormat {
+// AccessFormat is the compiled access_log_format (validated).
+func (c LogConfig) AccessFormat() *forwarding.LogFormat {
 	f, _ := forwarding.CompileLogFormat(c.AccessLogFormat)
 	return f
 }
 
-// logLevel is a logrus level word.
-type logLevel logrus.Level
+// LogLevel is a logrus level word.
+type LogLevel logrus.Level
 
-func (l *logLevel) UnmarshalText(b []byte) error {
+func (l *LogLevel) UnmarshalText(b []byte) error {
 	v, err := logrus.ParseLevel(string(b))
 	if err != nil {
 		return fmt.Errorf("%q is not a level (want debug, info, warn or error)", b)
 	}
-	*l = logLevel(v)
+	*l = LogLevel(v)
 	return nil
 }
 
-func (l logLevel) MarshalText() ([]byte, error) { return logrus.Level(l).MarshalText() }
+func (l LogLevel) MarshalText() ([]byte, error) { return logrus.Level(l).MarshalText() }
 
-// logFormat is "text" or "json".
-type logFormat string
+// LogFormat is the log's "text" or "json".
+type LogFormat string
 
-func (f *logFormat) UnmarshalText(b []byte) error {
+func (f *LogFormat) UnmarshalText(b []byte) error {
 	if s := string(b); s == "text" || s == "json" {
-		*f = logFormat(s)
+		*f = LogFormat(s)
 		return nil
 	}
 	return fmt.Errorf("%q is not a log format (want text or json)", b)
 }
 
-func (c logConfig) Validate() error {
+func (c LogConfig) Validate() error {
 	if _, err := forwarding.CompileLogFormat(c.AccessLogFormat); err != nil {
 		return conf.Errorf("log", "access_log_format", "%v", err)
 	}
 	return nil
 }
 
-// defaultConfig is the embedded default: every section's own defaults.
-func defaultConfig() fileConfig {
-	return fileConfig{
+// Default is the embedded default: every section's own defaults.
+func Default() File {
+	return File{
 		Proxy:     forwarding.DefaultConfig(),
 		Access:    access.DefaultConfig(),
 		Health:    peers.DefaultConfig(),
@@ -116,30 +114,30 @@ func defaultConfig() fileConfig {
 		Fleet:     fleet.DefaultConfig(),
 		ICP:       icp.DefaultConfig(),
 		Auth:      auth.DefaultConfig(),
-		Log:       logConfig{Level: logLevel(logrus.InfoLevel), Format: "text", StripQueryTerms: true, AccessLogFormat: "squid"},
+		Log:       LogConfig{Level: LogLevel(logrus.InfoLevel), Format: "text", StripQueryTerms: true, AccessLogFormat: "squid"},
 	}
 }
 
-// problem is one config error, with the line it is on when known.
-type problem struct {
+// Problem is one config error, with the line it is on when known.
+type Problem struct {
 	line int
 	msg  string
-	// key names what the problem is about ("" only for a file that is not
-	// TOML at all); every other problem names a key.
+	// key names what the Problem is about ("" only for a file that is not
+	// TOML at all); every other Problem names a key.
 	key string
 }
 
-func (p problem) String() string {
+func (p Problem) String() string {
 	if p.line > 0 {
 		return fmt.Sprintf("line %d: %s", p.line, p.msg)
 	}
 	return p.msg
 }
 
-// problems is every error found in a config file, in file order.
-type problems []problem
+// Problems is every error found in a config file, in file order.
+type Problems []Problem
 
-func (ps problems) Error() string {
+func (ps Problems) Error() string {
 	s := make([]string, len(ps))
 	for i, p := range ps {
 		s[i] = p.String()
@@ -147,10 +145,10 @@ func (ps problems) Error() string {
 	return strings.Join(s, "; ")
 }
 
-// sort puts problems in file order (those without a line last), then by
+// sort puts Problems in file order (those without a line last), then by
 // message, so that -check prints the same thing on every run.
-func (ps problems) sort() {
-	slices.SortStableFunc(ps, func(a, b problem) int {
+func (ps Problems) sort() {
+	slices.SortStableFunc(ps, func(a, b Problem) int {
 		la, lb := a.line, b.line
 		if la == 0 {
 			la = 1 << 30
@@ -167,7 +165,7 @@ func (ps problems) sort() {
 type decoder struct {
 	md  toml.MetaData
 	src []byte
-	ps  problems
+	ps  Problems
 	// at is where each decoded key is: "health.connect_fail_limit" and,
 	// for peers, "peer[2].port".
 	at map[string]int
@@ -178,14 +176,14 @@ type decoder struct {
 	peerErrs []*conf.Error
 }
 
-// parseConfig decodes and validates src, returning every problem found.
-func parseConfig(src []byte) (*fileConfig, problems) { return parseConfigFiles(src, true) }
+// Parse decodes and validates src, returning every Problem found.
+func Parse(src []byte) (*File, Problems) { return ParseFiles(src, true) }
 
-// parseConfigFiles is parseConfig; files says whether the files the config
+// ParseFiles is Parse; files says whether the files the config
 // names (certificates, the htpasswd file) are read and checked too
 // (import-squid checks a config meant for another machine: words only).
-func parseConfigFiles(src []byte, files bool) (*fileConfig, problems) {
-	cfg := defaultConfig()
+func ParseFiles(src []byte, files bool) (*File, Problems) {
+	cfg := Default()
 	d := &decoder{src: src, at: map[string]int{}}
 	var top map[string]toml.Primitive
 	md, err := toml.NewDecoder(bytes.NewReader(src)).Decode(&top)
@@ -196,12 +194,12 @@ func parseConfigFiles(src []byte, files bool) (*fileConfig, problems) {
 			if key != "" {
 				msg = key + ": " + msg
 			}
-			return nil, problems{{line: pe.Position.Line, msg: msg, key: key}}
+			return nil, Problems{{line: pe.Position.Line, msg: msg, key: key}}
 		}
-		return nil, problems{{msg: strings.TrimPrefix(err.Error(), "toml: ")}}
+		return nil, Problems{{msg: strings.TrimPrefix(err.Error(), "toml: ")}}
 	}
 	d.md = md
-	sections := sectionsOf(&cfg)
+	sections := Sections(&cfg)
 	for name, prim := range top {
 		switch target, ok := sections[name]; {
 		case name == "peer":
@@ -245,7 +243,7 @@ func (d *decoder) table(section string, prim toml.Primitive, target any) {
 		d.add(d.line(prim), section, section+": must be a table ([%s])", section)
 		return
 	}
-	fields := tomlFields(target)
+	fields := Fields(target)
 	for key, p := range keys {
 		path := section + "." + key
 		line := d.line(p)
@@ -275,7 +273,7 @@ func (d *decoder) peers(prim toml.Primitive) []peers.Spec {
 	d.peerKeys = make([]map[string]bool, len(tables))
 	for i, keys := range tables {
 		d.peerKeys[i] = map[string]bool{}
-		fields := tomlFields(&specs[i])
+		fields := Fields(&specs[i])
 		for key, p := range keys {
 			path := fmt.Sprintf("peer[%d].%s", i, key)
 			line := 0
@@ -367,7 +365,7 @@ func (d *decoder) unknown(name string, prim toml.Primitive) {
 	d.add(d.line(prim), n, "%s: unknown key", n)
 }
 
-// tomlKey is key as a problem names it: bare when TOML allows it bare,
+// tomlKey is key as a Problem names it: bare when TOML allows it bare,
 // else quoted (an empty key, or one with dots or spaces in it, would
 // otherwise read as no key or as another one).
 func tomlKey(key string) string {
@@ -396,11 +394,11 @@ func (d *decoder) report(err error) {
 			line = d.tableLine(ce.Section)
 		}
 	}
-	d.ps = append(d.ps, problem{line: line, msg: ce.Error(), key: ce.Path()})
+	d.ps = append(d.ps, Problem{line: line, msg: ce.Error(), key: ce.Path()})
 }
 
 func (d *decoder) add(line int, key, format string, args ...any) {
-	d.ps = append(d.ps, problem{line: line, msg: fmt.Sprintf(format, args...), key: key})
+	d.ps = append(d.ps, Problem{line: line, msg: fmt.Sprintf(format, args...), key: key})
 }
 
 // probe is a value every decode refuses: the refusal is a ParseError that
@@ -443,172 +441,23 @@ func (d *decoder) tableLine(section string) int {
 	return best
 }
 
-// validate runs every section's own validation and the cross-section checks.
-func (c *fileConfig) validate() []error {
-	var es conf.Errors
-	es.Add(c.Proxy.Validate())
-	es.Add(c.Access.Validate())
-	es.Add(c.Health.Validate())
-	es.Add(c.Selection.Validate())
-	es.Add(c.Admin.Validate())
-	es.Add(c.Cache.Validate())
-	es.Add(c.Fleet.Validate())
-	es.Add(c.ICP.Validate())
-	es.Add(c.Auth.Validate())
-	es.Add(c.Log.Validate())
-	es.Add(peers.ValidateSpecs(c.Peers))
-	if _, err := c.routes(); err != nil {
-		es.Add(err)
+// Sections maps each TOML section (other than [[peer]]) to its value
+// in c: the decoder fills them and the reload diff compares them.
+func Sections(c *File) map[string]any {
+	return map[string]any{
+		"proxy": &c.Proxy, "access": &c.Access, "health": &c.Health, "selection": &c.Selection,
+		"admin": &c.Admin, "cache": &c.Cache, "fleet": &c.Fleet, "icp": &c.ICP, "auth": &c.Auth, "log": &c.Log,
 	}
-	if _, err := forwarding.CompileRules(c.Rules); err != nil {
-		es.Add(err)
-	}
-
-	if c.Proxy.Listen == c.Admin.Listen && !strings.HasSuffix(c.Proxy.Listen, ":0") {
-		es.Addf("admin", "listen", "%q is also proxy.listen", c.Admin.Listen)
-	}
-	return es
 }
 
-// checkFiles reads the files the config names: the peers' certificates,
-// the TLS listener's, the htpasswd file.
-func (c *fileConfig) checkFiles() []error {
-	var es conf.Errors
-	if _, err := buildPeerTLS(c.Peers); err != nil {
-		es.Add(err)
+// Load reads path, or uses the built-in defaults when path is "".
+func Load(path string) (*File, Problems) {
+	if path == "" {
+		return Parse(nil)
 	}
-	es.Add(checkClientTLS(c.Proxy.TLSCert, c.Proxy.TLSKey))
-	es.Add(forwarding.CheckOutgoingAddress(c.Proxy.OutgoingAddress))
-	if _, err := auth.Load(c.Auth); err != nil {
-		es.Add(&conf.Error{Section: "auth", Key: "basic_users", Msg: strings.TrimPrefix(err.Error(), "auth.basic_users: ")})
+	src, err := os.ReadFile(path)
+	if err != nil {
+		return nil, Problems{{msg: err.Error()}}
 	}
-	return append(es, c.checkPaths()...)
-}
-
-// peerOptions builds the registry options from the config.
-func (c *fileConfig) peerOptions(log logrus.FieldLogger) peers.Options {
-	return peers.Options{Health: c.Health, ConnectTimeout: c.Proxy.ConnectTimeout, ReadTimeout: c.Proxy.ReadTimeout, Log: log}
-}
-
-// plannerOptions builds the selection options from the config.
-func (c *fileConfig) plannerOptions() selection.Options {
-	routes, _ := c.routes() // validated before use
-	return selection.Options{Policy: c.Selection.Policy, Direct: c.Proxy.Direct, MaxTries: c.Proxy.ForwardMaxTries, Routes: routes}
-}
-
-// routes compiles [[route]] against the configured peers.
-func (c *fileConfig) routes() ([]selection.Route, error) {
-	names := map[string]bool{}
-	for _, p := range c.Peers {
-		names[p.Name] = true
-	}
-	return selection.CompileRoutes(c.Routes, names)
-}
-
-// rules compiles [[rule]] (validated before use).
-func (c *fileConfig) rules() []forwarding.Rule {
-	rs, _ := forwarding.CompileRules(c.Rules)
-	return rs
-}
-
-// warnings are what a valid config may still get wrong, printed by -check
-// and logged at start.
-func (c *fileConfig) warnings() []string {
-	var w []string
-	for _, p := range c.Peers {
-		if p.Login != "" && !p.TLS {
-			w = append(w, fmt.Sprintf("peer %q: login is sent in clear text (no tls = true): anyone on the path to the peer can read it", p.Name))
-		}
-	}
-	if t := c.Admin.Token; t != "" && tokenBits(t) < 128 {
-		w = append(w, fmt.Sprintf("admin.token: about %d bits; a token under 128 bits can be guessed, use e.g. `openssl rand -base64 24`", tokenBits(t)))
-	}
-	return w
-}
-
-// tokenBits estimates a token's strength from its length and alphabet,
-// as if each character were chosen at random from that alphabet.
-func tokenBits(t string) int {
-	var lower, upper, digit, other bool
-	for _, r := range t {
-		switch {
-		case 'a' <= r && r <= 'z':
-			lower = true
-		case 'A' <= r && r <= 'Z':
-			upper = true
-		case '0' <= r && r <= '9':
-			digit = true
-		default:
-			other = true
-		}
-	}
-	size := 0
-	for _, n := range []struct {
-		has bool
-		n   int
-	}{{lower, 26}, {upper, 26}, {digit, 10}, {other, 32}} {
-		if n.has {
-			size += n.n
-		}
-	}
-	if isHex(t) {
-		size = 16
-	}
-	return int(float64(len(t)) * math.Log2(float64(max(size, 2))))
-}
-
-func isHex(t string) bool {
-	for _, r := range t {
-		if !('0' <= r && r <= '9' || 'a' <= r && r <= 'f' || 'A' <= r && r <= 'F') {
-			return false
-		}
-	}
-	return true
-}
-
-// policy compiles the destination policy. peerd's own listen, admin,
-// fleet and ICP addresses are refused as destinations (deny_to_local); a
-// wildcard listen address stands for every address of the host's
-// interfaces.
-func (c *fileConfig) policy() (*access.Policy, error) {
-	var own []netip.AddrPort
-	var local []netip.Addr
-	for _, l := range []string{c.Proxy.Listen, c.Admin.Listen, c.Fleet.Bind, c.ICP.Listen, c.Proxy.TLSListen} {
-		ap, err := netip.ParseAddrPort(l)
-		if err != nil {
-			continue
-		}
-		if !ap.Addr().IsUnspecified() {
-			own = append(own, ap)
-			continue
-		}
-		if local == nil {
-			local = interfaceAddrs()
-		}
-		for _, a := range local {
-			own = append(own, netip.AddrPortFrom(a, ap.Port()))
-		}
-	}
-	return access.Compile(c.Access, own)
-}
-
-func interfaceAddrs() []netip.Addr {
-	addrs, _ := net.InterfaceAddrs()
-	out := []netip.Addr{}
-	for _, a := range addrs {
-		if pfx, err := netip.ParsePrefix(a.String()); err == nil {
-			out = append(out, pfx.Addr().Unmap())
-		}
-	}
-	return out
-}
-
-// verdictWait is how long start-up waits for first probe verdicts: the
-// longest probe timeout of any peer.
-func verdictWait(reg *peers.Registry) time.Duration {
-	var d time.Duration
-	for _, p := range reg.Peers() {
-		d = max(d, p.ProbeTimeout())
-	}
-	return d
+	return Parse(src)
 }

@@ -1,4 +1,4 @@
-package main
+package squidimport
 
 // This file holds import-squid's reading of access_log (the one log peerd
 // writes, to a file), logformat, log_icp_queries and strip_query_terms.

@@ -1,4 +1,4 @@
-package main
+package squidimport
 
 import (
 	"fmt"
@@ -12,13 +12,14 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/peerd/peerd/internal/config"
 	"github.com/peerd/peerd/internal/match"
 )
 
 // decide runs an imported config's [[rule]]s and [access] (deny_to, the
 // ports) the way the proxy does: the first rule that matches decides
 // (none: allow), then the destination policy.
-func decide(t *testing.T, c *fileConfig, method, url, client string, port int) bool {
+func decide(t *testing.T, c *config.File, method, url, client string, port int) bool {
 	t.Helper()
 	host := url
 	if i := strings.Index(host, "://"); i >= 0 {
@@ -46,7 +47,7 @@ func decide(t *testing.T, c *fileConfig, method, url, client string, port int) b
 			break
 		}
 	}
-	pol, err := c.policy()
+	pol, err := c.Policy()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +67,7 @@ func TestImportSquidAccess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, ps := parseConfigFiles([]byte(out), false)
+	c, ps := config.ParseFiles([]byte(out), false)
 	if len(ps) > 0 {
 		t.Fatalf("%v\n%s", ps, out)
 	}
@@ -125,7 +126,7 @@ http_access allow all
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, ps := parseConfigFiles([]byte(out), false)
+	c, ps := config.ParseFiles([]byte(out), false)
 	if len(ps) > 0 {
 		t.Fatalf("%v\n%s", ps, out)
 	}
@@ -148,7 +149,7 @@ http_access allow all
 // routeFor is what an imported config's routes give a GET of host: the
 // peers and the direct mode of the first route that matches, else every
 // peer and the global direct.
-func routeFor(t *testing.T, c *fileConfig, host string) ([]string, string) {
+func routeFor(t *testing.T, c *config.File, host string) ([]string, string) {
 	t.Helper()
 	for _, r := range c.Routes {
 		m, err := match.Compile(r.Spec)
@@ -203,7 +204,7 @@ func TestImportSharedCorpus(t *testing.T) {
 			continue
 		}
 		converted++
-		if _, ps := parseConfigFiles([]byte(out), false); len(ps) > 0 {
+		if _, ps := config.ParseFiles([]byte(out), false); len(ps) > 0 {
 			t.Errorf("%s: the output does not pass -check: %v", filepath.Base(path), ps)
 			continue
 		}
@@ -276,7 +277,7 @@ func TestImportICPAccess(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			c, probs := parseConfig([]byte(out))
+			c, probs := config.Parse([]byte(out))
 			if len(probs) > 0 {
 				t.Fatalf("%v\n%s", probs, out)
 			}

@@ -1,4 +1,4 @@
-package main
+package squidimport
 
 // This file holds import-squid's translation of icp_access: Squid's
 // ordered allow/deny lines, evaluated per query source, become the one

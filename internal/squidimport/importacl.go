@@ -1,4 +1,4 @@
-package main
+package squidimport
 
 // This file holds import-squid's translation of Squid's access controls:
 // acl (src, dst, dstdomain, port, method, proxy_auth, url_regex,
@@ -22,6 +22,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/peerd/peerd/internal/config"
 	"github.com/peerd/peerd/internal/match"
 )
 
@@ -223,7 +224,7 @@ func (a *squidACL) condition(name string, wide, route bool) (string, []string, e
 // checked refuses values peerd's matcher would refuse.
 func checked(name, key string, vals []string) error {
 	var sp match.Spec
-	if f, ok := tomlFields(&sp)[key]; ok {
+	if f, ok := config.Fields(&sp)[key]; ok {
 		f.Set(reflect.ValueOf(vals))
 	}
 	if _, err := match.Compile(sp); err != nil {

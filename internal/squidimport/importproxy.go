@@ -1,4 +1,4 @@
-package main
+package squidimport
 
 // This file holds the squid.conf directives that are one peerd key each
 // beyond those of the contract's list (and a few whose value is what
@@ -15,6 +15,7 @@ import (
 	"strings"
 
 	"github.com/peerd/peerd/forwarding"
+	"github.com/peerd/peerd/internal/conf"
 )
 
 // squidProxyKeys maps each such directive to its [proxy] key, in the
@@ -177,7 +178,7 @@ func (s *squidImport) renderProxyKeys(b *strings.Builder) {
 			continue
 		}
 		done[k.key] = true
-		fmt.Fprintf(b, "%s = %s  # %s\n", k.key, v.value, commentText(v.from))
+		fmt.Fprintf(b, "%s = %s  # %s\n", k.key, v.value, conf.Printable(v.from))
 	}
 }
 
