@@ -23,28 +23,28 @@ import (
 // error type of their Proxy-Status)
 // byte by byte, with no fmt: it runs once per request.
 func (tx *txn) appendLog(b []byte, al *AccessLog, elapsed time.Duration, hier string) []byte {
-	b = appendStamp(b, tx.start.Add(elapsed), elapsed)
-	b = append(b, tx.cc.remoteStr...)
+	b = appendStamp(b, tx.rq.start.Add(elapsed), elapsed)
+	b = append(b, tx.rq.from.str...)
 	b = append(b, ' ')
 	b = append(b, tx.result()...)
 	b = append(b, '/')
-	b = appendPadded(b, int64(tx.status), 3, '0')
+	b = appendPadded(b, int64(tx.w.status), 3, '0')
 	b = append(b, ' ')
 	b = strconv.AppendInt(b, tx.sentBytes(), 10)
 	b = append(b, ' ')
-	if tx.method == "" {
+	if tx.rq.method == "" {
 		b = append(b, "NONE error:invalid-request"...)
 	} else {
-		b = append(b, tx.method...)
+		b = append(b, tx.rq.method...)
 		b = append(b, ' ')
-		b = appendEscaped(b, al.loggedURL(tx.req.Target))
+		b = appendEscaped(b, al.loggedURL(tx.rq.req.Target))
 	}
 	b = append(b, ' ')
 	switch {
-	case tx.user != "":
-		b = appendEscaped(b, []byte(tx.user)) // Squid %un
-	case tx.claimed != "":
-		b = appendEscaped(b, []byte(tx.claimed)) // as Squid logs a refused one
+	case tx.rq.user != "":
+		b = appendEscaped(b, []byte(tx.rq.user)) // Squid %un
+	case tx.rq.claimed != "":
+		b = appendEscaped(b, []byte(tx.rq.claimed)) // as Squid logs a refused one
 	default:
 		b = append(b, '-')
 	}
@@ -60,13 +60,14 @@ func (tx *txn) appendLog(b []byte, al *AccessLog, elapsed time.Duration, hier st
 	case tx.hop.Peer != nil:
 		b = append(b, tx.hop.Peer.Host()...)
 	default:
-		b = appendEscaped(b, tx.req.Host)
+		b = appendEscaped(b, tx.rq.req.Host)
 	}
 	b = append(b, ' ')
-	if len(tx.ctype) == 0 {
+	ctype := tx.contentType()
+	if len(ctype) == 0 {
 		b = append(b, '-')
 	} else {
-		for _, c := range tx.ctype {
+		for _, c := range ctype {
 			if c != ' ' {
 				b = append(b, c)
 			}
@@ -84,13 +85,13 @@ func (tx *txn) appendLog(b []byte, al *AccessLog, elapsed time.Duration, hier st
 // result is the Squid result code of the transaction.
 func (tx *txn) result() string {
 	switch {
-	case tx.cl.result != "" && !tx.clientGone:
+	case tx.cl.result != "" && !tx.w.gone:
 		return tx.cl.result
 	case tx.code == CodeAccessDenied, tx.code == CodeDenied, tx.code == CodeAuthRequired, tx.code == CodeAuthSlowed:
 		return "TCP_DENIED"
 	case tx.tunnelled && tx.hopped:
 		return "TCP_TUNNEL"
-	case tx.clientGone && tx.hopped:
+	case tx.w.gone && tx.hopped:
 		return "TCP_MISS_ABORTED"
 	case tx.hopped:
 		return "TCP_MISS"
@@ -120,20 +121,6 @@ func appendPadded(b []byte, n int64, width int, pad byte) []byte {
 	return append(b, s...)
 }
 
-// sentBytes counts what the client got for this request as Squid's
-// access.log does (%<st): the status line, the header fields and the
-// body as written (with any chunk framing), and for a tunnel its "200
-// Connection established" and every byte the far side sent through it.
-// When the client went away, bytes still buffered for it never left and
-// do not count.
-func (tx *txn) sentBytes() int64 {
-	n := tx.cc.handed()
-	if tx.clientGone {
-		n = tx.cc.dw.sent
-	}
-	return max(n-tx.handedFrom, 0) + tx.tunnelIn
-}
-
 // icpLines are the buffers ICP answers' log lines are built in.
 var icpLines = sync.Pool{New: func() any { b := make([]byte, 0, 256); return &b }}
 
@@ -142,7 +129,7 @@ var icpLines = sync.Pool{New: func() any { b := make([]byte, 0, 256); return &b 
 // HIER_NONE/- -", SIZE being the reply's. The URL came off the network
 // and is escaped as every logged URL is.
 func (p *Proxy) LogICP(from netip.Addr, result string, size int, url []byte) {
-	al := p.access.Load()
+	al := p.current().log
 	if al == nil {
 		return
 	}
@@ -277,4 +264,13 @@ func (a *AccessLog) Close() error {
 	defer a.mu.Unlock()
 	a.w.Flush()
 	return a.f.Close()
+}
+
+// contentType is the Content-Type of the answer: the cache's when the
+// cache answered, the relayed response's otherwise.
+func (tx *txn) contentType() []byte {
+	if len(tx.ctype) == 0 {
+		return tx.cl.ctype
+	}
+	return tx.ctype
 }

@@ -1,9 +1,12 @@
 package forwarding
 
 // This file holds an attempt at one next hop: how far it got (progress),
-// its facts, and decide, the one function that says what follows it. The
-// attempt owns its upstream connection from dial (or pool) to release;
-// exchange.go holds what it does on it.
+// the class of how it ended, the request's facts, and decide, the one
+// function that says what follows. The attempt is a round trip
+// (roundtrip.go): it gets a request, a hop and a connection, and ends
+// with a response head and a body reader, or a classified error. It owns
+// its connection from dial (or pool) to release; it knows nothing of the
+// transaction it serves.
 
 import (
 	"time"
@@ -35,17 +38,23 @@ func (p progress) String() string { return progressNames[p] }
 // attempt is one try at one hop: net/http's persistConn.roundTrip, in
 // peerd's terms. It owns its connection (conn) from the dial or the pool
 // to release, the response it reads there (resp, body), and the in-flight
-// slot it holds at its peer. The request it carries is tx's, read only.
+// slot it holds at its peer (begun).
 type attempt struct {
-	tx       *txn
+	p        *Proxy
 	hop      selection.Hop
 	progress progress
 	// reused: the connection sat idle in a pool before this attempt.
 	reused bool
+	// tunnel: a CONNECT; headReq: the request was HEAD (its answer has no
+	// body to read past).
+	tunnel, headReq bool
 	// err ends the attempt early; nil once a final response head was read.
 	err error
 	// timedOut: err is read_timeout passing with no response byte.
 	timedOut bool
+	// late: the first-byte timeout passed with no response byte; the
+	// attempt is still waiting (nothing failed yet).
+	late bool
 	// gotBytes: some response bytes arrived (a head that broke halfway).
 	gotBytes bool
 	// final: a final response head was read; status is its status and
@@ -71,12 +80,14 @@ type attempt struct {
 	// request (see restart).
 	resp h1.Response
 	body h1.BodyReader
+	// out is the request head being built (its buffer is reused).
+	out []byte
 }
 
-// restart makes a the attempt n, keeping the buffers of its response and
-// body reader.
+// restart makes a the attempt n, keeping the buffers of its response,
+// body reader and request head.
 func (a *attempt) restart(n attempt) {
-	n.resp, n.body = a.resp, a.body
+	n.resp, n.body, n.out = a.resp, a.body, a.out[:0]
 	*a = n
 }
 
@@ -94,9 +105,11 @@ const (
 	committed             // a response byte reached the client: nothing can be redone
 	siblingMissed         // a sibling's error to only-if-cached: a miss, not a failure
 	ownFailure            // a 5xx the parent blames on itself
+	peerFull              // the peer is at max_conn: skipped, not failed, nothing sent
+	lateHead              // written; no response byte by the first-byte timeout (still waiting)
 )
 
-var failureReasons = [...]string{"none", "connect_failed", "stale_connection", "before_write", "after_write", "timeout", "status", "committed", "sibling_miss", "own_5xx"}
+var failureReasons = [...]string{"none", "connect_failed", "stale_connection", "before_write", "after_write", "timeout", "status", "committed", "sibling_miss", "own_5xx", "peer_full", "late"}
 
 func (f failure) String() string { return failureReasons[f] }
 
@@ -122,6 +135,8 @@ func (a *attempt) class(retryStatus bool) failure {
 		// An interim response reached the client, or the client's own
 		// body broke: nothing can be redone.
 		return committed
+	case a.late && a.err == nil:
+		return lateHead
 	case a.err == nil:
 		return notFailed
 	case a.progress <= dialling:
@@ -153,6 +168,10 @@ type facts struct {
 	// parent answers 2xx, so a CONNECT that broke before its reply may go
 	// to the next parent; the parent's refusal goes to the client.
 	tunnel bool
+	// hedgeable: the request may go to a second hop while the first is
+	// late (retriable, its body buffered whole without trailers, no
+	// upgrade, not a tunnel).
+	hedgeable bool
 }
 
 // retriable reports whether the request may be sent again after it was
@@ -166,9 +185,11 @@ const (
 	answer    verdict = iota // give the client what we have: the response or the error
 	nextHop                  // try the next hop of the plan
 	sameFresh                // try the same hop again on a fresh connection
+	hedge                    // send the request to the next hop too; the first final head wins
+	waitOn                   // go on waiting for this hop's answer
 )
 
-var verdictNames = [...]string{"answer", "next_hop", "same_hop_fresh"}
+var verdictNames = [...]string{"answer", "next_hop", "same_hop_fresh", "hedge", "wait"}
 
 func (v verdict) String() string { return verdictNames[v] }
 
@@ -176,18 +197,26 @@ func (v verdict) String() string { return verdictNames[v] }
 // budget: connect failures and nothing-written retries cost the peers
 // nothing and are exempt.
 func costsBudget(c failure, f facts) bool {
-	return !f.tunnel && (c == afterWrite || c == timedOut || c == statusRetry || c == ownFailure)
+	return !f.tunnel && (c == afterWrite || c == timedOut || c == statusRetry || c == ownFailure || c == lateHead)
 }
 
 // decide is the one place that says what follows an attempt, for every
-// request, plain or CONNECT: a connect that failed (from the connect loop
-// and the hedged race alike), a sibling's miss, a broken or late answer, a
-// status listed in retry_on_status, a parent's CONNECT reply. It is pure:
-// budget says whether a budget-costing retry would be allowed now.
+// request, plain or CONNECT: a peer at max_conn, a connect that failed
+// (alone or in a race), a sibling's miss, a head that is late, a broken
+// answer, a status listed in retry_on_status, a parent's CONNECT reply.
+// It is pure: budget says whether a budget-costing retry (or hedge) would
+// be allowed now.
 func decide(c failure, f facts, budget bool) verdict {
 	switch c {
-	case connectFailed, beforeWrite, siblingMissed:
+	case connectFailed, beforeWrite, siblingMissed, peerFull:
 		return nextHop // nothing reached the hop, or it said "not here"
+	case lateHead:
+		// A late head is no failure yet: the request goes to the next
+		// hop too when it may be sent twice, and the wait goes on.
+		if f.hedgeable && budget {
+			return hedge
+		}
+		return waitOn
 	case staleConn:
 		return sameFresh
 	case afterWrite, timedOut:

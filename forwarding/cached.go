@@ -15,6 +15,7 @@ import (
 
 	"github.com/peerd/peerd/cache"
 	"github.com/peerd/peerd/internal/h1"
+	"github.com/peerd/peerd/selection"
 )
 
 // The cache in the data path. A GET or HEAD is looked up before it is
@@ -53,12 +54,6 @@ func init() {
 	explanations[CodeNotCached] = "the request asked for a stored response only (only-if-cached) and none is fresh"
 }
 
-// SetCache switches the cache (nil: off), on start and on reload.
-func (p *Proxy) SetCache(c *cache.Cache) { p.cache.Store(c) }
-
-// Cache returns the cache in use, nil when it is off.
-func (p *Proxy) Cache() *cache.Cache { return p.cache.Load() }
-
 // safeMethod: a method whose success leaves the stored responses valid
 // (RFC 9110 9.2.1).
 func safeMethod(m string) bool {
@@ -69,40 +64,39 @@ func safeMethod(m string) bool {
 	return false
 }
 
-// lookup looks the request up. handled means the client was answered
-// from the cache (or told only-if-cached could not be met); otherwise l
-// records what was found and the request is forwarded.
-func (l *cacheLayer) lookup() (bool, outcome) {
-	tx := l.tx
-	req := &tx.req
+// lookup looks the request up. done means the client was answered from
+// the cache, or must be told with e that only-if-cached cannot be met;
+// otherwise l records what was found and the request is forwarded.
+func (l *cacheLayer) lookup() (*Error, bool) {
+	rq := l.rq
+	req := &rq.req
 	ch := l.ch
 	cq := &l.cq
-	cq.Reset(tx.method, req.Fields)
-	if tx.method != http.MethodGet && tx.method != http.MethodHead || !tx.bodyDone {
+	cq.Reset(rq.method, req.Fields)
+	if rq.method != http.MethodGet && rq.method != http.MethodHead || !rq.body.done {
 		l.fwd = fwdRequest // a body on a GET: not a request the cache answers
-		if tx.method != http.MethodGet && tx.method != http.MethodHead {
+		if rq.method != http.MethodGet && rq.method != http.MethodHead {
 			l.fwd = fwdMethod
 		}
 		if cq.CC.OnlyIfCached() {
 			// only-if-cached is never forwarded, whatever else the
 			// request carries (a body, an unsafe method): nothing stored
 			// can answer it, so it gets 504 at once.
-			tx.fail(errorf(http.StatusGatewayTimeout, CodeNotCached, "", "%s %s cannot be answered from the cache (only-if-cached)", tx.method, req.Target))
-			return true, tx.after()
+			return errorf(http.StatusGatewayTimeout, CodeNotCached, "", "%s %s cannot be answered from the cache (only-if-cached)", rq.method, req.Target), true
 		}
-		return false, 0
+		return nil, false
 	}
 	cq.Key = cache.AppendKey(cq.Key[:0], req.Scheme, req.Host, req.Port, req.PathQuery)
 	l.keyed = true
 	if cq.CC.NoStore() {
 		l.fwd = fwdRequest
-		return false, 0
+		return nil, false
 	}
-	o, v, onDisk := ch.Find(cq, tx.start)
+	o, v, onDisk := ch.Find(cq, rq.start)
 	if o != nil && !l.openBody(o) {
 		// Its file is gone (evicted, or replaced by a refreshed copy
 		// whose head is in memory by now): look once more, else a miss.
-		if o, v, onDisk = ch.Find(cq, tx.start); o != nil && !l.openBody(o) {
+		if o, v, onDisk = ch.Find(cq, rq.start); o != nil && !l.openBody(o) {
 			o, v, onDisk = nil, cache.Miss, false
 		}
 	}
@@ -112,24 +106,24 @@ func (l *cacheLayer) lookup() (bool, outcome) {
 	}
 	if v == cache.Hit {
 		ch.CountKey(cq.Key, hit, false)
-		return true, l.serveObject(o, result)
+		l.serveObject(o, result, nil)
+		return nil, true
 	}
 	if cq.CC.OnlyIfCached() {
 		// What a sibling asks of peerd: never forwarded.
 		l.fwd = fwdURIMiss
-		tx.fail(errorf(http.StatusGatewayTimeout, CodeNotCached, "", "%s is not stored fresh here", req.Target))
-		return true, tx.after()
+		return errorf(http.StatusGatewayTimeout, CodeNotCached, "", "%s is not stored fresh here", req.Target), true
 	}
-	if v == cache.Stale && o.StaleWhileRevalidate(cq, tx.start) {
+	if v == cache.Stale && o.StaleWhileRevalidate(cq, rq.start) {
 		ch.Count(hit, false)
 		l.swr = true
-		out := l.serveObject(o, result)
+		l.serveObject(o, result, nil)
 		l.revalidateInBackground(ch)
-		return true, out
+		return nil, true
 	}
 	switch v {
 	case cache.Stale:
-		l.stale, l.fwd = o, fwdStale
+		rq.stale, l.fwd = o, fwdStale
 	case cache.VaryMiss:
 		l.fwd = fwdVary
 	default:
@@ -142,60 +136,64 @@ func (l *cacheLayer) lookup() (bool, outcome) {
 // next hop; a follower waits for the leader's response while watching its
 // own client: a client that leaves releases everything at once, and when
 // the leader fails the followers elect a new leader instead of all going
-// to the next hop. handled means the client was answered (or left).
-func (l *cacheLayer) collapse(ch *cache.Cache) (bool, outcome) {
-	tx := l.tx
+// to the next hop. done means the client was answered (or left).
+func (l *cacheLayer) collapse(ch *cache.Cache) (*Error, bool) {
+	rq := l.rq
 	cq := &l.cq
-	deadline := tx.start.Add(tx.cfg.ReadTimeout)
-	now := tx.start // the first join as of the request's arrival, a clock read saved
+	deadline := rq.start.Add(rq.gen.cfg.ReadTimeout)
+	now := rq.start // the first join as of the request's arrival, a clock read saved
 	for {
 		f, leader := ch.Join(cq, now)
 		if f == nil {
-			return false, 0
+			return nil, false
 		}
 		if leader {
 			l.flight = f
-			return false, 0
+			return nil, false
 		}
-		w := tx.cc.watch(nil)
+		w := l.side.watch(nil)
 		obj, end := f.Wait(time.Until(deadline), w.left)
 		if w.stop() || end == cache.Left {
-			tx.clientGone = true
-			return true, closeConn
+			l.w.lost()
+			return nil, true
 		}
 		switch {
 		case end == cache.Shared && obj.Matches(cq) && l.openBody(obj):
 			l.collapsed = true
 			if obj.OnDisk() {
 				ch.Count(cache.OutcomeDiskHit, true)
-				return true, l.serveObject(obj, resultHit)
+				l.serveObject(obj, resultHit, nil)
+				return nil, true
 			}
 			ch.Count(cache.OutcomeHit, true)
-			return true, l.serveObject(obj, resultMemHit)
+			l.serveObject(obj, resultMemHit, nil)
+			return nil, true
 		case end == cache.Failed:
 			if now = time.Now(); now.Before(deadline) {
 				continue // elect a new leader
 			}
 		}
 		// The response could not be shared: this request goes on its own.
-		return false, 0
+		return nil, false
 	}
 }
 
 // serveObject answers the client from a stored (or streaming) response:
 // 304 when the client's preconditions hold, a range when it asked for one
-// peerd can serve, the whole response otherwise.
-func (l *cacheLayer) serveObject(o *cache.Object, result string) outcome {
-	tx := l.tx
+// peerd can serve, the whole response otherwise. from is the hop whose 304
+// refreshed it (nil: none).
+func (l *cacheLayer) serveObject(o *cache.Object, result string, from *selection.Hop) {
+	rq := l.rq
+	w := l.w
 	if !l.openBody(o) {
 		// A disk-only body gone between the lookup and now (evicted
 		// meanwhile): nothing was answered yet, and nothing can be.
-		tx.clientGone = true
-		return closeConn
+		w.lost()
+		return
 	}
-	cc := tx.cc
 	cq := &l.cq
-	now := tx.start // Age and ttl as of the request's arrival, a clock read saved
+	cfg := rq.gen.cfg
+	now := rq.start // Age and ttl as of the request's arrival, a clock read saved
 	status := o.Status
 	var first, last, total int64
 	ranged := false
@@ -221,7 +219,7 @@ func (l *cacheLayer) serveObject(o *cache.Object, result string) outcome {
 		// A stored part answers only the range request it covers.
 		status, ranged, first, last, total = http.StatusPartialContent, true, first0, first0+o.Length()-1, total0
 	}
-	b := o.AppendStatusLine(tx.out[:0], status)
+	b := o.AppendStatusLine(l.out[:0], status)
 	switch {
 	case status == http.StatusNotModified:
 		b = o.AppendNotModifiedFields(b)
@@ -234,17 +232,17 @@ func (l *cacheLayer) serveObject(o *cache.Object, result string) outcome {
 	b = strconv.AppendInt(b, o.Age(now), 10)
 	b = append(b, "\r\n"...)
 	b = l.appendCacheStatus(b, o, now, result)
-	b = append(b, tx.cfg.xCache[1][1]...) // served from the cache, found at lookup
-	if result == resultRefreshUnmod && tx.hopped {
-		b = tx.appendProxyStatus(b, http.StatusNotModified)
+	b = append(b, cfg.xCache[1][1]...) // served from the cache, found at lookup
+	if result == resultRefreshUnmod && from != nil {
+		b = appendProxyStatus(b, cfg.Name, *from, http.StatusNotModified)
 	}
 	if result == resultRefreshFailOld {
 		// Why the answer is stale (RFC 9209).
 		b = append(b, "Proxy-Status: "...)
-		b = append(b, tx.cfg.Name...)
+		b = append(b, cfg.Name...)
 		b = append(b, `; error=destination_unavailable; details="no next hop could be reached; a stale stored response was served"`+"\r\n"...)
 	}
-	b = tx.cfg.appendVia(b, nil, false)
+	b = cfg.appendVia(b, nil, false)
 	length := o.Length()
 	switch {
 	case ranged:
@@ -268,49 +266,46 @@ func (l *cacheLayer) serveObject(o *cache.Object, result string) outcome {
 		b = strconv.AppendInt(b, length, 10)
 		b = append(b, "\r\n"...)
 	}
-	tx.closeIfStopping()
-	if !tx.keepAlive {
+	if w.keepAlive && l.p.conns.closing() {
+		w.keepAlive = false // stopping: this answer is the connection's last
+	}
+	if !w.keepAlive {
 		b = append(b, "Connection: close\r\n"...)
-	} else if tx.req.Minor == 0 {
+	} else if rq.req.Minor == 0 {
 		b = append(b, "Connection: keep-alive\r\n"...)
 	}
 	b = append(b, "\r\n"...)
-	tx.out = b
-	cc.w.Write(b)
-	tx.sendHead(status)
+	l.out = b
+	if w.writeHead(status, b) != nil {
+		return
+	}
 	l.result = result
-	tx.ctype = append(tx.ctype[:0], o.ContentType()...)
-	if !noBody && tx.method != http.MethodHead && length > 0 {
+	l.ctype = append(l.ctype[:0], o.ContentType()...)
+	if !noBody && rq.method != http.MethodHead && length > 0 {
 		var err error
 		switch {
 		case o.OnDisk():
 			if !ranged {
 				first = first0 // the whole stored body
 			}
-			_, err = l.diskBody.WriteRange(bodyWriter{l}, first-first0, first-first0+length-1)
+			_, err = l.diskBody.WriteRange(w, first-first0, first-first0+length-1)
 		case ranged:
-			err = l.writeStored(o.Slice(first, last))
+			err = w.write(o.Slice(first, last))
 		default:
 			err = l.streamObject(o)
 		}
 		if err != nil {
-			return closeConn
+			w.lost()
+			return
 		}
 	}
-	if tx.after() == keepOpen && cc.r.Buffered() == 0 && cc.rio.raw != nil {
-		tx.flushLater = true
-	} else if cc.w.Flush() != nil {
-		tx.clientGone = true
-		return closeConn
-	}
-	return tx.after()
+	w.done(w.keepAlive && rq.body.done && l.side.quiet())
 }
 
 // appendCacheStatus appends this proxy's Cache-Status member (RFC 9211).
 func (l *cacheLayer) appendCacheStatus(b []byte, o *cache.Object, now time.Time, result string) []byte {
-	tx := l.tx
 	b = append(b, "Cache-Status: "...)
-	b = append(b, tx.cfg.Name...)
+	b = append(b, l.rq.gen.cfg.Name...)
 	switch {
 	case result == resultRefreshFailOld:
 		b = append(b, "; fwd=stale; ttl="...)
@@ -333,15 +328,13 @@ func (l *cacheLayer) appendCacheStatus(b []byte, o *cache.Object, now time.Time,
 	return append(b, "\r\n"...)
 }
 
-// appendStatus is the Cache-Status of a response relayed
-// from a next hop.
-func (l *cacheLayer) appendStatus(b []byte, status int) []byte {
-	tx := l.tx
+// fields appends the Cache-Status of a response relayed from a next hop.
+func (l *cacheLayer) fields(b []byte, status int) []byte {
 	if l.fwd == fwdNone {
 		return b
 	}
 	b = append(b, "Cache-Status: "...)
-	b = append(b, tx.cfg.Name...)
+	b = append(b, l.rq.gen.cfg.Name...)
 	b = append(b, "; fwd="...)
 	b = append(b, l.fwd...)
 	if l.fwd == fwdStale {
@@ -356,17 +349,17 @@ func (l *cacheLayer) appendStatus(b []byte, status int) []byte {
 	return append(b, "\r\n"...)
 }
 
-// head decides, when the response head arrived, what the cache does
+// offer decides, when the response head arrived, what the cache does
 // with it: invalidate after an unsafe request, refresh a validated
 // object, or store while relaying. It returns true when the client was
 // answered from the cache instead (a 304 to a revalidation, or a stale
 // response standing in for a 5xx under stale-if-error).
-func (l *cacheLayer) head(a *attempt) (bool, outcome) {
-	tx := l.tx
+func (l *cacheLayer) offer(a *attempt) (bool, outcome) {
+	rq := l.rq
 	ch := l.ch
 	resp := &a.resp
 	st := resp.Status
-	if !safeMethod(tx.method) {
+	if !safeMethod(rq.method) {
 		if st >= 200 && st < 400 {
 			l.invalidate(ch, resp)
 		}
@@ -380,23 +373,24 @@ func (l *cacheLayer) head(a *attempt) (bool, outcome) {
 		now = time.Now()
 	}
 	cq := &l.cq
-	if o := l.stale; o != nil {
+	if o := rq.stale; o != nil {
 		switch {
 		case st == http.StatusNotModified:
-			fresh := ch.Refresh(o, cq, resp, tx.start, now)
+			fresh := ch.Refresh(o, cq, resp, rq.start, now)
 			ch.Land(l.flight, fresh, false)
 			l.flight = nil
+			hop := a.hop
 			a.release()
-			tx.answeredBy(a.hop)
 			ch.Count(cache.OutcomeRefresh, false)
-			return true, l.serveObject(fresh, resultRefreshUnmod)
+			l.serveObject(fresh, resultRefreshUnmod, &hop)
+			return true, l.after()
 		case st >= 500 && o.StaleIfError(cq, now):
 			a.release()
-			tx.answeredBy(a.hop)
-			return true, l.serveStale(o)
+			l.serveStale(o)
+			return true, l.after()
 		}
 	}
-	if tx.method != http.MethodGet {
+	if rq.method != http.MethodGet {
 		return false, 0
 	}
 	length := int64(-1)
@@ -409,10 +403,10 @@ func (l *cacheLayer) head(a *attempt) (bool, outcome) {
 		// answer the cache could not keep.
 		ch.Land(l.flight, nil, true)
 	} else {
-		l.cw = ch.Admit(cq, resp, length, tx.start, now, l.flight)
+		l.cw = ch.Admit(cq, resp, length, rq.start, now, l.flight)
 	}
 	l.flight = nil // Admit lands it, now or when the body is whole
-	if l.stale != nil {
+	if rq.stale != nil {
 		ch.Count(cache.OutcomeRefresh, false)
 		l.result = resultRefreshMod
 	} else {
@@ -421,42 +415,51 @@ func (l *cacheLayer) head(a *attempt) (bool, outcome) {
 	return false, 0
 }
 
-// serveStale answers with a stale response because the next hops could
-// not (RFC 9111 4.2.4), saying why in Proxy-Status.
-func (l *cacheLayer) serveStale(o *cache.Object) outcome {
-	l.ch.Count(cache.OutcomeStale, false)
-	return l.serveObject(o, resultRefreshFailOld)
+// after says what becomes of the connection after an answer from the
+// cache (as txn.after).
+func (l *cacheLayer) after() outcome {
+	if l.w.keepAlive && l.rq.body.done && !l.w.gone {
+		return keepOpen
+	}
+	return closeConn
 }
 
-// unanswered is called when no next hop answered: a stale response
-// within stale_if_dead answers instead; one that must not be served stale
-// makes the answer 504 (RFC 9111 5.2.2.2). It reports whether the client
-// was answered.
-func (l *cacheLayer) unanswered(e *Error) (bool, outcome) {
-	o := l.stale
+// serveStale answers with a stale response because the next hops could
+// not (RFC 9111 4.2.4), saying why in Proxy-Status.
+func (l *cacheLayer) serveStale(o *cache.Object) {
+	l.ch.Count(cache.OutcomeStale, false)
+	l.serveObject(o, resultRefreshFailOld, nil)
+}
+
+// unanswered is the step after a forward no next hop answered: a stale
+// response within stale_if_dead answers instead; one that must not be
+// served stale makes the answer 504 (RFC 9111 5.2.2.2). It reports
+// whether the client was answered.
+func (l *cacheLayer) unanswered(e *Error) bool {
+	o := l.rq.stale
 	if o == nil || l.ch == nil {
-		return false, 0
+		return false
 	}
 	if e.Code != CodeNoPeers && e.Code != CodeConnectFailed {
-		return false, 0
+		return false
 	}
 	l.ch.Land(l.flight, nil, false)
 	l.flight = nil
 	if o.MayServeStale(time.Now(), l.ch.StaleIfDead()) {
-		return true, l.serveStale(o)
+		l.serveStale(o)
+		return true
 	}
 	if o.ForbidsStale() {
 		e.Status = http.StatusGatewayTimeout
 	}
-	return false, 0
+	return false
 }
 
 // invalidate drops the stored responses of the request's URL, and of the
 // Location and Content-Location of the response when they are on the same
 // host (RFC 9111 4.4).
 func (l *cacheLayer) invalidate(ch *cache.Cache, resp *h1.Response) {
-	tx := l.tx
-	req := &tx.req
+	req := &l.rq.req
 	key := cache.AppendKey(l.cq.Key[:0], req.Scheme, req.Host, req.Port, req.PathQuery)
 	l.cq.Key = key
 	ch.Invalidate(key)
@@ -474,8 +477,7 @@ func (l *cacheLayer) invalidate(ch *cache.Cache, resp *h1.Response) {
 // request URL and returns its cache key when it is on the same scheme,
 // host and port; nil otherwise.
 func (l *cacheLayer) sameOriginKey(ref []byte) []byte {
-	tx := l.tx
-	req := &tx.req
+	req := &l.rq.req
 	if len(ref) == 0 {
 		return nil
 	}
@@ -510,24 +512,15 @@ func (l *cacheLayer) sameOriginKey(ref []byte) []byte {
 	}
 }
 
-// errorStatus is the Cache-Status of an answer peerd made itself
-// for a request the cache saw.
-func (l *cacheLayer) errorStatus() string {
-	if l.fwd == fwdNone || l.tx == nil || l.tx.cfg == nil {
-		return ""
-	}
-	return "Cache-Status: " + l.tx.cfg.Name + "; fwd=" + l.fwd + "\r\n"
-}
-
 // revalidateInBackground refreshes a stale response that was just served
 // under stale-while-revalidate: a copy of the request, with no-cache,
 // goes through the proxy itself on an in-memory connection, so it walks
 // the plan, is collapsed and stored like any other, and its answer is
 // discarded.
 func (l *cacheLayer) revalidateInBackground(ch *cache.Cache) {
-	tx := l.tx
+	rq := l.rq
 	key := string(l.cq.Key)
-	p := tx.cc.p
+	p := l.p
 	if !p.background.add() {
 		return // shutting down: the stale answer stands, no refresh
 	}
@@ -535,18 +528,18 @@ func (l *cacheLayer) revalidateInBackground(ch *cache.Cache) {
 		p.background.done()
 		return
 	}
-	head := tx.head
+	head := rq.head
 	if n := len(head); n >= 4 && string(head[n-4:]) == "\r\n\r\n" {
 		head = head[:n-2]
 	}
 	req := append(append([]byte{}, head...), "Cache-Control: no-cache\r\nConnection: close\r\n\r\n"...)
-	remote, remoteOK := tx.cc.remote, tx.cc.remoteOK
+	from := *rq.from
 	go func() {
 		defer p.background.done() // Shutdown waits for it
 		defer ch.EndBackground(key)
 		srv, cli := net.Pipe()
 		cc := newClientConn(p, srv)
-		cc.remote, cc.remoteOK, cc.remoteStr = remote, remoteOK, remote.String()
+		cc.from = from
 		done := make(chan struct{})
 		go func() { cc.serve(); close(done) }()
 		cli.SetDeadline(time.Now().Add(p.config().ReadTimeout))

@@ -32,7 +32,7 @@ func (cacheCollector) Describe(ch chan<- *prometheus.Desc) {
 
 func (c cacheCollector) Collect(ch chan<- prometheus.Metric) {
 	var s cache.Stats
-	if cc := c.p.cache.Load(); cc != nil {
+	if cc := c.p.Cache(); cc != nil {
 		s = cc.Stats()
 	}
 	for _, r := range []struct {

@@ -7,7 +7,6 @@ package forwarding
 
 import (
 	"net/http"
-	"net/netip"
 	"strconv"
 
 	"github.com/peerd/peerd/access"
@@ -19,15 +18,15 @@ import (
 // for the access log, or the answer — 407 with a challenge for a missing
 // or wrong credential, 429 for a source that keeps failing (a right
 // credential is never refused).
-func (tx *txn) authenticate(a Authenticator) *Error {
-	user, v := a.Check(tx.req.Get("Proxy-Authorization"), tx.cc.remoteStr, tx.start)
+func (rq *request) authenticate(a Authenticator) *Error {
+	user, v := a.Check(rq.req.Get("Proxy-Authorization"), rq.from.str, rq.start)
 	if v == auth.Allowed {
-		tx.user = user
+		rq.user = user
 		return nil
 	}
-	tx.claimed = user // for the access log only: it was not proven
+	rq.claimed = user // for the access log only: it was not proven
 	if v == auth.Slowed {
-		e := errorf(http.StatusTooManyRequests, CodeAuthSlowed, "", "too many wrong credentials from %s", tx.cc.remoteStr)
+		e := errorf(http.StatusTooManyRequests, CodeAuthSlowed, "", "too many wrong credentials from %s", rq.from.str)
 		e.Fields = "Retry-After: 1\r\n"
 		return e
 	}
@@ -42,7 +41,7 @@ func (tx *txn) authenticate(a Authenticator) *Error {
 // when the client wrote the host another way. A host that cannot be read
 // is refused with 400.
 func (tx *txn) canonicalHost() *Error {
-	req := &tx.req
+	req := &tx.rq.req
 	if req.HostBracketed || (req.Form != h1.AbsoluteForm && req.Form != h1.AuthorityForm) {
 		return nil
 	}
@@ -77,25 +76,20 @@ func (tx *txn) canonicalHost() *Error {
 	return nil
 }
 
-// https reports whether the request's URL is https.
-func (tx *txn) https() bool {
-	return tx.req.Form == h1.AbsoluteForm && h1.EqualFold(tx.req.Scheme, "https")
-}
-
 // checkDestination puts the destination's port and name to the policy
 // before anything is dialled or sent; the address dialled is checked again
 // when DIRECT resolves it.
-func (tx *txn) checkDestination(connect bool) *Error {
-	if _, e := tx.checkRules(); e != nil {
+func (rq *request) checkDestination(connect bool) *Error {
+	if _, e := rq.checkRules(); e != nil {
 		return e // [[rule]] comes before the destination policy
 	}
-	pol := tx.cc.p.policy.Load()
-	err := pol.CheckPort(connect, tx.port)
+	pol := rq.gen.policy
+	err := pol.CheckPort(connect, rq.port)
 	if err == nil {
-		err = access.Unspecified(tx.req.Host)
+		err = access.Unspecified(rq.req.Host)
 	}
 	if err == nil && pol.HostChecks() {
-		err = pol.CheckHost(string(tx.req.Host))
+		err = pol.CheckHost(string(rq.req.Host))
 	}
 	if err != nil {
 		return errorf(http.StatusForbidden, CodeDenied, "", "%v", err)
@@ -103,23 +97,14 @@ func (tx *txn) checkDestination(connect bool) *Error {
 	return nil
 }
 
-// after says what becomes of the connection once peerd answered: it stays
-// open only when the request's body (if any) was consumed, so the next
-// request's framing is known.
-func (tx *txn) after() outcome {
-	if tx.keepAlive && tx.bodyDone && !tx.clientGone {
-		return keepOpen
-	}
-	return closeConn
-}
-
 // maxForwards honours Max-Forwards on TRACE and OPTIONS (RFC 9110 7.6.2):
 // at zero peerd answers itself; otherwise the value is decremented.
 func (tx *txn) maxForwards() bool {
-	if tx.method != http.MethodTrace && tx.method != http.MethodOptions {
+	rq := &tx.rq
+	if rq.method != http.MethodTrace && rq.method != http.MethodOptions {
 		return false
 	}
-	v := tx.req.Get("Max-Forwards")
+	v := rq.req.Get("Max-Forwards")
 	if v == nil {
 		return false
 	}
@@ -129,30 +114,30 @@ func (tx *txn) maxForwards() bool {
 		return true
 	}
 	if n > 0 {
-		tx.maxFwd = n - 1
+		rq.maxFwd = n - 1
 		return false
 	}
-	w := tx.cc.w
-	tx.sendHead(http.StatusOK)
-	if tx.method == http.MethodOptions {
-		w.WriteString("HTTP/1.1 200 OK\r\nAllow: GET, HEAD, POST, PUT, DELETE, OPTIONS, TRACE, CONNECT, PATCH\r\nContent-Length: 0\r\n\r\n")
-		w.Flush()
-		return true
-	}
-	// TRACE: echo the request as received, less credentials and cookies.
-	echo := tx.out[:0]
-	for i, line := range splitLines(tx.head) {
-		if i > 0 && hiddenFromTrace(line) {
-			continue
+	b := tx.out[:0]
+	if rq.method == http.MethodOptions {
+		b = append(b, "HTTP/1.1 200 OK\r\nAllow: GET, HEAD, POST, PUT, DELETE, OPTIONS, TRACE, CONNECT, PATCH\r\nContent-Length: 0\r\n\r\n"...)
+	} else {
+		// TRACE: echo the request as received, less credentials and
+		// cookies.
+		var echo []byte
+		for i, line := range splitLines(rq.head) {
+			if i > 0 && hiddenFromTrace(line) {
+				continue
+			}
+			echo = append(append(echo, line...), '\r', '\n')
 		}
-		echo = append(append(echo, line...), '\r', '\n')
+		b = append(b, "HTTP/1.1 200 OK\r\nContent-Type: message/http\r\nContent-Length: "...)
+		b = strconv.AppendInt(b, int64(len(echo)), 10)
+		b = append(append(b, "\r\n\r\n"...), echo...)
 	}
-	tx.out = echo
-	w.WriteString("HTTP/1.1 200 OK\r\nContent-Type: message/http\r\nContent-Length: ")
-	w.WriteString(strconv.Itoa(len(echo)))
-	w.WriteString("\r\n\r\n")
-	w.Write(echo)
-	w.Flush()
+	tx.out = b
+	if tx.w.writeHead(http.StatusOK, b) == nil {
+		tx.w.flush()
+	}
 	return true
 }
 
@@ -165,16 +150,6 @@ var traceHidden = [...]string{"Proxy-Authorization:", "Authorization:", "Cookie:
 func hiddenFromTrace(line []byte) bool {
 	for _, name := range traceHidden {
 		if len(line) >= len(name) && h1.EqualFold(line[:len(name)], name) {
-			return true
-		}
-	}
-	return false
-}
-
-// allowed reports whether the [proxy] allow ACL admits a.
-func (c *runtimeConfig) allowed(a netip.Addr) bool {
-	for _, pr := range c.allow {
-		if pr.Contains(a) {
 			return true
 		}
 	}

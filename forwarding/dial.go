@@ -2,14 +2,13 @@ package forwarding
 
 // This file holds connecting to a next hop: the hedge delay, parents
 // through the dialer, DIRECT origins with resolution and the destination
-// policy.
+// policy (race.go races connects).
 
 import (
 	"context"
 	"crypto/tls"
 	"net"
 	"net/netip"
-	"sync"
 	"time"
 
 	"github.com/peerd/peerd/dialer"
@@ -43,12 +42,13 @@ func (p *Proxy) hedgeDelay(c *runtimeConfig, hop selection.Hop) time.Duration {
 }
 
 // dialHop opens a new connection to hop: a peer through the instrumented
-// dialer (which reports the outcome to the registry), an origin directly.
-func (p *Proxy) dialHop(hop selection.Hop, o origin) (net.Conn, error) {
+// dialer (which reports the outcome to the registry), an origin directly
+// under generation g's timeout and policy.
+func (p *Proxy) dialHop(hop selection.Hop, o origin, g *generation) (net.Conn, error) {
 	if hop.Peer != nil {
 		return p.dialer.DialPeer(context.Background(), hop.Peer, dialer.Traffic)
 	}
-	return p.dialOrigin(o)
+	return p.dialOrigin(o, g)
 }
 
 // origin is where DIRECT goes for one request.
@@ -63,9 +63,9 @@ type origin struct {
 // destination policy before anything is dialled: a name that resolves to
 // the proxy host itself is refused (*access.Denied), whatever else it
 // resolves to.
-func (p *Proxy) dialOrigin(o origin) (net.Conn, error) {
-	c := p.config()
-	pol := p.policy.Load()
+func (p *Proxy) dialOrigin(o origin, g *generation) (net.Conn, error) {
+	c := g.cfg
+	pol := g.policy
 	ctx, cancel := context.WithTimeout(context.Background(), c.ConnectTimeout)
 	defer cancel()
 	var addrs []netip.Addr
@@ -109,64 +109,4 @@ func (p *Proxy) dialOrigin(o origin) (net.Conn, error) {
 		return nil, err
 	}
 	return tc, nil
-}
-
-// dialResult is one finished connect of a race.
-type dialResult struct {
-	hop  selection.Hop
-	conn net.Conn
-	err  error
-	pool *pool // where the connection goes if it loses
-}
-
-// race is one request's set of parallel connects.
-type race struct {
-	p       *Proxy
-	results chan dialResult
-	mu      sync.Mutex // guards over
-	over    bool       // a connection was taken, or the request gave up
-}
-
-// maxRacing bounds the connects one request has pending at once.
-const maxRacing = 8
-
-func (r *race) dial(hop selection.Hop, o origin, pl *pool) {
-	conn, err := r.p.dialHop(hop, o)
-	res := dialResult{hop: hop, conn: conn, err: err, pool: pl}
-	r.mu.Lock()
-	if !r.over {
-		r.results <- res // never blocks: at most maxRacing are pending
-		r.mu.Unlock()
-		return
-	}
-	r.mu.Unlock()
-	r.late(res)
-}
-
-// late disposes of a connect that finished after the race: a connection
-// goes to its hop's idle list (it carried nothing), and the hop's
-// in-flight slot is released.
-func (r *race) late(res dialResult) {
-	if res.conn != nil {
-		res.pool.put(newUpConn(res.conn, res.pool), time.Now())
-	}
-	if res.hop.Peer != nil {
-		r.p.acct.EndRequest(res.hop.Peer)
-	}
-}
-
-// finish ends the race: connects still pending clean up after themselves,
-// and those already finished are disposed of here.
-func (r *race) finish() {
-	r.mu.Lock()
-	r.over = true
-	r.mu.Unlock()
-	for {
-		select {
-		case res := <-r.results:
-			r.late(res)
-		default:
-			return
-		}
-	}
 }

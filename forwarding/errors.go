@@ -1,13 +1,10 @@
 package forwarding
 
-// This file holds the errors peerd answers itself with: codes, statuses and
-// their bodies.
+// This file holds the errors peerd answers itself with: codes, statuses
+// and what they explain (the client writer writes them).
 
 import (
-	"bufio"
 	"fmt"
-	"net/http"
-	"strconv"
 
 	"github.com/peerd/peerd/selection"
 )
@@ -71,36 +68,4 @@ var explanations = map[string]string{
 
 func errorf(status int, code, peer string, format string, args ...any) *Error {
 	return &Error{Status: status, Code: code, Peer: peer, Err: fmt.Errorf(format, args...)}
-}
-
-// writeError writes e as a plain-text answer.
-// A HEAD request gets the head only.
-func writeError(w *bufio.Writer, e *Error, head, keepAlive bool, extra string) {
-	body := "peerd: " + strconv.Itoa(e.Status) + " " + e.Code + ": " + explanations[e.Code]
-	if e.Err != nil {
-		body += "\n" + e.Err.Error()
-	}
-	body += "\n"
-	w.WriteString("HTTP/1.1 ")
-	w.WriteString(strconv.Itoa(e.Status))
-	w.WriteString(" ")
-	w.WriteString(http.StatusText(e.Status))
-	w.WriteString("\r\nContent-Type: text/plain; charset=utf-8\r\nX-Peerd-Error: ")
-	w.WriteString(e.Code)
-	if e.Peer != "" {
-		w.WriteString("\r\nX-Peerd-Peer: ")
-		w.WriteString(e.Peer)
-	}
-	w.WriteString("\r\n")
-	w.WriteString(e.Fields)
-	w.WriteString(extra)
-	w.WriteString("Cache-Control: no-store\r\nContent-Length: ")
-	w.WriteString(strconv.Itoa(len(body)))
-	if !keepAlive {
-		w.WriteString("\r\nConnection: close")
-	}
-	w.WriteString("\r\n\r\n")
-	if !head {
-		w.WriteString(body)
-	}
 }

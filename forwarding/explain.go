@@ -28,7 +28,8 @@ func (p *Proxy) Refusal(method, rawURL, client, user string) (string, int) {
 }
 
 func (p *Proxy) refusal(method, rawURL, client, user string) (string, int) {
-	c := p.config()
+	g := p.current()
+	c := g.cfg
 	a, err := netip.ParseAddr(client)
 	if err != nil || !c.allowed(a.Unmap()) {
 		return CodeAccessDenied + ": client " + client + " is not in [proxy] allow", -1
@@ -64,10 +65,7 @@ func (p *Proxy) refusal(method, rawURL, client, user string) (string, int) {
 	if err != nil || n < 1 || n > 65535 {
 		return CodeBadRequest + ": port " + strconv.Quote(port), -1
 	}
-	var list []Rule
-	if rs := p.rules.Load(); rs != nil {
-		list = *rs
-	}
+	list := g.rules
 	r := match.Request{Host: host, Client: a.Unmap(), Port: n, Method: method, URL: rawURL, Resolve: p.resolveForRules}
 	if changed && connect {
 		r.URL = net.JoinHostPort(host, port)
@@ -83,7 +81,7 @@ func (p *Proxy) refusal(method, rawURL, client, user string) (string, int) {
 		}
 		return user, nil
 	}
-	rule, e := walkRules(list, &r, p.auth.Load() != nil, login)
+	rule, e := walkRules(list, &r, g.auth != nil, login)
 	if e != nil {
 		if e.Code == CodeAccessDenied {
 			return fmt.Sprintf("%s: refused by [[rule]] %d", CodeAccessDenied, rule), rule
@@ -93,7 +91,7 @@ func (p *Proxy) refusal(method, rawURL, client, user string) (string, int) {
 		}
 		return CodeAuthRequired + ": [auth] needs a user; pass &user=NAME", rule
 	}
-	pol := p.policy.Load()
+	pol := g.policy
 	if err := pol.CheckPort(connect, n); err != nil {
 		return CodeDenied + ": " + err.Error(), rule
 	}

@@ -9,20 +9,18 @@ import (
 	"net/http"
 	"strconv"
 
-	"github.com/peerd/peerd/cache"
 	"github.com/peerd/peerd/internal/h1"
 	"github.com/peerd/peerd/peers"
 	"github.com/peerd/peerd/selection"
 )
 
-// requestHead builds the request head for hop into tx.out: absolute URI
-// to peers, origin-form to the origin; hop-by-hop fields removed; Host from
-// the URI; Via and X-Forwarded-For appended; the peer's login; framing by
-// the body as peerd sends it.
-func (tx *txn) requestHead(hop selection.Hop) []byte {
-	req := &tx.req
-	cfg := tx.cfg
-	b := tx.out[:0]
+// appendHead appends the request head for hop: absolute URI to peers,
+// origin-form to the origin; hop-by-hop fields removed; Host from the
+// URI; Via and X-Forwarded-For appended; the peer's login; framing by the
+// body as peerd sends it.
+func (rq *request) appendHead(b []byte, hop selection.Hop) []byte {
+	req := &rq.req
+	cfg := rq.gen.cfg
 	b = append(b, req.Method...)
 	b = append(b, ' ')
 	if hop.Peer != nil {
@@ -44,17 +42,14 @@ func (tx *txn) requestHead(hop selection.Hop) []byte {
 	}
 	b = append(b, "\r\n"...)
 	sibling := hop.Peer != nil && hop.Peer.Type() == peers.Sibling
-	var stale *cache.Object
-	if tx.front != nil {
-		stale = tx.front.revalidating()
-	}
+	stale := rq.stale
 	var via, xff, cc bool
 	for _, f := range req.Fields {
 		switch {
 		case cfg.reqRemove != nil && cfg.removes(f.Name):
 			continue
 		case f.HopByHop(req.ConnTokens), f.Kind == h1.Host, f.Kind == h1.ProxyAuthorization, f.Kind == h1.Expect,
-			f.Kind == h1.ContentLength, f.Kind == h1.MaxForwards && tx.maxFwd >= 0:
+			f.Kind == h1.ContentLength, f.Kind == h1.MaxForwards && rq.maxFwd >= 0:
 			continue
 		case f.Kind == h1.Via:
 			via = true
@@ -78,7 +73,7 @@ func (tx *txn) requestHead(hop selection.Hop) []byte {
 	if !cfg.reqNoVia {
 		b = cfg.appendVia(b, req.Fields, via)
 	}
-	b = cfg.appendXFF(b, req.Fields, xff, tx.cc.remoteStr)
+	b = cfg.appendXFF(b, req.Fields, xff, rq.from.str)
 	if sibling {
 		b = append(b, "Cache-Control: "...)
 		if cc {
@@ -91,9 +86,9 @@ func (tx *txn) requestHead(hop selection.Hop) []byte {
 		}
 		b = append(b, "\r\n"...)
 	}
-	if tx.maxFwd >= 0 {
+	if rq.maxFwd >= 0 {
 		b = append(b, "Max-Forwards: "...)
-		b = strconv.AppendInt(b, int64(tx.maxFwd), 10)
+		b = strconv.AppendInt(b, int64(rq.maxFwd), 10)
 		b = append(b, "\r\n"...)
 	}
 	if hop.Peer != nil {
@@ -101,29 +96,50 @@ func (tx *txn) requestHead(hop selection.Hop) []byte {
 			b = appendLogin(b, login, req)
 		}
 	}
-	if tx.upgrade != nil {
+	if rq.upgrade != nil {
 		b = append(b, "Connection: Upgrade\r\nUpgrade: "...)
-		b = append(append(b, tx.upgrade...), "\r\n"...)
+		b = append(append(b, rq.upgrade...), "\r\n"...)
 	}
-	switch {
-	case tx.bodyState == streaming && req.Chunked, tx.bodyState == buffered && len(tx.body.Trailer) > 0:
+	switch body := &rq.body; {
+	case body.state == streaming && req.Chunked, body.trailered():
 		b = append(b, "Transfer-Encoding: chunked\r\n"...)
-	case tx.bodyState == streaming:
+	case body.state == streaming:
 		b = append(b, "Content-Length: "...)
 		b = strconv.AppendInt(b, req.ContentLength, 10)
 		b = append(b, "\r\n"...)
-	case tx.bodyState == buffered:
+	case body.state == buffered:
 		b = append(b, "Content-Length: "...)
-		b = strconv.AppendInt(b, int64(len(tx.buf)), 10)
+		b = strconv.AppendInt(b, int64(len(body.buf)), 10)
 		b = append(b, "\r\n"...)
 	}
 	return append(b, "\r\n"...)
 }
 
-// responseHead builds the head the client gets for resp.
-func (tx *txn) responseHead(b []byte, resp *h1.Response, kind h1.Body, chunked bool) []byte {
+// appendConnect appends the CONNECT request for a parent: the target,
+// the client's User-Agent (unless removed), the peer's login and Via.
+func (rq *request) appendConnect(b []byte, hop selection.Hop) []byte {
+	req := &rq.req
+	cfg := rq.gen.cfg
+	b = append(b, "CONNECT "...)
+	b = append(append(b, req.Target...), " HTTP/1.1\r\nHost: "...)
+	b = append(append(b, req.Target...), "\r\n"...)
+	if ua := req.Get("User-Agent"); ua != nil && !cfg.removes([]byte("User-Agent")) {
+		b = appendField(b, []byte("User-Agent"), ua)
+	}
+	if login := hop.Peer.Login(); login != "" {
+		b = appendLogin(b, login, req)
+	}
+	if !cfg.reqNoVia {
+		b = cfg.appendVia(b, req.Fields, req.Get("Via") != nil)
+	}
+	return append(b, "\r\n"...)
+}
+
+// responseHead builds the head the client gets for resp, relayed from
+// hop; to adds its fields (the cache's Cache-Status).
+func (tx *txn) responseHead(b []byte, resp *h1.Response, kind h1.Body, chunked bool, to sink) []byte {
 	b = appendStatusLine(b, resp)
-	b = tx.appendResponseFields(b, resp)
+	b = tx.rq.appendResponseFields(b, resp, tx.hop)
 	switch {
 	case kind == h1.LengthBody:
 		b = append(b, "Content-Length: "...)
@@ -137,16 +153,21 @@ func (tx *txn) responseHead(b []byte, resp *h1.Response, kind h1.Body, chunked b
 		b = strconv.AppendInt(b, resp.ContentLength, 10)
 		b = append(b, "\r\n"...)
 	}
-	if tx.front != nil {
-		b = tx.front.appendStatus(b, resp.Status)
-	}
+	b = to.fields(b, resp.Status)
 	b = append(b, tx.xCache()...)
 	b = tx.appendProxyStatus(b, resp.Status)
+	return tx.appendConnection(b)
+}
+
+// appendConnection appends the Connection field the answer needs: close
+// when the connection ends after it (or peerd is stopping), keep-alive
+// to an HTTP/1.0 client that keeps it.
+func (tx *txn) appendConnection(b []byte) []byte {
 	tx.closeIfStopping()
 	switch {
-	case !tx.keepAlive:
+	case !tx.w.keepAlive:
 		b = append(b, "Connection: close\r\n"...)
-	case tx.req.Minor == 0:
+	case tx.rq.req.Minor == 0:
 		b = append(b, "Connection: keep-alive\r\n"...)
 	}
 	return append(b, "\r\n"...)
@@ -155,28 +176,25 @@ func (tx *txn) responseHead(b []byte, resp *h1.Response, kind h1.Body, chunked b
 // xCache is the X-Cache fields of an answer not served from the cache:
 // whether a stored response was found for it.
 func (tx *txn) xCache() string {
-	if tx.cl.stale != nil {
-		return tx.cfg.xCache[0][1]
+	if tx.rq.stale != nil {
+		return tx.rq.gen.cfg.xCache[0][1]
 	}
-	return tx.cfg.xCache[0][0]
+	return tx.rq.gen.cfg.xCache[0][0]
 }
 
 // errorFields are the fields peerd adds to an answer it makes itself, as
 // Squid adds them to its error pages: X-Cache and Via.
 func (tx *txn) errorFields() string {
-	if tx.cfg == nil {
-		return ""
-	}
-	if tx.cfg.via == "" {
+	if tx.rq.gen.cfg.via == "" {
 		return tx.xCache()
 	}
-	return tx.xCache() + "Via: " + tx.cfg.via + "\r\n"
+	return tx.xCache() + "Via: " + tx.rq.gen.cfg.via + "\r\n"
 }
 
 // interimHead builds a 1xx head for the client.
-func (tx *txn) interimHead(b []byte, resp *h1.Response) []byte {
+func (rq *request) interimHead(b []byte, resp *h1.Response) []byte {
 	b = appendStatusLine(b, resp)
-	b = tx.appendResponseFields(b, resp)
+	b = rq.appendResponseFields(b, resp, selection.Hop{})
 	return append(b, "\r\n"...)
 }
 
@@ -193,13 +211,14 @@ func appendStatusLine(b []byte, resp *h1.Response) []byte {
 }
 
 // appendResponseFields copies the end-to-end fields of resp (and a PASS
-// peer's challenge) and appends Via, with peerd's entry unless via = false.
-func (tx *txn) appendResponseFields(b []byte, resp *h1.Response) []byte {
+// peer's challenge, when hop is that peer) and appends Via, with peerd's
+// entry unless via = false.
+func (rq *request) appendResponseFields(b []byte, resp *h1.Response, hop selection.Hop) []byte {
 	via := false
 	// A peer that is sent the client's own credentials (login = "PASS")
 	// may challenge the client for them (RFC 9110 11.7.1); any other
 	// peer's challenge is for peerd, not the client.
-	passAuth := resp.Status == http.StatusProxyAuthRequired && tx.hop.Peer != nil && tx.hop.Peer.Login() == "PASS"
+	passAuth := resp.Status == http.StatusProxyAuthRequired && hop.Peer != nil && hop.Peer.Login() == "PASS"
 	for _, f := range resp.Fields {
 		switch {
 		case f.HopByHop(resp.ConnTokens), f.Kind == h1.ContentLength, f.Kind == h1.ProxyAuthenticate && !passAuth:
@@ -210,7 +229,7 @@ func (tx *txn) appendResponseFields(b []byte, resp *h1.Response) []byte {
 		}
 		b = appendField(b, f.Name, f.Value)
 	}
-	return tx.cfg.appendVia(b, resp.Fields, via)
+	return rq.gen.cfg.appendVia(b, resp.Fields, via)
 }
 
 // xffMode is a [proxy] forwarded_for word, parsed.

@@ -165,7 +165,7 @@ func sortedCodes() []string {
 
 // appendLine formats tx's line in f.
 func (f *LogFormat) appendLine(b []byte, tx *txn, al *AccessLog, elapsed time.Duration, hier string) []byte {
-	end := tx.start.Add(elapsed)
+	end := tx.rq.start.Add(elapsed)
 	for _, p := range f.parts {
 		if p.tok == tokLiteral {
 			b = append(b, p.lit...)
@@ -208,44 +208,40 @@ func (tx *txn) appendCode(b []byte, p logPart, al *AccessLog, end time.Time, ela
 	case tokTG:
 		return end.UTC().AppendFormat(b, "02/Jan/2006:15:04:05 -0700")
 	case tokClientIP:
-		return append(b, tx.cc.remoteStr...)
+		return append(b, tx.rq.from.str...)
 	case tokClientPort:
-		if tx.cc.remotePort == 0 {
+		if tx.rq.from.port == 0 {
 			return append(b, '-')
 		}
-		return strconv.AppendUint(b, uint64(tx.cc.remotePort), 10)
+		return strconv.AppendUint(b, uint64(tx.rq.from.port), 10)
 	case tokResult:
 		return append(b, tx.result()...)
 	case tokStatus:
-		return appendPadded(b, int64(tx.status), 3, '0')
+		return appendPadded(b, int64(tx.w.status), 3, '0')
 	case tokSent:
 		return strconv.AppendInt(b, tx.sentBytes(), 10)
 	case tokReceived:
-		n := int64(len(tx.head)) + tx.tunnelOut
-		if tx.req.Chunked || tx.req.ContentLength > 0 {
-			n += tx.body.Count
-		}
-		return strconv.AppendInt(b, n, 10)
+		return strconv.AppendInt(b, tx.receivedBytes(), 10)
 	case tokMethod:
-		if tx.method == "" {
+		if tx.rq.method == "" {
 			return append(b, "NONE"...)
 		}
-		return append(b, tx.method...)
+		return append(b, tx.rq.method...)
 	case tokURL:
-		return dash(al.loggedURL(tx.req.Target))
+		return dash(al.loggedURL(tx.rq.req.Target))
 	case tokPath:
-		return dash(al.loggedURL(tx.req.PathQuery))
+		return dash(al.loggedURL(tx.rq.req.PathQuery))
 	case tokVersion:
-		if tx.req.Minor == 0 && tx.method != "" {
+		if tx.rq.req.Minor == 0 && tx.rq.method != "" {
 			return append(b, "1.0"...)
 		}
 		return append(b, "1.1"...)
 	case tokUser:
 		switch {
-		case tx.user != "":
-			return appendEscaped(b, []byte(tx.user))
-		case tx.claimed != "":
-			return appendEscaped(b, []byte(tx.claimed))
+		case tx.rq.user != "":
+			return appendEscaped(b, []byte(tx.rq.user))
+		case tx.rq.claimed != "":
+			return appendEscaped(b, []byte(tx.rq.claimed))
 		}
 		return append(b, '-')
 	case tokIdent:
@@ -262,11 +258,11 @@ func (tx *txn) appendCode(b []byte, p logPart, al *AccessLog, end time.Time, ela
 		case tx.hop.Peer != nil:
 			return append(b, tx.hop.Peer.Host()...)
 		}
-		return dash(tx.req.Host)
+		return dash(tx.rq.req.Host)
 	case tokMime:
-		return dash(tx.ctype)
+		return dash(tx.contentType())
 	case tokReqHeader:
-		return dash(tx.req.Get(p.arg))
+		return dash(tx.rq.req.Get(p.arg))
 	case tokErr:
 		return dash([]byte(tx.errType))
 	}

@@ -32,15 +32,12 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/netip"
-	"os"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/peerd/peerd/access"
 	"github.com/peerd/peerd/auth"
-	"github.com/peerd/peerd/cache"
 	"github.com/peerd/peerd/dialer"
 	"github.com/peerd/peerd/peers"
 	"github.com/peerd/peerd/selection"
@@ -48,9 +45,10 @@ import (
 	"golang.org/x/time/rate"
 )
 
-// Planner builds next-hop plans; *selection.Planner is one.
+// Planner gives the routes and peers in force, which a request plans
+// with; *selection.Planner is one.
 type Planner interface {
-	Plan(r selection.Request) selection.Plan
+	Routing() selection.Routing
 }
 
 // Authenticator checks a request's Proxy-Authorization ([auth]);
@@ -58,15 +56,6 @@ type Planner interface {
 type Authenticator interface {
 	Check(header []byte, source string, now time.Time) (user string, v auth.Verdict)
 	Realm() string
-}
-
-// SetAuth switches proxy authentication (nil: off), on start and reload.
-func (p *Proxy) SetAuth(a Authenticator) {
-	if a == nil {
-		p.auth.Store(nil)
-		return
-	}
-	p.auth.Store(&a)
 }
 
 // Accounting tracks in-flight requests per peer and hears of slow
@@ -132,19 +121,18 @@ type Proxy struct {
 	dialer     PeerDialer
 	directDial func(ctx context.Context, network, addr string) (net.Conn, error)
 	source     *dialer.Source
-	access     atomic.Pointer[AccessLog]
-	port       atomic.Pointer[string] // the plain listener's, bound (X-Cache-Lookup)
-	cache      atomic.Pointer[cache.Cache]
-	policy     atomic.Pointer[access.Policy]
-	auth       atomic.Pointer[Authenticator]
-	rules      atomic.Pointer[[]Rule]
 	resolver   Resolver
 	icp        ICP
 	metrics    *Metrics
 	log        logrus.FieldLogger
 	version    string
 
-	cfg      atomic.Pointer[runtimeConfig]
+	// gen is the config generation in force (gen.go); genMu orders the
+	// changes, and guards port, the plain listener's port as bound.
+	gen   atomic.Pointer[generation]
+	genMu sync.Mutex
+	port  string
+
 	instance string // random per process, for loop detection under the default name
 	budget   *retryBudget
 	pools    *pools
@@ -178,27 +166,6 @@ func (p *Proxy) unsolicited(hop selection.Hop, n int) {
 	})
 }
 
-// runtimeConfig is Config with its words parsed, swapped whole on reload.
-type runtimeConfig struct {
-	Config
-	// named: the name was configured, not defaulted to the host name.
-	named bool
-	// tag ends this process's Via version under the default name.
-	tag         []byte
-	allow       []netip.Prefix
-	retryStatus [600]bool
-	via         string // "" when [proxy] via = false
-	xff         xffMode
-	// reqRemove is request_header_remove less Via and X-Forwarded-For,
-	// which reqNoVia and xff carry.
-	reqRemove []string
-	reqNoVia  bool
-	// xCache is the X-Cache and X-Cache-Lookup fields Squid adds to
-	// every answer, by [served from the cache][found stored at lookup].
-	xCache    [2][2]string
-	maxHeader int
-}
-
 // New returns a proxy.
 func New(o Options) (*Proxy, error) {
 	p := &Proxy{
@@ -210,7 +177,6 @@ func New(o Options) (*Proxy, error) {
 		unsolicitedLog: rate.Sometimes{Interval: 10 * time.Second},
 		instance:       fmt.Sprintf("%08x", rand.Uint32()),
 	}
-	p.access.Store(o.AccessLog)
 	if o.Policy == nil {
 		pol, err := access.Compile(access.DefaultConfig(), nil)
 		if err != nil {
@@ -218,7 +184,6 @@ func New(o Options) (*Proxy, error) {
 		}
 		o.Policy = pol
 	}
-	p.policy.Store(o.Policy)
 	if p.resolver == nil {
 		p.resolver = net.DefaultResolver
 	}
@@ -232,132 +197,17 @@ func New(o Options) (*Proxy, error) {
 		p.metrics = NewMetrics()
 	}
 	p.conns.init()
-	if err := p.Update(o.Config); err != nil {
+	if err := o.Config.Validate(); err != nil {
 		return nil, err
+	}
+	p.gen.Store(&generation{cfg: p.runtime(o.Config), policy: o.Policy, routing: p.planner.Routing(), log: o.AccessLog})
+	p.budget.setRatio(o.Config.RetryBudget)
+	if p.source != nil {
+		out, _ := netip.ParseAddr(o.Config.OutgoingAddress)
+		p.source.Set(out)
 	}
 	return p, nil
 }
-
-// Update applies a new [proxy] config (on reload). Pooled connections stay:
-// they are TCP connections to the same addresses, and everything a config
-// changes about a request (credentials, timeouts, names) is applied per
-// request.
-func (p *Proxy) Update(c Config) error {
-	if err := c.Validate(); err != nil {
-		return err
-	}
-	p.Apply(c)
-	return nil
-}
-
-// Apply puts a [proxy] section in force that has passed Validate (a
-// reload validates the whole file once, then applies: nothing here can
-// fail, so no error is dropped).
-func (p *Proxy) Apply(c Config) {
-	rc := &runtimeConfig{Config: c, maxHeader: int(c.MaxHeaderSize)}
-	for _, a := range c.Allow {
-		rc.allow = append(rc.allow, netip.Prefix(a))
-	}
-	for _, s := range c.RetryOnStatus {
-		rc.retryStatus[s] = true
-	}
-	rc.named = c.Name != ""
-	rc.tag = []byte("+" + p.instance)
-	if !rc.named {
-		rc.Name = hostName()
-	}
-	if c.Via {
-		rc.via = "1.1 " + rc.Name + " (peerd/" + p.viaVersion(rc.named) + ")"
-	}
-	rc.xff = xffModes[c.ForwardedFor]
-	for _, name := range c.RequestHeaderRemove {
-		switch {
-		case strings.EqualFold(name, "Via"):
-			rc.reqNoVia = true
-		case strings.EqualFold(name, "X-Forwarded-For"):
-			rc.xff = xffDelete
-		default:
-			rc.reqRemove = append(rc.reqRemove, name)
-		}
-	}
-	port := ""
-	if pp := p.port.Load(); pp != nil {
-		port = *pp
-	} else if _, lp, err := net.SplitHostPort(c.Listen); err == nil {
-		port = lp
-	}
-	rc.xCache = xCacheFields(rc.Name, port)
-	if p.source != nil {
-		out, _ := netip.ParseAddr(c.OutgoingAddress) // validated; "" clears it
-		p.source.Set(out)
-	}
-	p.cfg.Store(rc)
-	p.budget.setRatio(c.RetryBudget)
-}
-
-func (p *Proxy) config() *runtimeConfig { return p.cfg.Load() }
-
-// xCacheFields builds the X-Cache and X-Cache-Lookup fields as Squid
-// writes them: "X-Cache: HIT from NAME" when the answer came from the
-// cache, and "X-Cache-Lookup: HIT from NAME:PORT" when a stored response
-// was found (a stale one revalidated is a lookup hit, and the answer a
-// miss).
-func xCacheFields(name, port string) (f [2][2]string) {
-	at := name
-	if port != "" {
-		at += ":" + port
-	}
-	word := [2]string{"MISS", "HIT"}
-	for served := range 2 {
-		for found := range 2 {
-			f[served][found] = "X-Cache: " + word[served] + " from " + name + "\r\nX-Cache-Lookup: " + word[found] + " from " + at + "\r\n"
-		}
-	}
-	return f
-}
-
-// SetPort names the port clients reach the proxy on, its plain
-// listener's as bound (a configured port 0 is a real one by then), as
-// Squid names its first http_port in X-Cache-Lookup.
-func (p *Proxy) SetPort(port string) {
-	p.port.Store(&port)
-	rc := *p.config() // not Apply again: its Name may be the defaulted one
-	rc.xCache = xCacheFields(rc.Name, port)
-	p.cfg.Store(&rc)
-}
-
-// Allowed reports whether the [proxy] allow ACL admits a client address
-// (the ICP listener answers the same clients).
-func (p *Proxy) Allowed(a netip.Addr) bool { return p.config().allowed(a) }
-
-// Name is the proxy's name in force (Via, Cache-Status, Proxy-Status).
-func (p *Proxy) Name() string { return p.config().Name }
-
-// hostName is the default name: the machine's host name, as Squid's
-// visible_hostname defaults to it.
-func hostName() string {
-	if h, err := os.Hostname(); err == nil && h != "" && !strings.ContainsAny(h, " \t,()") {
-		return h
-	}
-	return "peerd"
-}
-
-// viaVersion is the version peerd writes in its Via comment. Under the
-// default name it carries this process's instance tag as build metadata
-// ("0.1.0+3f9a1c2e"): peerds on one host share the host name, and the tag
-// is how one tells its own Via entry (a loop) from another's (a chain).
-func (p *Proxy) viaVersion(named bool) string {
-	if named {
-		return p.version
-	}
-	return p.version + "+" + p.instance
-}
-
-// SetPolicy replaces the destination policy (on reload).
-func (p *Proxy) SetPolicy(pol *access.Policy) { p.policy.Store(pol) }
-
-// SetAccessLog switches the access log (nil: off).
-func (p *Proxy) SetAccessLog(a *AccessLog) { p.access.Store(a) }
 
 // Prune drops the pools of peers no longer configured.
 func (p *Proxy) Prune(current []*peers.Peer) {

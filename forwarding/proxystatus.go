@@ -10,6 +10,7 @@ import (
 
 	"github.com/peerd/peerd/internal/h1"
 	"github.com/peerd/peerd/peers"
+	"github.com/peerd/peerd/selection"
 )
 
 // Proxy-Status (RFC 9209), emitted and consumed. Every response peerd
@@ -79,11 +80,8 @@ func errorType(e *Error) string {
 
 // proxyStatusForError is the Proxy-Status field of an error answer.
 func (tx *txn) proxyStatusForError(e *Error) string {
-	if tx.cfg == nil {
-		return ""
-	}
 	b := []byte("Proxy-Status: ")
-	b = append(b, tx.cfg.Name...)
+	b = append(b, tx.rq.gen.cfg.Name...)
 	b = append(b, "; error="...)
 	b = append(b, errorType(e)...)
 	if e.Peer != "" {
@@ -99,13 +97,19 @@ func (tx *txn) proxyStatusForError(e *Error) string {
 
 // appendProxyStatus appends peerd's member for a forwarded response.
 func (tx *txn) appendProxyStatus(b []byte, status int) []byte {
+	return appendProxyStatus(b, tx.rq.gen.cfg.Name, tx.hop, status)
+}
+
+// appendProxyStatus appends the member of the proxy named name for a
+// response hop gave with status.
+func appendProxyStatus(b []byte, name string, hop selection.Hop, status int) []byte {
 	b = append(b, "Proxy-Status: "...)
-	b = append(b, tx.cfg.Name...)
+	b = append(b, name...)
 	b = append(b, "; next-hop="...)
-	if tx.hop.Peer == nil {
+	if hop.Peer == nil {
 		b = append(b, "DIRECT"...)
 	} else {
-		b = appendSFItem(b, tx.hop.Peer.Name())
+		b = appendSFItem(b, hop.Peer.Name())
 	}
 	b = append(b, "; fwd-status="...)
 	b = strconv.AppendInt(b, int64(status), 10)
@@ -260,7 +264,7 @@ func skipBareItem(v []byte, i int) (int, bool) {
 // peer's own next hop is counted as the peer's upstream error, and says
 // whether another parent could do better. retry is the retry_on_status
 // decision, adjusted.
-func (tx *txn) blame(a *attempt, retry bool) bool {
+func (w *walker) blame(a *attempt, retry bool) bool {
 	p := a.hop.Peer
 	if p == nil || a.status < http.StatusInternalServerError || !a.final || p.Type() == peers.Sibling {
 		return retry // (a sibling's error to only-if-cached is a miss)

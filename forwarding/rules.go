@@ -16,6 +16,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"time"
 	"unsafe"
 
 	"github.com/peerd/peerd/internal/conf"
@@ -56,27 +57,20 @@ func CompileRules(specs []RuleSpec) ([]Rule, error) {
 	return out, es.Err()
 }
 
-// SetRules puts the [[rule]] list in force (on start and reload).
-func (p *Proxy) SetRules(rs []Rule) { p.rules.Store(&rs) }
-
 // checkRules applies [[rule]] and [auth] to the request: the index of
 // the rule that decided (-1: none), and the refusal (403 by a rule, 407
 // or 429 when the user was needed and not proven).
-func (tx *txn) checkRules() (int, *Error) {
-	var list []Rule
-	if rs := tx.cc.p.rules.Load(); rs != nil {
-		list = *rs
-	}
-	a := tx.cc.p.auth.Load()
+func (rq *request) checkRules() (int, *Error) {
+	list, a := rq.gen.rules, rq.gen.auth
 	if len(list) == 0 && a == nil {
 		return -1, nil
 	}
-	r := tx.matchRequest()
+	r := rq.matchRequest()
 	login := func() (string, *Error) {
-		if e := tx.authenticate(*a); e != nil {
+		if e := rq.authenticate(a); e != nil {
 			return "", e
 		}
-		return tx.user, nil
+		return rq.user, nil
 	}
 	return walkRules(list, &r, a != nil, login)
 }
@@ -129,17 +123,26 @@ func walkRules(rs []Rule, r *match.Request, auth bool, login func() (string, *Er
 }
 
 // matchRequest is the request as the matchers see it.
-func (tx *txn) matchRequest() match.Request {
-	req := &tx.req
-	return match.Request{Host: unsafe.String(unsafe.SliceData(req.Host), len(req.Host)), Client: tx.cc.remote,
-		Port: tx.port, Method: tx.method, User: tx.user, URL: urlString(req.Target), Resolve: tx.cc.p.resolveForRules}
+func (rq *request) matchRequest() match.Request {
+	req := &rq.req
+	return match.Request{Host: unsafe.String(unsafe.SliceData(req.Host), len(req.Host)), Client: rq.from.addr,
+		Port: rq.port, Method: rq.method, User: rq.user, URL: urlString(req.Target), Resolve: rq.resolve}
+}
+
+// resolve is resolveForRules within the request's connect timeout.
+func (rq *request) resolve(host string) []netip.Addr {
+	return resolveWithin(host, rq.gen.cfg.ConnectTimeout)
 }
 
 // resolveForRules looks a host name up for a [[rule]] with dst (Squid's
 // dst ACL does the same), within the connect timeout; a name that does
 // not resolve matches no address.
 func (p *Proxy) resolveForRules(host string) []netip.Addr {
-	ctx, cancel := context.WithTimeout(context.Background(), p.config().ConnectTimeout)
+	return resolveWithin(host, p.config().ConnectTimeout)
+}
+
+func resolveWithin(host string, timeout time.Duration) []netip.Addr {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	addrs, err := net.DefaultResolver.LookupNetIP(ctx, "ip", host)
 	if err != nil {

@@ -1,62 +1,98 @@
 package forwarding
 
-// This file holds the one forward loop: attempts along the plan, plain
-// requests and CONNECT alike, each followed by decide (attempt.go), and
-// the error kept for the client when no hop answers.
+// This file holds the walker: the one forward loop over a request's
+// plan. It is the only part that advances the plan, and it owns every
+// attempt in flight: it takes each hop (skipping a full peer), gets a
+// connection (an idle one, a connect, or a race of connects: race.go),
+// has the attempt make its round trip, and after each step asks decide
+// (attempt.go) what follows — the next hop, the same hop fresh, a hedge
+// when the head is late, or the answer. It knows nothing of the
+// transaction: it gets the request and the client side, and returns the
+// attempt to answer with.
 
 import (
 	"errors"
 	"net/http"
+	"time"
 
 	"github.com/peerd/peerd/access"
+	"github.com/peerd/peerd/internal/h1"
 	"github.com/peerd/peerd/selection"
 )
 
-// walk runs attempts along tx.plan until decide says to answer, and
+// walker walks one request's plan.
+type walker struct {
+	p    *Proxy
+	rq   *request
+	side clientSide
+	cw   *clientWriter // read for whether the client is gone
+	plan selection.Plan
+	a    attempt // the attempt in progress (its buffers are reused)
+	// lastErr is the error the client gets if no hop answers; denied a
+	// destination the policy refused on the way, which outranks it.
+	lastErr, denied *Error
+	origin          origin
+	oKey            []byte // the DIRECT pool key, scheme://host:port
+}
+
+func (w *walker) init(p *Proxy, rq *request, cc *clientConn) {
+	w.p, w.rq, w.side, w.cw = p, rq, cc, &cc.w
+}
+
+// begin starts a walk over plan.
+func (w *walker) begin(plan selection.Plan) {
+	w.plan, w.lastErr, w.denied, w.origin, w.oKey = plan, nil, nil, origin{}, w.oKey[:0]
+}
+
+// walk runs attempts along the plan until decide says to answer, and
 // returns the attempt to answer with: a response head read, a CONNECT
 // reply (or a DIRECT tunnel's connection), or a failure that is the
-// client's answer. nil when no hop is left (tx.finalError says why), or
-// when the client went away (tx.clientGone). Connect failures are decided
-// inside connect, which moves along the plan (and races hops when hedged);
-// every other step is decided here.
-func (tx *txn) walk() *attempt {
-	p := tx.cc.p
-	c := tx.cfg
-	plan := &tx.plan // kept in the txn: a hedge takes its next hop from it
-	hop, ok := plan.Next()
+// client's answer. nil when no hop is left (finalError says why), or when
+// the client went away.
+func (w *walker) walk() *attempt {
+	p := w.p
+	f := w.rq.facts
+	hop, ok := w.plan.Next()
 	pooled := true // the next attempt may ride an idle connection
 	for ok {
-		a := tx.connect(hop, plan, pooled)
+		a := w.connect(hop, pooled)
 		pooled = true
 		if a == nil {
 			return nil // every hop left failed to connect
 		}
-		retry := false
 		switch {
-		case tx.facts.tunnel && a.hop.Peer == nil:
+		case f.tunnel && a.hop.Peer == nil:
 			return a // DIRECT: the tunnel starts on the connection
-		case tx.facts.tunnel:
-			a.connectVia()
+		case f.tunnel:
+			a.connectVia(w.rq, w.side)
 		default:
-			a.exchange()
+			a.roundTrip(w.rq, w.side, w.firstByte(a))
+			for a.late && !w.cw.gone {
+				// The head is late: decide says whether the request
+				// goes to the next hop too.
+				if decide(lateHead, f, p.budget.available()) != hedge || !w.hedge(a) {
+					a.await(w.rq, w.side)
+				}
+			}
 		}
-		if tx.clientGone {
+		if w.cw.gone {
 			a.release()
 			return nil
 		}
-		if !tx.facts.tunnel {
+		retry := false
+		if !f.tunnel {
 			a.own = a.final && ownError(a)
-			retry = tx.blame(a, c.retryStatus[a.status])
+			retry = w.blame(a, w.rq.gen.cfg.retryStatus[a.status])
 		}
 		class := a.class(retry)
-		if !tx.facts.tunnel {
-			tx.judge(a, class)
+		if !f.tunnel {
+			w.judge(a, class)
 		}
-		tx.noteFailure(a, class)
-		costs := costsBudget(class, tx.facts)
-		switch decide(class, tx.facts, costs && p.budget.available()) {
+		w.noteFailure(a, class)
+		costs := costsBudget(class, f)
+		switch decide(class, f, costs && p.budget.available()) {
 		case nextHop:
-			next, more := plan.Next()
+			next, more := w.plan.Next()
 			if more && costs && !p.budget.withdraw() {
 				p.metrics.budgetExhausted()
 				more = false
@@ -86,40 +122,141 @@ func (tx *txn) walk() *attempt {
 	return nil
 }
 
-// finalError is the error the client gets when no hop answered.
-func (tx *txn) finalError() *Error {
-	if tx.denied != nil {
-		return tx.denied
+// firstByte is the first-byte timeout a's round trip returns at when
+// its head is late (0: it waits on): the peer's, when the peer hedges
+// and the request may be hedged.
+func (w *walker) firstByte(a *attempt) (fbt time.Duration) {
+	if a.hop.Peer == nil || !w.rq.facts.hedgeable {
+		return 0
 	}
-	return tx.lastErr
+	t, h := w.p.acct.FirstByte(a.hop.Peer)
+	if !h {
+		return 0
+	}
+	return t
+}
+
+// take returns the next hop of the plan that is not at max_conn (decide
+// skips a full peer: nothing is sent, nothing failed), with its
+// in-flight slot taken, and an idle connection to it when the request may
+// ride one.
+func (w *walker) take(hop selection.Hop, pooled bool) (selection.Hop, *upConn, bool) {
+	p := w.p
+	for hop.Peer != nil && !p.acct.BeginRequest(hop.Peer, w.rq.start) {
+		var ok bool
+		if decide(peerFull, w.rq.facts, false) != nextHop {
+			return hop, nil, false
+		}
+		if hop, ok = w.plan.Next(); !ok {
+			return hop, nil, false
+		}
+	}
+	if pooled && w.rq.facts.retriable() {
+		uc, extra := w.poolFor(hop).get(w.rq.start, w.rq.gen.cfg.PconnTimeout)
+		if extra > 0 {
+			p.unsolicited(hop, extra)
+		}
+		if uc != nil {
+			return hop, uc, true
+		}
+	}
+	return hop, nil, true
+}
+
+// connect returns an attempt with a connection, starting at hop and moving
+// along the plan past hops that fail to connect; nil when none is left.
+// pooled=false forces a new connection to the first hop (after a stale
+// pooled one).
+func (w *walker) connect(hop selection.Hop, pooled bool) *attempt {
+	p := w.p
+	for {
+		var uc *upConn
+		var ok bool
+		hop, uc, ok = w.take(hop, pooled)
+		if !ok {
+			return nil
+		}
+		if uc != nil {
+			return w.attemptOn(hop, uc, true)
+		}
+		if delay := p.hedgeDelay(w.rq.gen.cfg, hop); delay > 0 {
+			return w.raceConnects(hop, delay)
+		}
+		nc, err := p.dialHop(hop, w.originFor(hop), w.rq.gen)
+		if err == nil {
+			return w.attemptOn(hop, newUpConn(nc, w.poolFor(hop)), false)
+		}
+		if w.dialFailed(hop, err) != nextHop {
+			return nil
+		}
+		var more bool
+		if hop, more = w.plan.Next(); !more {
+			return nil
+		}
+		p.metrics.retry(connectFailed.String())
+		pooled = true
+	}
+}
+
+// attemptOn starts the walk's attempt at hop on uc.
+func (w *walker) attemptOn(hop selection.Hop, uc *upConn, reused bool) *attempt {
+	a := &w.a
+	a.restart(w.newAttempt(hop, connected, uc, reused))
+	return a
+}
+
+// newAttempt is an attempt of this request at hop, its slot there held.
+func (w *walker) newAttempt(hop selection.Hop, at progress, uc *upConn, reused bool) attempt {
+	return attempt{p: w.p, hop: hop, progress: at, reused: reused, conn: uc, begun: hop.Peer != nil,
+		tunnel: w.rq.facts.tunnel, headReq: w.rq.method == http.MethodHead}
+}
+
+// dialFailed records a failed connect, frees its slot, and says what
+// follows (decide: the next hop).
+func (w *walker) dialFailed(hop selection.Hop, err error) verdict {
+	a := attempt{hop: hop, progress: dialling, err: err}
+	class := a.class(false)
+	w.noteFailure(&a, class)
+	if hop.Peer != nil {
+		w.p.acct.EndRequest(hop.Peer)
+	}
+	return decide(class, w.rq.facts, false)
+}
+
+// finalError is the error the client gets when no hop answered.
+func (w *walker) finalError() *Error {
+	if w.denied != nil {
+		return w.denied
+	}
+	return w.lastErr
 }
 
 // noteFailure keeps the error the client gets if nothing better follows.
-func (tx *txn) noteFailure(a *attempt, class failure) {
+func (w *walker) noteFailure(a *attempt, class failure) {
 	if a.err == nil {
 		return // an answer, good or bad: nothing to keep
 	}
 	peer := hopName(a.hop)
 	var denied *access.Denied
 	if errors.As(a.err, &denied) {
-		tx.denied = errorf(http.StatusForbidden, CodeDenied, "", "%v", denied)
+		w.denied = errorf(http.StatusForbidden, CodeDenied, "", "%v", denied)
 		return
 	}
-	prev := tx.lastErr
+	prev := w.lastErr
 	switch class {
 	case connectFailed:
-		tx.lastErr = errorf(http.StatusBadGateway, CodeConnectFailed, peer, "%w", a.err)
+		w.lastErr = errorf(http.StatusBadGateway, CodeConnectFailed, peer, "%w", a.err)
 	case beforeWrite, staleConn:
-		if tx.lastErr == nil || tx.lastErr.Code != CodeConnectFailed {
-			tx.lastErr = errorf(http.StatusBadGateway, CodeBadGateway, peer, "%w", a.err)
+		if w.lastErr == nil || w.lastErr.Code != CodeConnectFailed {
+			w.lastErr = errorf(http.StatusBadGateway, CodeBadGateway, peer, "%w", a.err)
 		}
 	case timedOut:
-		tx.lastErr = errorf(http.StatusGatewayTimeout, CodeTimeout, peer, "no response within read_timeout (%s)", tx.cfg.ReadTimeout)
+		w.lastErr = errorf(http.StatusGatewayTimeout, CodeTimeout, peer, "no response within read_timeout (%s)", w.rq.gen.cfg.ReadTimeout)
 	case afterWrite:
-		tx.lastErr = errorf(http.StatusBadGateway, CodeBadGateway, peer, "%w", a.err)
+		w.lastErr = errorf(http.StatusBadGateway, CodeBadGateway, peer, "%w", a.err)
 	}
-	if tx.lastErr != prev {
-		tx.lastErr.hop, tx.lastErr.hopSet = a.hop, true
+	if w.lastErr != prev {
+		w.lastErr.hop, w.lastErr.hopSet = a.hop, true
 	}
 }
 
@@ -128,4 +265,35 @@ func hopName(h selection.Hop) string {
 		return ""
 	}
 	return h.Peer.Name()
+}
+
+// originFor is where DIRECT goes for this request (the zero origin for a
+// peer).
+func (w *walker) originFor(hop selection.Hop) origin {
+	if hop.Peer != nil {
+		return origin{}
+	}
+	if w.origin.host == "" {
+		req := &w.rq.req
+		w.origin = origin{host: string(req.Host), port: uint16(w.rq.port), tls: w.rq.https()}
+	}
+	return w.origin
+}
+
+// poolFor is the idle list of a hop for this request.
+func (w *walker) poolFor(hop selection.Hop) *pool {
+	p := w.p
+	if hop.Peer != nil {
+		return p.pools.forPeer(hop.Peer)
+	}
+	if len(w.oKey) == 0 {
+		req := &w.rq.req
+		if req.Form == h1.AbsoluteForm {
+			w.oKey = append(w.oKey, req.Scheme...)
+		}
+		w.oKey = append(w.oKey, "://"...)
+		w.oKey = append(w.oKey, req.Host...)
+		w.oKey = append(append(w.oKey, ':'), req.Port...)
+	}
+	return p.pools.forOrigin(w.oKey)
 }

@@ -47,7 +47,7 @@ type SkippedPeer struct {
 
 // Explain builds the plan for r without walking it for real.
 func (pl *Planner) Explain(r Request) Explanation {
-	p := pl.plan(r, true)
+	p := pl.plan(pl.Routing(), r, true)
 	out := Explanation{Hops: []ExplainedHop{}, Skipped: []SkippedPeer{}}
 	if p.route >= 0 {
 		rt := p.route

@@ -205,13 +205,33 @@ type Plan struct {
 	seenMore []uint64  // the rest, allocated only for large peer sets
 }
 
-// Plan starts a plan for r.
-func (pl *Planner) Plan(r Request) Plan { return pl.plan(r, false) }
+// Plan starts a plan for r under the options and peers in force now.
+func (pl *Planner) Plan(r Request) Plan { return pl.plan(pl.Routing(), r, false) }
+
+// Routing is the planner's options (policy, direct, routes) and its view
+// of the configured peers as of one moment. A request takes the one in
+// force when it begins and plans with it, so that a reload while it is
+// in flight cannot give it the new routes over the old peers, or the
+// reverse. The peers' health stays live: only the configuration is held.
+type Routing struct {
+	pl *Planner
+	o  *Options
+	v  *view
+}
+
+// Routing returns the options and peers in force now.
+func (pl *Planner) Routing() Routing { return Routing{pl: pl, o: pl.opts.Load(), v: pl.currentView()} }
+
+// Plan starts a plan for r under rt.
+func (rt Routing) Plan(r Request) Plan { return rt.pl.plan(rt, r, false) }
+
+// DirectAllowed reports whether DIRECT may be a next hop under rt.
+func (rt Routing) DirectAllowed() bool { return rt.o.Direct != DirectNever }
 
 // plan starts a plan; dry leaves the policies' state as it is (explain).
-func (pl *Planner) plan(r Request, dry bool) Plan {
-	o := pl.opts.Load()
-	p := Plan{v: pl.currentView(), opts: o, pl: pl, w: walk{first: -1}, route: -1, policy: o.Policy, direct: o.Direct}
+func (pl *Planner) plan(rt Routing, r Request, dry bool) Plan {
+	o := rt.o
+	p := Plan{v: rt.v, opts: o, pl: pl, w: walk{first: -1}, route: -1, policy: o.Policy, direct: o.Direct}
 	p.w.reset()
 	if p.route = o.index.routeFor(o.Routes, &r); p.route >= 0 {
 		rt := &o.Routes[p.route]

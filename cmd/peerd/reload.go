@@ -186,17 +186,51 @@ func (s *server) stage(cfg, old *config.File) (*staged, error) {
 	return st, nil
 }
 
-// commit swaps the staged config in. Nothing here can fail.
+// commit swaps the staged config in. Nothing here can fail. Everything a
+// request reads goes in as one generation: a request in flight keeps the
+// one it began with.
 func (s *server) commit(st *staged, old *config.File) {
 	cfg := st.cfg
 	configureLogger(s.log, cfg.Log)
-	s.setAuth(st.basic)
-	s.proxy.SetPolicy(st.policy)
-	s.proxy.SetRules(cfg.CompiledRules())
-	s.planner.SetOptions(cfg.PlannerOptions())
-	s.proxy.Apply(cfg.Proxy) // validated once, with the whole file, by loadConfig
+	s.planner.SetOptions(cfg.PlannerOptions()) // taken by the generation below
+	var basic forwarding.Authenticator
+	if st.basic != nil {
+		basic = st.basic
+	}
+	prevCache := s.proxy.Cache()
+	nextCache := prevCache
+	switch {
+	case cfg.Cache.Memory <= 0:
+		nextCache = nil
+	case st.cache != nil:
+		nextCache = st.cache
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	prevLog := s.access
+	if cfg.Log.AccessLog != old.Log.AccessLog {
+		s.access = st.access
+	} else if s.access != nil {
+		s.access.SetStripQuery(cfg.Log.StripQueryTerms)
+		s.access.SetFormat(cfg.Log.AccessFormat())
+	}
+	port := ""
+	if st.proxyLn != nil && s.proxyLn != nil {
+		port = listenPort(st.proxyLn)
+	}
+	s.proxy.Reconfigure(forwarding.Generation{Config: cfg.Proxy, Policy: st.policy, Rules: cfg.CompiledRules(),
+		Auth: basic, Cache: nextCache, AccessLog: s.access, Port: port})
+	// What the old generation alone used goes once it is out of force
+	// (requests still under it finish with what they hold).
+	if nextCache != prevCache {
+		prevCache.Close()
+	} else if nextCache != nil {
+		nextCache.Reconfigure(cfg.Cache)
+	}
+	if prevLog != s.access && prevLog != nil {
+		prevLog.Close()
+	}
 	s.proxy.Prune(s.reg.Peers())
-	s.reconfigureCache(cfg.Cache, st.cache)
 	s.api.SetToken(cfg.Admin.Token)
 	s.api.SetHosts(cfg.Admin.Listen, cfg.Admin.Hosts)
 	s.icpLog.Store(cfg.ICP.LogQueries)
@@ -209,9 +243,6 @@ func (s *server) commit(st *staged, old *config.File) {
 			s.log.WithError(err).Error("icp: queries keep going out from the old address")
 		}
 	}
-
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	s.cfg = cfg
 	if cfg.ICP.Listen != old.ICP.Listen {
 		if s.icpSrv != nil {
@@ -222,24 +253,11 @@ func (s *server) commit(st *staged, old *config.File) {
 			s.log.WithField("icp", st.icp.Addr().String()).Info("ICP listener moved")
 		}
 	}
-	if cfg.Log.AccessLog != old.Log.AccessLog {
-		// Switch writers first, then close the old file.
-		prev := s.access
-		s.access = st.access
-		s.proxy.SetAccessLog(st.access)
-		if prev != nil {
-			prev.Close()
-		}
-	} else if s.access != nil {
-		s.access.SetStripQuery(cfg.Log.StripQueryTerms)
-		s.access.SetFormat(cfg.Log.AccessFormat())
-	}
 	if st.proxyLn != nil && s.proxyLn != nil {
 		// The old listener stops accepting; its connections finish their
 		// requests as usual.
 		prev := s.proxyLn
 		s.proxyLn = st.proxyLn
-		s.proxy.SetPort(listenPort(st.proxyLn))
 		s.serveProxy(st.proxyLn)
 		prev.Close()
 		s.log.WithField("proxy", st.proxyLn.Addr().String()).Info("proxy listener moved")

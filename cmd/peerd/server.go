@@ -104,15 +104,6 @@ func (s *server) sockets() map[string]handover.FileConn {
 	return out
 }
 
-// setAuth puts [auth] in force (a nil Basic: off).
-func (s *server) setAuth(b *auth.Basic) {
-	if b == nil {
-		s.proxy.SetAuth(nil)
-		return
-	}
-	s.proxy.SetAuth(b)
-}
-
 // tlsFor is the TLS client config of a peer (dialer.Dialer.TLS).
 func (s *server) tlsFor(p *peers.Peer) *tls.Config { return (*s.peerTLS.Load())[p.Name()] }
 
@@ -191,13 +182,15 @@ func newServer(path string, cfg *config.File, stderr io.Writer) (*server, error)
 	if err != nil {
 		return nil, err
 	}
-	s.proxy.SetCache(ch)
-	s.proxy.SetRules(cfg.CompiledRules())
 	basic, err := auth.Load(cfg.Auth)
 	if err != nil {
 		return nil, err
 	}
-	s.setAuth(basic)
+	var a forwarding.Authenticator
+	if basic != nil {
+		a = basic
+	}
+	s.proxy.Reconfigure(forwarding.Generation{Config: cfg.Proxy, Policy: pol, Rules: cfg.CompiledRules(), Auth: a, Cache: ch, AccessLog: s.access})
 	promReg.MustRegister(s.proxy.CacheCollector())
 	s.fleet = fleet.New(reg, lg)
 	promReg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -364,21 +357,4 @@ func (s *server) fleetNode(cfg *config.File) string {
 	}
 	_, port, _ := net.SplitHostPort(cfg.Fleet.Bind)
 	return s.proxy.Name() + ":" + port
-}
-
-// reconfigureCache applies a reloaded [cache]: the stored objects stay
-// unless the cache is turned off or its disk moved (then fresh, the new
-// cache staged by the reload).
-func (s *server) reconfigureCache(c cache.Config, fresh *cache.Cache) {
-	cur := s.proxy.Cache()
-	switch {
-	case c.Memory <= 0:
-		s.proxy.SetCache(nil)
-		cur.Close()
-	case fresh != nil:
-		s.proxy.SetCache(fresh)
-		cur.Close()
-	default:
-		cur.Reconfigure(c)
-	}
 }

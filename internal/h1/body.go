@@ -243,3 +243,24 @@ func WriteLastChunk(w *bufio.Writer, trailer []Field) error {
 	_, err := w.WriteString("\r\n")
 	return err
 }
+
+// Left is what a Content-Length body still has to come (0 for other
+// kinds): the bytes a caller may move without Read.
+func (b *BodyReader) Left() int64 {
+	if b.kind != LengthBody || b.err != nil {
+		return 0
+	}
+	return b.n
+}
+
+// Moved accounts for n body bytes that went from the connection to their
+// destination without passing through Read (splice(2)); the body is done
+// when none is left. It is for Content-Length bodies with nothing
+// buffered in the Reader.
+func (b *BodyReader) Moved(n int64) {
+	b.n -= n
+	b.Count += n
+	if b.n == 0 {
+		b.done = true
+	}
+}

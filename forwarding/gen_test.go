@@ -1,0 +1,153 @@
+package forwarding
+
+import (
+	"bufio"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/sirupsen/logrus/hooks/test"
+
+	"github.com/peerd/peerd/access"
+	"github.com/peerd/peerd/dialer"
+	"github.com/peerd/peerd/internal/match"
+	"github.com/peerd/peerd/peers"
+	"github.com/peerd/peerd/selection"
+)
+
+// TestReloadMidRequestKeepsItsGeneration: every part of the config
+// changes while a request is in flight (its head read, its body not yet
+// sent): the [proxy] section, the routes, the rules, the destination
+// policy, the access log. The request is served under the config it began
+// with throughout: planned with the old routes (the first parent, not the
+// one the new route names), named with the old name, logged to the old
+// log. The next request gets the new config.
+func TestReloadMidRequestKeepsItsGeneration(t *testing.T) {
+	dir := t.TempDir()
+	synctest.Test(t, func(t *testing.T) {
+		log, _ := test.NewNullLogger()
+		h := peers.DefaultConfig()
+		h.ProbeInterval, h.ProbeMaxInterval = time.Hour, time.Hour
+		reg, err := peers.New(peers.Options{Health: h, ConnectTimeout: time.Second, Log: log}, []peers.Spec{
+			{Name: "a", Host: "127.0.0.1", Port: 1}, {Name: "b", Host: "127.0.0.1", Port: 2},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range reg.Peers() {
+			reg.Observe(p, peers.Observation{At: time.Now(), RTT: time.Millisecond, Probe: true})
+		}
+		pn := newPipeNet()
+		defer pn.closeAll()
+		oldLog, err := OpenAccessLog(filepath.Join(dir, "old.log"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer oldLog.Close()
+		cfg := DefaultConfig()
+		cfg.Name = "old-gen"
+		cfg.Direct = selection.DirectNever
+		cfg.ConnectHedgeDelay = HedgeDelay{}
+		planner := selection.New(reg, selection.Options{Policy: selection.FirstUp, Direct: selection.DirectNever})
+		px, err := New(Options{Config: cfg, Planner: planner, Accounting: reg, AccessLog: oldLog,
+			Dialer: &dialer.Dialer{Reporter: reg, Dial: pn.Dial, Log: log}, Log: log})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer px.CloseIdle()
+
+		client, server := net.Pipe()
+		defer client.Close()
+		px.conns.admit(1 << 20)
+		go newClientConn(px, fromLoopback{server}).serve()
+		io.WriteString(client, "POST http://origin.test/x HTTP/1.1\r\nHost: origin.test\r\nContent-Length: 7\r\n\r\n")
+		synctest.Wait() // the proxy has the head, and waits for the body
+
+		// Every part of the config changes.
+		next := cfg
+		next.Name = "new-gen"
+		next.RetryOnStatus = []int{500}
+		px.Apply(next)
+		routes, err := selection.CompileRoutes([]selection.RouteSpec{{Peers: []string{"b"}}}, map[string]bool{"a": true, "b": true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		planner.SetOptions(selection.Options{Policy: selection.FirstUp, Direct: selection.DirectNever, Routes: routes})
+		rules, err := CompileRules([]RuleSpec{{Action: "deny", Spec: match.Spec{Domains: []string{"origin.test"}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		px.SetRules(rules)
+		acfg := access.DefaultConfig()
+		acfg.DenyTo = []access.Destination{{Name: "origin.test"}}
+		pol, err := access.Compile(acfg, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		px.SetPolicy(pol)
+		newLog, err := OpenAccessLog(filepath.Join(dir, "new.log"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer newLog.Close()
+		px.SetAccessLog(newLog)
+
+		io.WriteString(client, "payload")
+		br := bufio.NewReader(client)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != 200 || string(body) != "from "+addrA {
+			t.Fatalf("in flight across the reload: %d %q; want a's answer (the old routes: first-up, a first)", resp.StatusCode, body)
+		}
+		if via := resp.Header.Get("Via"); !strings.Contains(via, "old-gen") {
+			t.Errorf("Via %q; want the old name", via)
+		}
+		if xc := resp.Header.Get("X-Cache"); !strings.Contains(xc, "old-gen") {
+			t.Errorf("X-Cache %q; want the old name", xc)
+		}
+
+		// The next request on the connection is served under the new
+		// config: the new rule refuses it.
+		io.WriteString(client, "GET http://origin.test/y HTTP/1.1\r\nHost: origin.test\r\n\r\n")
+		resp, err = http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.ReadAll(resp.Body)
+		if resp.StatusCode != 403 || !strings.Contains(resp.Header.Get("Via"), "new-gen") {
+			t.Fatalf("after the reload: %d, Via %q; want 403 from the new rule, named new-gen", resp.StatusCode, resp.Header.Get("Via"))
+		}
+		client.Close()
+		synctest.Wait()
+		oldLog.Flush()
+		newLog.Flush()
+		oldLines, newLines := logLines(t, oldLog.Path()), logLines(t, newLog.Path())
+		if len(oldLines) != 1 || !strings.Contains(oldLines[0], "POST http://origin.test/x") {
+			t.Errorf("old log: %q; want the request that began under it", oldLines)
+		}
+		if len(newLines) != 1 || !strings.Contains(newLines[0], "GET http://origin.test/y") {
+			t.Errorf("new log: %q; want only the request after the reload", newLines)
+		}
+	})
+}
+
+func logLines(t *testing.T, path string) []string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b) == 0 {
+		return nil
+	}
+	return strings.Split(strings.TrimSpace(string(b)), "\n")
+}

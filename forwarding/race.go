@@ -1,0 +1,330 @@
+package forwarding
+
+// This file holds the race: the attempts of one request in flight at
+// once, which the walker owns. Two things race. A connect still pending
+// after its hedge delay has the plan's next hop dialled beside it (and
+// the one after, every hedge delay); the first connection carries the
+// request, and nothing is written before one is won, so a request is
+// never sent twice. A request whose head is late goes to the next hop
+// too (a hedge), and the first final head wins. Both run their attempts
+// through one race: each racer reports its attempt on one channel when
+// its step ends, and whatever reports after the race is over is disposed
+// of in one place (an unused connection pooled, a used one closed, the
+// peer's in-flight slot freed).
+
+import (
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/peerd/peerd/internal/h1"
+	"github.com/peerd/peerd/peers"
+	"github.com/peerd/peerd/selection"
+)
+
+// race is one request's racing attempts.
+type race struct {
+	w       *walker
+	results chan *attempt
+	pending int
+	mu      sync.Mutex // guards over and the racers' connections
+	over    bool       // a winner was taken, or the request gave up
+	sending []*attempt // hedges under way (their connections close when the race ends)
+}
+
+// maxRacing bounds the attempts one request has pending at once.
+const maxRacing = 8
+
+var errHedgeAbandoned = errors.New("hedge abandoned: the other attempt answered first")
+
+func (w *walker) newRace() *race { return &race{w: w, results: make(chan *attempt, maxRacing)} }
+
+// dial starts a connect to hop (its slot taken); the attempt comes back
+// connected, or failed at dialling.
+func (r *race) dial(hop selection.Hop) {
+	w := r.w
+	a := w.newAttempt(hop, dialling, nil, false)
+	o, pl, g := w.originFor(hop), w.poolFor(hop), w.rq.gen
+	r.pending++
+	go func() {
+		nc, err := w.p.dialHop(hop, o, g)
+		if err != nil {
+			a.err = err
+		} else {
+			a.conn, a.progress = newUpConn(nc, pl), connected
+		}
+		r.report(&a)
+	}()
+}
+
+// send starts a hedge at hop (its slot taken; uc an idle connection to
+// it, or nil to dial): it connects, writes the request and reads the
+// final head, dropping interim answers. It comes back with a head, or
+// failed.
+func (r *race) send(hop selection.Hop, uc *upConn) {
+	w := r.w
+	a := w.newAttempt(hop, planned, uc, uc != nil)
+	o, pl, rq := w.originFor(hop), w.poolFor(hop), w.rq
+	r.pending++
+	r.mu.Lock()
+	r.sending = append(r.sending, &a)
+	r.mu.Unlock()
+	go func() {
+		if uc == nil {
+			a.progress = dialling
+			nc, err := w.p.dialHop(hop, o, rq.gen)
+			if err != nil {
+				a.err = err
+				r.report(&a)
+				return
+			}
+			uc = newUpConn(nc, pl)
+		}
+		r.mu.Lock()
+		if r.over {
+			r.mu.Unlock()
+			uc.close()
+			a.err = errHedgeAbandoned
+			r.report(&a)
+			return
+		}
+		a.conn, a.progress = uc, connected
+		r.mu.Unlock()
+		a.roundTrip(rq, nil, 0)
+		r.report(&a)
+	}()
+}
+
+// report hands a racer's attempt to the walker, or, when the race is
+// over, disposes of it.
+func (r *race) report(a *attempt) {
+	r.mu.Lock()
+	if !r.over {
+		r.results <- a // never blocks: at most maxRacing are pending
+		r.mu.Unlock()
+		return
+	}
+	r.mu.Unlock()
+	r.dispose(a)
+}
+
+// dispose ends an attempt the race no longer needs: a connection that
+// carried nothing goes to its hop's idle list, any other is closed, and
+// the hop's in-flight slot is freed.
+func (r *race) dispose(a *attempt) {
+	if a.conn != nil {
+		if a.progress == connected && a.err == nil {
+			a.conn.pool.put(a.conn, time.Now())
+		} else {
+			a.conn.close()
+		}
+		a.conn = nil
+	}
+	if a.begun {
+		r.w.p.acct.EndRequest(a.hop.Peer)
+		a.begun = false
+	}
+}
+
+// finish ends the race: hedges still under way are cut (their
+// connections closed), racers still pending dispose of themselves, and
+// those that reported already are disposed of here.
+func (r *race) finish() {
+	r.mu.Lock()
+	r.over = true
+	for _, a := range r.sending {
+		if a.conn != nil {
+			a.conn.close() // its round trip ends; it reports, and is disposed
+		}
+	}
+	r.mu.Unlock()
+	for {
+		select {
+		case a := <-r.results:
+			r.dispose(a)
+		default:
+			return
+		}
+	}
+}
+
+// raceConnects dials hop and, every hedge delay while no connection has
+// arrived, the next hop of the plan too; the first connection wins.
+func (w *walker) raceConnects(hop selection.Hop, delay time.Duration) *attempt {
+	p := w.p
+	r := w.newRace()
+	latest := hop
+	r.dial(hop)
+	timer := time.NewTimer(delay)
+	defer timer.Stop()
+	// next takes the plan's next hop: an idle connection to it ends the
+	// race at once; otherwise it is dialled.
+	next := func() (*attempt, bool) {
+		h, ok := w.plan.Next()
+		if !ok {
+			return nil, false
+		}
+		h, uc, ok := w.take(h, true)
+		if !ok {
+			return nil, false
+		}
+		if uc != nil {
+			r.finish()
+			return w.attemptOn(h, uc, true), true
+		}
+		latest = h
+		r.dial(h)
+		timer.Reset(p.hedgeDelay(w.rq.gen.cfg, h))
+		return nil, true
+	}
+	for {
+		select {
+		case a := <-r.results:
+			r.pending--
+			if a.err == nil {
+				r.finish()
+				return w.attemptOn(a.hop, a.conn, false)
+			}
+			if w.dialFailed(a.hop, a.err) != nextHop && r.pending == 0 {
+				r.finish()
+				return nil
+			}
+			if r.pending == 0 {
+				p.metrics.retry(connectFailed.String())
+				won, ok := next()
+				if won != nil {
+					return won
+				}
+				if !ok {
+					r.finish()
+					return nil
+				}
+			}
+		case <-timer.C:
+			if latest.Peer != nil {
+				p.acct.MarkSlow(latest.Peer)
+			}
+			if r.pending >= maxRacing {
+				continue
+			}
+			p.metrics.hedge()
+			if won, _ := next(); won != nil {
+				return won
+			}
+		}
+	}
+}
+
+// hedge sends the request to the plan's next hop too, while a (whose
+// head is late) goes on waiting, and waits for the first final head of
+// either. It reports false when no hedge could be sent (no hop left, or
+// no budget): a waits on as before. Otherwise a ends holding the winner
+// (its hop, connection and head) or, when both failed, the original's
+// failure; the loser's connection is closed, never reused. The original
+// is late — an answer failure — only when the hedge's head came first and
+// fast (within that hop's own first-byte timeout): a slow origin behind
+// both is no parent's fault.
+func (w *walker) hedge(a *attempt) bool {
+	p := w.p
+	h, ok := w.plan.Next()
+	if !ok {
+		return false
+	}
+	h, uc, ok := w.take(h, true)
+	if !ok {
+		return false
+	}
+	if !p.budget.withdraw() {
+		if uc != nil {
+			uc.close()
+		}
+		if h.Peer != nil {
+			p.acct.EndRequest(h.Peer)
+		}
+		p.metrics.budgetExhausted()
+		return false
+	}
+	a.hop.Peer.NoteHedged()
+	p.metrics.hedgeRequest()
+	r := w.newRace()
+	r.send(h, uc)
+	// The original waits on beside the hedge, on a goroutine of its own.
+	orig := make(chan struct{})
+	go func() {
+		a.await(w.rq, nil)
+		close(orig)
+	}()
+	watch := w.side.watch(nil)
+	defer watch.stop()
+	origDone, hedgeFailed := false, false
+	for !origDone || !hedgeFailed {
+		select {
+		case <-orig:
+			origDone = true
+			if a.err == nil {
+				r.finish() // the original first: the hedge is cut
+				return true
+			}
+		case s := <-r.results:
+			if s.err != nil {
+				hedgeFailed = true
+				r.dispose(s)
+				continue
+			}
+			// The hedge first: the original is abandoned.
+			r.finish()
+			if !origDone {
+				a.conn.close()
+				<-orig
+			}
+			w.hedgeWon(a, s)
+			return true
+		case <-watch.left:
+			r.finish()
+			if !origDone {
+				a.conn.close()
+				<-orig
+			}
+			a.err = errClientGone
+			return true
+		}
+	}
+	// Both failed: the original's failure stands.
+	r.finish()
+	return true
+}
+
+// hedgeWon makes the hedge s the walk's attempt a, the original having
+// been abandoned: it is judged late when the hedge was fast.
+func (w *walker) hedgeWon(a, s *attempt) {
+	p := w.p
+	fast := s.hop.Peer == nil
+	if !fast {
+		fbt, _ := p.acct.FirstByte(s.hop.Peer)
+		fast = fbt <= 0 || s.firstByte <= fbt
+	}
+	if fast {
+		p.acct.ObserveAnswer(a.hop.Peer, peers.AnswerLate, 0, time.Now())
+	}
+	a.conn.close()
+	a.conn = nil
+	if a.begun {
+		p.acct.EndRequest(a.hop.Peer)
+	}
+	a.restart(attempt{p: p, hop: s.hop, progress: s.progress, conn: s.conn, reused: s.reused, begun: s.begun,
+		firstByte: s.firstByte, writtenAt: s.writtenAt, headAt: s.headAt, final: s.final, status: s.status,
+		gotBytes: true, tunnel: s.tunnel, headReq: s.headReq})
+	a.takeHead(s.head)
+	if s.hop.Peer != nil {
+		p.acct.ObserveAnswer(s.hop.Peer, peers.AnswerOK, s.firstByte, a.headAt)
+	}
+}
+
+// takeHead parses a won final head into a.resp.
+func (a *attempt) takeHead(head []byte) {
+	if err := h1.ParseResponse(head, &a.resp); err != nil {
+		a.err, a.final = err, false
+		return
+	}
+	a.final, a.status, a.head, a.progress = true, a.resp.Status, head, responseHead
+}
