@@ -122,3 +122,29 @@ func TestNothingPointsOutside(t *testing.T) {
 		}
 	}
 }
+
+// TestFileShape: no non-test Go file is over 500 lines, and each opens
+// with what it holds (a package doc, or a comment after the package
+// clause).
+func TestFileShape(t *testing.T) {
+	out, err := exec.Command("git", "ls-files", "*.go").Output()
+	if err != nil {
+		t.Skip("not a git checkout")
+	}
+	for _, f := range strings.Fields(string(out)) {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		lines := strings.Split(string(b), "\n")
+		if n := len(lines) - 1; n > 500 {
+			t.Errorf("%s has %d lines; split it (at most 500)", f, n)
+		}
+		if !strings.HasPrefix(lines[0], "//") && (len(lines) < 3 || !strings.HasPrefix(lines[2], "//")) {
+			t.Errorf("%s does not open with what it holds", f)
+		}
+	}
+}

@@ -1,0 +1,75 @@
+package fleet
+
+// This file holds the fleet as GET /fleet shows it: the members, their
+// state and the verdicts heard.
+
+import (
+	"sort"
+	"strconv"
+
+	"github.com/hashicorp/memberlist"
+)
+
+// Status is GET /fleet.
+type Status struct {
+	Enabled bool     `json:"enabled"`
+	Node    string   `json:"node,omitempty"`
+	Members []Member `json:"members"`
+	// Peers is each member's view of each peer: peer name, then node,
+	// then state. This member's view is read live from the registry.
+	Peers map[string]map[string]string `json:"peers"`
+}
+
+// Member is one member of the fleet as memberlist sees it.
+type Member struct {
+	Node  string `json:"node"`
+	Addr  string `json:"addr"`
+	State string `json:"state"`
+}
+
+// Status returns the fleet as this member sees it.
+func (f *Fleet) Status() Status {
+	st := Status{Members: []Member{}, Peers: map[string]map[string]string{}}
+	m := f.cur.Load()
+	if m == nil {
+		return st
+	}
+	st.Enabled, st.Node = true, m.node
+	live := map[string]bool{}
+	for _, n := range m.ml.Members() {
+		st.Members = append(st.Members, Member{Node: n.Name, Addr: n.Address(), State: nodeState(n.State)})
+		live[n.Name] = true
+	}
+	sort.Slice(st.Members, func(i, j int) bool { return st.Members[i].Node < st.Members[j].Node })
+	for _, p := range f.reg.Peers() {
+		st.Peers[p.Name()] = map[string]string{m.node: stateOf(p)}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for node, view := range f.views {
+		if !live[node] {
+			continue
+		}
+		for peer, v := range view {
+			if st.Peers[peer] == nil {
+				st.Peers[peer] = map[string]string{}
+			}
+			st.Peers[peer][node] = v.State
+		}
+	}
+	return st
+}
+
+func nodeState(s memberlist.NodeStateType) string {
+	switch s {
+	case memberlist.StateAlive:
+		return "alive"
+	case memberlist.StateSuspect:
+		return "suspect"
+	case memberlist.StateDead:
+		return "dead"
+	case memberlist.StateLeft:
+		return "left"
+	}
+	return strconv.Itoa(int(s))
+}
