@@ -32,15 +32,19 @@ type pipeNet struct {
 	status      map[string]int
 	fields      map[string]string
 	stop        chan struct{} // closed by closeAll: held answers give up
-	requests    map[string]int
-	bytes       map[string]int
-	dials       map[string]int
-	conns       []net.Conn
+	// handle, when set for an address, answers its requests itself (it
+	// reads the body); false ends the connection.
+	handle   map[string]func(req *http.Request, br *bufio.Reader, s net.Conn) bool
+	requests map[string]int
+	bytes    map[string]int
+	dials    map[string]int
+	conns    []net.Conn
 }
 
 func newPipeNet() *pipeNet {
 	return &pipeNet{delay: map[string]time.Duration{}, refuse: map[string]bool{}, requests: map[string]int{}, bytes: map[string]int{}, dials: map[string]int{},
-		answerDelay: map[string]time.Duration{}, status: map[string]int{}, fields: map[string]string{}, stop: make(chan struct{})}
+		answerDelay: map[string]time.Duration{}, status: map[string]int{}, fields: map[string]string{}, stop: make(chan struct{}),
+		handle: map[string]func(*http.Request, *bufio.Reader, net.Conn) bool{}}
 }
 
 func (n *pipeNet) Dial(ctx context.Context, _, addr string) (net.Conn, error) {
@@ -85,6 +89,18 @@ func (n *pipeNet) serve(addr string, s net.Conn) {
 		req, err := http.ReadRequest(br)
 		if err != nil {
 			return
+		}
+		n.mu.Lock()
+		h := n.handle[addr]
+		n.mu.Unlock()
+		if h != nil {
+			n.mu.Lock()
+			n.requests[addr]++
+			n.mu.Unlock()
+			if !h(req, br, s) {
+				return
+			}
+			continue
 		}
 		io.Copy(io.Discard, req.Body)
 		n.mu.Lock()
