@@ -34,6 +34,8 @@ func TestClassify(t *testing.T) {
 		{"final answer after a 1xx", attempt{progress: sentToClient, final: true, status: 502}, true, notFailed},
 		{"broke after a 1xx", attempt{progress: sentToClient, err: plain}, false, committed},
 		{"client body broke", attempt{progress: headWritten, err: errClientBody, clientBody: true}, false, committed},
+		{"written, no byte by the first-byte timeout", attempt{progress: headWritten, late: true}, false, lateHead},
+		{"late, then a head", attempt{progress: responseHead, final: true, status: 200}, false, notFailed},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := tc.a.class(tc.st); got != tc.want {
@@ -53,6 +55,7 @@ func TestDecide(t *testing.T) {
 	streamedPut := facts{idempotent: true}
 	post := facts{replayable: true}
 	connect := facts{tunnel: true}
+	hedgeable := facts{idempotent: true, replayable: true, hedgeable: true}
 	for _, tc := range []struct {
 		name   string
 		c      failure
@@ -68,6 +71,17 @@ func TestDecide(t *testing.T) {
 		{"head not written, POST", beforeWrite, post, false, nextHop},
 		// A sibling's miss is no failure: the next hop, any budget.
 		{"sibling miss", siblingMissed, get, false, nextHop},
+		{"sibling miss, POST", siblingMissed, post, false, nextHop},
+		// A peer at max_conn is skipped, not failed: nothing was sent.
+		{"peer full, GET", peerFull, get, false, nextHop},
+		{"peer full, POST", peerFull, post, false, nextHop},
+		{"peer full, CONNECT", peerFull, connect, false, nextHop},
+		// A late head: hedged when the request may be sent twice and the
+		// budget allows; otherwise the wait goes on (never an answer).
+		{"late head, hedgeable GET", lateHead, hedgeable, true, hedge},
+		{"late head, budget spent", lateHead, hedgeable, false, waitOn},
+		{"late head, POST", lateHead, post, true, waitOn},
+		{"late head, streamed body", lateHead, streamedPut, true, waitOn},
 		// A status in retry_on_status: idempotent and replayable, within
 		// the budget.
 		{"status retry, GET", statusRetry, get, true, nextHop},
@@ -104,6 +118,7 @@ func TestDecide(t *testing.T) {
 		{afterWrite, get, true}, {timedOut, get, true}, {statusRetry, get, true},
 		{connectFailed, get, false}, {beforeWrite, get, false}, {staleConn, get, false}, {siblingMissed, get, false},
 		{afterWrite, connect, false}, // a CONNECT retry costs the parents no replayed request
+		{lateHead, hedgeable, true}, {peerFull, get, false},
 	} {
 		if got := costsBudget(tc.c, tc.f); got != tc.want {
 			t.Errorf("costsBudget(%s, tunnel=%v) = %v; want %v", tc.c, tc.f.tunnel, got, tc.want)

@@ -586,3 +586,33 @@ func TestHierarchyCodesAsSquid(t *testing.T) {
 		}
 	}
 }
+
+// TestRoutingHeldAcrossSetOptions: a Routing taken before the options
+// change plans with the old routes and direct mode; the planner plans
+// with the new ones.
+func TestRoutingHeldAcrossSetOptions(t *testing.T) {
+	f := newFixture(t, "p1", "p2")
+	pl := New(f.reg, Options{Policy: FirstUp, Direct: DirectNever})
+	held := pl.Routing()
+	routes, err := CompileRoutes([]RouteSpec{{Peers: []string{"p2"}}}, map[string]bool{"p1": true, "p2": true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pl.SetOptions(Options{Policy: FirstUp, Direct: DirectAllow, Routes: routes})
+	r := Request{Method: "GET", URL: "http://x.test/", Host: "x.test", Port: 80}
+	plan := held.Plan(r)
+	var old []string
+	for h, ok := plan.Next(); ok; h, ok = plan.Next() {
+		if h.IsDirect() {
+			old = append(old, "DIRECT")
+		} else {
+			old = append(old, h.Peer.Name())
+		}
+	}
+	if fmt.Sprint(old) != "[p1 p2]" || held.DirectAllowed() {
+		t.Fatalf("the held routing planned %v (direct %v); want [p1 p2] and never", old, held.DirectAllowed())
+	}
+	if got := walkAll(pl, r); fmt.Sprint(got) != "[p2 DIRECT]" {
+		t.Fatalf("the new options planned %v; want [p2 DIRECT]", got)
+	}
+}
