@@ -194,8 +194,9 @@ func atsThreads() string {
 }
 
 // startATS runs Apache Traffic Server as the child: a forward proxy with
-// its cache off, every request to the given parents (round-robin), in a
-// private runroot so it touches nothing of the system's.
+// its cache off, every request to the given parents (round-robin; none:
+// DIRECT, with CONNECT to any port), in a private runroot so it touches
+// nothing of the system's.
 func startATS(work, bin string, parents []hop) *child {
 	dir, _ := os.MkdirTemp(work, "ats-")
 	for _, d := range []string{"etc", "run", "log", "cache"} {
@@ -230,6 +231,12 @@ CONFIG proxy.config.cache.ram_cache.size INT 8388608
 		ps = append(ps, "127.0.0.1:"+p.port)
 	}
 	files["etc/parent.config"] = fmt.Sprintf("dest_domain=. parent=%q round_robin=strict go_direct=false\n", strings.Join(ps, ";"))
+	if len(parents) == 0 {
+		// DIRECT (the tunnel run): no parent, and CONNECT to any port.
+		files["etc/parent.config"] = "\n"
+		files["etc/records.config"] = strings.Replace(files["etc/records.config"], "CONFIG proxy.config.http.no_dns_just_forward_to_parent INT 1\n",
+			"CONFIG proxy.config.http.no_dns_just_forward_to_parent INT 0\nCONFIG proxy.config.http.connect_ports STRING 1-65535\n", 1)
+	}
 	for _, f := range []string{"hosting.config", "volume.config", "cache.config", "sni.yaml", "socks.config", "splitdns.config", "ssl_multicert.config", "strategies.yaml"} {
 		files["etc/"+f] = ""
 	}

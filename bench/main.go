@@ -25,7 +25,7 @@ var (
 	conns        = flag.Int("c", 16, "connections for the throughput runs")
 	size         = flag.Int("size", 512, "response body bytes of the throughput runs")
 	lowRate      = flag.Int("lowrate", 100, "requests per second for the low-rate latency run through real Squid parents")
-	sections     = flag.String("run", "throughput,cache,disk,lowrate,failover,memory,fleet,icp,gray,tls,auth", "sections to run, comma-separated")
+	sections     = flag.String("run", "throughput,tunnel,cache,disk,lowrate,failover,memory,fleet,icp,gray,tls,auth", "sections to run, comma-separated")
 	threads      = flag.Int("threads", 0, "worker threads of each child (peerd GOMAXPROCS, ATS exec threads; Squid has one); 0: each child's default (one per core)")
 	rounds       = flag.Int("rounds", 3, "interleaved rounds of the throughput runs; figures are the medians")
 	tunnels      = flag.Int("tunnels", 2000, "idle CONNECT tunnels for the memory run")
@@ -68,6 +68,10 @@ func main() {
 	if want("throughput") {
 		fmt.Fprintln(os.Stderr, "== throughput")
 		res.Throughput = throughput(work, peerdBin, squidBin, atsBin)
+	}
+	if want("tunnel") {
+		fmt.Fprintln(os.Stderr, "== tunnel: CPU per MiB through CONNECT tunnels, peerd beside ATS and Squid")
+		res.Tunnel = tunnelRun(work, peerdBin, squidBin, atsBin)
 	}
 	if want("cache") {
 		fmt.Fprintln(os.Stderr, "== cache: hits and misses, peerd beside Squid's cache_mem")

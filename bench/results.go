@@ -27,6 +27,7 @@ type Results struct {
 	TLS        []Throughput `json:"tls_parent"`
 	Auth       []Throughput `json:"basic_auth"`
 	Disk       *DiskResults `json:"disk_cache,omitempty"`
+	Tunnel     []TunnelRow  `json:"connect_tunnels,omitempty"`
 }
 
 // wrkBin is wrk's path ("": load by a Go client).
@@ -149,6 +150,7 @@ func (r *Results) markdown() string {
 		}
 	}
 	b.WriteString(r.goals())
+	b.WriteString(r.tunnelMarkdown())
 	b.WriteString(r.cacheSection())
 	b.WriteString(r.diskSection())
 	for _, sec := range []struct {
