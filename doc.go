@@ -160,34 +160,62 @@
 //     its ICP port: Squid drops ICP from its own address, so on one host
 //     the operator separates the two by address.
 //
-// The engine's shape (issue 21).
+// The engine's shape (issues 21 and 42).
 //
-//   - forwarding keeps one transaction per request (txn: the client's
-//     request, its body, its checks) and its parts live apart: reply.go
-//     is what the client got (one final head, refused twice in one
-//     place); layer.go and cached.go the cache as a layer in front of the
-//     forwarder; walk.go the one forward loop, for plain requests and
-//     CONNECT alike; upstream.go how an attempt gets its connection
-//     (pool, connect, hedged race); attempt.go the attempt and decide,
-//     the one function that says what follows every attempt (connect
-//     failure, sibling miss, status retry, broken or late answer, CONNECT
-//     reply); exchange.go what the attempt does on the connection it
-//     owns (write, read the head, drain, pool or close); relay.go the
-//     relay of the answer to the client; heads.go the heads.
-//   - The attempt owns its upstream connection from the dial (or the
-//     pool) to its release, with the response head and body reader read
-//     there, as net/http's persistConn.roundTrip does; txn never touches
-//     an upstream connection.
-//   - The cache is not hooks in the forwarder: the cache layer
-//     (cacheLayer) sees the request first, answers hits, collapsed
-//     followers and only-if-cached itself, and otherwise calls the
-//     forwarder through a one-method interface (forwarder.forward). The
-//     forwarder sees the layer as a front: it adds the stored validators
-//     to a revalidation, takes the response head (a 304 refresh or
-//     stale-if-error answers from the store instead), is given the body
-//     as it is relayed (the tee into cache.Writer), and may stand in
-//     stale when no hop answered. Without a cache the front is nil and
-//     the forwarder is called directly.
+//   - forwarding keeps one transaction per request (txn.go) as the one
+//     place that knows every part; no part points back at it. A request
+//     (request.go) is what every part reads: its parsed head, its body,
+//     its facts, and the config generation it is served under (gen.go:
+//     [proxy], policy, rules, auth, routes and peers, cache, access log,
+//     built whole by a reload and stored with one atomic pointer; a
+//     request loads it once). Before, a reload swapped about ten pieces
+//     one at a time and one request read the policy three times
+//     (TestReloadMidRequestKeepsItsGeneration fails on d42dd92).
+//   - The attempt (attempt.go, roundtrip.go) is a round trip: it gets the
+//     request, a hop and a connection, owns the connection to its release,
+//     and ends with a response head and a body reader or a classified
+//     error; 1xx answers go to the client side it is given (as Caddy's
+//     Got1xxResponse). It has no pointer to the transaction.
+//   - The walker (walk.go) is the only part that advances the plan, and
+//     it owns every attempt in flight. decide (attempt.go) is the one
+//     function that says what follows every step: a full peer, a connect
+//     that failed (alone or in a race), a sibling's miss, a late head
+//     (hedge or wait), a broken answer, a status retry, a CONNECT reply.
+//     The connect race and the request hedge are one race (race.go): its
+//     racers report on one channel, and what reports after it is over is
+//     disposed of in one place.
+//   - The client writer (clientwrite.go) is the only way to the client:
+//     every write to the client connection, the tunnel's included, is in
+//     that file. It writes one final head per request (a second is an
+//     error the caller handles: TestHeadGuardRace), and whether the client
+//     is gone is one field, set in one place.
+//   - The cache is not hooks: its steps come before the forward (a lookup
+//     that may answer), during it (the sink the answer is relayed through:
+//     a decorator of the client writer that stores what passes, and may
+//     answer from the store instead) and after it (stale_if_dead). It
+//     reads the request and writes to the client writer; it has no
+//     pointer to the transaction either.
+//   - forwarding stays one package. The walls are the types above, which
+//     the compiler keeps (no *txn field outside txn.go's type): splitting
+//     the upstream side and the client side into packages would export
+//     the deadlines, the raw poll-cycle I/O and h1's reused buffers that
+//     both sides share, or copy them, for no wall the types do not
+//     already give.
+//   - cmd/peerd is wiring: config decoding is internal/config, the Squid
+//     importer internal/squidimport, the admin commands internal/cli, the
+//     socket hand-over internal/handover.
+//   - Speed, against d42dd92 in the same runs (three runs of make bench's
+//     sections, median of three interleaved rounds each): a CONNECT
+//     tunnel, and a long uncached Content-Length body, move between plain
+//     TCP connections by splice(2) (net.TCPConn.ReadFrom): 190/186/186
+//     µs of CPU per MiB against 542/498/503 (0.35-0.37 x; ATS 645-659,
+//     Squid 698-732). A buffered request body goes out with its head in
+//     one write, and the wait for the answer shares the poll cycle
+//     (rawio.go); one deadline covers the write and that wait. The
+//     profile-guided build (cmd/peerd/default.pgo) is taken from the
+//     bench: refresh it with
+//     go run ./bench -run throughput,cache,tunnel -rounds 1 -cpuprofile DIR
+//     and go tool pprof -proto DIR/*.pprof > cmd/peerd/default.pgo.
 //   - The request path's sockets are read, written and peeked with
 //     RawSyscall (forwarding/rawio.go): they are non-blocking and never
 //     wait, and syscall.Read and Write would wake the runtime's sysmon

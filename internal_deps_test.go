@@ -3,6 +3,8 @@ package peerd_test
 import (
 	"os"
 	"os/exec"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -145,6 +147,49 @@ func TestFileShape(t *testing.T) {
 		}
 		if !strings.HasPrefix(lines[0], "//") && (len(lines) < 3 || !strings.HasPrefix(lines[2], "//")) {
 			t.Errorf("%s does not open with what it holds", f)
+		}
+	}
+}
+
+// TestArchitectureNamesExist: every Type.method or package.Function the
+// architecture doc names in backquotes is in the code, so the walks it
+// describes cannot drift from it unnoticed.
+func TestArchitectureNamesExist(t *testing.T) {
+	doc, err := os.ReadFile("docs/architecture.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command("git", "ls-files", "*.go").Output()
+	if err != nil {
+		t.Skip("not a git checkout")
+	}
+	methods := map[string]bool{} // "Type.name" and "pkg.name"
+	funcRe := regexp.MustCompile(`(?m)^func (?:\(\w+ \*?(\w+)(?:\[[^\]]*\])?\) )?(\w+)[\[(]`)
+	for _, f := range strings.Fields(string(out)) {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		pkg := filepath.Base(filepath.Dir(f))
+		for _, m := range regexp.MustCompile(`(?m)^type (\w+)`).FindAllStringSubmatch(string(b), -1) {
+			methods[pkg+"."+m[1]] = true
+		}
+		for _, m := range funcRe.FindAllStringSubmatch(string(b), -1) {
+			if m[1] != "" {
+				methods[m[1]+"."+m[2]] = true
+			}
+			methods[pkg+"."+m[2]] = true // a function, or a method of a type of pkg
+		}
+	}
+	for _, m := range regexp.MustCompile("`([A-Za-z]\\w*)\\.([A-Za-z]\\w*)`").FindAllStringSubmatch(string(doc), -1) {
+		if strings.HasSuffix(m[2], "go") || strings.HasSuffix(m[2], "md") || strings.HasSuffix(m[2], "toml") {
+			continue // a file name
+		}
+		if !methods[m[1]+"."+m[2]] {
+			t.Errorf("docs/architecture.md names %s.%s, which is not in the code", m[1], m[2])
 		}
 	}
 }

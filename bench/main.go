@@ -34,6 +34,7 @@ var (
 	rate         = flag.Int("rate", 3000, "requests per second for the fixed-rate runs (latency and CPU per request)")
 	fixedConns   = flag.Int("fixedconns", 0, "connections each fixed-rate run may open (0: as many as the pace needs); with e.g. 16, requests that find every connection busy wait for one, and the wait counts in their latency")
 	fixedThreads = flag.Bool("fixedthreads", false, "add a throughput row for peerd with GOMAXPROCS set to one thread per core, beside the default that sizes its threads to the load")
+	baseBin      = flag.String("base", "", "another peerd binary to measure beside this one in the throughput run (e.g. one built with -pgo=off, or from an older commit)")
 	pin          = flag.Bool("pin", false, "give the child core 0 and wrk core 1 (taskset; use with -threads 1): latency without the load generator and the child sharing cores")
 )
 

@@ -47,6 +47,9 @@ func throughput(work, peerdBin, squidBin, atsBin string) []Throughput {
 		{name: targetDirect},
 		{name: targetPeerd, start: func() *child { return startPeerd(work, peerdBin, hops, "") }},
 	}
+	if *baseBin != "" {
+		targets = append(targets, tgt{name: targetPeerd + " (" + *baseBin + ")", start: func() *child { return startPeerd(work, *baseBin, hops, "") }})
+	}
 	if *fixedThreads {
 		n := runtime.NumCPU()
 		targets = append(targets, tgt{name: targetPeerdFixed, start: func() *child { return startPeerdThreads(work, peerdBin, hops, "", "", n) }})
