@@ -5,7 +5,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 PREFIX  ?= /usr/local
 
-.PHONY: build run test race e2e vet lint fuzz bench soak ci install clean
+.PHONY: build run test race e2e vet lint fuzz bench soak cover ci install clean
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/peerd
@@ -76,6 +76,12 @@ bench:
 SOAK ?= 10m
 soak:
 	$(GO) run ./bench/soak -d $(SOAK)
+
+# Unit coverage of the forwarding engine (its tests use synctest and an
+# injected network; the end-to-end tests are not counted).
+cover:
+	$(GO) test -count=1 -coverprofile=/tmp/peerd-forwarding.cov ./forwarding/
+	$(GO) tool cover -func=/tmp/peerd-forwarding.cov | tail -1
 
 ci: lint test
 

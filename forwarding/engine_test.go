@@ -657,7 +657,7 @@ func TestCollapsedMisses(t *testing.T) {
 		e := newEngine(t, selection.DirectNever, nil)
 		e.proxy.SetCache(newCache(t, time.Hour))
 		e.net.handle[addrA] = func(req *http.Request, br *bufio.Reader, s net.Conn) bool {
-			time.Sleep(time.Second) // slow: the others join meanwhile
+			time.Sleep(100 * time.Millisecond) // slow (within the first-byte timeout): the others join meanwhile
 			return cacheable("once")(req, br, s)
 		}
 		type answer struct {
