@@ -12,7 +12,8 @@ import (
 // TestDependencyDirection keeps the package graph acyclic and thin
 // (internal/conf, the config problem type every Config shares, imports
 // nothing and may be imported by all):
-// peers imports no package of ours; probes and dialer only peers;
+// peers imports no package of ours; probes and dialer only peers (and
+// internal/stall, peerd's own stalls, which imports nothing);
 // selection only peers; forwarding peers, dialer, selection (types) and
 // internal/h1 (framing), access (destination policy) and cache; cache
 // only internal/h1 (it parses heads, it never dials) and
@@ -30,10 +31,10 @@ func TestDependencyDirection(t *testing.T) {
 	const mod = "github.com/peerd/peerd/"
 	allowed := map[string][]string{
 		"peers":               {"internal/conf"},
-		"dialer":              {"peers", "internal/conf"},
-		"probes":              {"peers", "dialer", "internal/conf"},
+		"dialer":              {"peers", "internal/conf", "internal/stall"},
+		"probes":              {"peers", "dialer", "internal/conf", "internal/stall"},
 		"selection":           {"peers", "internal/match", "internal/conf"},
-		"forwarding":          {"peers", "dialer", "selection", "internal/h1", "internal/match", "access", "cache", "auth", "internal/conf", "internal/atomicfile"},
+		"forwarding":          {"peers", "dialer", "selection", "internal/h1", "internal/match", "access", "cache", "auth", "internal/conf", "internal/atomicfile", "internal/stall"},
 		"auth":                {"internal/conf"},
 		"cache":               {"internal/h1", "internal/conf", "internal/atomicfile"},
 		"access":              {"internal/conf"},
@@ -42,14 +43,15 @@ func TestDependencyDirection(t *testing.T) {
 		"internal/atomicfile": {},
 		"internal/match":      {},
 		"internal/procs":      {},
+		"internal/stall":      {},
 		"internal/handover":   {"internal/atomicfile"},
 		"admin":               {"peers", "selection", "internal/match", "cache", "fleet", "internal/h1", "internal/conf", "internal/atomicfile"},
 		"fleet":               {"peers", "internal/conf"},
 		"icp":                 {"peers", "internal/conf"},
 		"internal/squidimport": {"internal/config", "cache", "forwarding", "internal/match", "internal/conf",
-			"access", "admin", "auth", "fleet", "icp", "peers", "selection", "dialer", "internal/h1", "internal/atomicfile"},
+			"access", "admin", "auth", "fleet", "icp", "peers", "selection", "dialer", "internal/h1", "internal/atomicfile", "internal/stall"},
 		"internal/cli": {"admin", "internal/config", "selection", "internal/conf",
-			"access", "auth", "cache", "fleet", "forwarding", "icp", "peers", "dialer", "internal/h1", "internal/match", "internal/atomicfile"},
+			"access", "auth", "cache", "fleet", "forwarding", "icp", "peers", "dialer", "internal/h1", "internal/match", "internal/atomicfile", "internal/stall"},
 	}
 	owners := map[string]string{
 		"github.com/hashicorp/go-memdb":   "peers",

@@ -91,31 +91,35 @@ type Options struct {
 	Ready func() (bool, any)
 	// Facts are what the status page says of the process (nil: nothing).
 	Facts func() Facts
+	// HedgesLeft is how many hedges hedge_budget allows now (GET /peers
+	// hedges_budget_left; nil: 0).
+	HedgesLeft func() int64
 }
 
 // API is the admin HTTP handler.
 type API struct {
-	reg     *peers.Registry
-	prober  Prober
-	reload  func() (ReloadDiff, error)
-	explain func(selection.Request) selection.Explanation
-	audit   auditLog
-	log     logrus.FieldLogger
-	token   atomic.Pointer[string]
-	router  *mux.Router
-	guard   *tokenGuard
-	hosts   hostGuard
-	ready   func() (bool, any)
-	facts   func() Facts
-	cache   func() *cache.Cache
-	fleet   *fleet.Fleet
-	name    string
-	version string
+	reg        *peers.Registry
+	prober     Prober
+	reload     func() (ReloadDiff, error)
+	explain    func(selection.Request) selection.Explanation
+	audit      auditLog
+	log        logrus.FieldLogger
+	token      atomic.Pointer[string]
+	router     *mux.Router
+	guard      *tokenGuard
+	hosts      hostGuard
+	ready      func() (bool, any)
+	facts      func() Facts
+	hedgesLeft func() int64
+	cache      func() *cache.Cache
+	fleet      *fleet.Fleet
+	name       string
+	version    string
 }
 
 // New builds the API with the given token.
 func New(o Options, token string) *API {
-	a := &API{reg: o.Registry, prober: o.Prober, reload: o.Reload, explain: o.Explain, log: o.Log, guard: newTokenGuard(), cache: o.Cache, fleet: o.Fleet, name: o.Name, version: o.Version, ready: o.Ready, facts: o.Facts}
+	a := &API{reg: o.Registry, prober: o.Prober, reload: o.Reload, explain: o.Explain, log: o.Log, guard: newTokenGuard(), cache: o.Cache, fleet: o.Fleet, name: o.Name, version: o.Version, ready: o.Ready, facts: o.Facts, hedgesLeft: o.HedgesLeft}
 	if a.cache == nil {
 		a.cache = func() *cache.Cache { return nil }
 	}
@@ -302,7 +306,11 @@ func (a *API) listPeers(w http.ResponseWriter, r *http.Request) {
 	for i, s := range snaps {
 		out[i] = a.viewOf(s)
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"peers": out})
+	var left int64
+	if a.hedgesLeft != nil {
+		left = a.hedgesLeft()
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"peers": out, "hedges_budget_left": left})
 }
 
 func (a *API) peer(w http.ResponseWriter, r *http.Request) *peers.Peer {

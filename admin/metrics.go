@@ -38,13 +38,14 @@ var (
 	descAnswers   = prometheus.NewDesc("peerd_peer_answer_failures_total", "Answer failures of the parent, by class (late, closed, reset, timeout, own_5xx).", append(labels, "class"), nil)
 	descHedged    = prometheus.NewDesc("peerd_peer_hedged_requests_total", "Requests of the parent also sent to the next hop because its response head was late.", labels, nil)
 	descFirstByte = prometheus.NewDesc("peerd_peer_first_byte_seconds", "Smoothed response-head time of the parent.", labels, nil)
+	descShare     = prometheus.NewDesc("peerd_peer_latency_share", "The factor the parent's share of new requests is scaled by, from its recent response-head times beside its peers' (1 = normal).", labels, nil)
 	descAdminDesc = prometheus.NewDesc("peerd_peer_admin_state", "1 for the peer's current admin state.", append(labels, "state"), nil)
 	descBytes     = prometheus.NewDesc("peerd_peer_bytes_total", "Bytes of the requests sent to the peer (direction sent) and of its answers relayed to clients (received), tunnels included.", append(labels, "direction"), nil)
 )
 
 // Describe sends the descriptors.
 func (c *PeerCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descUp, descFailures, descConnects, descRequests, descChanges, descProbes, descInFlight, descConsec, descSuspect, descConnTime, descConnVar, descProbeRTT, descAdminDesc, descICP, descICPRTT, descAnswers, descHedged, descFirstByte, descBytes} {
+	for _, d := range []*prometheus.Desc{descUp, descFailures, descConnects, descRequests, descChanges, descProbes, descInFlight, descConsec, descSuspect, descConnTime, descConnVar, descProbeRTT, descAdminDesc, descICP, descICPRTT, descAnswers, descHedged, descFirstByte, descShare, descBytes} {
 		ch <- d
 	}
 }
@@ -88,6 +89,7 @@ func (c *PeerCollector) Collect(ch chan<- prometheus.Metric) {
 			}
 			counter(descHedged, p.Hedged())
 			gauge(descFirstByte, p.FirstByteMs()/1000)
+			gauge(descShare, p.LatencyShare())
 		}
 		if p.ICPPort() != 0 {
 			counter(descICP, s.ICP.Queries, "query")

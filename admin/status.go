@@ -35,7 +35,9 @@ type statusRow struct {
 	// DeadFor and NextProbe are how long it has been dead and when it is
 	// probed next ("" when alive, or none is planned).
 	DeadFor, NextProbe string
-	Charts             []template.HTML
+	// Share is a parent's latency share ("1.00" normal; "" for others).
+	Share  string
+	Charts []template.HTML
 }
 
 type statusTransition struct {
@@ -102,6 +104,8 @@ func (a *API) statusPage(w http.ResponseWriter, r *http.Request) {
 			row.NextProbe = roundAge(max(s.NextProbe.Sub(now), 0))
 		}
 		switch {
+		case s.State == peers.Alive && s.Suspect && p.Outlier():
+			row.State, row.StateClass = "suspect (outlier)", "suspect"
 		case s.State == peers.Alive && s.Suspect:
 			row.State, row.StateClass = "suspect", "suspect"
 		case s.State == peers.Dead:
@@ -120,6 +124,9 @@ func (a *API) statusPage(w http.ResponseWriter, r *http.Request) {
 		}
 		if s.ConnectTime > 0 {
 			row.Connect = fmt.Sprintf("%.1f ms", float64(s.ConnectTime)/float64(time.Millisecond))
+		}
+		if p.Type() == peers.Parent {
+			row.Share = fmt.Sprintf("%.2f", p.LatencyShare())
 		}
 		var notes []string
 		if s.AdminReason != "" {

@@ -60,6 +60,11 @@ type peerView struct {
 	Probe                 string           `json:"probe"`
 	DeadCause             *string          `json:"dead_cause"`
 
+	// Parents judged against each other (contract section 21).
+	LatencyShare float64 `json:"latency_share"`
+	Outlier      bool    `json:"outlier"`
+	RecentHeadMs float64 `json:"recent_head_ms"`
+
 	// ICP (0 / absent counters for a peer without icp_port).
 	ICPPort     int     `json:"icp_port"`
 	ICPQueries  int64   `json:"icp_queries"`
@@ -115,6 +120,9 @@ func (a *API) viewOf(s peers.Snapshot) peerView {
 		v.FirstByteTimeoutMs = ms(fbt)
 	}
 	v.HedgedTotal = p.Hedged()
+	v.LatencyShare = math.Round(p.LatencyShare()*1000) / 1000
+	v.Outlier = p.Outlier()
+	v.RecentHeadMs = math.Round(p.RecentHeadMs()*1e3) / 1e3
 	v.Probe = p.ProbeKind()
 	if c := p.DeadCause(); c != "" {
 		v.DeadCause = &c

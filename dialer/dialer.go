@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/peerd/peerd/internal/stall"
 	"github.com/peerd/peerd/peers"
 	"github.com/sirupsen/logrus"
 )
@@ -49,6 +50,9 @@ type Dialer struct {
 	// Source is the local address connections are made from; nil: the
 	// kernel's choice.
 	Source *Source
+	// Stalls, when set, is peerd's stall guard: a connect that timed out
+	// while peerd itself was stalled is not counted against the peer.
+	Stalls *stall.Guard
 
 	mu    sync.Mutex
 	known map[string][]netip.Addr // last good resolution per host
@@ -143,6 +147,11 @@ func (d *Dialer) DialPeer(ctx context.Context, p *peers.Peer, why Purpose) (net.
 			// failures_by_class, Proxy-Status, the access log — calls a
 			// black-holed peer what it is.
 			err = &TimeoutError{After: timeout, Err: err}
+			if d.Stalls.Stalled(start, end) > 0 {
+				// peerd was stalled while it waited: the peer is not
+				// blamed (stall_guard); the caller still moves on.
+				return nil, &ConnectError{Peer: p.Name(), Err: err}
+			}
 		}
 		d.Reporter.Observe(p, peers.Observation{At: end, Err: err, Probe: bool(why)})
 		return nil, &ConnectError{Peer: p.Name(), Err: err}

@@ -44,6 +44,9 @@ func (w *walker) judge(a *attempt, class failure) {
 	if a.progress < headWritten || (w.rq.body.state != noBody && a.progress < bodyWritten && !a.final) {
 		return // not written whole: nothing to judge
 	}
+	if !a.writtenAt.IsZero() && w.p.stalls.Stalled(a.writtenAt, time.Now()) > 0 {
+		return // peerd itself stalled while it waited: no parent is judged for it
+	}
 	var c peers.AnswerClass
 	switch class {
 	case afterWrite:

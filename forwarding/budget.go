@@ -83,3 +83,66 @@ func (b *retryBudget) withdraw() bool {
 		}
 	}
 }
+
+// hedgeBudget bounds hedged requests (contract section 21): at most ratio
+// of the requests of the last hedgeWindow, and one per window whatever the
+// traffic. Requests and hedges are counted in one-second buckets; every
+// request adds to its bucket lock-free, and a hedge, which is rare, takes
+// the mutex.
+type hedgeBudget struct {
+	reqs   [hedgeBuckets]atomic.Int64
+	hedges [hedgeBuckets]atomic.Int64
+	stamp  [hedgeBuckets]atomic.Int64 // the second each bucket counts (Unix s)
+	mu     sync.Mutex
+}
+
+const (
+	hedgeBuckets = 10 // seconds: the window is the last 10 s
+)
+
+// bucket is the bucket of second sec, emptied when it last counted an
+// older second.
+func (b *hedgeBudget) bucket(sec int64) int {
+	k := int(sec % hedgeBuckets)
+	if old := b.stamp[k].Load(); old != sec && b.stamp[k].CompareAndSwap(old, sec) {
+		b.reqs[k].Store(0)
+		b.hedges[k].Store(0)
+	}
+	return k
+}
+
+// request counts a request forwarded at now.
+func (b *hedgeBudget) request(now time.Time) { b.reqs[b.bucket(now.Unix())].Add(1) }
+
+// window is the requests and hedges of the last hedgeBuckets seconds.
+func (b *hedgeBudget) window(now time.Time) (reqs, hedges int64) {
+	sec := now.Unix()
+	for k := range hedgeBuckets {
+		if s := b.stamp[k].Load(); s > sec-hedgeBuckets && s <= sec {
+			reqs += b.reqs[k].Load()
+			hedges += b.hedges[k].Load()
+		}
+	}
+	return reqs, hedges
+}
+
+// left is how many hedges ratio allows now.
+func (b *hedgeBudget) left(ratio float64, now time.Time) int64 {
+	if ratio <= 0 {
+		return 0
+	}
+	reqs, hedges := b.window(now)
+	allowed := max(1, int64(ratio*float64(reqs)))
+	return max(0, allowed-hedges)
+}
+
+// take spends one hedge if ratio allows it now.
+func (b *hedgeBudget) take(ratio float64, now time.Time) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.left(ratio, now) <= 0 {
+		return false
+	}
+	b.hedges[b.bucket(now.Unix())].Add(1)
+	return true
+}

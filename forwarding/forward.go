@@ -79,6 +79,7 @@ func (tx *txn) forward(to sink) outcome {
 		retry504: c.retryStatus[http.StatusGatewayTimeout]}
 	rq.facts.hedgeable = rq.facts.retriable() && b.state != streaming && !b.trailered() && rq.upgrade == nil
 	p.budget.deposit()
+	p.hedges.request(rq.start)
 	sr := selection.Request{Method: rq.method, URL: urlString(rq.req.Target), ClientIP: rq.from.str,
 		Host: urlString(rq.req.Host), Port: rq.port, User: rq.user}
 	if p.icp != nil && (rq.method == http.MethodGet || rq.method == http.MethodHead) && len(rq.req.Scheme) > 0 {

@@ -21,7 +21,9 @@ type Metrics struct {
 	// hedgedRequests counts requests also sent to the next hop because
 	// their parent's head was late.
 	hedgedRequests prometheus.Counter
-	refused        prometheus.Counter
+	// hedgesRefused counts hedges hedge_budget did not allow.
+	hedgesRefused prometheus.Counter
+	refused       prometheus.Counter
 	// unsolicited counts connections closed because a next hop sent bytes
 	// past its answer, by hop (peer name or DIRECT).
 	unsolicited *prometheus.CounterVec
@@ -56,6 +58,9 @@ func NewMetrics() *Metrics {
 		hedgedRequests: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "peerd_hedged_requests_total", Help: "Requests also sent to the next hop because their parent's response head was late.",
 		}),
+		hedgesRefused: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "peerd_hedges_refused_total", Help: "Hedges of late requests not sent because hedge_budget was spent.",
+		}),
 		refused: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "peerd_client_connections_refused_total", Help: "Client connections closed at once because max_connections were open.",
 		}),
@@ -75,7 +80,7 @@ func NewMetrics() *Metrics {
 
 // Register adds the collectors to r.
 func (m *Metrics) Register(r prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.requests, m.duration, m.retries, m.exhausted, m.hedges, m.hedgedRequests, m.refused, m.unsolicited, m.clientBytes} {
+	for _, c := range []prometheus.Collector{m.requests, m.duration, m.retries, m.exhausted, m.hedges, m.hedgedRequests, m.hedgesRefused, m.refused, m.unsolicited, m.clientBytes} {
 		if err := r.Register(c); err != nil {
 			return err
 		}
@@ -125,3 +130,5 @@ func (m *Metrics) budgetExhausted() { m.exhausted.Inc() }
 func (m *Metrics) hedge() { m.hedges.Inc() }
 
 func (m *Metrics) hedgeRequest() { m.hedgedRequests.Inc() }
+
+func (m *Metrics) hedgeRefused() { m.hedgesRefused.Inc() }

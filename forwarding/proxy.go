@@ -39,6 +39,7 @@ import (
 	"github.com/peerd/peerd/access"
 	"github.com/peerd/peerd/auth"
 	"github.com/peerd/peerd/dialer"
+	"github.com/peerd/peerd/internal/stall"
 	"github.com/peerd/peerd/peers"
 	"github.com/peerd/peerd/selection"
 	"github.com/sirupsen/logrus"
@@ -70,6 +71,8 @@ type Accounting interface {
 	// FirstByte is p's first_byte_timeout in force (0: off) and whether a
 	// late request to it is hedged.
 	FirstByte(p *peers.Peer) (timeout time.Duration, hedge bool)
+	// HedgeBudget is hedge_budget: the share of requests hedges may add.
+	HedgeBudget() float64
 }
 
 // PeerDialer connects to peers and reports outcomes; *dialer.Dialer is one.
@@ -107,6 +110,8 @@ type Options struct {
 	// local address of connections to origins (and to peers, through
 	// the peer dialer that shares it).
 	Source *dialer.Source
+	// Stalls, when set, is peerd's stall guard (nil: off).
+	Stalls *stall.Guard
 }
 
 // Resolver looks up an origin's addresses.
@@ -135,7 +140,11 @@ type Proxy struct {
 
 	instance string // random per process, for loop detection under the default name
 	budget   *retryBudget
+	hedges   hedgeBudget
 	pools    *pools
+	// stalls are peerd's own stalls (stall_guard): no parent is judged
+	// for a wait peerd was stalled through, and deadlines stretch by them.
+	stalls *stall.Guard
 
 	tunnels tunnelSet
 	conns   connSet
@@ -150,6 +159,10 @@ type Proxy struct {
 	// nobody asked for: a hostile parent must not flood the log.
 	unsolicitedLog rate.Sometimes
 }
+
+// HedgesBudgetLeft is how many hedges hedge_budget allows now (GET
+// /peers hedges_budget_left).
+func (p *Proxy) HedgesBudgetLeft() int64 { return p.hedges.left(p.acct.HedgeBudget(), time.Now()) }
 
 // unsolicited counts and logs n connections to hop closed because the
 // hop sent bytes past its answer (a broken answer from that hop).
@@ -169,7 +182,7 @@ func (p *Proxy) unsolicited(hop selection.Hop, n int) {
 // New returns a proxy.
 func New(o Options) (*Proxy, error) {
 	p := &Proxy{
-		planner: o.Planner, acct: o.Accounting, dialer: o.Dialer, directDial: o.DirectDial, source: o.Source,
+		planner: o.Planner, acct: o.Accounting, dialer: o.Dialer, directDial: o.DirectDial, source: o.Source, stalls: o.Stalls,
 		metrics: o.Metrics, log: o.Log, version: o.Version, resolver: o.Resolver, icp: o.ICP,
 		budget:         newRetryBudget(o.Config.RetryBudget),
 		pools:          newPools(),

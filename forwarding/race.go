@@ -153,7 +153,7 @@ func (r *race) finish() {
 func (w *walker) raceConnects(hop selection.Hop, delay time.Duration) *attempt {
 	p := w.p
 	r := w.newRace()
-	latest := hop
+	latest, latestAt := hop, time.Now()
 	r.dial(hop)
 	timer := time.NewTimer(delay)
 	defer timer.Stop()
@@ -172,7 +172,7 @@ func (w *walker) raceConnects(hop selection.Hop, delay time.Duration) *attempt {
 			r.finish()
 			return w.attemptOn(h, uc, true), true
 		}
-		latest = h
+		latest, latestAt = h, time.Now()
 		r.dial(h)
 		timer.Reset(p.hedgeDelay(w.rq.gen.cfg, h))
 		return nil, true
@@ -201,7 +201,7 @@ func (w *walker) raceConnects(hop selection.Hop, delay time.Duration) *attempt {
 				}
 			}
 		case <-timer.C:
-			if latest.Peer != nil {
+			if latest.Peer != nil && p.stalls.Stalled(latestAt, time.Now()) == 0 {
 				p.acct.MarkSlow(latest.Peer)
 			}
 			if r.pending >= maxRacing {
@@ -218,7 +218,7 @@ func (w *walker) raceConnects(hop selection.Hop, delay time.Duration) *attempt {
 // hedge sends the request to the plan's next hop too, while a (whose
 // head is late) goes on waiting, and waits for the first final head of
 // either. It reports false when no hedge could be sent (no hop left, or
-// no budget): a waits on as before. Otherwise a ends holding the winner
+// hedge_budget spent): a waits on as before. Otherwise a ends holding the winner
 // (its hop, connection and head) or, when both failed, the original's
 // failure; the loser's connection is closed, never reused. The original
 // is late — an answer failure — only when the hedge's head came first and
@@ -234,14 +234,14 @@ func (w *walker) hedge(a *attempt) bool {
 	if !ok {
 		return false
 	}
-	if !p.budget.withdraw() {
+	if !p.hedges.take(p.acct.HedgeBudget(), time.Now()) {
 		if uc != nil {
 			uc.close()
 		}
 		if h.Peer != nil {
 			p.acct.EndRequest(h.Peer)
 		}
-		p.metrics.budgetExhausted()
+		p.metrics.hedgeRefused()
 		return false
 	}
 	a.hop.Peer.NoteHedged()
@@ -303,7 +303,7 @@ func (w *walker) hedgeWon(a, s *attempt) {
 		fbt, _ := p.acct.FirstByte(s.hop.Peer)
 		fast = fbt <= 0 || s.firstByte <= fbt
 	}
-	if fast {
+	if fast && p.stalls.Stalled(a.writtenAt, time.Now()) == 0 {
 		p.acct.ObserveAnswer(a.hop.Peer, peers.AnswerLate, 0, time.Now())
 	}
 	a.conn.close()

@@ -260,6 +260,22 @@ func (a *attempt) receive(rq *request, side clientSide, sent, late time.Time) {
 	}
 	now := time.Now()
 	deadline := sent.Add(cfg.ReadTimeout)
+	// stretch moves the deadlines on by the time peerd itself was stalled
+	// since the request went out (stall_guard), counted once: a deadline
+	// that fired because peerd did not run is no parent's lateness.
+	var stretched time.Duration
+	stretch := func(now time.Time) bool {
+		s := a.p.stalls.Stalled(sent, now) - stretched
+		if s <= 0 {
+			return false
+		}
+		stretched += s
+		deadline = deadline.Add(s)
+		if !late.IsZero() {
+			late = late.Add(s)
+		}
+		return true
+	}
 	var w *watcher
 	defer func() {
 		if w != nil {
@@ -268,6 +284,9 @@ func (a *attempt) receive(rq *request, side clientSide, sent, late time.Time) {
 	}()
 	for interim := 0; ; {
 		if !late.IsZero() && !now.Before(late) && a.progress < sentToClient && c.r.Buffered() == 0 {
+			if stretch(now) {
+				continue
+			}
 			a.late = true // nothing of the head came in time: the walker decides
 			return
 		}
@@ -284,7 +303,10 @@ func (a *attempt) receive(rq *request, side clientSide, sent, late time.Time) {
 		head, err := c.r.ReadHead(cfg.maxHeader)
 		if err != nil {
 			gone := w != nil && w.gone.Load()
-			if now = time.Now(); isTimeout(err) && now.Before(deadline) && !gone {
+			if now = time.Now(); isTimeout(err) && !now.Before(deadline) && !gone {
+				stretch(now) // read_timeout passed while peerd was stalled: it waits on
+			}
+			if isTimeout(err) && now.Before(deadline) && !gone {
 				if byLate || (!late.IsZero() && !now.Before(late)) {
 					continue // late at the top of the loop, or woke early: waits again to late
 				}

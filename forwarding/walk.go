@@ -70,7 +70,7 @@ func (w *walker) walk() *attempt {
 			for a.late && !w.cw.gone {
 				// The head is late: decide says whether the request
 				// goes to the next hop too.
-				if decide(lateHead, f, p.budget.available()) != hedge || !w.hedge(a) {
+				if decide(lateHead, f, w.hedgeAllowed()) != hedge || !w.hedge(a) {
 					a.await(w.rq, w.side)
 				}
 			}
@@ -120,6 +120,16 @@ func (w *walker) walk() *attempt {
 		return a
 	}
 	return nil
+}
+
+// hedgeAllowed reports whether hedge_budget allows a hedge now; a
+// refusal is counted.
+func (w *walker) hedgeAllowed() bool {
+	if w.p.hedges.left(w.p.acct.HedgeBudget(), time.Now()) > 0 {
+		return true
+	}
+	w.p.metrics.hedgeRefused()
+	return false
 }
 
 // firstByte is the first-byte timeout a's round trip returns at when

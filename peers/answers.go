@@ -56,6 +56,8 @@ type answerStats struct {
 	smooth  float64 // smoothed head time, ms
 	// capLogged: the max_answer_dead cap held this peer alive, logged.
 	capLogged bool
+	// timed are the recent heads with their times (relative.go).
+	timed timedHeads
 }
 
 // minFirstByte and unknownFirstByte bound the automatic first-byte
@@ -84,11 +86,12 @@ func (p *Peer) FirstByteTimeout(h Config, readTimeout time.Duration) time.Durati
 	return t
 }
 
-// recordHead adds a response-head time and, every autoSamples heads,
-// recomputes the automatic timeout.
-func (a *answerStats) recordHead(d time.Duration) {
+// recordHead adds a response-head time that came at at and, every
+// autoSamples heads, recomputes the automatic timeout.
+func (a *answerStats) recordHead(at time.Time, d time.Duration) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	a.timed.add(at, d)
 	a.heads[a.next] = int64(d)
 	a.next = (a.next + 1) % len(a.heads)
 	a.n++
@@ -143,7 +146,7 @@ func (r *Registry) ObserveAnswer(p *Peer, class AnswerClass, firstByte time.Dura
 	}
 	if class == AnswerOK {
 		if firstByte > 0 {
-			p.answers.recordHead(firstByte)
+			p.answers.recordHead(at, firstByte)
 			p.series.head(at, firstByte)
 		}
 		if p.answerConsec.Load() != 0 {
@@ -237,6 +240,21 @@ func (r *Registry) dieByAnswers(p *Peer, class AnswerClass, n int64, fbt time.Du
 // probe (and, on a suspect parent, as an answer failure).
 func (r *Registry) ObserveHTTPProbe(p *Peer, ok bool, err error, class AnswerClass, at time.Time) {
 	l := p.live.Load()
+	if l.outlier {
+		// An outlier's probe measures it: back within the factor, it is
+		// no longer suspect; still too slow (class late), it stays one,
+		// with no answer failure counted (it answered); any other failure
+		// counts as for any suspect parent.
+		switch {
+		case ok:
+			r.clearOutlier(p, at, "own HTTP probe answered within outlier_factor")
+			p.answerConsec.Store(0)
+			return
+		case class == AnswerLate:
+			p.probeFailures.Add(1)
+			return
+		}
+	}
 	if !ok {
 		p.probeFailures.Add(1)
 		if err != nil {
@@ -387,3 +405,7 @@ func (r *Registry) FirstByte(p *Peer) (timeout time.Duration, hedge bool) {
 	t := p.FirstByteTimeout(o.Health, o.ReadTimeout)
 	return t, t > 0 && o.Health.HedgeRequests
 }
+
+// HedgeBudget is hedge_budget in force: the share of the last 10 s of
+// requests that hedges may add.
+func (r *Registry) HedgeBudget() float64 { return float64(r.opts.Load().Health.HedgeBudget) }

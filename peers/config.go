@@ -61,6 +61,50 @@ type Config struct {
 	// HTTPProbe is how a parent dead by answer failures is probed:
 	// "options" (default), "trace", or "get URL".
 	HTTPProbe HTTPProbe `toml:"http_probe"`
+
+	// Parents judged against each other (contract section 21).
+
+	// RelativeLatency scales each parent's share of new requests by how
+	// its recent response-head times compare with the other live parents
+	// of the same route and tier. Default true.
+	RelativeLatency bool `toml:"relative_latency"`
+	// OutlierFactor: a parent whose recent median response-head time is
+	// above this many times its peers' median is suspect (cause
+	// "outlier"); 0 turns it off. Default 3.
+	OutlierFactor float64 `toml:"outlier_factor"`
+	// HedgeBudget bounds hedged requests to this share of the requests of
+	// the last 10 s (one hedge per 10 s is always allowed); "0": none.
+	// Default 2%.
+	HedgeBudget Budget `toml:"hedge_budget"`
+	// StallGuard: when peerd itself stalls, deadlines are stretched by
+	// the stall and nothing is counted against a parent for it. Default
+	// true.
+	StallGuard bool `toml:"stall_guard"`
+}
+
+// Budget is a share written "2%", or "0" for none.
+type Budget float64
+
+// UnmarshalText parses "N%" (0 <= N <= 100) or "0".
+func (b *Budget) UnmarshalText(text []byte) error {
+	if strings.TrimSpace(string(text)) == "0" {
+		*b = 0
+		return nil
+	}
+	var p Percent
+	if err := p.UnmarshalText(text); err != nil {
+		return fmt.Errorf(`invalid budget %q (want a percentage such as "2%%", or "0" for none)`, text)
+	}
+	*b = Budget(p)
+	return nil
+}
+
+// MarshalText prints the share as "N%" ("0" for none).
+func (b Budget) MarshalText() ([]byte, error) {
+	if b == 0 {
+		return []byte("0"), nil
+	}
+	return Percent(b).MarshalText()
 }
 
 // FirstByteTimeout is "auto" or a duration ("0s": off).
@@ -158,6 +202,10 @@ func DefaultConfig() Config {
 		HedgeRequests:    true,
 		MaxAnswerDead:    0.5,
 		HTTPProbe:        HTTPProbe{Method: "OPTIONS"},
+		RelativeLatency:  true,
+		OutlierFactor:    3,
+		HedgeBudget:      0.02,
+		StallGuard:       true,
 	}
 }
 
@@ -197,6 +245,12 @@ func (c Config) Validate() error {
 	}
 	if c.HTTPProbe.Method == "" {
 		bad("http_probe", `must be "options", "trace" or "get URL"`)
+	}
+	if c.OutlierFactor != 0 && (c.OutlierFactor < 1.5 || c.OutlierFactor > 100) {
+		bad("outlier_factor", "must be 0 (off) or between 1.5 and 100, got %g", c.OutlierFactor)
+	}
+	if c.HedgeBudget < 0 || c.HedgeBudget > 1 {
+		bad("hedge_budget", "must be between 0%% and 100%%")
 	}
 	return es.Err()
 }

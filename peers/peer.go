@@ -170,9 +170,11 @@ type liveness struct {
 	// probe), with deadFBT the first_byte_timeout in force then (ns).
 	answerDead bool
 	deadFBT    int64
-	// httpSettle: a suspicion (from the fleet's word of an answer death)
-	// that only an HTTP probe settles.
+	// httpSettle: a suspicion (from the fleet's word of an answer death,
+	// or an outlier) that only an HTTP probe settles.
 	httpSettle bool
+	// outlier: suspect for being far slower than its peers (relative.go).
+	outlier bool
 }
 
 // Peer is the live handle of one configured peer. It is shared by every
@@ -234,6 +236,9 @@ type Peer struct {
 	bytesSent, bytesReceived atomic.Int64
 	// series is the last 15 minutes of requests, errors and head times.
 	series series
+	// recent are the head times of the last 10 s, judged against the
+	// other parents' (relative.go).
+	recent recentHeads
 
 	// opsMu guards what operators read: history, upstream errors, deaths,
 	// and the spacing of suspicion log lines.

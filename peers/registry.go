@@ -71,6 +71,9 @@ type Registry struct {
 
 	overrides overrides
 	subs      subscribers // the change feeds (changes.go)
+	// groups are the peer names of each route, whose parents are judged
+	// against each other (relative.go).
+	groups atomic.Pointer[[][]string]
 }
 
 // New builds a registry with the given peers, all Unknown.

@@ -41,9 +41,12 @@ func (pr *Prober) httpProbe(ctx context.Context, p *peers.Peer) error {
 	start := time.Now()
 	conn.SetDeadline(start.Add(deadline))
 	status, err := exchangeProbe(conn, probeRequest(pr.reg.Health().HTTPProbe, p))
-	elapsed := time.Since(start)
 	now := time.Now()
+	stalled := pr.stalls.Stalled(start, now)
+	elapsed := now.Sub(start) - stalled // peerd's own stall is not the parent's time
 	switch {
+	case err != nil && stalled > 0 && probeClass(err) == peers.AnswerTimeout:
+		return err // peerd was stalled while it waited: no verdict
 	case err != nil:
 		pr.reg.ObserveHTTPProbe(p, false, err, probeClass(err), now)
 	case status == http.StatusBadGateway || status == http.StatusServiceUnavailable || status == http.StatusGatewayTimeout:
@@ -51,6 +54,10 @@ func (pr *Prober) httpProbe(ctx context.Context, p *peers.Peer) error {
 		pr.reg.ObserveHTTPProbe(p, false, err, peers.AnswerOwn5xx, now)
 	case elapsed > deadline:
 		err = fmt.Errorf("answered after %s, past its first-byte timeout %s", elapsed.Round(time.Millisecond), deadline)
+		pr.reg.ObserveHTTPProbe(p, false, err, peers.AnswerLate, now)
+	case p.OutlierBound() > 0 && elapsed > p.OutlierBound():
+		// An outlier: answered, but still too slow beside its peers.
+		err = fmt.Errorf("answered after %s, still over outlier_factor x its peers' (%s)", elapsed.Round(time.Millisecond/10), p.OutlierBound().Round(time.Millisecond/10))
 		pr.reg.ObserveHTTPProbe(p, false, err, peers.AnswerLate, now)
 	default:
 		pr.reg.ObserveHTTPProbe(p, true, nil, peers.AnswerOK, now)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/peerd/peerd/dialer"
+	"github.com/peerd/peerd/internal/stall"
 	"github.com/peerd/peerd/peers"
 	"github.com/sirupsen/logrus"
 )
@@ -32,6 +33,9 @@ type Options struct {
 	Jitter func() float64
 	// Log: nil means the standard logger.
 	Log logrus.FieldLogger
+	// Stalls, when set, is peerd's stall guard: an HTTP probe that was
+	// late while peerd itself was stalled gives no verdict.
+	Stalls *stall.Guard
 }
 
 // Prober schedules probes. At most one probe per peer is in flight at any
@@ -41,6 +45,7 @@ type Prober struct {
 	dialer Dialer
 	jitter func() float64
 	log    logrus.FieldLogger
+	stalls *stall.Guard
 
 	mu    sync.Mutex // guards sched and every schedule in it
 	sched map[*peers.Peer]*schedule
@@ -78,7 +83,7 @@ type schedule struct {
 
 // New returns a prober; call Run to start it.
 func New(o Options) *Prober {
-	p := &Prober{reg: o.Registry, dialer: o.Dialer, jitter: o.Jitter, log: o.Log,
+	p := &Prober{reg: o.Registry, dialer: o.Dialer, jitter: o.Jitter, log: o.Log, stalls: o.Stalls,
 		sched: make(map[*peers.Peer]*schedule), done: make(chan *peers.Peer), wakeup: make(chan struct{}, 1)}
 	if p.jitter == nil {
 		p.jitter = rand.Float64

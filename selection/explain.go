@@ -5,6 +5,7 @@ package selection
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/peerd/peerd/peers"
 )
@@ -37,6 +38,9 @@ type ExplainedHop struct {
 	Type string `json:"type"` // parent, sibling or direct
 	Why  string `json:"why"`
 	Tier int    `json:"tier"` // the parent's tier (0 for siblings and DIRECT)
+	// LatencyShare is a parent's share factor in force (1 = normal; a
+	// parent slower than its peers has less): absent for others.
+	LatencyShare *float64 `json:"latency_share,omitempty"`
 }
 
 // SkippedPeer is a configured peer the plan leaves out.
@@ -71,8 +75,10 @@ func (pl *Planner) Explain(r Request) Explanation {
 			why = "sibling, asked with only-if-cached"
 		case h.Peer.IsDefault():
 			why = "default parent, after the others"
-		case stage == stageParents && pass == 1 || h.Peer.Suspect():
+		case h.Peer.Suspect():
 			why += ", suspect: after the healthy parents"
+		case stage == stageParents && pass == 1:
+			why += fmt.Sprintf(", slower than its peers (latency share %.2f): after the others this time", h.Peer.LatencyShare())
 		}
 		if h.Peer.Ramping() {
 			why += ", slow start"
@@ -80,7 +86,12 @@ func (pl *Planner) Explain(r Request) Explanation {
 		if p.route >= 0 {
 			why += fmt.Sprintf(", route %d", p.route)
 		}
-		out.Hops = append(out.Hops, ExplainedHop{Peer: h.Peer.Name(), Type: h.Peer.Type().String(), Why: why, Tier: h.Peer.Tier()})
+		eh := ExplainedHop{Peer: h.Peer.Name(), Type: h.Peer.Type().String(), Why: why, Tier: h.Peer.Tier()}
+		if h.Peer.Type() == peers.Parent {
+			ls := math.Round(h.Peer.LatencyShare()*1000) / 1000
+			eh.LatencyShare = &ls
+		}
+		out.Hops = append(out.Hops, eh)
 	}
 	for _, pe := range p.v.peers {
 		if in[pe] {

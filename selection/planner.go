@@ -9,6 +9,7 @@ package selection
 import (
 	"hash/fnv"
 	"math"
+	"math/rand/v2"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -200,6 +201,9 @@ type Plan struct {
 	skipICP  bool
 	first    *peers.Peer
 	code     string
+	// seed draws, per parent, whether a parent with a latency share
+	// below 1 takes this request in the healthy pass (keeps).
+	seed uint64
 
 	seen     [4]uint64 // peers already returned (first 256 indices)
 	seenMore []uint64  // the rest, allocated only for large peer sets
@@ -249,6 +253,7 @@ func (pl *Planner) plan(rt Routing, r Request, dry bool) Plan {
 	}
 	p.siblings = (r.Method == "GET" || r.Method == "HEAD") && p.direct != DirectAlways
 	p.skipICP, p.first, p.code = r.SkipICPSiblings, r.First, r.FirstCode
+	p.seed = rand.Uint64()
 	if p.direct == DirectAlways {
 		p.stage = stageDirect
 		return p
@@ -256,6 +261,7 @@ func (pl *Planner) plan(rt Routing, r Request, dry bool) Plan {
 	switch p.policy {
 	case RoundRobin:
 		pl.rr.begin(p.v, &r, &p.w, dry)
+		p.spreadStart()
 	case WeightedRoundRobin:
 		pl.wrr.begin(p.v, &r, &p.w, dry)
 	case CARP:
@@ -357,13 +363,19 @@ func (p *Plan) members() []int {
 
 // usable reports whether peer i may be returned now in the current pass:
 // not returned yet, eligible, and healthy in pass 0 or suspect in pass 1
-// (and, among siblings, not one ICP already asked).
+// (and, among siblings, not one ICP already asked). A parent whose
+// latency share is below 1 and that does not keep this request (keeps)
+// comes in pass 1, after the healthy parents, as a suspect one does.
 func (p *Plan) usable(i int) bool {
 	peer := p.v.peers[i]
 	if p.skipICP && p.stage == stageSiblings && peer.ICPPort() != 0 {
 		return false
 	}
-	return !p.wasSeen(i) && peer.Eligible() && peer.Suspect() == (p.pass == 1) && p.allowed(i)
+	if p.wasSeen(i) || !peer.Eligible() || !p.allowed(i) {
+		return false
+	}
+	later := peer.Suspect() || p.stage == stageParents && !p.keeps(i, peer)
+	return later == (p.pass == 1)
 }
 
 // allowed reports whether the route that chose the plan (if any) lets

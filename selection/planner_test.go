@@ -616,3 +616,83 @@ func TestRoutingHeldAcrossSetOptions(t *testing.T) {
 		t.Fatalf("the new options planned %v; want [p2 DIRECT]", got)
 	}
 }
+
+// slowDown gives parent a head times ratio x its peers', and the others
+// 10 ms, then judges: a's latency share falls below 1.
+func slowDown(f *fixture, slow string, ratio float64, others ...string) {
+	now := time.Now()
+	for i := 0; i < 10; i++ {
+		for _, o := range others {
+			f.reg.ObserveAnswer(f.reg.Get(o), peers.AnswerOK, 10*time.Millisecond, now)
+		}
+		f.reg.ObserveAnswer(f.reg.Get(slow), peers.AnswerOK, time.Duration(ratio*float64(10*time.Millisecond)), now)
+	}
+	f.reg.Judge(now)
+}
+
+// TestLatencyShareThinsAParent: a parent slower than its peers (share
+// 0.17 at 3 x, below outlier_factor) gets about that part of its turns
+// under round-robin, and the others take the rest; under carp the keys of
+// the parents at a normal share stay where they were, and only some of
+// the slow parent's move.
+func TestLatencyShareThinsAParent(t *testing.T) {
+	f := newFixture(t, "a", "b", "c")
+	keysOf := map[string]string{}
+	carp := New(f.reg, Options{Policy: CARP})
+	for i := 0; i < 3000; i++ {
+		u := fmt.Sprintf("http://k%d.test/", i)
+		keysOf[u] = first(carp, Request{Method: "GET", URL: u})
+	}
+	slowDown(f, "a", 2.9, "b", "c")
+	if s := f.reg.Get("a").LatencyShare(); s < 0.15 || s > 0.2 || f.reg.Get("a").Outlier() {
+		t.Fatalf("a's share %v (outlier %v); want about 0.19, no outlier", s, f.reg.Get("a").Outlier())
+	}
+	rr := New(f.reg, Options{Policy: RoundRobin})
+	n := map[string]int{}
+	for i := 0; i < 6000; i++ {
+		n[first(rr, Request{Method: "GET", URL: "http://x.test/"})]++
+	}
+	if n["a"] < 200 || n["a"] > 600 || n["b"] < 2500 || n["c"] < 2500 {
+		t.Fatalf("round-robin firsts %v; want a about 6000/3 x 0.19", n)
+	}
+	wrr := New(f.reg, Options{Policy: WeightedRoundRobin})
+	n = map[string]int{}
+	for i := 0; i < 6000; i++ {
+		n[first(wrr, Request{Method: "GET", URL: "http://x.test/"})]++
+	}
+	if n["a"] < 300 || n["a"] > 800 || n["b"] < 2500 || n["c"] < 2500 {
+		t.Fatalf("weighted round-robin firsts %v; want a about 6000 x 0.19/2.19", n)
+	}
+	moved, aKeys, aKept := 0, 0, 0
+	for u, was := range keysOf {
+		now := first(carp, Request{Method: "GET", URL: u})
+		switch {
+		case was == "a":
+			aKeys++
+			if now == "a" {
+				aKept++
+			}
+		case now != was:
+			moved++
+		}
+	}
+	if moved != 0 {
+		t.Fatalf("%d keys of the parents at a normal share moved", moved)
+	}
+	if aKeys == 0 || aKept == 0 || aKept > aKeys/3 {
+		t.Fatalf("a kept %d of its %d keys; want about a fifth", aKept, aKeys)
+	}
+	// /plan says so.
+	e := rr.Explain(Request{Method: "GET", URL: "http://x.test/"})
+	for _, h := range e.Hops {
+		if h.Type == "direct" {
+			continue
+		}
+		if h.LatencyShare == nil {
+			t.Fatalf("hop %s without latency_share", h.Peer)
+		}
+		if h.Peer == "a" && *h.LatencyShare > 0.2 {
+			t.Fatalf("a's latency_share %v", *h.LatencyShare)
+		}
+	}
+}

@@ -133,6 +133,10 @@ func (wr *weightedRoundRobin) begin(v *view, _ *Request, w *walk, dry bool) {
 		if p.Ramping() {
 			wt = max(1, int(float64(wt)*p.Ramp(time.Now())))
 		}
+		if s := p.LatencyShare(); s < 1 {
+			// Slower than its peers: its share scaled (section 21).
+			wt = max(1, int(float64(wt)*s))
+		}
 		cw[i] += wt
 		total += wt
 		if best < 0 || cw[i] > cw[best] {

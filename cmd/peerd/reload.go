@@ -193,6 +193,8 @@ func (s *server) commit(st *staged, old *config.File) {
 	cfg := st.cfg
 	configureLogger(s.log, cfg.Log)
 	s.planner.SetOptions(cfg.PlannerOptions()) // taken by the generation below
+	s.reg.SetGroups(routeGroups(cfg))
+	s.stalls.SetOn(cfg.Health.StallGuard)
 	var basic forwarding.Authenticator
 	if st.basic != nil {
 		basic = st.basic

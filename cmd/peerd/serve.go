@@ -69,6 +69,11 @@ func (s *server) serve(ctx context.Context) error {
 	probesDone := make(chan struct{})
 	go func() { s.prober.Run(probeCtx); close(probesDone) }()
 	defer func() { stopProbes(); <-probesDone }()
+	// peerd's own stalls, and the parents judged against each other.
+	judged := make(chan struct{})
+	go s.stalls.Run(probeCtx)
+	go func() { s.judge(probeCtx); close(judged) }()
+	defer func() { stopProbes(); <-judged }()
 
 	if sz := procs.New(); sz != nil {
 		sz.Changed = func(from, to int, busy float64) {
@@ -245,5 +250,23 @@ func (s *server) retire(srv *http.Server, timeout time.Duration) {
 	defer cancel()
 	if err := srv.Shutdown(ctx); err != nil {
 		srv.Close()
+	}
+}
+
+// judgeEvery is how often the parents are judged against each other.
+const judgeEvery = 250 * time.Millisecond
+
+// judge compares the parents' recent times (contract section 21) until
+// ctx ends.
+func (s *server) judge(ctx context.Context) {
+	t := time.NewTicker(judgeEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			s.reg.Judge(now)
+		}
 	}
 }

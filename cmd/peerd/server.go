@@ -31,6 +31,7 @@ import (
 	"github.com/peerd/peerd/icp"
 	"github.com/peerd/peerd/internal/config"
 	"github.com/peerd/peerd/internal/handover"
+	"github.com/peerd/peerd/internal/stall"
 	"github.com/peerd/peerd/peers"
 	"github.com/peerd/peerd/probes"
 	"github.com/peerd/peerd/selection"
@@ -61,6 +62,7 @@ type server struct {
 	reg     *peers.Registry
 	prober  *probes.Prober
 	planner *selection.Planner
+	stalls  *stall.Guard // peerd's own stalls (stall_guard)
 	proxy   *forwarding.Proxy
 	fleet   *fleet.Fleet
 	icpQ    *icp.Querier
@@ -133,9 +135,12 @@ func newServer(path string, cfg *config.File, stderr io.Writer) (*server, error)
 	}
 	s.peerTLS.Store(&tlsConfs)
 	source := new(dialer.Source) // [proxy] outgoing_address, set by the proxy's config
-	d := &dialer.Dialer{Reporter: reg, Log: lg, TLS: s.tlsFor, Source: source}
-	s.prober = probes.New(probes.Options{Registry: reg, Dialer: d, Log: lg})
+	s.stalls = stall.New(nil)
+	s.stalls.SetOn(cfg.Health.StallGuard)
+	d := &dialer.Dialer{Reporter: reg, Log: lg, TLS: s.tlsFor, Source: source, Stalls: s.stalls}
+	s.prober = probes.New(probes.Options{Registry: reg, Dialer: d, Log: lg, Stalls: s.stalls})
 	s.planner = selection.New(reg, cfg.PlannerOptions())
+	reg.SetGroups(routeGroups(cfg))
 
 	promReg := prometheus.NewRegistry()
 	promReg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), admin.NewPeerCollector(reg))
@@ -170,7 +175,7 @@ func newServer(path string, cfg *config.File, stderr io.Writer) (*server, error)
 	s.proxy, err = forwarding.New(forwarding.Options{
 		Config: cfg.Proxy, Planner: s.planner, Accounting: reg, Dialer: d,
 		AccessLog: s.access, Metrics: metrics, Log: lg, Version: version, Policy: pol, ICP: icpQuerier,
-		Source: source,
+		Source: source, Stalls: s.stalls,
 	})
 	if err != nil {
 		return nil, err
@@ -198,7 +203,7 @@ func newServer(path string, cfg *config.File, stderr io.Writer) (*server, error)
 	}, func() float64 { return float64(s.fleet.Members()) }))
 	s.api = admin.New(admin.Options{Registry: reg, Prober: s.prober, Reload: s.reload, Explain: s.explain,
 		Gatherer: promReg, Log: lg, Cache: s.proxy.Cache, Fleet: s.fleet, Name: s.proxy.Name(), Version: version,
-		Listen: cfg.Admin.Listen, Hosts: cfg.Admin.Hosts, Ready: s.readiness, Facts: s.facts}, cfg.Admin.Token)
+		Listen: cfg.Admin.Listen, Hosts: cfg.Admin.Hosts, Ready: s.readiness, Facts: s.facts, HedgesLeft: s.proxy.HedgesBudgetLeft}, cfg.Admin.Token)
 	return s, nil
 }
 
@@ -357,4 +362,14 @@ func (s *server) fleetNode(cfg *config.File) string {
 	}
 	_, port, _ := net.SplitHostPort(cfg.Fleet.Bind)
 	return s.proxy.Name() + ":" + port
+}
+
+// routeGroups are the peer names of each [[route]]: the parents the
+// registry judges against each other besides all of them.
+func routeGroups(cfg *config.File) [][]string {
+	var out [][]string
+	for _, r := range cfg.Routes {
+		out = append(out, r.Peers)
+	}
+	return out
 }

@@ -1,7 +1,8 @@
 package main
 
 // This file holds the metrics of the process itself: its build, its open
-// client connections, and the last reload's result and time.
+// client connections, its own stalls, and the last reload's result and
+// time.
 
 import (
 	"runtime"
@@ -44,6 +45,9 @@ func (s *server) registerServerMetrics(reg prometheus.Registerer) {
 			}
 			return float64(s.proxy.OpenConnections())
 		}),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "peerd_stall_seconds_total", Help: "Time peerd itself was stalled (scheduling delays, GC, a stopped process), seen by stall_guard.",
+		}, func() float64 { return s.stalls.Total().Seconds() }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "peerd_config_last_reload_success", Help: "1 if the last config reload (or the start) succeeded, 0 if it was refused and the running config kept.",
 		}, func() float64 {

@@ -41,6 +41,8 @@ type statusPeer struct {
 	LastError           *string          `json:"last_error"`
 	FailuresByClass     map[string]int64 `json:"failures_by_class"`
 	DeadCause           *string          `json:"dead_cause"`
+	Outlier             bool             `json:"outlier"`
+	LatencyShare        *float64         `json:"latency_share"`
 }
 
 func Status(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -167,6 +169,8 @@ func printStatus(w io.Writer, ps []statusPeer, colour bool, now time.Time) {
 	for i, p := range ps {
 		state := p.State
 		switch {
+		case p.State == "alive" && p.Suspect && p.Outlier:
+			state = "suspect (outlier)"
 		case p.State == "alive" && p.Suspect:
 			state = "suspect"
 		case p.State == "dead":
@@ -198,6 +202,9 @@ func printStatus(w io.Writer, ps []statusPeer, colour bool, now time.Time) {
 		}
 		if p.LastError != nil && p.State != "alive" {
 			note = append(note, *p.LastError)
+		}
+		if p.LatencyShare != nil && *p.LatencyShare < 1 {
+			note = append(note, fmt.Sprintf("latency share %.2f", *p.LatencyShare))
 		}
 		connect := "-"
 		if p.ConnectTimeMs > 0 {

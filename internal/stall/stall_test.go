@@ -1,0 +1,59 @@
+package stall
+
+import (
+	"testing"
+	"time"
+)
+
+type clock struct{ t time.Time }
+
+func (c *clock) now() time.Time { return c.t }
+
+// TestStallsFromAJumpingClock: ticks on time record nothing; a clock that
+// jumps between two ticks (a stopped process) is a stall, counted once,
+// reported for the periods it overlaps, and caught up with before the
+// ticker has run again.
+func TestStallsFromAJumpingClock(t *testing.T) {
+	c := &clock{t: time.Unix(1000, 0)}
+	g := New(c.now)
+	start := c.t
+	for i := 0; i < 10; i++ {
+		c.t = c.t.Add(Tick + 5*time.Millisecond) // a little late: scheduling, not a stall
+		g.Observe(c.t)
+	}
+	if s := g.Stalled(start, c.t); s != 0 || g.Total() != 0 {
+		t.Fatalf("ticks on time: stalled %v, total %v", s, g.Total())
+	}
+	before := c.t
+	c.t = c.t.Add(300*time.Millisecond + Tick) // stopped for 300 ms
+	g.Observe(c.t)
+	if s := g.Stalled(before, c.t); s != 300*time.Millisecond {
+		t.Fatalf("a 300 ms stop: stalled %v", s)
+	}
+	if s := g.Stalled(start, before); s != 0 {
+		t.Fatalf("before the stop: stalled %v", s)
+	}
+	if s := g.Stalled(before.Add(100*time.Millisecond), before.Add(200*time.Millisecond)); s != 100*time.Millisecond {
+		t.Fatalf("a part of the stop: stalled %v", s)
+	}
+	// A stop that has just ended, before the ticker ran again.
+	mark := c.t
+	c.t = c.t.Add(500 * time.Millisecond)
+	if s := g.Stalled(mark, c.t); s != 500*time.Millisecond-Tick {
+		t.Fatalf("caught up: stalled %v; want %v", s, 500*time.Millisecond-Tick)
+	}
+	g.Observe(c.t) // the ticker, late: nothing twice
+	if tot := g.Total(); tot != 300*time.Millisecond+500*time.Millisecond-Tick {
+		t.Fatalf("total %v", tot)
+	}
+	g.SetOn(false)
+	c.t = c.t.Add(time.Second)
+	g.Observe(c.t)
+	if s := g.Stalled(mark, c.t); s != 0 {
+		t.Fatalf("off: stalled %v", s)
+	}
+	var off *Guard
+	if off.Stalled(mark, c.t) != 0 || off.Total() != 0 {
+		t.Fatal("a nil guard reports a stall")
+	}
+}

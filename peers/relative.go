@@ -1,0 +1,334 @@
+package peers
+
+// This file holds parents judged against each other (contract section
+// 21): each parent's recent response-head times, its share of new
+// requests scaled by how they compare with the other live parents of its
+// group (the same route and tier), and outliers — a parent far slower
+// than its peers is suspect until its HTTP probes show it back within the
+// factor. An origin slow on every parent alike moves nothing: only the
+// ratio to the peers' times counts.
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"github.com/sirupsen/logrus"
+)
+
+// CauseOutlier is the history cause of a parent turned suspect for being
+// an outlier.
+const CauseOutlier = "outlier"
+
+const (
+	// relWindow: a parent's recent times are those of the last 10 s.
+	relWindow = 10 * time.Second
+	// relMinSamples: a parent is compared once it has this many recent
+	// times (and only with peers that have as many).
+	relMinSamples = 5
+	// relRing bounds the recent times kept per parent.
+	relRing = 256
+	// shareTolerance: within this ratio of its peers' median a parent
+	// keeps its full share (noise is not slowness).
+	shareTolerance = 1.25
+	// shareFloor: a slow parent keeps at least this share, so its times
+	// go on being measured.
+	shareFloor = 0.05
+	// outlierProbeFloor: an outlier's HTTP probe counts as back within
+	// the factor when it answered within factor x its peers' median, or
+	// within this, whichever is longer.
+	outlierProbeFloor = 20 * time.Millisecond
+)
+
+// timedHeads are a parent's last response-head times with when they came;
+// they live in answerStats, under its lock (one lock per answer).
+type timedHeads struct {
+	at   [relRing]int64 // Unix ns
+	d    [relRing]int64 // ns
+	next int
+	n    int
+}
+
+func (h *timedHeads) add(at time.Time, d time.Duration) {
+	h.at[h.next], h.d[h.next] = at.UnixNano(), int64(d)
+	h.next = (h.next + 1) % relRing
+	h.n++
+}
+
+// recentHeads is what Judge last made of a parent's recent times.
+type recentHeads struct {
+	// median is the recent median head time (ns), 0 with too few; share
+	// the factor in force (float64 bits, 1 = normal; 0 bits also mean 1);
+	// bound an outlier's probe bound (ns).
+	median atomic.Int64
+	share  atomic.Uint64
+	bound  atomic.Int64
+}
+
+// clearRecent forgets p's recent times (a parent back from being an
+// outlier starts afresh).
+func (p *Peer) clearRecent() {
+	p.answers.mu.Lock()
+	p.answers.timed.n, p.answers.timed.next = 0, 0
+	p.answers.mu.Unlock()
+	p.recent.median.Store(0)
+}
+
+// medianSince is the median of p's times at or after since, and their
+// count; 0 with fewer than relMinSamples.
+func (p *Peer) medianSince(since int64, buf []int64) (int64, int, []int64) {
+	a := &p.answers
+	a.mu.Lock()
+	buf = buf[:0]
+	for i := 0; i < min(a.timed.n, relRing); i++ {
+		if a.timed.at[i] >= since {
+			buf = append(buf, a.timed.d[i])
+		}
+	}
+	a.mu.Unlock()
+	if len(buf) < relMinSamples {
+		return 0, len(buf), buf
+	}
+	slices.Sort(buf)
+	return buf[len(buf)/2], len(buf), buf
+}
+
+// LatencyShare is the factor p's share of new requests is scaled by (1:
+// normal).
+func (p *Peer) LatencyShare() float64 {
+	b := p.recent.share.Load()
+	if b == 0 {
+		return 1
+	}
+	return math.Float64frombits(b)
+}
+
+// Outlier reports whether p is suspect for being an outlier.
+func (p *Peer) Outlier() bool { return p.live.Load().outlier }
+
+// RecentHeadMs is p's median response-head time of the last window, ms
+// (0: too few answers to tell).
+func (p *Peer) RecentHeadMs() float64 {
+	return float64(p.recent.median.Load()) / float64(time.Millisecond)
+}
+
+// SetGroups gives the registry the groups its parents are compared
+// within: the peer names of each [[route]] (the default route, every
+// parent, is always a group). Parents are compared within a group and a
+// tier.
+func (r *Registry) SetGroups(groups [][]string) {
+	r.groups.Store(&groups)
+}
+
+// Judge compares the parents now: each one's recent median, its share,
+// and whether it is an outlier. It runs on a ticker (cmd/peerd) and in
+// tests with their own clock.
+func (r *Registry) Judge(now time.Time) {
+	h := r.opts.Load().Health
+	since := now.Add(-relWindow).UnixNano()
+	var buf []int64
+	var parents []*Peer
+	for _, p := range r.Peers() {
+		if p.Type() != Parent {
+			continue
+		}
+		parents = append(parents, p)
+		var m int64
+		m, _, buf = p.medianSince(since, buf)
+		p.recent.median.Store(m)
+	}
+	share := make(map[*Peer]float64, len(parents))
+	type worst struct {
+		ratio float64
+		peers int64 // the peers' median, ns
+	}
+	out := map[*Peer]worst{}
+	for _, g := range r.groupsOf(parents) {
+		for _, tier := range byTier(g) {
+			var live []*Peer
+			for _, p := range tier {
+				if p.State() == Alive && p.recent.median.Load() > 0 && !p.Outlier() {
+					live = append(live, p)
+				}
+			}
+			if len(live) < 2 {
+				continue
+			}
+			for _, p := range live {
+				others := make([]int64, 0, len(live)-1)
+				for _, q := range live {
+					if q != p {
+						others = append(others, q.recent.median.Load())
+					}
+				}
+				slices.Sort(others)
+				pm := others[len(others)/2]
+				if len(others)%2 == 0 {
+					pm = (others[len(others)/2-1] + others[len(others)/2]) / 2
+				}
+				if pm <= 0 {
+					continue
+				}
+				ratio := float64(p.recent.median.Load()) / float64(pm)
+				s := shareFor(ratio)
+				if cur, ok := share[p]; !ok || s < cur {
+					share[p] = s
+				}
+				if w := out[p]; ratio > w.ratio {
+					out[p] = worst{ratio, pm}
+				}
+			}
+		}
+	}
+	for _, p := range parents {
+		s := 1.0
+		if h.RelativeLatency {
+			if v, ok := share[p]; ok {
+				s = v
+			}
+		}
+		p.recent.share.Store(math.Float64bits(s))
+	}
+	for p, w := range out {
+		if h.OutlierFactor > 0 && w.ratio > h.OutlierFactor {
+			r.markOutlier(p, h, w.ratio, time.Duration(w.peers), now)
+		}
+	}
+	if h.OutlierFactor == 0 {
+		for _, p := range parents {
+			if p.Outlier() {
+				r.clearOutlier(p, now, "outlier_factor is off")
+			}
+		}
+	}
+}
+
+// shareFor is the share of a parent ratio times as slow as its peers:
+// full within shareTolerance, then falling with the square of the ratio
+// (twice as slow: 0.39; three times: 0.17), never under shareFloor.
+func shareFor(ratio float64) float64 {
+	if ratio <= shareTolerance {
+		return 1
+	}
+	return max(shareFloor, (shareTolerance/ratio)*(shareTolerance/ratio))
+}
+
+// groupsOf is the parents by group: each configured route's, and all of
+// them.
+func (r *Registry) groupsOf(parents []*Peer) [][]*Peer {
+	out := [][]*Peer{parents}
+	gs := r.groups.Load()
+	if gs == nil {
+		return out
+	}
+	byName := make(map[string]*Peer, len(parents))
+	for _, p := range parents {
+		byName[p.Name()] = p
+	}
+	for _, names := range *gs {
+		var g []*Peer
+		for _, n := range names {
+			if p := byName[n]; p != nil {
+				g = append(g, p)
+			}
+		}
+		if len(g) > 1 {
+			out = append(out, g)
+		}
+	}
+	return out
+}
+
+// byTier splits a group by tier.
+func byTier(g []*Peer) [][]*Peer {
+	tiers := map[int][]*Peer{}
+	var order []int
+	for _, p := range g {
+		t := p.Tier()
+		if _, ok := tiers[t]; !ok {
+			order = append(order, t)
+		}
+		tiers[t] = append(tiers[t], p)
+	}
+	out := make([][]*Peer, 0, len(order))
+	for _, t := range order {
+		out = append(out, tiers[t])
+	}
+	return out
+}
+
+// markOutlier makes an alive, healthy parent suspect for being ratio
+// times as slow as its peers (their median peers), unless that would
+// leave more than max_answer_dead of the parents out for answers or
+// outliers. Its HTTP probes then measure it.
+func (r *Registry) markOutlier(p *Peer, h Config, ratio float64, peers time.Duration, now time.Time) {
+	cur := p.live.Load()
+	if cur.state != Alive || cur.suspect || cur.outlier {
+		return
+	}
+	if !r.mayTakeOut(p, h) {
+		return
+	}
+	p.recent.bound.Store(int64(max(time.Duration(h.OutlierFactor*float64(peers)), outlierProbeFloor)))
+	txn := r.writeTxn()
+	defer txn.Abort()
+	cur = p.live.Load()
+	if cur.state != Alive || cur.suspect {
+		return
+	}
+	nl := *cur
+	nl.suspect, nl.httpSettle, nl.outlier = true, true, true
+	detail := fmt.Sprintf("recent median response head %s is %.1f x its peers' %s (outlier_factor %g)",
+		time.Duration(p.recent.median.Load()).Round(time.Millisecond/10), ratio, peers.Round(time.Millisecond/10), h.OutlierFactor)
+	if !r.commitTxn(txn, p, &nl, &Transition{At: now, From: Alive.String(), To: "suspect", Cause: CauseOutlier, Error: detail}) {
+		return
+	}
+	r.log.WithFields(logrus.Fields{"peer": p.Name(), "cause": CauseOutlier, "ratio": math.Round(ratio*10) / 10}).
+		Warnf("%s %s is suspect: %s; probing it", p.Type().Label(), p.Name(), detail)
+}
+
+// mayTakeOut reports whether one more parent out (dead by answers, or an
+// outlier) stays within max_answer_dead.
+func (r *Registry) mayTakeOut(p *Peer, h Config) bool {
+	parents, out := 0, 1
+	for _, q := range r.Peers() {
+		if q.Type() != Parent {
+			continue
+		}
+		parents++
+		if l := q.live.Load(); q != p && (l.state == Dead && l.answerDead || l.outlier) {
+			out++
+		}
+	}
+	return parents > 0 && float64(out) <= float64(h.MaxAnswerDead)*float64(parents)+1e-9
+}
+
+// clearOutlier ends p's outlier suspicion (how says why); its recent
+// times start afresh.
+func (r *Registry) clearOutlier(p *Peer, at time.Time, how string) {
+	txn := r.writeTxn()
+	defer txn.Abort()
+	cur := p.live.Load()
+	if !cur.outlier {
+		return
+	}
+	nl := *cur
+	nl.outlier, nl.suspect, nl.httpSettle, nl.suspectBy = false, false, false, ""
+	if !r.commitTxn(txn, p, &nl, &Transition{At: at, From: "suspect", To: Alive.String(), Cause: CauseProbe, Error: how}) {
+		return
+	}
+	p.clearRecent()
+	p.recent.share.Store(0)
+	r.logSuspicion(p, at, false, CauseProbe, how)
+}
+
+// OutlierBound is how fast an outlier's HTTP probe must answer to count
+// as back within outlier_factor (0: p is no outlier).
+func (p *Peer) OutlierBound() time.Duration {
+	if !p.Outlier() {
+		return 0
+	}
+	return time.Duration(p.recent.bound.Load())
+}

@@ -1,0 +1,148 @@
+package peers
+
+import (
+	"math"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/sirupsen/logrus/hooks/test"
+)
+
+// answer gives each named parent n complete answers with head time d,
+// spread over the last second.
+func answer(r *Registry, d time.Duration, n int, names ...string) {
+	for i := 0; i < n; i++ {
+		for _, name := range names {
+			r.ObserveAnswer(r.Get(name), AnswerOK, d, time.Now())
+		}
+		time.Sleep(time.Second / time.Duration(n))
+	}
+}
+
+func share(p *Peer) float64 { return math.Round(p.LatencyShare()*100) / 100 }
+
+// TestShareScaledByPeers: a parent twice as slow as its peers keeps 0.39
+// of its share, the others theirs; within a quarter it keeps all; the
+// share returns as its times return; no outlier below the factor.
+func TestShareScaledByPeers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := answersRegistry(t, 3, nil)
+		answer(r, 10*time.Millisecond, 10, "b", "c")
+		answer(r, 20*time.Millisecond, 10, "a")
+		r.Judge(time.Now())
+		if share(r.Get("a")) != 0.39 || share(r.Get("b")) != 1 || share(r.Get("c")) != 1 {
+			t.Fatalf("shares a %v b %v c %v; want 0.39 1 1", share(r.Get("a")), share(r.Get("b")), share(r.Get("c")))
+		}
+		if r.Get("a").Outlier() || r.Get("a").Suspect() {
+			t.Fatal("twice as slow, below outlier_factor 3: an outlier")
+		}
+		// Its times return: the old ones leave the window.
+		answer(r, 11*time.Millisecond, 10, "a", "b", "c")
+		time.Sleep(9 * time.Second)
+		answer(r, 11*time.Millisecond, 10, "a", "b", "c")
+		r.Judge(time.Now())
+		if share(r.Get("a")) != 1 {
+			t.Fatalf("back to its peers' times: share %v", share(r.Get("a")))
+		}
+		// Off: every share is whole.
+		off := answersRegistry(t, 3, func(c *Config) { c.RelativeLatency = false })
+		answer(off, 10*time.Millisecond, 10, "b", "c")
+		answer(off, 20*time.Millisecond, 10, "a")
+		off.Judge(time.Now())
+		if share(off.Get("a")) != 1 {
+			t.Fatalf("relative_latency off: share %v", share(off.Get("a")))
+		}
+	})
+}
+
+// TestSlowOriginEverywhereShiftsNothing: every parent equally slow (an
+// origin slow behind all of them): every share whole, no outlier.
+func TestSlowOriginEverywhereShiftsNothing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := answersRegistry(t, 3, nil)
+		answer(r, 600*time.Millisecond, 10, "a", "b", "c")
+		r.Judge(time.Now())
+		for _, p := range r.Peers() {
+			if share(p) != 1 || p.Outlier() || p.Suspect() {
+				t.Fatalf("%s: share %v outlier %v; an origin slow everywhere shifted it", p.Name(), share(p), p.Outlier())
+			}
+		}
+	})
+}
+
+// TestOutlierFactor: a parent above outlier_factor x its peers' median is
+// suspect with cause outlier, probed over HTTP; a probe still too slow
+// keeps it so without counting an answer failure; one back within the
+// factor brings it back with a fresh window. max_answer_dead caps how
+// many parents may be out.
+func TestOutlierFactor(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := answersRegistry(t, 3, nil)
+		answer(r, time.Millisecond, 10, "b", "c")
+		answer(r, 40*time.Millisecond, 10, "a")
+		r.Judge(time.Now())
+		a := r.Get("a")
+		if !a.Outlier() || !a.Suspect() || a.ProbeKind() != "http" {
+			t.Fatalf("a 40x slower: outlier %v suspect %v probe %s", a.Outlier(), a.Suspect(), a.ProbeKind())
+		}
+		h := a.History()
+		if last := h[len(h)-1]; last.Cause != CauseOutlier || last.To != "suspect" {
+			t.Fatalf("history %+v; want cause outlier", last)
+		}
+		if b := a.OutlierBound(); b != outlierProbeFloor {
+			t.Fatalf("probe bound %v; want the floor (3 x 1ms is under it)", b)
+		}
+		for i := 0; i < 10; i++ {
+			r.ObserveHTTPProbe(a, false, nil, AnswerLate, time.Now())
+		}
+		if !a.Outlier() || a.AnswerFailures() != 0 || a.State() != Alive {
+			t.Fatalf("late probes: outlier %v, answer failures %d, %v; want an outlier still, nothing counted", a.Outlier(), a.AnswerFailures(), a.State())
+		}
+		r.ObserveHTTPProbe(a, true, nil, AnswerOK, time.Now())
+		if a.Outlier() || a.Suspect() || a.RecentHeadMs() != 0 {
+			t.Fatalf("a probe within the factor: outlier %v suspect %v recent %v", a.Outlier(), a.Suspect(), a.RecentHeadMs())
+		}
+
+		// Four parents, three slow, max_answer_dead 25%: one out at most.
+		r4 := answersRegistry(t, 4, func(c *Config) { c.MaxAnswerDead = 0.25 })
+		answer(r4, time.Millisecond, 10, "a")
+		answer(r4, time.Millisecond, 10, "b")
+		answer(r4, 50*time.Millisecond, 10, "c", "d")
+		r4.Judge(time.Now())
+		out := 0
+		for _, p := range r4.Peers() {
+			if p.Outlier() {
+				out++
+			}
+		}
+		if out != 1 {
+			t.Fatalf("%d outliers; max_answer_dead 25%% of 4 allows 1", out)
+		}
+	})
+}
+
+// TestCompareWithinRouteAndTier: parents of different tiers, or of
+// routes they do not share, are not compared.
+func TestCompareWithinRouteAndTier(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := DefaultConfig()
+		log, _ := test.NewNullLogger()
+		r, err := New(Options{Health: h, ConnectTimeout: time.Second, ReadTimeout: time.Minute, Log: log}, []Spec{
+			{Name: "a", Host: "127.0.0.1", Port: 1}, {Name: "b", Host: "127.0.0.1", Port: 2},
+			{Name: "c", Host: "127.0.0.1", Port: 3, Tier: 1},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range r.Peers() {
+			r.Observe(p, Observation{At: time.Now(), RTT: time.Millisecond, Probe: true})
+		}
+		answer(r, time.Millisecond, 10, "a", "b")
+		answer(r, 50*time.Millisecond, 10, "c") // a backup tier, far away
+		r.Judge(time.Now())
+		if c := r.Get("c"); c.Outlier() || share(c) != 1 {
+			t.Fatalf("a parent alone in its tier was judged: outlier %v share %v", c.Outlier(), share(c))
+		}
+	})
+}
