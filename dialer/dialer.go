@@ -130,11 +130,14 @@ func (d *Dialer) DialPeer(ctx context.Context, p *peers.Peer, why Purpose) (net.
 		timeout = p.ProbeTimeout()
 	}
 	start := d.now()
-	dctx, cancel := context.WithTimeout(ctx, timeout)
+	// The timeout stretches by peerd's own stalls (stall_guard): a peer
+	// is blamed for a timeout only when it had all of it.
+	dctx, cancel := d.Stalls.WithTimeout(ctx, timeout)
 	conn, err := d.dial(dctx, p)
 	if err == nil {
 		conn, err = d.handshake(dctx, p, conn)
 	}
+	expired := errors.Is(context.Cause(dctx), context.DeadlineExceeded)
 	cancel()
 	if err != nil && ctx.Err() != nil {
 		// The caller gave up; the peer did nothing wrong.
@@ -142,16 +145,11 @@ func (d *Dialer) DialPeer(ctx context.Context, p *peers.Peer, why Purpose) (net.
 	}
 	end := d.now()
 	if err != nil {
-		if errors.Is(err, context.DeadlineExceeded) || isTimeout(err) {
+		if expired || errors.Is(err, context.DeadlineExceeded) || isTimeout(err) {
 			// Kept a timeout (not plain text), so that every reader —
 			// failures_by_class, Proxy-Status, the access log — calls a
 			// black-holed peer what it is.
 			err = &TimeoutError{After: timeout, Err: err}
-			if d.Stalls.Stalled(start, end) > 0 {
-				// peerd was stalled while it waited: the peer is not
-				// blamed (stall_guard); the caller still moves on.
-				return nil, &ConnectError{Peer: p.Name(), Err: err}
-			}
 		}
 		d.Reporter.Observe(p, peers.Observation{At: end, Err: err, Probe: bool(why)})
 		return nil, &ConnectError{Peer: p.Name(), Err: err}

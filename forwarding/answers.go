@@ -44,9 +44,6 @@ func (w *walker) judge(a *attempt, class failure) {
 	if a.progress < headWritten || (w.rq.body.state != noBody && a.progress < bodyWritten && !a.final) {
 		return // not written whole: nothing to judge
 	}
-	if !a.writtenAt.IsZero() && w.p.stalls.Stalled(a.writtenAt, time.Now()) > 0 {
-		return // peerd itself stalled while it waited: no parent is judged for it
-	}
 	var c peers.AnswerClass
 	switch class {
 	case afterWrite:
@@ -70,5 +67,11 @@ func (w *walker) judge(a *attempt, class failure) {
 	if c != peers.AnswerOK || at.IsZero() {
 		at = time.Now()
 	}
-	w.p.acct.ObserveAnswer(pe, c, a.firstByte, at)
+	fb := a.firstByte
+	if c == peers.AnswerOK && !a.writtenAt.IsZero() {
+		// peerd's own stalls are not the parent's time (stall_guard); a
+		// timeout was already stretched by them (receive).
+		fb -= w.p.stalls.Stalled(a.writtenAt, at)
+	}
+	w.p.acct.ObserveAnswer(pe, c, fb, at)
 }

@@ -53,8 +53,9 @@ type attempt struct {
 	// timedOut: err is read_timeout passing with no response byte.
 	timedOut bool
 	// late: the first-byte timeout passed with no response byte; the
-	// attempt is still waiting (nothing failed yet).
-	late bool
+	// attempt is still waiting (nothing failed yet). wasLate: it was, and
+	// waits on (await).
+	late, wasLate bool
 	// gotBytes: some response bytes arrived (a head that broke halfway).
 	gotBytes bool
 	// final: a final response head was read; status is its status and

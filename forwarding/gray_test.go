@@ -177,3 +177,65 @@ func TestNoHedgeOnceAByteReachedTheClient(t *testing.T) {
 		}
 	})
 }
+
+// TestLateUnhedgedParentIsSuspect: with no hedge budget left, a late
+// head still makes its parent suspect (cause late_answer, no failure
+// counted), so the next request goes to the healthy parent at once; the
+// late request itself gets its parent's answer.
+func TestLateUnhedgedParentIsSuspect(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRigWith(t, HedgeDelay{}, func(h *peers.Config) {
+			h.AnswerFailLimit = 3
+			h.FirstByteTimeout = peers.FirstByteTimeout{D: 300 * time.Millisecond}
+			h.HedgeRequests = true
+			h.HedgeBudget = 0
+			h.MaxAnswerDead = 1
+		})
+		r.net.answerDelay[addrA] = time.Second
+		rec, took := r.get(t, "GET")
+		if rec.body != "from "+addrA || took != time.Second {
+			t.Fatalf("%q after %v; want a's own answer at 1s (not hedged: no budget)", rec.body, took)
+		}
+		a := r.reg.Get("a")
+		h := a.History()
+		if !a.Suspect() || len(h) == 0 || h[len(h)-1].Cause != peers.CauseLateAnswer {
+			t.Fatalf("a: suspect %v, history %+v; want suspect with cause late_answer", a.Suspect(), h)
+		}
+		if late := a.AnswerFailuresByClass()["late"]; late != 0 {
+			t.Fatalf("a: %d late failures; an unhedged late head proves nothing", late)
+		}
+		if rec, took := r.get(t, "GET"); rec.body != "from "+addrB || took != 0 {
+			t.Fatalf("%q after %v; want b at once", rec.body, took)
+		}
+	})
+}
+
+// TestLateWaitOnDeadParentGivesUp: a GET waiting on a late parent that is
+// declared dead meanwhile (its answers and probes failed elsewhere) stops
+// waiting within a quarter second and goes to the next parent.
+func TestLateWaitOnDeadParentGivesUp(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRigWith(t, HedgeDelay{}, func(h *peers.Config) {
+			h.AnswerFailLimit = 3
+			h.FirstByteTimeout = peers.FirstByteTimeout{D: 300 * time.Millisecond}
+			h.HedgeRequests = true
+			h.HedgeBudget = 0
+			h.MaxAnswerDead = 1
+		})
+		r.net.answerDelay[addrA] = time.Hour
+		a := r.reg.Get("a")
+		go func() {
+			time.Sleep(2 * time.Second)
+			for i := 0; i < 3; i++ {
+				r.reg.ObserveAnswer(a, peers.AnswerTimeout, 0, time.Now())
+			}
+		}()
+		rec, took := r.get(t, "GET")
+		if a.State() != peers.Dead {
+			t.Fatalf("a is %v; want dead by answers", a.State())
+		}
+		if rec.body != "from "+addrB || took > 2*time.Second+lateCheck {
+			t.Fatalf("%q after %v; want b's answer within %v of a's death at 2s", rec.body, took, lateCheck)
+		}
+	})
+}

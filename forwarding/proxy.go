@@ -73,6 +73,9 @@ type Accounting interface {
 	FirstByte(p *peers.Peer) (timeout time.Duration, hedge bool)
 	// HedgeBudget is hedge_budget: the share of requests hedges may add.
 	HedgeBudget() float64
+	// SuspectLate hears that p's response head is past its first-byte
+	// timeout and the request could not be hedged.
+	SuspectLate(p *peers.Peer, fbt time.Duration)
 }
 
 // PeerDialer connects to peers and reports outcomes; *dialer.Dialer is one.

@@ -154,13 +154,17 @@ func (w *walker) raceConnects(hop selection.Hop, delay time.Duration) *attempt {
 	p := w.p
 	r := w.newRace()
 	latest, latestAt := hop, time.Now()
+	var stretched time.Duration // of the hedge delay, by peerd's own stalls
 	r.dial(hop)
 	timer := time.NewTimer(delay)
 	defer timer.Stop()
 	// next takes the plan's next hop: an idle connection to it ends the
 	// race at once; otherwise it is dialled.
-	next := func() (*attempt, bool) {
+	next := func(racing bool) (*attempt, bool) {
 		h, ok := w.plan.Next()
+		for racing && ok && h.Peer != nil && h.Peer.Suspect() {
+			h, ok = w.plan.Next() // a race is run with healthy hops only
+		}
 		if !ok {
 			return nil, false
 		}
@@ -172,7 +176,7 @@ func (w *walker) raceConnects(hop selection.Hop, delay time.Duration) *attempt {
 			r.finish()
 			return w.attemptOn(h, uc, true), true
 		}
-		latest, latestAt = h, time.Now()
+		latest, latestAt, stretched = h, time.Now(), 0
 		r.dial(h)
 		timer.Reset(p.hedgeDelay(w.rq.gen.cfg, h))
 		return nil, true
@@ -191,7 +195,7 @@ func (w *walker) raceConnects(hop selection.Hop, delay time.Duration) *attempt {
 			}
 			if r.pending == 0 {
 				p.metrics.retry(connectFailed.String())
-				won, ok := next()
+				won, ok := next(false)
 				if won != nil {
 					return won
 				}
@@ -201,14 +205,21 @@ func (w *walker) raceConnects(hop selection.Hop, delay time.Duration) *attempt {
 				}
 			}
 		case <-timer.C:
-			if latest.Peer != nil && p.stalls.Stalled(latestAt, time.Now()) == 0 {
+			if s := p.stalls.Stalled(latestAt, time.Now()) - stretched; s > 0 {
+				// peerd itself was stalled meanwhile (stall_guard): the
+				// delay stretches by it before anyone is called slow.
+				stretched += s
+				timer.Reset(s)
+				continue
+			}
+			if latest.Peer != nil {
 				p.acct.MarkSlow(latest.Peer)
 			}
 			if r.pending >= maxRacing {
 				continue
 			}
 			p.metrics.hedge()
-			if won, _ := next(); won != nil {
+			if won, _ := next(true); won != nil {
 				return won
 			}
 		}
@@ -227,6 +238,9 @@ func (w *walker) raceConnects(hop selection.Hop, delay time.Duration) *attempt {
 func (w *walker) hedge(a *attempt) bool {
 	p := w.p
 	h, ok := w.plan.Next()
+	for ok && h.Peer != nil && h.Peer.Suspect() {
+		h, ok = w.plan.Next() // a hedge goes to a healthy hop: a suspect one is no better bet
+	}
 	if !ok {
 		return false
 	}
@@ -303,7 +317,7 @@ func (w *walker) hedgeWon(a, s *attempt) {
 		fbt, _ := p.acct.FirstByte(s.hop.Peer)
 		fast = fbt <= 0 || s.firstByte <= fbt
 	}
-	if fast && p.stalls.Stalled(a.writtenAt, time.Now()) == 0 {
+	if fast { // a was late by the time peerd ran: its deadline stretched by stalls (receive)
 		p.acct.ObserveAnswer(a.hop.Peer, peers.AnswerLate, 0, time.Now())
 	}
 	a.conn.close()

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/peerd/peerd/internal/h1"
+	"github.com/peerd/peerd/peers"
 )
 
 var (
@@ -21,6 +22,8 @@ var (
 	errClientGone     = errors.New("the client went away")
 	// errClientBody: the client's request body broke while it was relayed.
 	errClientBody = errors.New("the client's request body broke off")
+	// errGivenUp: a late wait on a parent that died meanwhile.
+	errGivenUp = errors.New("no response head, and the parent was found dead meanwhile")
 )
 
 // release ends an attempt that is not relayed: its connection goes back to
@@ -242,11 +245,17 @@ func lateSlack(a *attempt, late time.Time) time.Duration { return late.Sub(a.wri
 const watchAfter = time.Second
 
 // await goes on waiting for the final head of an attempt that was late,
-// until read_timeout from when its request went out.
+// until read_timeout from when its request went out; a wait on a parent
+// that dies meanwhile (by answers: its HTTP probes failed too) is given up
+// as a timeout, so that a request that may be retried goes to the next
+// hop instead of waiting on a parent known to be hung.
 func (a *attempt) await(rq *request, side clientSide) {
-	a.late = false
+	a.late, a.wasLate = false, true
 	a.receive(rq, side, a.writtenAt, time.Time{})
 }
+
+// lateCheck is how often a wait that was late looks at its parent's state.
+const lateCheck = 250 * time.Millisecond
 
 // receive reads the final response head, relaying interim (1xx) ones to
 // side for an HTTP/1.1 client, except 100 Continue: peerd answered that
@@ -293,6 +302,13 @@ func (a *attempt) receive(rq *request, side clientSide, sent, late time.Time) {
 		slice := deadline.Sub(now)
 		if w == nil && slice > watchAfter {
 			slice = watchAfter
+		}
+		if a.wasLate {
+			if pe := a.hop.Peer; pe != nil && pe.State() == peers.Dead {
+				a.err, a.timedOut = errGivenUp, true
+				return
+			}
+			slice = min(slice, lateCheck)
 		}
 		byLate := !late.IsZero() && now.Before(late) && late.Sub(now) <= slice
 		if byLate {

@@ -66,13 +66,23 @@ func (w *walker) walk() *attempt {
 		case f.tunnel:
 			a.connectVia(w.rq, w.side)
 		default:
-			a.roundTrip(w.rq, w.side, w.firstByte(a))
+			fbt := w.firstByte(a)
+			a.roundTrip(w.rq, w.side, fbt)
 			for a.late && !w.cw.gone {
 				// The head is late: decide says whether the request
-				// goes to the next hop too.
-				if decide(lateHead, f, w.hedgeAllowed()) != hedge || !w.hedge(a) {
-					a.await(w.rq, w.side)
+				// goes to the next hop too. Not hedged, the parent is
+				// suspect meanwhile (no failure counted), and a wait on
+				// one that dies meanwhile is given up (await).
+				allowed := w.hedgeAllowed()
+				if decide(lateHead, f, allowed) == hedge && w.hedge(a) {
+					continue
 				}
+				if !allowed && w.healthyLeft() {
+					// A healthy hop was there, but no budget to hedge to
+					// it: the late parent gets no new requests meanwhile.
+					w.p.acct.SuspectLate(a.hop.Peer, fbt)
+				}
+				a.await(w.rq, w.side)
 			}
 		}
 		if w.cw.gone {
@@ -120,6 +130,22 @@ func (w *walker) walk() *attempt {
 		return a
 	}
 	return nil
+}
+
+// healthyLeft reports whether the plan has a healthy hop left, without
+// taking it (a copy of the plan is walked; for a peer set over 256 the
+// copy would share the plan's seen set, and the answer is yes).
+func (w *walker) healthyLeft() bool {
+	if len(w.p.current().routing.Peers()) > 256 {
+		return true
+	}
+	c := w.plan
+	for h, ok := c.Next(); ok; h, ok = c.Next() {
+		if h.Peer == nil || !h.Peer.Suspect() {
+			return true
+		}
+	}
+	return false
 }
 
 // hedgeAllowed reports whether hedge_budget allows a hedge now; a

@@ -409,3 +409,26 @@ func (r *Registry) FirstByte(p *Peer) (timeout time.Duration, hedge bool) {
 // HedgeBudget is hedge_budget in force: the share of the last 10 s of
 // requests that hedges may add.
 func (r *Registry) HedgeBudget() float64 { return float64(r.opts.Load().Health.HedgeBudget) }
+
+// CauseLateAnswer is the history cause of a parent turned suspect because
+// a response head was late and the request could not be hedged.
+const CauseLateAnswer = "late_answer"
+
+// SuspectLate marks an alive parent suspect because a response head of
+// its is past its first-byte timeout and no hedge could find out whether
+// the parent or the origin is slow (hedge_budget spent, or no hop left):
+// no failure is counted, new requests go to the healthy parents
+// meanwhile, and an HTTP probe to the parent itself settles it (a parent
+// that answers its own probe at once was waiting on a slow origin).
+func (r *Registry) SuspectLate(p *Peer, fbt time.Duration) {
+	if p.Type() != Parent {
+		return
+	}
+	if l := p.live.Load(); l.state != Alive || l.suspect {
+		return
+	}
+	detail := fmt.Sprintf("no response head within its first-byte timeout (%s), not hedged", fbt.Round(time.Millisecond))
+	if r.suspectByAnswers(p, CauseLateAnswer, detail) {
+		r.logSuspicion(p, r.now(), true, CauseLateAnswer, detail)
+	}
+}

@@ -40,6 +40,10 @@ const (
 	// the factor when it answered within factor x its peers' median, or
 	// within this, whichever is longer.
 	outlierProbeFloor = 20 * time.Millisecond
+	// relMinGap: a parent's median must exceed its peers' by at least
+	// this to count as slower at all; a few milliseconds between loopback
+	// or LAN parents is scheduling noise, whatever the ratio.
+	relMinGap = 10 * time.Millisecond
 )
 
 // timedHeads are a parent's last response-head times with when they came;
@@ -147,9 +151,11 @@ func (r *Registry) Judge(now time.Time) {
 	out := map[*Peer]worst{}
 	for _, g := range r.groupsOf(parents) {
 		for _, tier := range byTier(g) {
+			// Compared: the healthy parents with recent times (a
+			// suspect one's times are stale: it gets no traffic).
 			var live []*Peer
 			for _, p := range tier {
-				if p.State() == Alive && p.recent.median.Load() > 0 && !p.Outlier() {
+				if p.State() == Alive && !p.Suspect() && p.recent.median.Load() > 0 {
 					live = append(live, p)
 				}
 			}
@@ -172,6 +178,9 @@ func (r *Registry) Judge(now time.Time) {
 					continue
 				}
 				ratio := float64(p.recent.median.Load()) / float64(pm)
+				if time.Duration(p.recent.median.Load()-pm) < relMinGap {
+					ratio = 1 // within the noise: as fast as its peers
+				}
 				s := shareFor(ratio)
 				if cur, ok := share[p]; !ok || s < cur {
 					share[p] = s

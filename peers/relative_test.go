@@ -146,3 +146,18 @@ func TestCompareWithinRouteAndTier(t *testing.T) {
 		}
 	})
 }
+
+// TestFewMillisecondsAreNoise: on loopback a parent at 4.5 ms beside
+// peers at 1.4 ms is three times as slow, but 3 ms is scheduling noise:
+// it keeps its whole share and is no outlier.
+func TestFewMillisecondsAreNoise(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := answersRegistry(t, 3, nil)
+		answer(r, 1400*time.Microsecond, 10, "b", "c")
+		answer(r, 4500*time.Microsecond, 10, "a")
+		r.Judge(time.Now())
+		if share(r.Get("a")) != 1 || r.Get("a").Outlier() {
+			t.Fatalf("a: share %v, outlier %v; want 1, no outlier", share(r.Get("a")), r.Get("a").Outlier())
+		}
+	})
+}

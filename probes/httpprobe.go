@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/peerd/peerd/dialer"
+	"github.com/peerd/peerd/internal/stall"
 	"github.com/peerd/peerd/peers"
 	"github.com/sirupsen/logrus"
 )
@@ -39,14 +40,12 @@ func (pr *Prober) httpProbe(ctx context.Context, p *peers.Peer) error {
 	defer conn.Close()
 	deadline := pr.reg.HTTPProbeTimeout(p)
 	start := time.Now()
-	conn.SetDeadline(start.Add(deadline))
-	status, err := exchangeProbe(conn, probeRequest(pr.reg.Health().HTTPProbe, p))
+	sc := &stretchConn{Conn: conn, g: pr.stalls, start: start, deadline: start.Add(deadline)}
+	conn.SetDeadline(sc.deadline)
+	status, err := exchangeProbe(sc, probeRequest(pr.reg.Health().HTTPProbe, p))
 	now := time.Now()
-	stalled := pr.stalls.Stalled(start, now)
-	elapsed := now.Sub(start) - stalled // peerd's own stall is not the parent's time
+	elapsed := now.Sub(start) - pr.stalls.Stalled(start, now) // peerd's own stall is not the parent's time
 	switch {
-	case err != nil && stalled > 0 && probeClass(err) == peers.AnswerTimeout:
-		return err // peerd was stalled while it waited: no verdict
 	case err != nil:
 		pr.reg.ObserveHTTPProbe(p, false, err, probeClass(err), now)
 	case status == http.StatusBadGateway || status == http.StatusServiceUnavailable || status == http.StatusGatewayTimeout:
@@ -97,6 +96,33 @@ func exchangeProbe(conn net.Conn, req string) (int, error) {
 	}
 	resp.Body.Close()
 	return resp.StatusCode, nil
+}
+
+// stretchConn moves a probe's deadline on by peerd's own stalls
+// (stall_guard): a read that timed out while peerd was stalled reads on,
+// so a parent is blamed for a timeout only when it had all of it.
+type stretchConn struct {
+	net.Conn
+	g         *stall.Guard
+	start     time.Time
+	deadline  time.Time
+	stretched time.Duration
+}
+
+func (c *stretchConn) Read(b []byte) (int, error) {
+	for {
+		n, err := c.Conn.Read(b)
+		if err == nil || n > 0 || probeClass(err) != peers.AnswerTimeout {
+			return n, err
+		}
+		s := c.g.Stalled(c.start, time.Now()) - c.stretched
+		if s <= 0 {
+			return n, err
+		}
+		c.stretched += s
+		c.deadline = c.deadline.Add(s)
+		c.Conn.SetDeadline(c.deadline)
+	}
 }
 
 // probeClass is the answer-failure class of a probe that got no head.

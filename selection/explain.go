@@ -77,7 +77,7 @@ func (pl *Planner) Explain(r Request) Explanation {
 			why = "default parent, after the others"
 		case h.Peer.Suspect():
 			why += ", suspect: after the healthy parents"
-		case stage == stageParents && pass == 1:
+		case stage == stageParents && pass == passThinned:
 			why += fmt.Sprintf(", slower than its peers (latency share %.2f): after the others this time", h.Peer.LatencyShare())
 		}
 		if h.Peer.Ramping() {

@@ -229,6 +229,9 @@ func (pl *Planner) Routing() Routing { return Routing{pl: pl, o: pl.opts.Load(),
 // Plan starts a plan for r under rt.
 func (rt Routing) Plan(r Request) Plan { return rt.pl.plan(rt, r, false) }
 
+// Peers are the peers rt plans over.
+func (rt Routing) Peers() []*peers.Peer { return rt.v.peers }
+
 // DirectAllowed reports whether DIRECT may be a next hop under rt.
 func (rt Routing) DirectAllowed() bool { return rt.o.Direct != DirectNever }
 
@@ -302,7 +305,7 @@ func (p *Plan) Next() (Hop, bool) {
 			}
 			continue
 		}
-		for ; p.pass < 2; p.pass++ {
+		for ; p.pass < passes; p.pass++ {
 			if i, code := p.next(); i >= 0 {
 				p.markSeen(i)
 				return p.hop(p.v.peers[i], code)
@@ -362,10 +365,11 @@ func (p *Plan) members() []int {
 }
 
 // usable reports whether peer i may be returned now in the current pass:
-// not returned yet, eligible, and healthy in pass 0 or suspect in pass 1
-// (and, among siblings, not one ICP already asked). A parent whose
-// latency share is below 1 and that does not keep this request (keeps)
-// comes in pass 1, after the healthy parents, as a suspect one does.
+// not returned yet, eligible, and healthy in the first pass or suspect in
+// the last (and, among siblings, not one ICP already asked). A healthy
+// parent whose latency share is below 1 and that does not keep this
+// request (keeps) comes in the pass between: after the healthy parents,
+// before the suspect ones.
 func (p *Plan) usable(i int) bool {
 	peer := p.v.peers[i]
 	if p.skipICP && p.stage == stageSiblings && peer.ICPPort() != 0 {
@@ -374,9 +378,24 @@ func (p *Plan) usable(i int) bool {
 	if p.wasSeen(i) || !peer.Eligible() || !p.allowed(i) {
 		return false
 	}
-	later := peer.Suspect() || p.stage == stageParents && !p.keeps(i, peer)
-	return later == (p.pass == 1)
+	switch {
+	case peer.Suspect():
+		return p.pass == passSuspect
+	case p.stage == stageParents && !p.keeps(i, peer):
+		return p.pass == passThinned
+	}
+	return p.pass == passHealthy
 }
+
+// The passes over a stage's peers: the healthy ones (at their share),
+// then the healthy parents a latency share set aside for this request,
+// then the suspect ones.
+const (
+	passHealthy = iota
+	passThinned
+	passSuspect
+	passes
+)
 
 // allowed reports whether the route that chose the plan (if any) lets
 // peer i carry the request.

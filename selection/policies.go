@@ -60,7 +60,8 @@ func (firstUp) next(p *Plan, w *walk) int {
 
 // roundRobin starts each plan at the next healthy parent in turn, so live
 // parents share evenly; a revived parent joins the rotation with no owed
-// turns. Suspect parents, in the second pass, come in config order.
+// turns. In the later passes (parents set aside by their latency share,
+// then suspect ones) they come in config order.
 type roundRobin struct{ n atomic.Uint64 }
 
 func (rr *roundRobin) code() string { return policyCodes[RoundRobin] }
@@ -96,7 +97,7 @@ func (rr *roundRobin) next(p *Plan, w *walk) int {
 	for w.cursor < len(m) {
 		c := w.cursor
 		w.cursor++
-		if p.pass == 0 {
+		if p.pass == passHealthy {
 			c = (w.start + c) % len(m)
 		}
 		if i := m[c]; p.usable(i) {
@@ -150,7 +151,7 @@ func (wr *weightedRoundRobin) begin(v *view, _ *Request, w *walk, dry bool) {
 }
 
 func (wr *weightedRoundRobin) next(p *Plan, w *walk) int {
-	if p.pass == 0 && !w.picked {
+	if p.pass == passHealthy && !w.picked {
 		w.picked = true
 		if w.first >= 0 && p.usable(w.first) {
 			return w.first

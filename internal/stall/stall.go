@@ -41,14 +41,18 @@ type Guard struct {
 	on  atomic.Bool
 	now func() time.Time
 
-	mu       sync.Mutex
-	last     time.Time // the last tick (or catch-up)
-	start    [ring]int64
-	end      [ring]int64
-	n        int // stalls recorded (the ring holds the last ring of them)
-	totalNs  atomic.Int64
-	schedBuf []metrics.Sample
-	schedHi  uint64 // scheduling-latency samples at or over Slack seen so far
+	mu      sync.Mutex
+	last    time.Time // the last tick (or catch-up)
+	start   [ring]int64
+	end     [ring]int64
+	n       int // stalls recorded (the ring holds the last ring of them)
+	totalNs atomic.Int64
+	// lastEnd and lastTick mirror the newest stall's end and g.last for
+	// Stalled's lock-free answer on the request path.
+	lastEnd, lastTick atomic.Int64
+	schedBuf          []metrics.Sample
+	schedHi           uint64 // scheduling-latency samples at or over Slack seen so far
+	noSched           bool   // the ticker alone (a test under synctest's clock)
 }
 
 // New returns a guard reading the clock now (nil: time.Now), on.
@@ -58,6 +62,7 @@ func New(now func() time.Time) *Guard {
 	}
 	g := &Guard{now: now}
 	g.last = now()
+	g.lastTick.Store(g.last.UnixNano())
 	g.on.Store(true)
 	return g
 }
@@ -70,6 +75,7 @@ func (g *Guard) SetOn(on bool) {
 	}
 	g.mu.Lock()
 	g.last = g.now()
+	g.lastTick.Store(g.last.UnixNano())
 	g.mu.Unlock()
 	g.on.Store(on)
 }
@@ -86,6 +92,9 @@ func (g *Guard) Run(ctx context.Context) {
 			return
 		case <-t.C:
 			g.Observe(g.now())
+			if g.noSched {
+				continue
+			}
 			if hi := g.schedOver(); hi > g.schedHi {
 				// The runtime saw goroutines wait Slack or more to
 				// run: peerd was starved for at least that long.
@@ -127,6 +136,7 @@ func (g *Guard) observeLocked(now time.Time) {
 	}
 	if now.After(g.last) {
 		g.last = now
+		g.lastTick.Store(now.UnixNano())
 	}
 }
 
@@ -148,6 +158,7 @@ func (g *Guard) addLocked(from, to time.Time) {
 			if to.UnixNano() > g.end[k] {
 				g.totalNs.Add(to.UnixNano() - g.end[k])
 				g.end[k] = to.UnixNano()
+				g.lastEnd.Store(max(g.lastEnd.Load(), g.end[k]))
 			}
 			return
 		}
@@ -156,6 +167,9 @@ func (g *Guard) addLocked(from, to time.Time) {
 	g.start[k], g.end[k] = from.UnixNano(), to.UnixNano()
 	g.n++
 	g.totalNs.Add(to.UnixNano() - from.UnixNano())
+	if to.UnixNano() > g.lastEnd.Load() {
+		g.lastEnd.Store(to.UnixNano())
+	}
 }
 
 // Stalled is how much of [from, to] the process was stalled; 0 when the
@@ -164,19 +178,68 @@ func (g *Guard) Stalled(from, to time.Time) time.Duration {
 	if g == nil || !g.on.Load() {
 		return 0
 	}
+	f, t := from.UnixNano(), to.UnixNano()
+	now := g.now().UnixNano()
+	if now-g.lastTick.Load() <= int64(Tick+Slack) && g.lastEnd.Load() <= f {
+		return 0 // no stall since from, and none pending: no lock taken
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.observeLocked(g.now()) // a stall that just ended, not yet ticked
+	g.observeLocked(time.Unix(0, now)) // a stall that just ended, not yet ticked
 	var d int64
-	f, t := from.UnixNano(), to.UnixNano()
-	for i := max(0, g.n-ring); i < g.n; i++ {
+	// Newest first; stalls are recorded in order, so the scan stops at
+	// the first that ended before from.
+	for i := g.n - 1; i >= max(0, g.n-ring); i-- {
 		k := i % ring
+		if g.end[k] <= f {
+			break
+		}
 		s, e := max(g.start[k], f), min(g.end[k], t)
 		if e > s {
 			d += e - s
 		}
 	}
 	return time.Duration(d)
+}
+
+// WithTimeout is context.WithTimeout whose deadline stretches by the
+// stalls within it: the context ends once timeout of the time peerd ran
+// has passed (stall_guard), so that a peer that did not answer in time is
+// blamed only when it had all of that time. Its cause is then
+// context.DeadlineExceeded (context.Cause). Off (or nil), it is
+// context.WithTimeout.
+func (g *Guard) WithTimeout(parent context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
+	if g == nil || !g.on.Load() {
+		return context.WithTimeout(parent, timeout)
+	}
+	ctx, cancel := context.WithCancelCause(parent)
+	start := g.now()
+	deadline := start.Add(timeout)
+	var stretched time.Duration
+	var mu sync.Mutex
+	var t *time.Timer
+	mu.Lock()
+	defer mu.Unlock()
+	t = time.AfterFunc(timeout, func() {
+		now := g.now()
+		if s := g.Stalled(start, now) - stretched; s > 0 {
+			stretched += s
+			deadline = deadline.Add(s)
+		}
+		if left := deadline.Sub(now); left > 0 {
+			mu.Lock()
+			t.Reset(left)
+			mu.Unlock()
+			return
+		}
+		cancel(context.DeadlineExceeded)
+	})
+	return ctx, func() {
+		mu.Lock()
+		t.Stop()
+		mu.Unlock()
+		cancel(context.Canceled)
+	}
 }
 
 // Total is the stall time recorded since the guard started

@@ -1,7 +1,10 @@
 package stall
 
 import (
+	"context"
+	"errors"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -56,4 +59,43 @@ func TestStallsFromAJumpingClock(t *testing.T) {
 	if off.Stalled(mark, c.t) != 0 || off.Total() != 0 {
 		t.Fatal("a nil guard reports a stall")
 	}
+}
+
+// TestWithTimeoutStretches: a timeout within which peerd was stalled for
+// 300 ms ends 300 ms later than the clock says, with DeadlineExceeded as
+// its cause; with no stall it ends on time; cancelled, it ends at once.
+func TestWithTimeoutStretches(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := New(nil)
+		g.noSched = true
+		run, stop := context.WithCancel(context.Background())
+		defer stop()
+		go g.Run(run)
+		start := time.Now()
+		ctx, cancel := g.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		time.Sleep(500 * time.Millisecond)
+		g.add(start.Add(200*time.Millisecond), start.Add(500*time.Millisecond)) // stopped meanwhile
+		<-ctx.Done()
+		if d := time.Since(start); d != 1300*time.Millisecond {
+			t.Fatalf("a 1s timeout with a 300ms stall ended after %v; want 1.3s", d)
+		}
+		if !errors.Is(context.Cause(ctx), context.DeadlineExceeded) {
+			t.Fatalf("cause %v", context.Cause(ctx))
+		}
+
+		start = time.Now()
+		ctx2, cancel2 := g.WithTimeout(context.Background(), time.Second)
+		defer cancel2()
+		<-ctx2.Done()
+		if d := time.Since(start); d != time.Second {
+			t.Fatalf("no stall: ended after %v", d)
+		}
+
+		ctx3, cancel3 := g.WithTimeout(context.Background(), time.Second)
+		cancel3()
+		if context.Cause(ctx3) != context.Canceled {
+			t.Fatalf("cancelled: cause %v", context.Cause(ctx3))
+		}
+	})
 }
