@@ -246,6 +246,8 @@ func (r *Registry) ObserveHTTPProbe(p *Peer, ok bool, err error, class AnswerCla
 		// with no answer failure counted (it answered); any other failure
 		// counts as for any suspect parent.
 		switch {
+		case ok && p.outlierHeld(at):
+			return // fast, but its answers were slow again soon after the last revival: held
 		case ok:
 			r.clearOutlier(p, at, "own HTTP probe answered within outlier_factor")
 			p.answerConsec.Store(0)

@@ -44,6 +44,11 @@ const (
 	// this to count as slower at all; a few milliseconds between loopback
 	// or LAN parents is scheduling noise, whatever the ratio.
 	relMinGap = 10 * time.Millisecond
+	// probationShare is the share of a parent just revived from being an
+	// outlier, until its own answers are measured again: its probe may
+	// not see what its answers showed (a Squid answers OPTIONS itself,
+	// fast, while its way to the origin is slow).
+	probationShare = 0.5
 )
 
 // timedHeads are a parent's last response-head times with when they came;
@@ -69,6 +74,15 @@ type recentHeads struct {
 	median atomic.Int64
 	share  atomic.Uint64
 	bound  atomic.Int64
+	// probation: revived from being an outlier and not yet measured
+	// again; its share stays probationShare until it is. revivedAt is
+	// when (Unix ns); strikes counts outlier marks each within relWindow
+	// of the revival before; holdUntil (Unix ns) is when its probes may
+	// revive it again.
+	probation atomic.Bool
+	revivedAt atomic.Int64
+	strikes   atomic.Int32
+	holdUntil atomic.Int64
 }
 
 // clearRecent forgets p's recent times (a parent back from being an
@@ -131,6 +145,10 @@ func (r *Registry) SetGroups(groups [][]string) {
 // tests with their own clock.
 func (r *Registry) Judge(now time.Time) {
 	h := r.opts.Load().Health
+	// The parents are compared over one period: the last relWindow, or
+	// since the latest revival of a parent from being an outlier (its
+	// older times are gone), so that a shift every parent shares (an
+	// origin turning slow) reaches every median alike.
 	since := now.Add(-relWindow).UnixNano()
 	var buf []int64
 	var parents []*Peer
@@ -139,6 +157,11 @@ func (r *Registry) Judge(now time.Time) {
 			continue
 		}
 		parents = append(parents, p)
+		if rv := p.recent.revivedAt.Load(); rv > since && p.State() == Alive && !p.Suspect() {
+			since = rv
+		}
+	}
+	for _, p := range parents {
 		var m int64
 		m, _, buf = p.medianSince(since, buf)
 		p.recent.median.Store(m)
@@ -149,6 +172,7 @@ func (r *Registry) Judge(now time.Time) {
 		peers int64 // the peers' median, ns
 	}
 	out := map[*Peer]worst{}
+	bounds := map[*Peer]int64{}
 	for _, g := range r.groupsOf(parents) {
 		for _, tier := range byTier(g) {
 			// Compared: the healthy parents with recent times (a
@@ -157,6 +181,20 @@ func (r *Registry) Judge(now time.Time) {
 			for _, p := range tier {
 				if p.State() == Alive && !p.Suspect() && p.recent.median.Load() > 0 {
 					live = append(live, p)
+				}
+			}
+			if h.OutlierFactor > 0 && len(live) > 0 {
+				// An outlier's probe bound follows its peers' times now.
+				ms := make([]int64, 0, len(live))
+				for _, q := range live {
+					ms = append(ms, q.recent.median.Load())
+				}
+				pm := medianOf(ms)
+				for _, p := range tier {
+					if p.Outlier() {
+						b := int64(max(time.Duration(h.OutlierFactor*float64(pm)), outlierProbeFloor))
+						bounds[p] = max(bounds[p], b)
+					}
 				}
 			}
 			if len(live) < 2 {
@@ -169,11 +207,7 @@ func (r *Registry) Judge(now time.Time) {
 						others = append(others, q.recent.median.Load())
 					}
 				}
-				slices.Sort(others)
-				pm := others[len(others)/2]
-				if len(others)%2 == 0 {
-					pm = (others[len(others)/2-1] + others[len(others)/2]) / 2
-				}
+				pm := medianOf(others)
 				if pm <= 0 {
 					continue
 				}
@@ -193,12 +227,20 @@ func (r *Registry) Judge(now time.Time) {
 	}
 	for _, p := range parents {
 		s := 1.0
+		if p.recent.median.Load() > 0 {
+			p.recent.probation.Store(false) // measured again
+		}
 		if h.RelativeLatency {
 			if v, ok := share[p]; ok {
 				s = v
+			} else if p.recent.probation.Load() {
+				s = probationShare
 			}
 		}
 		p.recent.share.Store(math.Float64bits(s))
+	}
+	for p, b := range bounds {
+		p.recent.bound.Store(b)
 	}
 	for p, w := range out {
 		if h.OutlierFactor > 0 && w.ratio > h.OutlierFactor {
@@ -212,6 +254,17 @@ func (r *Registry) Judge(now time.Time) {
 			}
 		}
 	}
+}
+
+// medianOf is the median of ms (sorted in place; the mean of the middle
+// two for an even count).
+func medianOf(ms []int64) int64 {
+	slices.Sort(ms)
+	m := ms[len(ms)/2]
+	if len(ms)%2 == 0 {
+		m = (ms[len(ms)/2-1] + ms[len(ms)/2]) / 2
+	}
+	return m
 }
 
 // shareFor is the share of a parent ratio times as slow as its peers:
@@ -281,6 +334,17 @@ func (r *Registry) markOutlier(p *Peer, h Config, ratio float64, peers time.Dura
 		return
 	}
 	p.recent.bound.Store(int64(max(time.Duration(h.OutlierFactor*float64(peers)), outlierProbeFloor)))
+	// An outlier again soon after its probe revived it: its probe does
+	// not see what its answers show, so each such strike holds the next
+	// revival back longer (2 s, 4 s, ... up to probe_max_interval).
+	var hold time.Duration
+	if rv := p.recent.revivedAt.Load(); rv != 0 && now.UnixNano()-rv < int64(relWindow) {
+		k := min(p.recent.strikes.Add(1), 16)
+		hold = min(time.Second<<k, max(h.ProbeMaxInterval, time.Second))
+	} else {
+		p.recent.strikes.Store(0)
+	}
+	p.recent.holdUntil.Store(now.Add(hold).UnixNano())
 	txn := r.writeTxn()
 	defer txn.Abort()
 	cur = p.live.Load()
@@ -329,9 +393,15 @@ func (r *Registry) clearOutlier(p *Peer, at time.Time, how string) {
 		return
 	}
 	p.clearRecent()
-	p.recent.share.Store(0)
+	p.recent.share.Store(math.Float64bits(probationShare))
+	p.recent.probation.Store(true)
+	p.recent.revivedAt.Store(at.UnixNano())
 	r.logSuspicion(p, at, false, CauseProbe, how)
 }
+
+// outlierHeld reports whether an outlier's revival is held back at at
+// (markOutlier's strikes).
+func (p *Peer) outlierHeld(at time.Time) bool { return at.UnixNano() < p.recent.holdUntil.Load() }
 
 // OutlierBound is how fast an outlier's HTTP probe must answer to count
 // as back within outlier_factor (0: p is no outlier).

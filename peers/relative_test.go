@@ -161,3 +161,96 @@ func TestFewMillisecondsAreNoise(t *testing.T) {
 		}
 	})
 }
+
+// TestOutlierProbationAndHold: a parent revived by a fast probe comes
+// back on half its share until its answers are measured; when its
+// answers are slow again at once (its probe cannot see its slow way to
+// the origin, as with a Squid answering OPTIONS itself), its next revival
+// is held back 2 s, then 4 s, and it never flaps back to a whole share.
+func TestOutlierProbationAndHold(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := answersRegistry(t, 3, nil)
+		a := r.Get("a")
+		answer(r, time.Millisecond, 10, "b", "c")
+		answer(r, 60*time.Millisecond, 10, "a")
+		r.Judge(time.Now())
+		if !a.Outlier() {
+			t.Fatal("a 60x slower: no outlier")
+		}
+		r.ObserveHTTPProbe(a, true, nil, AnswerOK, time.Now())
+		r.Judge(time.Now())
+		if a.Outlier() || share(a) != probationShare {
+			t.Fatalf("revived: outlier %v, share %v; want a probation share of %v", a.Outlier(), share(a), probationShare)
+		}
+		for hold := 2 * time.Second; hold <= 4*time.Second; hold *= 2 {
+			answer(r, time.Millisecond, 5, "b", "c")
+			answer(r, 60*time.Millisecond, 5, "a")
+			r.Judge(time.Now())
+			if !a.Outlier() {
+				t.Fatal("slow again after its revival: no outlier")
+			}
+			marked := time.Now()
+			time.Sleep(hold - 100*time.Millisecond)
+			r.ObserveHTTPProbe(a, true, nil, AnswerOK, time.Now())
+			if !a.Outlier() {
+				t.Fatalf("revived %v after a strike; want held back %v", time.Since(marked), hold)
+			}
+			time.Sleep(100 * time.Millisecond)
+			r.ObserveHTTPProbe(a, true, nil, AnswerOK, time.Now())
+			if a.Outlier() {
+				t.Fatalf("still held %v after a strike; want revived after %v", time.Since(marked), hold)
+			}
+		}
+		// Measured fast again: the whole share.
+		answer(r, time.Millisecond, 10, "a", "b", "c")
+		r.Judge(time.Now())
+		if share(a) != 1 {
+			t.Fatalf("fast again: share %v", share(a))
+		}
+	})
+}
+
+// TestShiftAfterRevivalIsShared: a parent revived from being an outlier
+// starts a fresh window; when every parent then turns 40 ms slower (the
+// origin), they are compared over that same period, so the revived one
+// is not the first to look slow. An outlier's probe bound follows its
+// peers' times.
+func TestShiftAfterRevivalIsShared(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := answersRegistry(t, 3, nil)
+		a := r.Get("a")
+		answer(r, time.Millisecond, 10, "b", "c")
+		answer(r, 60*time.Millisecond, 10, "a")
+		r.Judge(time.Now())
+		if !a.Outlier() {
+			t.Fatal("a 60x slower: no outlier")
+		}
+		answer(r, time.Millisecond, 40, "b", "c") // 4 s more of fast peers
+		r.ObserveHTTPProbe(a, true, nil, AnswerOK, time.Now())
+		answer(r, time.Millisecond, 10, "a", "b", "c")
+		r.Judge(time.Now())
+		for i := 0; i < 30; i++ { // then every parent 40 ms, judged every 250 ms
+			for _, n := range []string{"a", "b", "c"} {
+				r.ObserveAnswer(r.Get(n), AnswerOK, 41*time.Millisecond, time.Now())
+			}
+			time.Sleep(250 * time.Millisecond)
+			r.Judge(time.Now())
+			if a.Outlier() {
+				t.Fatalf("step %d: a is an outlier while every parent is alike (a %vms, b %vms)", i, a.RecentHeadMs(), r.Get("b").RecentHeadMs())
+			}
+		}
+		if share(a) != 1 {
+			t.Fatalf("a's share %v while every parent is alike", share(a))
+		}
+
+		r2 := answersRegistry(t, 3, nil)
+		answer(r2, time.Millisecond, 10, "b", "c")
+		answer(r2, 60*time.Millisecond, 10, "a")
+		r2.Judge(time.Now())
+		answer(r2, 50*time.Millisecond, 30, "b", "c")
+		r2.Judge(time.Now())
+		if b := r2.Get("a").OutlierBound(); b != 150*time.Millisecond {
+			t.Fatalf("probe bound %v with peers now at 50ms; want 3 x 50ms", b)
+		}
+	})
+}

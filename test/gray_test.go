@@ -45,6 +45,11 @@ type loadResult struct {
 // requests), each URL unique; slowEvery > 0 marks every slowEvery-th
 // request slow at the origin (X-Delay, honoured by every parent alike).
 func paced(p *peerd, rate int, d time.Duration, slowEvery int, slowDelay time.Duration) loadResult {
+	return pacedTo(p, "origin.test", rate, d, slowEvery, slowDelay)
+}
+
+// pacedTo is paced with GETs for URLs on host.
+func pacedTo(p *peerd, host string, rate int, d time.Duration, slowEvery int, slowDelay time.Duration) loadResult {
 	var mu sync.Mutex
 	var res loadResult
 	var wg sync.WaitGroup
@@ -57,7 +62,7 @@ func paced(p *peerd, rate int, d time.Duration, slowEvery int, slowDelay time.Du
 		wg.Add(1)
 		go func(i int) {
 			defer wg.Done()
-			req, _ := http.NewRequest("GET", fmt.Sprintf("http://origin.test/gray/%d/%d", time.Now().UnixNano(), i), nil)
+			req, _ := http.NewRequest("GET", fmt.Sprintf("http://%s/gray/%d/%d", host, time.Now().UnixNano(), i), nil)
 			slow := slowEvery > 0 && i%slowEvery == 0
 			if slow {
 				req.Header.Set("X-Delay", slowDelay.String())
