@@ -25,7 +25,7 @@ var (
 	conns        = flag.Int("c", 16, "connections for the throughput runs")
 	size         = flag.Int("size", 512, "response body bytes of the throughput runs")
 	lowRate      = flag.Int("lowrate", 100, "requests per second for the low-rate latency run through real Squid parents")
-	sections     = flag.String("run", "throughput,tunnel,cache,disk,lowrate,failover,memory,fleet,icp,gray,tls,auth", "sections to run, comma-separated")
+	sections     = flag.String("run", "throughput,tunnel,cache,disk,lowrate,failover,memory,fleet,icp,gray,relative,tls,auth", "sections to run, comma-separated")
 	threads      = flag.Int("threads", 0, "worker threads of each child (peerd GOMAXPROCS, ATS exec threads; Squid has one); 0: each child's default (one per core)")
 	rounds       = flag.Int("rounds", 3, "interleaved rounds of the throughput runs; figures are the medians")
 	tunnels      = flag.Int("tunnels", 2000, "idle CONNECT tunnels for the memory run")
@@ -116,6 +116,10 @@ func main() {
 	if want("gray") {
 		fmt.Fprintln(os.Stderr, "== gray failures: a parent that accepts but hangs or answers late")
 		res.Gray = grayRun(work, peerdBin, squidBin)
+	}
+	if want("relative") {
+		fmt.Fprintln(os.Stderr, "== relative: a parent slower than its siblings, and a tail every parent shares")
+		res.Relative = relativeRun(work, peerdBin, squidBin)
 	}
 	if want("tls") {
 		fmt.Fprintln(os.Stderr, "== tls: a parent reached over TLS, keep-alive and a new connection each request")

@@ -9,25 +9,26 @@ import (
 )
 
 type Results struct {
-	When       string       `json:"when"`
-	Machine    string       `json:"machine"`
-	Squid      string       `json:"squid"`
-	ATS        string       `json:"ats"`
-	Loader     string       `json:"loader"`
-	Seconds    float64      `json:"seconds"`
-	Throughput []Throughput `json:"throughput"`
-	LowRate    []Throughput `json:"low_rate_via_squid_parents"`
-	Failover   []Failover   `json:"failover"`
-	Blackhole  []Failover   `json:"blackhole"`
-	Memory     []Memory     `json:"memory"`
-	Cache      []Throughput `json:"cache"`
-	Fleet      []FleetRow   `json:"fleet"`
-	ICP        []ICPRow     `json:"icp"`
-	Gray       []GrayRow    `json:"gray"`
-	TLS        []Throughput `json:"tls_parent"`
-	Auth       []Throughput `json:"basic_auth"`
-	Disk       *DiskResults `json:"disk_cache,omitempty"`
-	Tunnel     []TunnelRow  `json:"connect_tunnels,omitempty"`
+	When       string        `json:"when"`
+	Machine    string        `json:"machine"`
+	Squid      string        `json:"squid"`
+	ATS        string        `json:"ats"`
+	Loader     string        `json:"loader"`
+	Seconds    float64       `json:"seconds"`
+	Throughput []Throughput  `json:"throughput"`
+	LowRate    []Throughput  `json:"low_rate_via_squid_parents"`
+	Failover   []Failover    `json:"failover"`
+	Blackhole  []Failover    `json:"blackhole"`
+	Memory     []Memory      `json:"memory"`
+	Cache      []Throughput  `json:"cache"`
+	Fleet      []FleetRow    `json:"fleet"`
+	ICP        []ICPRow      `json:"icp"`
+	Gray       []GrayRow     `json:"gray"`
+	Relative   []RelativeRow `json:"relative_latency,omitempty"`
+	TLS        []Throughput  `json:"tls_parent"`
+	Auth       []Throughput  `json:"basic_auth"`
+	Disk       *DiskResults  `json:"disk_cache,omitempty"`
+	Tunnel     []TunnelRow   `json:"connect_tunnels,omitempty"`
 }
 
 // wrkBin is wrk's path ("": load by a Go client).
@@ -175,6 +176,7 @@ func (r *Results) markdown() string {
 	b.WriteString(r.fleetSection())
 	b.WriteString(r.icpSection())
 	b.WriteString(r.graySection())
+	b.WriteString(r.relativeSection())
 	b.WriteString(r.tlsAuthSection())
 	return b.String()
 }
