@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/peerd/peerd/cache"
 )
@@ -37,9 +38,21 @@ func (a *API) purgeCache(w http.ResponseWriter, r *http.Request) {
 	if c := a.cache(); c != nil {
 		n = c.Purge(key)
 	}
+	out := map[string]any{"purged": n}
+	if a.fleet != nil {
+		// Every live member too, acknowledged (contract section 20).
+		if res, ok := a.fleet.Purge(key, fleetPurgeWait); ok {
+			out["acknowledged"], out["missing"] = res.Acknowledged, res.Missing
+		}
+	}
 	a.record(r, "", "", "", fmt.Sprintf("purge %s: %d", raw, n))
-	writeJSON(w, http.StatusOK, map[string]int{"purged": n})
+	writeJSON(w, http.StatusOK, out)
 }
+
+// fleetPurgeWait is how long a purge waits for the other members'
+// acknowledgements; the ones that did not answer are listed as missing
+// (they get the purge when they rejoin, within purge_log).
+const fleetPurgeWait = 2 * time.Second
 
 // cacheKey turns an absolute http(s) URL into the cache's key, with the
 // path and query as written (the key of a request for that URL).

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"time"
 
 	"github.com/peerd/peerd/internal/conf"
 )
@@ -26,10 +27,13 @@ type Config struct {
 	Key string `toml:"key"`
 	// Node is this member's name; "" is the [proxy] name.
 	Node string `toml:"node"`
+	// PurgeLog is how long purges are kept and replayed to a member that
+	// joins or rejoins (contract section 20); 0 keeps none.
+	PurgeLog time.Duration `toml:"purge_log"`
 }
 
 // DefaultConfig returns the built-in [fleet] defaults: off.
-func DefaultConfig() Config { return Config{Join: []string{}} }
+func DefaultConfig() Config { return Config{Join: []string{}, PurgeLog: 10 * time.Minute} }
 
 // Enabled reports whether this peerd gossips.
 func (c Config) Enabled() bool { return c.Bind != "" }
@@ -50,6 +54,9 @@ func (c Config) Validate() error {
 		if _, err := c.secret(); err != nil {
 			es.Addf("fleet", "key", "%v", err)
 		}
+	}
+	if c.PurgeLog < 0 || c.PurgeLog > 24*time.Hour {
+		es.Addf("fleet", "purge_log", "must be between 0s (keep none) and 24h, got %s", c.PurgeLog)
 	}
 	for _, j := range c.Join {
 		if _, _, err := splitAddr(j); err != nil {

@@ -47,8 +47,9 @@ func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte {
 	return d.queue.GetBroadcasts(overhead, limit)
 }
 
-// LocalState is this member's own verdicts, signed, for a full state
-// exchange.
+// LocalState is this member's own verdicts and the purges of the last
+// purge_log, signed, for a full state exchange (a member that rejoins
+// gets the purges it missed).
 func (d *delegate) LocalState(join bool) []byte {
 	m := (*member)(d)
 	m.f.mu.Lock()
@@ -58,7 +59,7 @@ func (d *delegate) LocalState(join bool) []byte {
 		vs = append(vs, v)
 	}
 	m.f.mu.Unlock()
-	b, _ := m.seal(vs)
+	b, _ := m.sealMsg(message{Verdicts: vs, Purges: m.f.purges.recent()})
 	return b
 }
 

@@ -35,6 +35,7 @@ import (
 
 	"github.com/hashicorp/memberlist"
 	"github.com/peerd/peerd/peers"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sirupsen/logrus"
 )
 
@@ -66,13 +67,23 @@ type Fleet struct {
 	// suspected is when a member's verdict last made a peer suspect, by
 	// node and peer name (see receive).
 	suspected map[string]time.Time
+	// purges are the fleet's cache purges (purge.go).
+	purges purges
 }
 
 // New makes a Fleet over reg; it is off until Apply.
 func New(reg *peers.Registry, log logrus.FieldLogger) *Fleet {
 	return &Fleet{reg: reg, log: log.WithField("component", "fleet"),
-		views: map[string]map[string]Verdict{}, own: map[string]Verdict{}, suspected: map[string]time.Time{}}
+		views: map[string]map[string]Verdict{}, own: map[string]Verdict{}, suspected: map[string]time.Time{},
+		purges: purges{keep: DefaultConfig().PurgeLog, seconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "peerd_fleet_purge_seconds",
+			Help:    "Time from a purge made on this member to the last live member's acknowledgement.",
+			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5},
+		})}}
 }
+
+// PurgeSeconds is peerd_fleet_purge_seconds, for the metrics registry.
+func (f *Fleet) PurgeSeconds() prometheus.Collector { return f.purges.seconds }
 
 // member is one running memberlist instance: a reload that changes the
 // bind address, key or node name replaces it.
@@ -84,6 +95,9 @@ type member struct {
 	queue *memberlist.TransmitLimitedQueue
 	stop  chan struct{}
 	done  sync.WaitGroup
+	// joinMu guards cfg.Join, which a reload may change while the join
+	// loop reads it.
+	joinMu sync.Mutex
 	// lastJoinErr is the last join failure logged at error level.
 	lastJoinErr atomic.Pointer[string]
 	// priv signs this member's messages; its public half is the node's
@@ -114,6 +128,9 @@ func (f *Fleet) Apply(cfg Config, node string) error {
 	}
 	f.applyMu.Lock()
 	defer f.applyMu.Unlock()
+	f.purges.mu.Lock()
+	f.purges.keep = cfg.PurgeLog
+	f.purges.mu.Unlock()
 	old := f.cur.Load()
 	switch {
 	case !cfg.Enabled():
@@ -130,7 +147,9 @@ func (f *Fleet) Apply(cfg Config, node string) error {
 		if !slices.Equal(old.cfg.Join, cfg.Join) {
 			// Only the join list changed: join the new list from the
 			// running instance.
+			old.joinMu.Lock()
 			old.cfg.Join = append([]string(nil), cfg.Join...)
+			old.joinMu.Unlock()
 			old.kickJoin()
 		}
 		return nil
@@ -321,6 +340,8 @@ func (m *member) join(force bool) bool {
 // targets is the join list without this member's own address.
 func (m *member) targets() []string {
 	self := m.ml.LocalNode().Address()
+	m.joinMu.Lock()
+	defer m.joinMu.Unlock()
 	out := make([]string, 0, len(m.cfg.Join))
 	for _, j := range m.cfg.Join {
 		if j != self && j != m.cfg.Bind {

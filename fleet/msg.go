@@ -25,6 +25,10 @@ type Verdict struct {
 type message struct {
 	V        int       `json:"v"`
 	Verdicts []Verdict `json:"verdicts"`
+	// Purges are cache purges to apply (purge.go); Acks the IDs of
+	// purges the sender applied.
+	Purges []Purge  `json:"purges,omitempty"`
+	Acks   []string `json:"acks,omitempty"`
 }
 
 const (
@@ -33,31 +37,59 @@ const (
 	maxVerdicts = 4096
 )
 
-func encode(vs []Verdict) ([]byte, error) { return json.Marshal(message{V: wireVersion, Verdicts: vs}) }
+func encode(vs []Verdict) ([]byte, error) { return encodeMsg(message{Verdicts: vs}) }
 
-// decode parses a message from another member. Anything malformed is an
-// error and the whole message is dropped: gossip is authenticated, but a
-// member of another version or a bug must not plant a half-read verdict.
+func encodeMsg(m message) ([]byte, error) {
+	m.V = wireVersion
+	if m.Verdicts == nil {
+		m.Verdicts = []Verdict{}
+	}
+	return json.Marshal(m)
+}
+
+// decode parses a message from another member and returns its verdicts.
 func decode(b []byte) ([]Verdict, error) {
+	m, err := decodeMsg(b)
+	return m.Verdicts, err
+}
+
+// decodeMsg parses a message from another member. Anything malformed is
+// an error and the whole message is dropped: gossip is authenticated, but
+// a member of another version or a bug must not plant a half-read
+// verdict or purge.
+func decodeMsg(b []byte) (message, error) {
 	if len(b) == 0 {
-		return nil, errors.New("empty message")
+		return message{}, errors.New("empty message")
 	}
 	var m message
 	if err := json.Unmarshal(b, &m); err != nil {
-		return nil, fmt.Errorf("not a fleet message: %v", err)
+		return message{}, fmt.Errorf("not a fleet message: %v", err)
 	}
 	if m.V != wireVersion {
-		return nil, fmt.Errorf("fleet message version %d; this member speaks %d", m.V, wireVersion)
+		return message{}, fmt.Errorf("fleet message version %d; this member speaks %d", m.V, wireVersion)
 	}
 	if len(m.Verdicts) > maxVerdicts {
-		return nil, fmt.Errorf("%d verdicts in one message; at most %d", len(m.Verdicts), maxVerdicts)
+		return message{}, fmt.Errorf("%d verdicts in one message; at most %d", len(m.Verdicts), maxVerdicts)
 	}
 	for i, v := range m.Verdicts {
 		if err := v.check(); err != nil {
-			return nil, fmt.Errorf("verdict %d: %v", i, err)
+			return message{}, fmt.Errorf("verdict %d: %v", i, err)
 		}
 	}
-	return m.Verdicts, nil
+	if len(m.Purges) > maxPurges || len(m.Acks) > maxPurges {
+		return message{}, fmt.Errorf("%d purges and %d acknowledgements in one message; at most %d each", len(m.Purges), len(m.Acks), maxPurges)
+	}
+	for i, p := range m.Purges {
+		if err := p.check(); err != nil {
+			return message{}, fmt.Errorf("purge %d: %v", i, err)
+		}
+	}
+	for i, a := range m.Acks {
+		if a == "" || len(a) > maxField || !utf8.ValidString(a) {
+			return message{}, fmt.Errorf("acknowledgement %d: bad purge id", i)
+		}
+	}
+	return m, nil
 }
 
 func (v Verdict) check() error {

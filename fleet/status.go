@@ -18,6 +18,8 @@ type Status struct {
 	// Peers is each member's view of each peer: peer name, then node,
 	// then state. This member's view is read live from the registry.
 	Peers map[string]map[string]string `json:"peers"`
+	// Purges are this member's fleet purges (purge.go).
+	Purges PurgeCounts `json:"purges"`
 }
 
 // Member is one member of the fleet as memberlist sees it.
@@ -35,6 +37,7 @@ func (f *Fleet) Status() Status {
 		return st
 	}
 	st.Enabled, st.Node = true, m.node
+	st.Purges = f.purgeCounts()
 	live := map[string]bool{}
 	for _, n := range m.ml.Members() {
 		st.Members = append(st.Members, Member{Node: n.Name, Addr: n.Address(), State: nodeState(n.State)})

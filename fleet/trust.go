@@ -64,8 +64,11 @@ func signed(node string, body []byte) []byte {
 }
 
 // seal encodes verdicts as this member's signed message.
-func (m *member) seal(vs []Verdict) ([]byte, error) {
-	body, err := encode(vs)
+func (m *member) seal(vs []Verdict) ([]byte, error) { return m.sealMsg(message{Verdicts: vs}) }
+
+// sealMsg encodes msg as this member's signed message.
+func (m *member) sealMsg(msg message) ([]byte, error) {
+	body, err := encodeMsg(msg)
 	if err != nil {
 		return nil, err
 	}
@@ -80,34 +83,42 @@ var errForged = errors.New("signature does not match the member it names")
 // signed by the member it names, a current member, and every verdict in
 // it must be that member's own.
 func (m *member) open(b []byte) (string, []Verdict, error) {
+	node, msg, err := m.openMsg(b)
+	return node, msg.Verdicts, err
+}
+
+// openMsg is open with the whole message (its purges and
+// acknowledgements too: a purge may be relayed from the member that
+// started it, so it names that member, not the sender).
+func (m *member) openMsg(b []byte) (string, message, error) {
 	var e envelope
 	if err := json.Unmarshal(b, &e); err != nil {
-		return "", nil, fmt.Errorf("not a fleet message: %v", err)
+		return "", message{}, fmt.Errorf("not a fleet message: %v", err)
 	}
 	if e.V != envelopeVersion {
-		return "", nil, fmt.Errorf("fleet message version %d; this member speaks %d", e.V, envelopeVersion)
+		return "", message{}, fmt.Errorf("fleet message version %d; this member speaks %d", e.V, envelopeVersion)
 	}
 	if e.Node == "" || len(e.Node) > maxField {
-		return "", nil, errors.New("no sender")
+		return "", message{}, errors.New("no sender")
 	}
 	pub := m.publicKey(e.Node)
 	if pub == nil {
-		return "", nil, fmt.Errorf("sender %q is not a member", e.Node)
+		return "", message{}, fmt.Errorf("sender %q is not a member", e.Node)
 	}
 	if len(e.Sig) != ed25519.SignatureSize || !ed25519.Verify(pub, signed(e.Node, e.Body), e.Sig) {
-		return "", nil, errForged
+		return "", message{}, errForged
 	}
 	m.pins.heard(e.Node, m.clock())
-	vs, err := decode(e.Body)
+	msg, err := decodeMsg(e.Body)
 	if err != nil {
-		return "", nil, err
+		return "", message{}, err
 	}
-	for _, v := range vs {
+	for _, v := range msg.Verdicts {
 		if v.Node != e.Node {
-			return "", nil, fmt.Errorf("member %s sent a verdict in the name of %s", e.Node, v.Node)
+			return "", message{}, fmt.Errorf("member %s sent a verdict in the name of %s", e.Node, v.Node)
 		}
 	}
-	return e.Node, vs, nil
+	return e.Node, msg, nil
 }
 
 // publicKey is node's pinned key (pins.go); nil when node is not a
@@ -132,16 +143,25 @@ func (m *member) clock() time.Time {
 // accept takes a message from the network: checked, then applied; relay
 // re-broadcasts a new single verdict once, as it came (signature and all).
 func (m *member) accept(b []byte, relay bool) {
-	_, vs, err := m.open(b)
+	from, msg, err := m.openMsg(b)
 	if err != nil {
 		m.f.log.WithError(err).Debug("fleet: message dropped")
 		return
 	}
+	vs := msg.Verdicts
 	var raw []byte
 	if relay && len(vs) == 1 {
 		raw = b
 	}
-	m.f.receive(m, vs, raw)
+	if len(vs) > 0 {
+		m.f.receive(m, vs, raw)
+	}
+	if len(msg.Purges) > 0 {
+		m.f.receivePurges(m, msg.Purges)
+	}
+	if len(msg.Acks) > 0 {
+		m.f.receiveAcks(from, msg.Acks)
+	}
 }
 
 // receive applies verified verdicts from another member. A verdict newer

@@ -1,0 +1,114 @@
+package fleet
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+)
+
+func candidates(names ...string) []Candidate {
+	cs := make([]Candidate, len(names))
+	for i, n := range names {
+		cs[i] = Candidate{Node: n, Weight: 1}
+	}
+	return cs
+}
+
+func keyN(i int) []byte { return fmt.Appendf(nil, "http://origin.example/object/%d", i) }
+
+// TestOwnerSameOnEveryMember: members that list the same candidates in
+// different orders agree on every key's owner, and the keys spread evenly.
+func TestOwnerSameOnEveryMember(t *testing.T) {
+	cs := candidates("a", "b", "c", "d", "e")
+	rng := rand.New(rand.NewPCG(1, 2))
+	count := map[string]int{}
+	const n = 20000
+	for i := 0; i < n; i++ {
+		shuffled := append([]Candidate(nil), cs...)
+		rng.Shuffle(len(shuffled), func(a, b int) { shuffled[a], shuffled[b] = shuffled[b], shuffled[a] })
+		o1, o2 := Owner(keyN(i), cs, 1.25), Owner(keyN(i), shuffled, 1.25)
+		if o1 != o2 {
+			t.Fatalf("key %d: owner %s on one member, %s on another", i, o1, o2)
+		}
+		count[o1]++
+	}
+	for _, c := range cs {
+		if got := float64(count[c.Node]) / n; got < 0.18 || got > 0.22 {
+			t.Errorf("%s owns %.3f of the keys; want about 1/5", c.Node, got)
+		}
+	}
+	if Owner(keyN(1), nil, 1.25) != "" || Owner(keyN(1), candidates("solo"), 1.25) != "solo" {
+		t.Fatal("no member, or one member")
+	}
+}
+
+// TestJoinAndLeaveMoveOnlyTheirKeys: of 100k keys, a fourth member
+// joining takes at most 1/4 + 2 % of them, all from the others to it; a
+// member leaving gives up only its own, and nothing moves between the
+// others.
+func TestJoinAndLeaveMoveOnlyTheirKeys(t *testing.T) {
+	const n = 100000
+	three := candidates("a", "b", "c")
+	four := candidates("a", "b", "c", "d")
+	moved := 0
+	for i := 0; i < n; i++ {
+		before, after := Owner(keyN(i), three, 0), Owner(keyN(i), four, 0)
+		if before != after {
+			moved++
+			if after != "d" {
+				t.Fatalf("key %d moved from %s to %s on d's join; want only to d", i, before, after)
+			}
+		}
+	}
+	if f := float64(moved) / n; f > 0.25+0.02 {
+		t.Fatalf("a join moved %.3f of the keys; want at most 1/4 + 2%%", f)
+	}
+	moved = 0
+	two := candidates("a", "c")
+	for i := 0; i < n; i++ {
+		before, after := Owner(keyN(i), three, 0), Owner(keyN(i), two, 0)
+		if before != after {
+			moved++
+			if before != "b" {
+				t.Fatalf("key %d moved from %s to %s on b's leave; want only b's keys", i, before, after)
+			}
+		}
+	}
+	if f := float64(moved) / n; f > 1.0/3+0.02 {
+		t.Fatalf("a leave moved %.3f of the keys; want at most 1/3 + 2%%", f)
+	}
+}
+
+// TestBoundedLoadUnderAHotKey: 300 fetches of one hot key start before
+// any ends; with max_load 1.25 no member ever holds more than
+// ceil(1.25 × the average), where without a bound one member takes all.
+func TestBoundedLoadUnderAHotKey(t *testing.T) {
+	for _, maxLoad := range []float64{1.25, 0} {
+		cs := candidates("a", "b", "c")
+		hot := []byte("http://origin.example/hot")
+		for i := 0; i < 300; i++ {
+			o := Owner(hot, cs, maxLoad)
+			var total int64
+			for k := range cs {
+				if cs[k].Node == o {
+					cs[k].Load++
+				}
+				total += cs[k].Load
+			}
+			if maxLoad > 0 {
+				for _, c := range cs {
+					if limit := int64(1.25*float64(total)/3) + 1; c.Load > limit {
+						t.Fatalf("after %d fetches %s holds %d; the bound is %d", i+1, c.Node, c.Load, limit)
+					}
+				}
+			}
+		}
+		top := max(cs[0].Load, cs[1].Load, cs[2].Load)
+		if maxLoad == 0 && top != 300 {
+			t.Fatalf("unbounded: the hot key's owner holds %d of 300", top)
+		}
+		if maxLoad > 0 && top > 126 {
+			t.Fatalf("bounded: one member holds %d of 300", top)
+		}
+	}
+}
