@@ -261,21 +261,27 @@ func TestFleetImpersonationRefused(t *testing.T) {
 	impostor := testMember(New(b.reg, logrus.New()), "b")
 	mc := memberlist.DefaultLocalConfig()
 	mc.Name = "b"
-	// A port of its own (with port 0, memberlist would advertise it too).
-	l, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	mc.BindAddr, mc.BindPort = "127.0.0.1", l.LocalAddr().(*net.UDPAddr).Port
-	l.Close()
 	bPort := b.f.cur.Load().ml.LocalNode().Port
 	mc.AdvertiseAddr, mc.AdvertisePort = "127.0.0.1", int(bPort)
 	mc.SecretKey = secret
 	mc.Delegate = attackerDelegate{pub: impostor.priv.Public().(ed25519.PublicKey)}
 	mc.LogOutput = io.Discard
-	ml, err := memberlist.Create(mc)
-	if err != nil {
-		t.Fatal(err)
+	// A port of its own (with port 0, memberlist would advertise it too);
+	// the free UDP port may be taken for TCP by another test meanwhile, so
+	// another one is tried a few times.
+	var ml *memberlist.Memberlist
+	for try := 0; ; try++ {
+		l, err := net.ListenPacket("udp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		mc.BindAddr, mc.BindPort = "127.0.0.1", l.LocalAddr().(*net.UDPAddr).Port
+		l.Close()
+		if ml, err = memberlist.Create(mc); err == nil {
+			break
+		} else if try == 9 || !strings.Contains(err.Error(), "address already in use") {
+			t.Fatal(err)
+		}
 	}
 	defer ml.Shutdown()
 	if _, err := ml.Join([]string{c.addr()}); err != nil {
