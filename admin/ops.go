@@ -81,8 +81,17 @@ func (a *API) plan(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	host := strings.ToLower(strings.TrimRight(u.Hostname(), "."))
-	writeJSON(w, http.StatusOK, a.explain(selection.Request{Method: method, URL: target, ClientIP: client,
-		Host: host, Port: port, User: q.Get("user")}))
+	e := a.explain(selection.Request{Method: method, URL: target, ClientIP: client,
+		Host: host, Port: port, User: q.Get("user")})
+	if a.fleet != nil && e.Denied == "" && (method == http.MethodGet || method == http.MethodHead) {
+		// The fleet member that owns the URL (shared_cache).
+		if key, err := cacheKey(raw); err == nil {
+			if node, _, _, ok := a.fleet.Owner(key); ok {
+				e.Owner = &node
+			}
+		}
+	}
+	writeJSON(w, http.StatusOK, e)
 }
 
 // ReloadDiff is what a reload changed (POST /reload's answer and the

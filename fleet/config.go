@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/peerd/peerd/internal/conf"
+	"github.com/peerd/peerd/peers"
 )
 
 // Config is the [fleet] section (contract section 14).
@@ -30,10 +31,25 @@ type Config struct {
 	// PurgeLog is how long purges are kept and replayed to a member that
 	// joins or rejoins (contract section 20); 0 keeps none.
 	PurgeLog time.Duration `toml:"purge_log"`
+	// SharedCache makes the members one cache: each cache key has one
+	// owner, which alone fetches it from the next hops (contract section
+	// 20).
+	SharedCache bool `toml:"shared_cache"`
+	// HTTPAddr is the address other members reach this one's proxy port
+	// on; "" is the proxy listener's port at the gossip host.
+	HTTPAddr string `toml:"http_addr"`
+	// MaxLoad bounds a member's in-flight owner fetches to this times the
+	// fleet's average: one over it is skipped for new keys.
+	MaxLoad float64 `toml:"max_load"`
+	// HotCopies is the share of objects fetched through their owner that
+	// a member keeps a copy of.
+	HotCopies peers.Budget `toml:"hot_copies"`
 }
 
 // DefaultConfig returns the built-in [fleet] defaults: off.
-func DefaultConfig() Config { return Config{Join: []string{}, PurgeLog: 10 * time.Minute} }
+func DefaultConfig() Config {
+	return Config{Join: []string{}, PurgeLog: 10 * time.Minute, MaxLoad: 1.25, HotCopies: 0.1}
+}
 
 // Enabled reports whether this peerd gossips.
 func (c Config) Enabled() bool { return c.Bind != "" }
@@ -54,6 +70,17 @@ func (c Config) Validate() error {
 		if _, err := c.secret(); err != nil {
 			es.Addf("fleet", "key", "%v", err)
 		}
+	}
+	if c.SharedCache && c.Bind == "" {
+		es.Addf("fleet", "shared_cache", "needs bind: the members find each other by gossip")
+	}
+	if c.HTTPAddr != "" {
+		if host, port, err := splitAddr(c.HTTPAddr); err != nil || host == "" || port == 0 {
+			es.Addf("fleet", "http_addr", "%q: want the host:port other members reach this one's proxy port on", c.HTTPAddr)
+		}
+	}
+	if (c.SharedCache || c.MaxLoad != 0) && (c.MaxLoad < 1 || c.MaxLoad > 10) {
+		es.Addf("fleet", "max_load", "must be between 1 and 10 (times the fleet's average load), got %g", c.MaxLoad)
 	}
 	if c.PurgeLog < 0 || c.PurgeLog > 24*time.Hour {
 		es.Addf("fleet", "purge_log", "must be between 0s (keep none) and 24h, got %s", c.PurgeLog)

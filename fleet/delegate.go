@@ -30,15 +30,19 @@ func (b *broadcast) Finished()       {}
 // delegate is memberlist's view of a member.
 type delegate member
 
-// NodeMeta is this member's public key: the others verify its messages
-// with it.
+// NodeMeta is this member's public key (the others verify its messages
+// with it), then where its proxy port is and its load (shared.go).
 func (d *delegate) NodeMeta(limit int) []byte {
 	m := (*member)(d)
 	pub := m.priv.Public().(ed25519.PublicKey)
-	if len(pub) > limit {
-		return nil
+	b := encodeMeta(pub, meta{HTTP: m.advertised(), Load: m.f.shared.inFlight.Load()})
+	if len(b) > limit {
+		if len(pub) > limit {
+			return nil
+		}
+		return pub
 	}
-	return pub
+	return b
 }
 
 func (d *delegate) NotifyMsg(b []byte) { (*member)(d).accept(b, true) }
@@ -71,6 +75,7 @@ type events member
 
 func (e *events) NotifyJoin(n *memberlist.Node) {
 	m := (*member)(e)
+	m.f.shared.noteMember(n)
 	if n.Name != m.node {
 		m.f.log.WithFields(logrus.Fields{"node": n.Name, "addr": n.Address()}).Info("fleet: member joined")
 	}
@@ -78,12 +83,15 @@ func (e *events) NotifyJoin(n *memberlist.Node) {
 
 func (e *events) NotifyLeave(n *memberlist.Node) {
 	m := (*member)(e)
+	m.f.shared.dropMember(n.Name)
 	m.f.forget(n.Name)
 	m.pins.drop(n.Name)
 	m.f.log.WithFields(logrus.Fields{"node": n.Name, "addr": n.Address()}).Warn("fleet: member left or failed")
 }
 
-func (e *events) NotifyUpdate(n *memberlist.Node) {}
+func (e *events) NotifyUpdate(n *memberlist.Node) {
+	(*member)(e).f.shared.noteMember(n)
+}
 
 func (e *events) NotifyConflict(existing, other *memberlist.Node) {
 	m := (*member)(e)

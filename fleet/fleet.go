@@ -25,6 +25,7 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"math"
 	"math/rand/v2"
 	"net"
 	"slices"
@@ -69,6 +70,8 @@ type Fleet struct {
 	suspected map[string]time.Time
 	// purges are the fleet's cache purges (purge.go).
 	purges purges
+	// shared is the shared cache's state (shared.go).
+	shared shared
 }
 
 // New makes a Fleet over reg; it is off until Apply.
@@ -95,6 +98,9 @@ type member struct {
 	queue *memberlist.TransmitLimitedQueue
 	stop  chan struct{}
 	done  sync.WaitGroup
+	// selfAddr and selfPort are this member's gossip address.
+	selfAddr string
+	selfPort int
 	// joinMu guards cfg.Join, which a reload may change while the join
 	// loop reads it.
 	joinMu sync.Mutex
@@ -131,6 +137,9 @@ func (f *Fleet) Apply(cfg Config, node string) error {
 	f.purges.mu.Lock()
 	f.purges.keep = cfg.PurgeLog
 	f.purges.mu.Unlock()
+	f.shared.on.Store(cfg.SharedCache)
+	f.shared.maxLoad.Store(math.Float64bits(cfg.MaxLoad))
+	f.shared.hot.Store(math.Float64bits(float64(cfg.HotCopies)))
 	old := f.cur.Load()
 	switch {
 	case !cfg.Enabled():
@@ -179,7 +188,7 @@ func (f *Fleet) Apply(cfg Config, node string) error {
 	if old != nil {
 		old.close()
 	}
-	f.log.WithFields(logrus.Fields{"node": node, "bind": m.ml.LocalNode().Address(), "join": strings.Join(cfg.Join, ","), "encrypted": cfg.Key != ""}).
+	f.log.WithFields(logrus.Fields{"node": node, "bind": m.selfAddr, "join": strings.Join(cfg.Join, ","), "encrypted": cfg.Key != ""}).
 		Info("fleet: gossiping")
 	return nil
 }
@@ -213,11 +222,18 @@ func (f *Fleet) start(cfg Config, node string) (*member, error) {
 	mc.Alive = (*aliveDelegate)(m)
 	mc.Logger = log.New(logWriter{f.log, &f.undecryptable}, "", 0)
 	m.queue = &memberlist.TransmitLimitedQueue{NumNodes: m.numNodes, RetransmitMult: mc.RetransmitMult}
+	f.shared.mu.Lock()
+	f.shared.members, f.shared.view = nil, nil // the new instance's events fill it again
+	f.shared.mu.Unlock()
 	ml, err := memberlist.Create(mc)
 	if err != nil {
 		return nil, fmt.Errorf("fleet: gossip on %s: %w", cfg.Bind, err)
 	}
 	m.ml = ml
+	// memberlist rewrites its local node in place when the meta changes
+	// (UpdateNode): its address and port are read once, here.
+	ln := ml.LocalNode()
+	m.selfAddr, m.selfPort = ln.Address(), int(ln.Port)
 	// Everything this member knows goes out first (own verdicts only:
 	// the others' are theirs to send).
 	f.mu.Lock()
@@ -229,9 +245,10 @@ func (f *Fleet) start(cfg Config, node string) (*member, error) {
 	for _, v := range own {
 		m.queueVerdict(v)
 	}
-	m.done.Add(2)
+	m.done.Add(3)
 	go m.joinLoop()
 	go m.beatLoop()
+	go m.metaLoop()
 	return m, nil
 }
 
@@ -256,7 +273,7 @@ func bindIP(host string) (net.IP, error) {
 // instance could not open it while m holds it).
 func (m *member) samePort(bind string) bool {
 	_, port, err := splitAddr(bind)
-	return err == nil && port != 0 && port == int(m.ml.LocalNode().Port)
+	return err == nil && port != 0 && port == m.selfPort
 }
 
 func (m *member) numNodes() int {
@@ -339,7 +356,7 @@ func (m *member) join(force bool) bool {
 
 // targets is the join list without this member's own address.
 func (m *member) targets() []string {
-	self := m.ml.LocalNode().Address()
+	self := m.selfAddr
 	m.joinMu.Lock()
 	defer m.joinMu.Unlock()
 	out := make([]string, 0, len(m.cfg.Join))

@@ -12,13 +12,19 @@ package fleet
 // one that leaves gives up only its own: nothing moves between the
 // others. Bounded load: walking the members in score order, the owner is
 // the first whose in-flight owner fetches are under ceil(max_load × the
-// average with this one counted), so a hot key's followers spill to the
+// average with this one counted) (and at least minBound), so a hot key's followers spill to the
 // next member in its order instead of piling onto one.
 
 import (
 	"math"
 	"sort"
 )
+
+// minBound is the fewest in-flight owner fetches at which a member may be
+// skipped: at a handful, max_load × the average is a fetch or two, and a
+// key would move with every fetch a member starts (a URL fetched once for
+// the fleet would be fetched again by the next member in its order).
+const minBound = 8
 
 // Candidate is a member that may own keys, with the in-flight owner
 // fetches it reported.
@@ -45,7 +51,7 @@ func Owner(key []byte, cs []Candidate, maxLoad float64) string {
 	for _, c := range cs {
 		total += max(c.Load, 0)
 	}
-	limit := int64(math.Ceil(maxLoad * float64(total+1) / float64(len(cs))))
+	limit := max(int64(math.Ceil(maxLoad*float64(total+1)/float64(len(cs)))), minBound)
 	for _, i := range order {
 		if cs[i].Load < limit {
 			return cs[i].Node

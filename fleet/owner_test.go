@@ -3,7 +3,10 @@ package fleet
 import (
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
+
+	"github.com/sirupsen/logrus/hooks/test"
 )
 
 func candidates(names ...string) []Candidate {
@@ -81,7 +84,8 @@ func TestJoinAndLeaveMoveOnlyTheirKeys(t *testing.T) {
 
 // TestBoundedLoadUnderAHotKey: 300 fetches of one hot key start before
 // any ends; with max_load 1.25 no member ever holds more than
-// ceil(1.25 × the average), where without a bound one member takes all.
+// ceil(1.25 × the average) (or minBound), where without a bound one
+// member takes all.
 func TestBoundedLoadUnderAHotKey(t *testing.T) {
 	for _, maxLoad := range []float64{1.25, 0} {
 		cs := candidates("a", "b", "c")
@@ -97,7 +101,7 @@ func TestBoundedLoadUnderAHotKey(t *testing.T) {
 			}
 			if maxLoad > 0 {
 				for _, c := range cs {
-					if limit := int64(1.25*float64(total)/3) + 1; c.Load > limit {
+					if limit := max(int64(1.25*float64(total)/3)+1, minBound); c.Load > limit {
 						t.Fatalf("after %d fetches %s holds %d; the bound is %d", i+1, c.Node, c.Load, limit)
 					}
 				}
@@ -110,5 +114,44 @@ func TestBoundedLoadUnderAHotKey(t *testing.T) {
 		if maxLoad > 0 && top > 126 {
 			t.Fatalf("bounded: one member holds %d of 300", top)
 		}
+	}
+}
+
+// TestMemberRequestSignature: a request signed by a member verifies at
+// another, naming it; the same field on another target, from a member
+// the receiver does not know, by the receiver itself, garbled, or too
+// old, does not.
+func TestMemberRequestSignature(t *testing.T) {
+	log, _ := test.NewNullLogger()
+	fa, fb := New(newRegistry(t), log), New(newRegistry(t), log)
+	a, b := testMember(fa, "a"), testMember(fb, "b")
+	a.keyOf, b.keyOf = keysOf(a, b), keysOf(a, b)
+	fa.cur.Store(a)
+	fb.cur.Store(b)
+	method, target := []byte("GET"), []byte("http://origin.example/x")
+	sig := fa.Sign(method, target)
+	if node, ok := fb.Verify(method, target, sig); !ok || node != "a" {
+		t.Fatalf("a's signature at b: %q %v", node, ok)
+	}
+	if _, ok := fb.Verify(method, []byte("http://origin.example/y"), sig); ok {
+		t.Fatal("a signature verified for another target")
+	}
+	if _, ok := fa.Verify(method, target, sig); ok {
+		t.Fatal("a member accepted a request signed by itself")
+	}
+	b.keyOf = keysOf(b)
+	if _, ok := fb.Verify(method, target, sig); ok {
+		t.Fatal("a signature from a member b does not know verified")
+	}
+	b.keyOf = keysOf(a, b)
+	for _, bad := range []string{"", "a", "a 1 x", "a notatime " + string(sig[len(sig)-10:])} {
+		if _, ok := fb.Verify(method, target, []byte(bad)); ok {
+			t.Fatalf("%q verified", bad)
+		}
+	}
+	old := strings.Fields(string(sig))
+	old[1] = "1000"
+	if _, ok := fb.Verify(method, target, []byte(strings.Join(old, " "))); ok {
+		t.Fatal("a signature from 1970 verified")
 	}
 }

@@ -51,10 +51,7 @@ type pins struct {
 // first, and refuses a different key for a pinned name whose key is
 // still heard. now is the member's clock.
 func (ps *pins) check(n *memberlist.Node, now time.Time, log logrus.FieldLogger) error {
-	key := ed25519.PublicKey(n.Meta)
-	if len(key) != ed25519.PublicKeySize {
-		key = nil
-	}
+	key, _ := decodeMeta(n.Meta)
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	if ps.m == nil {

@@ -118,10 +118,7 @@ func (f *Fleet) Purge(key []byte, wait time.Duration) (PurgeResult, bool) {
 		return res, true
 	}
 	pending := map[string]bool{}
-	for _, n := range m.ml.Members() {
-		if n.Name == m.node {
-			continue
-		}
+	for _, n := range m.f.shared.others(m.node) {
 		pending[n.Name] = true
 		go func() {
 			if err := m.ml.SendReliable(n, b); err != nil {
@@ -208,7 +205,7 @@ func (m *member) ackTo(node string, ids []string) {
 	if err != nil {
 		return
 	}
-	for _, n := range m.ml.Members() {
+	for _, n := range m.f.shared.others(m.node) {
 		if n.Name == node {
 			if err := m.ml.SendReliable(n, b); err != nil {
 				m.f.log.WithFields(logrus.Fields{"node": node, "err": err.Error()}).Debug("fleet: purge acknowledgement not sent")

@@ -28,10 +28,7 @@ func (m *member) sendNow(v Verdict) {
 	if err != nil {
 		return
 	}
-	for _, n := range m.ml.Members() {
-		if n.Name == m.node {
-			continue
-		}
+	for _, n := range m.f.shared.others(m.node) {
 		if err := m.ml.SendBestEffort(n, b); err != nil {
 			m.f.log.WithFields(logrus.Fields{"node": n.Name, "err": err.Error()}).Debug("fleet: direct send failed")
 		}

@@ -20,6 +20,10 @@ type Status struct {
 	Peers map[string]map[string]string `json:"peers"`
 	// Purges are this member's fleet purges (purge.go).
 	Purges PurgeCounts `json:"purges"`
+	// SharedCache says whether the members share their caches; the
+	// counters are this member's (shared.go).
+	SharedCache bool `json:"shared_cache"`
+	OwnerCounts
 }
 
 // Member is one member of the fleet as memberlist sees it.
@@ -38,8 +42,10 @@ func (f *Fleet) Status() Status {
 	}
 	st.Enabled, st.Node = true, m.node
 	st.Purges = f.purgeCounts()
-	live := map[string]bool{}
-	for _, n := range m.ml.Members() {
+	st.SharedCache, st.OwnerCounts = f.shared.on.Load(), f.OwnerCounts()
+	live := map[string]bool{m.node: true}
+	st.Members = append(st.Members, Member{Node: m.node, Addr: m.selfAddr, State: "alive"})
+	for _, n := range f.shared.others(m.node) {
 		st.Members = append(st.Members, Member{Node: n.Name, Addr: n.Address(), State: nodeState(n.State)})
 		live[n.Name] = true
 	}

@@ -246,7 +246,7 @@ func (l *cacheLayer) offer(a *attempt) (bool, outcome) {
 	if resp.BodyFor(false) == h1.LengthBody {
 		length = resp.ContentLength
 	}
-	if p := a.hop.Peer; p != nil && p.ProxyOnly() {
+	if p := a.hop.Peer; p != nil && (p.ProxyOnly() || p.Member() && !l.p.keepHotCopy()) {
 		// The peer keeps what it answers (proxy_only): relayed, not
 		// stored, and the URL passes uncollapsed for a while, as for an
 		// answer the cache could not keep.

@@ -89,6 +89,12 @@ func (tx *txn) forward(to sink) outcome {
 		sr.First, sr.FirstCode, sr.SkipICPSiblings, tx.icpTimedOut = p.icp.Query(context.Background(), rq.req.Target)
 	}
 	tx.wk.begin(rq.gen.routing.Plan(sr))
+	tx.ownerFirst(to)
+	if rq.member != "" {
+		// A fetch as the owner, for another member: its load.
+		tx.p.fleet.FetchBegin()
+		defer tx.p.fleet.FetchEnd()
+	}
 	a := tx.wk.walk()
 	if tx.w.gone {
 		return closeConn

@@ -41,13 +41,18 @@ func (rq *request) appendHead(b []byte, hop selection.Hop) []byte {
 		b = append(append(b, ':'), req.Port...)
 	}
 	b = append(b, "\r\n"...)
-	sibling := hop.Peer != nil && hop.Peer.Type() == peers.Sibling
+	sibling := hop.Peer != nil && hop.Peer.Type() == peers.Sibling && !hop.Peer.Member()
+	if hop.Peer != nil && hop.Peer.Member() && len(rq.memberSig) > 0 {
+		b = append(append(append(b, memberField+": "...), rq.memberSig...), "\r\n"...)
+	}
 	stale := rq.stale
 	var via, xff, cc bool
 	for _, f := range req.Fields {
 		switch {
 		case cfg.reqRemove != nil && cfg.removes(f.Name):
 			continue
+		case len(f.Name) == len(memberField) && h1.EqualFold(f.Name, memberField):
+			continue // a member's signature is for this peerd only
 		case f.HopByHop(req.ConnTokens), f.Kind == h1.Host, f.Kind == h1.ProxyAuthorization, f.Kind == h1.Expect,
 			f.Kind == h1.ContentLength, f.Kind == h1.MaxForwards && rq.maxFwd >= 0:
 			continue

@@ -115,6 +115,8 @@ type Options struct {
 	Source *dialer.Source
 	// Stalls, when set, is peerd's stall guard (nil: off).
 	Stalls *stall.Guard
+	// Fleet, when set, makes the members one cache (fleet.go).
+	Fleet Fleet
 }
 
 // Resolver looks up an origin's addresses.
@@ -148,6 +150,7 @@ type Proxy struct {
 	// stalls are peerd's own stalls (stall_guard): no parent is judged
 	// for a wait peerd was stalled through, and deadlines stretch by them.
 	stalls *stall.Guard
+	fleet  Fleet
 
 	tunnels tunnelSet
 	conns   connSet
@@ -185,7 +188,7 @@ func (p *Proxy) unsolicited(hop selection.Hop, n int) {
 // New returns a proxy.
 func New(o Options) (*Proxy, error) {
 	p := &Proxy{
-		planner: o.Planner, acct: o.Accounting, dialer: o.Dialer, directDial: o.DirectDial, source: o.Source, stalls: o.Stalls,
+		planner: o.Planner, acct: o.Accounting, dialer: o.Dialer, directDial: o.DirectDial, source: o.Source, stalls: o.Stalls, fleet: o.Fleet,
 		metrics: o.Metrics, log: o.Log, version: o.Version, resolver: o.Resolver, icp: o.ICP,
 		budget:         newRetryBudget(o.Config.RetryBudget),
 		pools:          newPools(),

@@ -46,6 +46,11 @@ type request struct {
 	// cache): its validators are sent instead of the client's.
 	stale *cache.Object
 	body  reqBody
+	// member is the fleet member that sent the request (its signature
+	// verified: fleet.go); memberSig the signature this one's request to
+	// an owner carries.
+	member    string
+	memberSig []byte
 }
 
 // body states of a request.

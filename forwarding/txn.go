@@ -79,7 +79,14 @@ func (tx *txn) serve() outcome {
 	rq.method = methodString(req.Method)
 	tx.w.keepAlive = req.KeepAlive
 	rq.body.done = !rq.hasBody()
-	if !cc.from.ok || !c.allowed(cc.from.addr) {
+	if e := tx.verifyMember(); e != nil {
+		tx.fail(e)
+		return tx.after()
+	}
+	if rq.member != "" {
+		tx.p.fleet.Served() // answered here as the owner
+	}
+	if rq.member == "" && (!cc.from.ok || !c.allowed(cc.from.addr)) {
 		tx.fail(errorf(http.StatusForbidden, CodeAccessDenied, "", "client %s is not in [proxy] allow", cc.from.str))
 		return tx.after()
 	}

@@ -33,6 +33,9 @@ type walker struct {
 	lastErr, denied *Error
 	origin          origin
 	oKey            []byte // the DIRECT pool key, scheme://host:port
+	// first, when set, is walked before the plan: the key's owner in the
+	// fleet (fleet.go).
+	first *selection.Hop
 }
 
 func (w *walker) init(p *Proxy, rq *request, cc *clientConn) {
@@ -41,7 +44,7 @@ func (w *walker) init(p *Proxy, rq *request, cc *clientConn) {
 
 // begin starts a walk over plan.
 func (w *walker) begin(plan selection.Plan) {
-	w.plan, w.lastErr, w.denied, w.origin, w.oKey = plan, nil, nil, origin{}, w.oKey[:0]
+	w.plan, w.lastErr, w.denied, w.origin, w.oKey, w.first = plan, nil, nil, origin{}, w.oKey[:0], nil
 }
 
 // walk runs attempts along the plan until decide says to answer, and
@@ -52,7 +55,13 @@ func (w *walker) begin(plan selection.Plan) {
 func (w *walker) walk() *attempt {
 	p := w.p
 	f := w.rq.facts
-	hop, ok := w.plan.Next()
+	var hop selection.Hop
+	ok := true
+	if w.first != nil {
+		hop, w.first = *w.first, nil
+	} else {
+		hop, ok = w.plan.Next()
+	}
 	pooled := true // the next attempt may ride an idle connection
 	for ok {
 		a := w.connect(hop, pooled)
@@ -93,6 +102,9 @@ func (w *walker) walk() *attempt {
 		if !f.tunnel {
 			a.own = a.final && ownError(a)
 			retry = w.blame(a, w.rq.gen.cfg.retryStatus[a.status])
+		}
+		if w.memberAnswered(a, a.err != nil) {
+			retry = true // the owner's own 5xx: the plan's hops next
 		}
 		class := a.class(retry)
 		if !f.tunnel {
@@ -215,7 +227,7 @@ func (w *walker) connect(hop selection.Hop, pooled bool) *attempt {
 		if uc != nil {
 			return w.attemptOn(hop, uc, true)
 		}
-		if delay := p.hedgeDelay(w.rq.gen.cfg, hop); delay > 0 {
+		if delay := p.hedgeDelay(w.rq.gen.cfg, hop); delay > 0 && (hop.Peer == nil || !hop.Peer.Member()) {
 			return w.raceConnects(hop, delay)
 		}
 		nc, err := p.dialHop(hop, w.originFor(hop), w.rq.gen)
@@ -255,6 +267,10 @@ func (w *walker) dialFailed(hop selection.Hop, err error) verdict {
 	w.noteFailure(&a, class)
 	if hop.Peer != nil {
 		w.p.acct.EndRequest(hop.Peer)
+		if hop.Peer.Member() && w.p.fleet != nil {
+			w.p.fleet.Asked("failed")
+			w.p.fleet.OwnerFailed(hop.Peer.Name())
+		}
 	}
 	return decide(class, w.rq.facts, false)
 }

@@ -139,6 +139,7 @@ type settings struct {
 	connectTimeout time.Duration
 	probeTimeout   time.Duration
 	slowStart      time.Duration
+	member         bool // a fleet member (member.go), not a configured peer
 }
 
 // liveness is a peer's state as the registry decides it: its liveness,

@@ -204,6 +204,9 @@ func (r *Registry) WaitVerdicts(ctx context.Context) error {
 //
 // The success path on an alive peer is lock-free and allocation-free.
 func (r *Registry) Observe(p *Peer, o Observation) {
+	if p.Member() {
+		return // memberlist and the fleet judge members (member.go)
+	}
 	at := o.At.UnixNano()
 	if o.Probe {
 		p.probes.Add(1)
@@ -423,7 +426,7 @@ func (r *Registry) commitTxn(txn *memdb.Txn, p *Peer, nl *liveness, note *Transi
 // hedge delay: p turns suspect (sorted behind healthy peers, and probed)
 // until a connect to it succeeds.
 func (r *Registry) MarkSlow(p *Peer) {
-	if !p.Suspect() {
+	if !p.Suspect() && !p.Member() {
 		r.suspectOwn(p, CauseSlowConnect, "a connect is pending past its hedge delay", r.now())
 	}
 }

@@ -30,6 +30,9 @@ type Explanation struct {
 	// none matched.
 	Rule  *int `json:"rule,omitempty"`
 	Route *int `json:"route,omitempty"`
+	// Owner is the fleet member that owns the URL ([fleet]
+	// shared_cache); null when the fleet does not share its caches.
+	Owner *string `json:"owner"`
 }
 
 // ExplainedHop is one hop of an explained plan.

@@ -131,6 +131,7 @@ func (s *server) serve(ctx context.Context) error {
 	s.proxy.SetPort(listenPort(proxyLn))
 	s.serveProxy(proxyLn)
 	s.mu.Unlock()
+	s.fleet.SetHTTPAddr(proxyLn.Addr().String()) // the members may ask it for keys it owns
 	// Ready from the moment the port accepts: a client that connects
 	// is served, so /readyz must not say otherwise.
 	s.phase.Store(phaseServing)
@@ -171,6 +172,7 @@ func (s *server) serve(ctx context.Context) error {
 				go s.upg.Upgrade()
 			default:
 				s.log.WithField("signal", sig.String()).Info("shutting down: no new connections, finishing in-flight requests")
+				s.fleet.SetHTTPAddr("") // draining: the members stop choosing it as an owner
 				return s.shutdown(sigs)
 			}
 		}

@@ -172,10 +172,11 @@ func newServer(path string, cfg *config.File, stderr io.Writer) (*server, error)
 		s.icpQ.SetDeadPeerTimeout(cfg.ICP.DeadPeerTimeout)
 		icpQuerier = s.icpQ
 	}
+	s.fleet = fleet.New(reg, lg)
 	s.proxy, err = forwarding.New(forwarding.Options{
 		Config: cfg.Proxy, Planner: s.planner, Accounting: reg, Dialer: d,
 		AccessLog: s.access, Metrics: metrics, Log: lg, Version: version, Policy: pol, ICP: icpQuerier,
-		Source: source, Stalls: s.stalls,
+		Source: source, Stalls: s.stalls, Fleet: s.fleet,
 	})
 	if err != nil {
 		return nil, err
@@ -197,14 +198,13 @@ func newServer(path string, cfg *config.File, stderr io.Writer) (*server, error)
 	}
 	s.proxy.Reconfigure(forwarding.Generation{Config: cfg.Proxy, Policy: pol, Rules: cfg.CompiledRules(), Auth: a, Cache: ch, AccessLog: s.access})
 	promReg.MustRegister(s.proxy.CacheCollector())
-	s.fleet = fleet.New(reg, lg)
 	s.fleet.SetPurger(func(key []byte) int {
 		if c := s.proxy.Cache(); c != nil {
 			return c.Purge(key)
 		}
 		return 0
 	})
-	promReg.MustRegister(s.fleet.PurgeSeconds())
+	promReg.MustRegister(s.fleet.PurgeSeconds(), s.fleet.OwnerRequests())
 	promReg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "peerd_fleet_members", Help: "Live members of the fleet, this peerd included; 0 when [fleet] is off.",
 	}, func() float64 { return float64(s.fleet.Members()) }))

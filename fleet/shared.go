@@ -1,0 +1,406 @@
+package fleet
+
+// This file holds the fleet as one cache (contract section 20): what a
+// member tells the others in its memberlist meta (the address of its
+// proxy port and its in-flight owner fetches), the owner of a cache key
+// from that view (owner.go), the signature on member-to-member requests,
+// a member suspected for ownership after it failed a request, and the
+// counters of GET /fleet.
+
+import (
+	"crypto/ed25519"
+	"encoding/base64"
+	"encoding/json"
+	"math"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+	"github.com/peerd/peerd/peers"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+const (
+	// ownerSuspectFor is how long a member that failed a request for a key
+	// it owns is not asked again (its keys stay its own: the asking member
+	// fetches them itself meanwhile).
+	ownerSuspectFor = 10 * time.Second
+	// memberConnectTimeout bounds a connect to a member's proxy port.
+	memberConnectTimeout = time.Second
+	// sigWindow is how far a member request's time may be from ours.
+	sigWindow = 30 * time.Second
+	// viewEvery is how often the owner view is rebuilt at most.
+	viewEvery = 100 * time.Millisecond
+)
+
+// MemberField is the field a member request carries: the asking member,
+// the time, and its signature over both, the method and the target.
+const MemberField = "Peerd-Fleet-Member"
+
+// meta is what a member publishes beside its public key.
+type meta struct {
+	HTTP string `json:"h,omitempty"` // its proxy port, host:port
+	Load int64  `json:"l,omitempty"` // owner fetches in flight
+}
+
+// encodeMeta is the memberlist meta: the public key, then meta as JSON.
+func encodeMeta(pub ed25519.PublicKey, m meta) []byte {
+	b, _ := json.Marshal(m)
+	return append(append([]byte(nil), pub...), b...)
+}
+
+// decodeMeta splits a member's meta.
+func decodeMeta(b []byte) (ed25519.PublicKey, meta) {
+	var m meta
+	if len(b) < ed25519.PublicKeySize {
+		return nil, m
+	}
+	if len(b) > ed25519.PublicKeySize {
+		json.Unmarshal(b[ed25519.PublicKeySize:], &m)
+	}
+	return ed25519.PublicKey(b[:ed25519.PublicKeySize]), m
+}
+
+// shared is a Fleet's shared-cache state.
+type shared struct {
+	on       atomic.Bool
+	maxLoad  atomic.Uint64 // float64 bits
+	hot      atomic.Uint64 // float64 bits: hot_copies
+	httpAddr atomic.Pointer[string]
+	inFlight atomic.Int64 // owner fetches this member runs for others
+
+	mu sync.Mutex
+	// members are the others' meta as memberlist's events told it (read
+	// there, under memberlist's lock: its nodes change in place).
+	members  map[string]memberInfo
+	view     *ownerView
+	viewAt   time.Time
+	suspects map[string]time.Time
+	hops     map[string]*peers.Peer // by node and address
+
+	asked   [3]atomic.Int64 // as a non-owner: hit, miss, failed
+	served  atomic.Int64    // as the owner: member requests answered
+	fetched atomic.Int64    // as the owner: of those, fetched from a next hop
+	hotKept atomic.Int64    // hot copies kept
+}
+
+// ownerView is the candidates for ownership and where to reach them.
+type ownerView struct {
+	cs   []Candidate
+	addr map[string]string
+}
+
+// SetHTTPAddr tells the fleet the address of this member's proxy port
+// (the listener's, once bound; [fleet] http_addr, when set, is published
+// instead); "" withdraws it (draining: the others stop choosing this
+// member as an owner).
+func (f *Fleet) SetHTTPAddr(addr string) {
+	f.shared.httpAddr.Store(&addr)
+	if m := f.cur.Load(); m != nil && m.ml != nil {
+		go m.ml.UpdateNode(time.Second)
+	}
+}
+
+// advertised is the proxy address this member publishes.
+func (m *member) advertised() string {
+	p := m.f.shared.httpAddr.Load()
+	if p == nil || *p == "" {
+		return "" // not serving yet, or draining: no owner
+	}
+	if m.cfg.HTTPAddr != "" {
+		return m.cfg.HTTPAddr
+	}
+	host, port, err := net.SplitHostPort(*p)
+	if err != nil {
+		return ""
+	}
+	if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
+		// Listening on every address: the others reach it at the
+		// gossip host.
+		if gh, _, err := net.SplitHostPort(m.cfg.Bind); err == nil {
+			host = gh
+		}
+	}
+	return net.JoinHostPort(host, port)
+}
+
+// SharedCache reports whether the fleet shares its caches now.
+func (f *Fleet) SharedCache() bool { return f.cur.Load() != nil && f.shared.on.Load() }
+
+// HotCopies is hot_copies: the share of objects fetched through their
+// owner that a member keeps.
+func (f *Fleet) HotCopies() float64 { return loadFloat(&f.shared.hot) }
+
+// Owner is the owner of key: this member (self), another one with the
+// next hop to ask it (hop nil while that member is suspected for
+// ownership), or ok false when the fleet does not share its caches (off,
+// or alone).
+func (f *Fleet) Owner(key []byte) (node string, hop *peers.Peer, self, ok bool) {
+	m := f.cur.Load()
+	if m == nil || m.ml == nil || !f.shared.on.Load() {
+		return "", nil, false, false
+	}
+	v := f.ownerView(m)
+	if len(v.cs) < 2 {
+		return "", nil, false, false
+	}
+	node = Owner(key, v.cs, loadFloat(&f.shared.maxLoad))
+	if node == m.node {
+		return node, nil, true, true
+	}
+	s := &f.shared
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if until, bad := s.suspects[node]; bad && time.Now().Before(until) {
+		return node, nil, false, true
+	}
+	addr := v.addr[node]
+	hop = s.hops[node+"\x00"+addr]
+	if hop == nil {
+		host, ps, _ := net.SplitHostPort(addr)
+		port, _ := strconv.Atoi(ps)
+		hop = peers.NewMember(node, host, port, memberConnectTimeout)
+		if s.hops == nil {
+			s.hops = map[string]*peers.Peer{}
+		}
+		s.hops[node+"\x00"+addr] = hop
+	}
+	return node, hop, false, true
+}
+
+// ownerView is the current candidates, rebuilt at most every viewEvery:
+// the members memberlist holds alive that publish a proxy address.
+func (f *Fleet) ownerView(m *member) *ownerView {
+	s := &f.shared
+	now := time.Now()
+	s.mu.Lock()
+	if s.view != nil && now.Sub(s.viewAt) < viewEvery {
+		v := s.view
+		s.mu.Unlock()
+		return v
+	}
+	s.mu.Unlock()
+	v := &ownerView{addr: map[string]string{}}
+	add := func(node string, mt meta) {
+		if mt.HTTP != "" {
+			v.cs = append(v.cs, Candidate{Node: node, Weight: 1, Load: mt.Load})
+			v.addr[node] = mt.HTTP
+		}
+	}
+	add(m.node, meta{HTTP: m.advertised(), Load: s.inFlight.Load()})
+	s.mu.Lock()
+	for node, mi := range s.members {
+		if node != m.node {
+			add(node, mi.meta)
+		}
+	}
+	s.view, s.viewAt = v, now
+	s.mu.Unlock()
+	return v
+}
+
+// memberInfo is a member as memberlist's events last showed it: a copy
+// (memberlist rewrites its nodes in place, under its own lock, at every
+// alive message).
+type memberInfo struct {
+	meta meta
+	node memberlist.Node
+}
+
+// noteMember keeps a copy of a member (memberlist's join and update
+// events, called under memberlist's lock).
+func (s *shared) noteMember(n *memberlist.Node) {
+	_, mt := decodeMeta(n.Meta)
+	c := *n
+	c.Meta = append([]byte(nil), n.Meta...)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.members == nil {
+		s.members = map[string]memberInfo{}
+	}
+	s.members[n.Name] = memberInfo{meta: mt, node: c}
+	s.view = nil
+}
+
+// others is a copy of every member but self, to send to.
+func (s *shared) others(self string) []*memberlist.Node {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]*memberlist.Node, 0, len(s.members))
+	for name, mi := range s.members {
+		if name != self {
+			n := mi.node
+			out = append(out, &n)
+		}
+	}
+	return out
+}
+
+// dropMember forgets a member memberlist saw leave or die: its keys move.
+func (s *shared) dropMember(node string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.members, node)
+	s.view = nil
+}
+
+// OwnerFailed marks node suspected for ownership: it failed a request
+// for a key it owns, so for ownerSuspectFor the members that own it keys
+// fetch them themselves (no client waits on it twice). Its keys move
+// only when memberlist declares it dead.
+func (f *Fleet) OwnerFailed(node string) {
+	s := &f.shared
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.suspects == nil {
+		s.suspects = map[string]time.Time{}
+	}
+	s.suspects[node] = time.Now().Add(ownerSuspectFor)
+	f.log.WithField("node", node).Warn("fleet: a member failed a request for a key it owns; its keys are fetched here for a while")
+}
+
+// Sign is the MemberField value for a request to an owner.
+func (f *Fleet) Sign(method, target []byte) []byte {
+	m := f.cur.Load()
+	if m == nil {
+		return nil
+	}
+	ts := strconv.FormatInt(time.Now().UnixMilli(), 10)
+	sig := ed25519.Sign(m.priv, memberSigned(m.node, ts, method, target))
+	return []byte(m.node + " " + ts + " " + base64.RawStdEncoding.EncodeToString(sig))
+}
+
+// Verify checks a request's MemberField: signed by a current member of
+// this fleet (not this one) within sigWindow. It returns the member.
+func (f *Fleet) Verify(method, target, value []byte) (string, bool) {
+	m := f.cur.Load()
+	if m == nil {
+		return "", false
+	}
+	parts := strings.Fields(string(value))
+	if len(parts) != 3 || parts[0] == m.node {
+		return "", false
+	}
+	ms, err := strconv.ParseInt(parts[1], 10, 64)
+	if err != nil {
+		return "", false
+	}
+	if d := time.Since(time.UnixMilli(ms)); d > sigWindow || d < -sigWindow {
+		return "", false
+	}
+	sig, err := base64.RawStdEncoding.DecodeString(parts[2])
+	pub := m.publicKey(parts[0])
+	if err != nil || pub == nil || !ed25519.Verify(pub, memberSigned(parts[0], parts[1], method, target), sig) {
+		return "", false
+	}
+	return parts[0], true
+}
+
+func memberSigned(node, ts string, method, target []byte) []byte {
+	b := make([]byte, 0, 16+len(node)+len(ts)+len(method)+len(target))
+	b = append(b, "peerd-owner\x00"...)
+	b = append(append(b, node...), 0)
+	b = append(append(b, ts...), 0)
+	b = append(append(b, method...), 0)
+	return append(b, target...)
+}
+
+// Asked counts a request asked of its owner, by what came of it: "hit"
+// (the owner had it), "miss" (the owner fetched it) or "failed".
+func (f *Fleet) Asked(result string) {
+	switch result {
+	case "hit":
+		f.shared.asked[0].Add(1)
+	case "miss":
+		f.shared.asked[1].Add(1)
+	default:
+		f.shared.asked[2].Add(1)
+	}
+}
+
+// Served counts a member request this member answered as the owner.
+func (f *Fleet) Served() { f.shared.served.Add(1) }
+
+// FetchBegin and FetchEnd bracket a fetch from a next hop this member
+// makes as the owner, for another member: its load, published in the
+// meta, is those in flight (collapsed requests and hits are no load).
+func (f *Fleet) FetchBegin() { f.shared.inFlight.Add(1); f.shared.fetched.Add(1) }
+
+func (f *Fleet) FetchEnd() { f.shared.inFlight.Add(-1) }
+
+// HotCopyKept counts a hot copy kept.
+func (f *Fleet) HotCopyKept() { f.shared.hotKept.Add(1) }
+
+// OwnerCounts are the shared cache's counters for GET /fleet and the
+// metrics.
+type OwnerCounts struct {
+	// Asked is this member's requests to owners by result (hit, miss,
+	// failed).
+	Asked map[string]int64 `json:"owner_requests"`
+	// Served is member requests this member answered as the owner, and
+	// Fetched those it fetched from a next hop.
+	Served  int64 `json:"owner_served"`
+	Fetched int64 `json:"owner_fetches"`
+	Hot     int64 `json:"hot_copies"`
+}
+
+// OwnerCounts reads the counters.
+func (f *Fleet) OwnerCounts() OwnerCounts {
+	s := &f.shared
+	return OwnerCounts{Asked: map[string]int64{"hit": s.asked[0].Load(), "miss": s.asked[1].Load(), "failed": s.asked[2].Load()},
+		Served: s.served.Load(), Fetched: s.fetched.Load(), Hot: s.hotKept.Load()}
+}
+
+func loadFloat(a *atomic.Uint64) float64 { return math.Float64frombits(a.Load()) }
+
+// metaLoop publishes this member's meta when its load changed, at most
+// once a second, and every republishEvery in any case (an update is one
+// gossiped message; one that was missed must not leave a member unknown
+// as an owner until the next full state exchange), until it stops.
+func (m *member) metaLoop() {
+	defer m.done.Done()
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	last, ticks := int64(-1), 0
+	for {
+		select {
+		case <-m.stop:
+			return
+		case <-t.C:
+		}
+		ticks++
+		if !m.f.shared.on.Load() {
+			continue
+		}
+		if n := m.f.shared.inFlight.Load(); n != last || ticks%republishEvery == 0 {
+			last = n
+			m.ml.UpdateNode(time.Second)
+		}
+	}
+}
+
+// republishEvery is how many seconds apart a member's meta is published
+// at the least.
+const republishEvery = 3
+
+var descOwnerRequests = prometheus.NewDesc("peerd_fleet_owner_requests_total",
+	"Requests this member asked of a key's owner in the fleet, by result: hit (the owner had it), miss (the owner fetched it), failed (fetched here instead).",
+	[]string{"result"}, nil)
+
+// OwnerRequests is peerd_fleet_owner_requests_total, for the metrics
+// registry.
+func (f *Fleet) OwnerRequests() prometheus.Collector { return ownerCollector{f} }
+
+type ownerCollector struct{ f *Fleet }
+
+func (c ownerCollector) Describe(ch chan<- *prometheus.Desc) { ch <- descOwnerRequests }
+
+func (c ownerCollector) Collect(ch chan<- prometheus.Metric) {
+	for i, r := range [...]string{"hit", "miss", "failed"} {
+		ch <- prometheus.MustNewConstMetric(descOwnerRequests, prometheus.CounterValue, float64(c.f.shared.asked[i].Load()), r)
+	}
+}

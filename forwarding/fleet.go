@@ -1,0 +1,153 @@
+package forwarding
+
+// This file holds the engine's part of the fleet as one cache (contract
+// section 20). A cacheable miss on a member that does not own the key is
+// asked of the owner first, as of a sibling but without only-if-cached:
+// the owner looks it up and fetches it with its own collapsed forwarding,
+// so the fleet reaches a parent once per object. The request carries the
+// member's signature; the owner answers such a request itself (it is
+// never routed to another owner) and refuses a signature that does not
+// verify. An owner that fails (connect, answer, its own 5xx) is not asked
+// again for a while, and the request goes on to the plan's hops at once.
+// The owner's answer is relayed and kept here only as a hot copy.
+
+import (
+	"bytes"
+	"math/rand/v2"
+	"net/http"
+
+	"github.com/peerd/peerd/internal/h1"
+	"github.com/peerd/peerd/peers"
+	"github.com/peerd/peerd/selection"
+)
+
+// Fleet is the fleet as one cache; *fleet.Fleet is one.
+type Fleet interface {
+	// Owner is the owner of key: this member (self), another one and the
+	// hop to ask it (nil while it is suspected for ownership), or ok
+	// false when the fleet does not share its caches.
+	Owner(key []byte) (node string, hop *peers.Peer, self, ok bool)
+	// Sign is the signature field's value for a request to an owner;
+	// Verify checks one and names the member that sent it.
+	Sign(method, target []byte) []byte
+	Verify(method, target, value []byte) (string, bool)
+	// OwnerFailed marks a member that failed a request for a key it owns.
+	OwnerFailed(node string)
+	// Asked counts a request asked of its owner: "hit", "miss", "failed".
+	Asked(result string)
+	// Served counts a member request answered here as the owner;
+	// FetchBegin and FetchEnd bracket its fetch from a next hop.
+	Served()
+	FetchBegin()
+	FetchEnd()
+	// HotCopies is the share of owners' answers kept here.
+	HotCopies() float64
+	HotCopyKept()
+}
+
+// memberField is the signature field of a member request.
+const memberField = "Peerd-Fleet-Member"
+
+// Hierarchy codes of an answer from the owner.
+const (
+	codeFleetHit  = "FLEET_HIT"
+	codeFleetMiss = "FLEET_MISS"
+)
+
+// verifyMember checks a member request's signature: rq.member is the
+// member that sent it; a request that carries the field but whose
+// signature does not verify is refused.
+func (tx *txn) verifyMember() *Error {
+	rq := &tx.rq
+	v := rq.req.Get(memberField)
+	if v == nil {
+		return nil
+	}
+	f := tx.p.fleet
+	if f == nil {
+		return errorf(http.StatusForbidden, CodeAccessDenied, "", "a fleet member request, and this peerd is in no fleet")
+	}
+	node, ok := f.Verify(rq.req.Method, rq.req.Target, v)
+	if !ok {
+		return errorf(http.StatusForbidden, CodeAccessDenied, "", "a fleet member request whose signature does not verify (not a member of this fleet, or its clock is off)")
+	}
+	rq.member = node
+	return nil
+}
+
+// ownerFirst makes the key's owner the walk's first hop, when the
+// request is one the fleet shares: a cacheable GET or HEAD missed here,
+// not itself from a member, without credentials of its own.
+func (tx *txn) ownerFirst(to sink) {
+	rq := &tx.rq
+	l := &tx.cl
+	f := tx.p.fleet
+	if f == nil || rq.member != "" || to == sink(tx.w) || !l.keyed || rq.upgrade != nil {
+		return
+	}
+	if l.fwd != fwdURIMiss && l.fwd != fwdStale && l.fwd != fwdVary {
+		return
+	}
+	if rq.method != http.MethodGet && rq.method != http.MethodHead || rq.req.Get("Authorization") != nil {
+		return
+	}
+	_, hop, self, ok := f.Owner(l.cq.Key)
+	if !ok || self {
+		return
+	}
+	if hop == nil {
+		f.Asked("failed") // suspected for ownership: fetched here
+		return
+	}
+	rq.memberSig = f.Sign(rq.req.Method, rq.req.Target)
+	tx.wk.first = &selection.Hop{Peer: hop, Code: codeFleetMiss}
+}
+
+// memberAnswered notes what came of a request to an owner: its code in
+// the access log (FLEET_HIT when the owner had it), or the owner's
+// failure. It reports whether the answer is a failure of the owner's to
+// retry elsewhere (its own 5xx).
+func (w *walker) memberAnswered(a *attempt, failed bool) bool {
+	f := w.p.fleet
+	if f == nil || a.hop.Peer == nil || !a.hop.Peer.Member() {
+		return false
+	}
+	if !failed && a.final && a.status < 500 {
+		a.hop.Code = codeFleetMiss
+		if ownerHit(&a.resp) {
+			a.hop.Code = codeFleetHit
+			f.Asked("hit")
+		} else {
+			f.Asked("miss")
+		}
+		return false
+	}
+	f.Asked("failed")
+	f.OwnerFailed(a.hop.Peer.Name())
+	return a.final
+}
+
+// ownerHit reports whether the owner's Cache-Status entry (the last one:
+// RFC 9211 lists the caches from the origin's side) says hit.
+func ownerHit(resp *h1.Response) bool {
+	cs := resp.Get("Cache-Status")
+	if i := bytes.LastIndexByte(cs, ','); i >= 0 {
+		cs = cs[i+1:]
+	}
+	for _, p := range bytes.Split(cs, []byte{';'}) {
+		if bytes.Equal(bytes.TrimSpace(p), []byte("hit")) {
+			return true
+		}
+	}
+	return false
+}
+
+// keepHotCopy decides whether an owner's answer is kept here
+// (hot_copies).
+func (p *Proxy) keepHotCopy() bool {
+	if p.fleet == nil || rand.Float64() >= p.fleet.HotCopies() {
+		return false
+	}
+	p.fleet.HotCopyKept()
+	return true
+}

@@ -1,0 +1,218 @@
+package e2e
+
+// The fleet as one cache through the binary (issue 44, contract section
+// 20): three members with shared_cache and one counting parent. Each URL
+// has one owner, so the fleet fetches it from the parent once, however
+// many members are asked, at once or in turn; the access log says
+// FLEET_HIT or FLEET_MISS; a purge on one member makes the next GET
+// anywhere fetch once; a fourth member takes only its own share of the
+// URLs; a member killed under traffic costs no client an error.
+
+import (
+	"fmt"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// sharedFleet starts members a, b, c sharing their caches in front of p1.
+func sharedFleet(t *testing.T, p1 *fakeParent) []*peerd {
+	return startFleet(t, func(string) string { return sharedRest(p1) })
+}
+
+func sharedRest(p1 *fakeParent) string {
+	return "shared_cache = true\n" + fleetHealth + peerBlock("", p1)
+}
+
+// ownerOf is the owner /plan names for u on m.
+func ownerOf(m *peerd, u string) string {
+	var e struct {
+		Owner *string `json:"owner"`
+	}
+	m.adminJSON("GET", "/plan?url="+url.QueryEscape(u), "", &e)
+	if e.Owner == nil {
+		return ""
+	}
+	return *e.Owner
+}
+
+func TestFleetSharedCache(t *testing.T) {
+	p1 := newFakeParent(t, "p1")
+	p1.SetHeader("Cache-Control", "max-age=600")
+	ms := sharedFleet(t, p1)
+	waitFor(t, "every member agreeing on the owners", 10*time.Second, func() bool {
+		owners := map[string]bool{}
+		for i := 0; i < 30; i++ {
+			u := fmt.Sprintf("http://origin.test/agree/%d", i)
+			o := ownerOf(ms[0], u)
+			if o == "" || ownerOf(ms[1], u) != o || ownerOf(ms[2], u) != o {
+				return false
+			}
+			owners[o] = true
+		}
+		return len(owners) == 3
+	})
+
+	t.Run("one fetch", func(t *testing.T) {
+		before := p1.requests("GET")
+		for i := 0; i < 150; i++ {
+			for k, m := range ms {
+				u := fmt.Sprintf("http://origin.test/shared/%d", i)
+				if r := do(m.client(), "GET", u, ""); r.status != 200 {
+					t.Fatalf("GET %s through member %d: %s", u, k, r)
+				}
+			}
+		}
+		if n := p1.requests("GET") - before; n != 150 {
+			t.Fatalf("150 URLs through three members: %d parent fetches; want 150", n)
+		}
+		owners := map[string]int{}
+		for i := 0; i < 150; i++ {
+			owners[ownerOf(ms[i%3], fmt.Sprintf("http://origin.test/shared/%d", i))]++
+		}
+		if len(owners) != 3 || owners[""] != 0 {
+			t.Fatalf("owners of the 150 URLs: %v; want the three members", owners)
+		}
+		var logs strings.Builder
+		waitFor(t, "FLEET_HIT and FLEET_MISS in the access logs", 10*time.Second, func() bool {
+			logs.Reset()
+			for _, m := range ms {
+				b, _ := os.ReadFile(m.accessLog)
+				logs.Write(b)
+			}
+			return strings.Contains(logs.String(), " FLEET_HIT/") && strings.Contains(logs.String(), " FLEET_MISS/")
+		})
+	})
+
+	t.Run("trust", func(t *testing.T) {
+		// A request that claims to come from a member but is not signed
+		// by one is refused, and nothing reaches the parent.
+		before := p1.requests("GET")
+		req, _ := http.NewRequest("GET", "http://origin.test/trust/forged", nil)
+		req.Header.Set("Peerd-Fleet-Member", fmt.Sprintf("b %d AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA", time.Now().UnixMilli()))
+		resp, err := ms[0].client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusForbidden || p1.requests("GET") != before {
+			t.Fatalf("a forged member request: %d, %d parent fetches; want 403 and none", resp.StatusCode, p1.requests("GET")-before)
+		}
+	})
+
+	t.Run("collapse", func(t *testing.T) {
+		before := p1.requests("GET")
+		p1.setMode("delay:300ms") // the one fetch is in flight while the others arrive
+		defer p1.setMode("")
+		var wg sync.WaitGroup
+		var errs atomic.Int64
+		for i := 0; i < 24; i++ {
+			wg.Add(1)
+			go func(m *peerd) {
+				defer wg.Done()
+				if r := do(m.client(), "GET", "http://origin.test/collapse/new", ""); r.status != 200 {
+					errs.Add(1)
+				}
+			}(ms[i%3])
+		}
+		wg.Wait()
+		if n := p1.requests("GET") - before; n != 1 || errs.Load() != 0 {
+			t.Fatalf("24 concurrent requests over three members: %d parent fetches, %d errors; want 1 and 0", n, errs.Load())
+		}
+	})
+
+	t.Run("purge", func(t *testing.T) {
+		const u = "http://origin.test/shared/7"
+		var out struct {
+			Acknowledged []string `json:"acknowledged"`
+		}
+		ms[0].adminJSON("DELETE", "/cache?url="+url.QueryEscape(u), "secret", &out)
+		if len(out.Acknowledged) != 2 {
+			t.Fatalf("purge acknowledged by %v; want b and c", out.Acknowledged)
+		}
+		before := p1.requests("GET")
+		for _, m := range ms {
+			do(m.client(), "GET", u, "")
+		}
+		if n := p1.requests("GET") - before; n != 1 {
+			t.Fatalf("after a purge on a: %d parent fetches through the three members; want 1", n)
+		}
+	})
+
+	t.Run("churn", func(t *testing.T) {
+		urls := make([]string, 2000)
+		before := make([]string, len(urls))
+		for i := range urls {
+			urls[i] = fmt.Sprintf("http://origin.test/churn/%d", i)
+			before[i] = ownerOf(ms[0], urls[i])
+		}
+		d := startPeerd(t, fleetConfig("d", fleetKey, []string{ms[0].gossipAddr()}, sharedRest(p1)))
+		waitFor(t, "d owning URLs", 10*time.Second, func() bool {
+			for _, u := range urls[:50] {
+				if ownerOf(ms[0], u) == "d" {
+					return true
+				}
+			}
+			return false
+		})
+		moved := 0
+		for i, u := range urls {
+			if o := ownerOf(ms[0], u); o != before[i] {
+				moved++
+				if o != "d" {
+					t.Fatalf("%s moved from %s to %s when d joined; want only to d", u, before[i], o)
+				}
+			}
+		}
+		if f := float64(moved) / float64(len(urls)); f > 0.27 {
+			t.Fatalf("d's join moved %.1f%% of 2000 URLs; want at most 27%%", 100*f)
+		}
+		t.Logf("d's join moved %d of 2000 URLs", moved)
+		d.Stop()
+	})
+
+	t.Run("death", func(t *testing.T) {
+		var wg sync.WaitGroup
+		var errs, n atomic.Int64
+		var first atomic.Value
+		stop := make(chan struct{})
+		for k := 0; k < 2; k++ {
+			wg.Add(1)
+			go func(m *peerd) {
+				defer wg.Done()
+				for i := 0; ; i++ {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					r := do(m.client(), "GET", fmt.Sprintf("http://origin.test/death/%d/%d", time.Now().UnixNano(), i), "")
+					n.Add(1)
+					if r.status != 200 {
+						errs.Add(1)
+						first.CompareAndSwap(nil, r.String())
+					}
+					time.Sleep(5 * time.Millisecond)
+				}
+			}(ms[k])
+		}
+		time.Sleep(500 * time.Millisecond) // traffic through a and b before c dies
+		ms[2].Signal(syscall.SIGKILL)
+		waitFor(t, "c gone from a's view", 15*time.Second, func() bool {
+			return ownerOf(ms[0], "http://origin.test/death/x") != "" && len(ms[0].fleet().Members) == 2
+		})
+		time.Sleep(500 * time.Millisecond) // and traffic after
+		close(stop)
+		wg.Wait()
+		if errs.Load() != 0 {
+			t.Fatalf("%d client errors of %d requests when c was killed (first: %v)", errs.Load(), n.Load(), first.Load())
+		}
+		t.Logf("%d requests through a and b while c was killed, 0 errors", n.Load())
+	})
+}
