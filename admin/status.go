@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/peerd/peerd/fleet"
 	"github.com/peerd/peerd/peers"
 )
 
@@ -56,6 +57,9 @@ type statusData struct {
 	Transitions            []statusTransition
 	Cache                  string
 	Disk                   string // the disk tier; "" without one
+	// Fleet is the members and, with shared_cache, each one's share of
+	// the keys and this member's owner counters; "" without a fleet.
+	Fleet, Owners string
 }
 
 func (a *API) statusPage(w http.ResponseWriter, r *http.Request) {
@@ -166,10 +170,47 @@ func (a *API) statusPage(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
+	if a.fleet != nil {
+		d.Fleet, d.Owners = fleetLines(a.fleet)
+	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
 	w.Header().Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'")
 	if err := statusPage.Execute(w, d); err != nil {
 		a.log.WithError(err).Warn("status page")
 	}
+}
+
+// fleetLines describes the fleet for the status page: its members, and
+// with shared_cache each one's share of 1,000 sample keys and this
+// member's owner counters.
+func fleetLines(f *fleet.Fleet) (members, owners string) {
+	st := f.Status()
+	if !st.Enabled {
+		return "", ""
+	}
+	names := make([]string, 0, len(st.Members))
+	for _, m := range st.Members {
+		names = append(names, m.Node+" ("+m.State+")")
+	}
+	members = fmt.Sprintf("this member %s; %d members: %s; purges made %d, applied %d",
+		st.Node, len(st.Members), strings.Join(names, ", "), st.Purges.Made, st.Purges.Applied)
+	if !st.SharedCache {
+		return members, ""
+	}
+	share := map[string]int{}
+	const n = 1000
+	for i := 0; i < n; i++ {
+		if node, _, _, ok := f.Owner(fmt.Appendf(nil, "http://sample.invalid/%d", i)); ok {
+			share[node]++
+		}
+	}
+	var parts []string
+	for _, m := range st.Members {
+		parts = append(parts, fmt.Sprintf("%s %.0f%%", m.Node, 100*float64(share[m.Node])/n))
+	}
+	c := st.OwnerCounts
+	owners = fmt.Sprintf("shared cache: owner share %s; asked of owners: %d hit, %d miss, %d failed; answered as owner %d (fetched %d); hot copies kept %d",
+		strings.Join(parts, ", "), c.Asked["hit"], c.Asked["miss"], c.Asked["failed"], c.Served, c.Fetched, c.Hot)
+	return members, owners
 }

@@ -25,7 +25,7 @@ var (
 	conns        = flag.Int("c", 16, "connections for the throughput runs")
 	size         = flag.Int("size", 512, "response body bytes of the throughput runs")
 	lowRate      = flag.Int("lowrate", 100, "requests per second for the low-rate latency run through real Squid parents")
-	sections     = flag.String("run", "throughput,tunnel,cache,disk,lowrate,failover,memory,fleet,icp,gray,relative,tls,auth", "sections to run, comma-separated")
+	sections     = flag.String("run", "throughput,tunnel,cache,disk,lowrate,failover,memory,fleet,shared,icp,gray,relative,tls,auth", "sections to run, comma-separated")
 	threads      = flag.Int("threads", 0, "worker threads of each child (peerd GOMAXPROCS, ATS exec threads; Squid has one); 0: each child's default (one per core)")
 	rounds       = flag.Int("rounds", 3, "interleaved rounds of the throughput runs; figures are the medians")
 	tunnels      = flag.Int("tunnels", 2000, "idle CONNECT tunnels for the memory run")
@@ -108,6 +108,10 @@ func main() {
 	if want("fleet") {
 		fmt.Fprintln(os.Stderr, "== fleet: three peerds, p1 killed, with gossip and without")
 		res.Fleet = fleetRun(work, peerdBin, max(1, *rounds))
+	}
+	if want("shared") {
+		fmt.Fprintln(os.Stderr, "== shared: a working set larger than one member's memory, through 1 peerd and 3 with shared_cache")
+		res.Shared = sharedRun(work, peerdBin)
 	}
 	if want("icp") {
 		fmt.Fprintln(os.Stderr, "== icp: asking a sibling by ICP and by HTTP only-if-cached")

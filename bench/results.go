@@ -25,6 +25,7 @@ type Results struct {
 	ICP        []ICPRow      `json:"icp"`
 	Gray       []GrayRow     `json:"gray"`
 	Relative   []RelativeRow `json:"relative_latency,omitempty"`
+	Shared     []SharedRow   `json:"shared_cache,omitempty"`
 	TLS        []Throughput  `json:"tls_parent"`
 	Auth       []Throughput  `json:"basic_auth"`
 	Disk       *DiskResults  `json:"disk_cache,omitempty"`
@@ -174,6 +175,7 @@ func (r *Results) markdown() string {
 		fmt.Fprintf(&b, "| %s | %.1f | %.1f | %.1f |\n", m.Child, m.BaseMiB, m.RSSMiB, m.PerKiB)
 	}
 	b.WriteString(r.fleetSection())
+	b.WriteString(r.sharedSection())
 	b.WriteString(r.icpSection())
 	b.WriteString(r.graySection())
 	b.WriteString(r.relativeSection())

@@ -10,6 +10,7 @@ package e2e
 
 import (
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"os"
@@ -88,6 +89,21 @@ func TestFleetSharedCache(t *testing.T) {
 			}
 			return strings.Contains(logs.String(), " FLEET_HIT/") && strings.Contains(logs.String(), " FLEET_MISS/")
 		})
+	})
+
+	t.Run("status page", func(t *testing.T) {
+		resp, err := http.Get("http://" + ms[0].admin + "/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		page := string(b)
+		for _, want := range []string{"<h2>Fleet</h2>", "3 members", "owner share a ", "b ", "c ", "hit", "answered as owner"} {
+			if !strings.Contains(page, want) {
+				t.Fatalf("the status page has no %q in its fleet section", want)
+			}
+		}
 	})
 
 	t.Run("trust", func(t *testing.T) {
