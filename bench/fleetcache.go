@@ -86,9 +86,7 @@ func sharedOnce(work, bin string, n int) SharedRow {
 	order := make([]int, 0, sharedObjects*sharedPasses)
 	rng := rand.New(rand.NewPCG(7, uint64(n)))
 	for p := 0; p < sharedPasses; p++ {
-		for _, i := range rng.Perm(sharedObjects) {
-			order = append(order, i)
-		}
+		order = append(order, rng.Perm(sharedObjects)...)
 	}
 	before := parent.RequestsOf("GET")
 	var next, errs atomic.Int64
