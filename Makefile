@@ -55,6 +55,7 @@ FUZZ_TARGETS := \
 	internal/squidimport:FuzzImportSquid \
 	fleet:FuzzDecode \
 	fleet:FuzzForgedVerdicts \
+	fleet:FuzzMemberField \
 	access:FuzzCanonicalHost \
 	internal/match:FuzzCanonicalURL \
 	icp:FuzzParse \

@@ -1,6 +1,8 @@
 package fleet
 
 import (
+	"bytes"
+	"crypto/ed25519"
 	"fmt"
 	"math/rand/v2"
 	"strings"
@@ -154,4 +156,30 @@ func TestMemberRequestSignature(t *testing.T) {
 	if _, ok := fb.Verify(method, target, []byte(strings.Join(old, " "))); ok {
 		t.Fatal("a signature from 1970 verified")
 	}
+}
+
+// FuzzMemberField: whatever a request's Peerd-Fleet-Member field and a
+// member's meta hold, nothing panics, a field not made by Sign never
+// verifies, and a meta's key is read from its first 32 bytes only.
+func FuzzMemberField(f *testing.F) {
+	f.Add([]byte("a 1700000000000 AAAA"), []byte("GET"), []byte(`{"h":"127.0.0.1:3128","l":3}`))
+	f.Add([]byte("a  "), []byte(""), []byte("{"))
+	f.Add([]byte("\x00 \xff \x01"), []byte("GET"), []byte(`{"h":1}`))
+	log, _ := test.NewNullLogger()
+	fb := New(newRegistry(&testing.T{}), log)
+	a := testMember(New(newRegistry(&testing.T{}), log), "a")
+	b := testMember(fb, "b")
+	b.keyOf = keysOf(a, b)
+	fb.cur.Store(b)
+	f.Fuzz(func(t *testing.T, value, method, metaJSON []byte) {
+		if _, ok := fb.Verify(method, []byte("http://origin.example/x"), value); ok {
+			t.Fatalf("%q verified without a's key", value)
+		}
+		pub := a.priv.Public().(ed25519.PublicKey)
+		key, _ := decodeMeta(append(append([]byte(nil), pub...), metaJSON...))
+		if !bytes.Equal(key, pub) {
+			t.Fatal("the key read from a meta is not its first 32 bytes")
+		}
+		decodeMeta(metaJSON)
+	})
 }
