@@ -75,3 +75,46 @@ func TestInflightBudget(t *testing.T) {
 		t.Fatal("a response larger than a shard's share was admitted (and would be reported stored)")
 	}
 }
+
+// TestHotCopiesBounded: hot copies (objects a fleet member fetched
+// through the key's owner) take at most an eighth of the memory; past it
+// one is relayed, not stored; purging one gives its share back; ordinary
+// objects are not bounded by it.
+func TestHotCopiesBounded(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Memory = 8 << 20 // hot copies: 1 MiB
+	c := New(cfg)
+	resp := response(t, "200 OK", "Cache-Control: max-age=60")
+	store := func(hot bool, name string) bool {
+		r := request(t, "GET", url+"/"+name)
+		var w *Writer
+		if hot {
+			w = c.AdmitHot(r, resp, 200<<10, t0, t0, nil)
+		} else {
+			w = c.Admit(r, resp, 200<<10, t0, t0, nil)
+		}
+		if w == nil {
+			return false
+		}
+		w.Write(make([]byte, 200<<10))
+		w.Finish(true)
+		return true
+	}
+	n := 0
+	for store(true, fmt.Sprintf("hot%d", n)) {
+		n++
+	}
+	if n != 5 || c.store.hotBytes() > 1<<20 {
+		t.Fatalf("%d hot copies of 200 KiB stored (%d bytes); want 5 within 1 MiB", n, c.store.hotBytes())
+	}
+	if !store(false, "plain") {
+		t.Fatal("an ordinary object refused while hot copies are at their bound")
+	}
+	c.Purge([]byte(url + "/hot0"))
+	if !store(true, "hot-again") {
+		t.Fatal("a purged hot copy did not give its share back")
+	}
+	if c.AdmitHot(request(t, "GET", url+"/unknown-length"), resp, -1, t0, t0, nil) != nil {
+		t.Fatal("a hot copy of unknown length was admitted")
+	}
+}

@@ -19,6 +19,7 @@ import (
 type Object struct {
 	// Store bookkeeping.
 	Key       string
+	hot       bool   // a hot copy of a fleet owner's answer (AdmitHot)
 	secondary string // the Vary selecting values of the request it answered
 	Size      int64
 	//lint:ignore U1000 used through lruLinks

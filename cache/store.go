@@ -38,6 +38,7 @@ type shard struct {
 	protCap  int64
 	size     int64 // bytes stored (both segments)
 	objects  int
+	hot      int64 // bytes of hot copies stored (Cache.AdmitHot)
 }
 
 // variants are the stored responses of one primary key.
@@ -217,6 +218,9 @@ func (sh *shard) linkLocked(o *Object) {
 	sh.lru.add(o)
 	sh.size += o.Size
 	sh.objects++
+	if o.hot {
+		sh.hot += o.Size
+	}
 }
 
 func (sh *shard) unlinkLocked(o *Object) {
@@ -224,6 +228,9 @@ func (sh *shard) unlinkLocked(o *Object) {
 	sh.lru.remove(o)
 	sh.size -= o.Size
 	sh.objects--
+	if o.hot {
+		sh.hot -= o.Size
+	}
 }
 
 func (sh *shard) evictLocked() {
@@ -295,4 +302,16 @@ func (s *store) stats() (objects int, bytes int64) {
 		sh.mu.Unlock()
 	}
 	return objects, bytes
+}
+
+// hotBytes is the bytes of hot copies stored.
+func (s *store) hotBytes() int64 {
+	var n int64
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.RLock()
+		n += sh.hot
+		sh.mu.RUnlock()
+	}
+	return n
 }

@@ -43,12 +43,29 @@ type Writer struct {
 // to the next hop, and the others keep waiting, rather than all going at
 // once to a next hop that is failing.
 func (c *Cache) Admit(r *Request, resp *h1.Response, length int64, reqTime, respTime time.Time, f *Flight) *Writer {
+	return c.admit(r, resp, length, reqTime, respTime, f, false)
+}
+
+// AdmitHot is Admit for a hot copy: an object a fleet member fetched
+// through the key's owner. Hot copies take at most an eighth of the
+// memory; past that one is relayed, not stored (and never goes to disk:
+// the owner keeps the object).
+func (c *Cache) AdmitHot(r *Request, resp *h1.Response, length int64, reqTime, respTime time.Time, f *Flight) *Writer {
+	if length < 0 || c.store.hotBytes()+length > c.store.capacity()/8 {
+		c.Land(f, nil, true)
+		return nil
+	}
+	return c.admit(r, resp, length, reqTime, respTime, f, true)
+}
+
+func (c *Cache) admit(r *Request, resp *h1.Response, length int64, reqTime, respTime time.Time, f *Flight, hot bool) *Writer {
 	st := c.cfg()
 	o, ok := c.build(r, resp, reqTime, respTime)
 	if !ok || length > st.maxObject {
 		c.Land(f, nil, resp.Status < 500)
 		return nil
 	}
+	o.hot = hot
 	o.Key = string(r.Key)
 	w := &Writer{c: c, o: o, f: f, length: length, max: st.maxObject, memMax: st.maxInMemory}
 	// A body that could never be kept in memory (larger than its shard's
@@ -57,7 +74,7 @@ func (c *Cache) Admit(r *Request, resp *h1.Response, length int64, reqTime, resp
 	w.mem = length <= st.maxInMemory &&
 		(length < 0 || c.store.fits(o.Key, o.sizeWith(length))) &&
 		(length <= 0 || w.reserve(length))
-	if c.disk != nil {
+	if c.disk != nil && !hot {
 		w.dw = c.disk.startWriter(o, c)
 	}
 	switch {

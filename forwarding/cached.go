@@ -246,12 +246,19 @@ func (l *cacheLayer) offer(a *attempt) (bool, outcome) {
 	if resp.BodyFor(false) == h1.LengthBody {
 		length = resp.ContentLength
 	}
-	if p := a.hop.Peer; p != nil && (p.ProxyOnly() || p.Member() && !l.p.keepHotCopy()) {
-		// The peer keeps what it answers (proxy_only): relayed, not
-		// stored, and the URL passes uncollapsed for a while, as for an
-		// answer the cache could not keep.
+	switch p := a.hop.Peer; {
+	case p != nil && p.ProxyOnly(), p != nil && p.Member() && !l.p.hotCopyDrawn():
+		// The peer keeps what it answers (proxy_only, or the key's owner
+		// in the fleet): relayed, not stored, and the URL passes
+		// uncollapsed for a while, as for an answer the cache could not
+		// keep.
 		ch.Land(l.flight, nil, true)
-	} else {
+	case p != nil && p.Member():
+		// A hot copy (hot_copies), within an eighth of the memory.
+		if l.cw = ch.AdmitHot(cq, resp, length, rq.start, now, l.flight); l.cw != nil {
+			l.p.fleet.HotCopyKept()
+		}
+	default:
 		l.cw = ch.Admit(cq, resp, length, rq.start, now, l.flight)
 	}
 	l.flight = nil // Admit lands it, now or when the body is whole

@@ -142,12 +142,8 @@ func ownerHit(resp *h1.Response) bool {
 	return false
 }
 
-// keepHotCopy decides whether an owner's answer is kept here
-// (hot_copies).
-func (p *Proxy) keepHotCopy() bool {
-	if p.fleet == nil || rand.Float64() >= p.fleet.HotCopies() {
-		return false
-	}
-	p.fleet.HotCopyKept()
-	return true
+// hotCopyDrawn draws whether an owner's answer is to be kept here
+// (hot_copies); the cache may still refuse it (AdmitHot).
+func (p *Proxy) hotCopyDrawn() bool {
+	return p.fleet != nil && rand.Float64() < p.fleet.HotCopies()
 }
