@@ -111,6 +111,28 @@
 //     connection: the refresh is an ordinary request (planned, collapsed,
 //     stored, logged), with no second code path for "background" fetches.
 //
+// The fleet as one cache (issue 44).
+//
+//   - The owner of a key is a next hop like a sibling, walked first, but
+//     it is not in the registry: peers.NewMember makes a Peer the dialer,
+//     the pools and the walker take as any other, which the registry
+//     never counts against, probes or moves between states. memberlist
+//     says whether a member is there; the fleet marks one that failed
+//     "not to be asked" for 10 s. Putting members in the registry would
+//     have put them in /peers, the planner's views, the state file and
+//     every policy, and let connect failures kill a member memberlist
+//     still holds alive.
+//
+//   - Purges go to the members over memberlist's TCP stream (encrypted
+//     with the fleet key and signed), not HTTP as the contract says: it
+//     is already authenticated both ways and needs no admin token shared
+//     between members; owner requests do use HTTP (the proxy port).
+//
+//   - memberlist rewrites its node structs in place on every alive
+//     message (UpdateNode, which publishes a member's load), so the fleet
+//     reads members only in memberlist's events, under its lock, and
+//     keeps copies.
+//
 // The fleet (issue 16).
 //
 //   - fleet/ wraps hashicorp/memberlist and may only mark a peer suspect
