@@ -14,7 +14,8 @@ import (
 // nothing and may be imported by all):
 // peers imports no package of ours; probes and dialer only peers (and
 // internal/stall, peerd's own stalls, which imports nothing);
-// selection only peers; forwarding peers, dialer, selection (types) and
+// selection only peers (and internal/rendezvous, the weighted rendezvous
+// hashing it shares with fleet, which imports nothing); forwarding peers, dialer, selection (types) and
 // internal/h1 (framing), access (destination policy) and cache; cache
 // only internal/h1 (it parses heads, it never dials) and
 // internal/atomicfile (its journal); internal/h1 and
@@ -33,8 +34,8 @@ func TestDependencyDirection(t *testing.T) {
 		"peers":               {"internal/conf"},
 		"dialer":              {"peers", "internal/conf", "internal/stall"},
 		"probes":              {"peers", "dialer", "internal/conf", "internal/stall"},
-		"selection":           {"peers", "internal/match", "internal/conf"},
-		"forwarding":          {"peers", "dialer", "selection", "internal/h1", "internal/match", "access", "cache", "auth", "internal/conf", "internal/atomicfile", "internal/stall"},
+		"selection":           {"peers", "internal/match", "internal/conf", "internal/rendezvous"},
+		"forwarding":          {"peers", "dialer", "selection", "internal/h1", "internal/match", "access", "cache", "auth", "internal/conf", "internal/atomicfile", "internal/stall", "internal/rendezvous"},
 		"auth":                {"internal/conf"},
 		"cache":               {"internal/h1", "internal/conf", "internal/atomicfile"},
 		"access":              {"internal/conf"},
@@ -44,14 +45,15 @@ func TestDependencyDirection(t *testing.T) {
 		"internal/match":      {},
 		"internal/procs":      {},
 		"internal/stall":      {},
+		"internal/rendezvous": {},
 		"internal/handover":   {"internal/atomicfile"},
-		"admin":               {"peers", "selection", "internal/match", "cache", "fleet", "internal/h1", "internal/conf", "internal/atomicfile"},
-		"fleet":               {"peers", "internal/conf"},
+		"admin":               {"peers", "selection", "internal/match", "cache", "fleet", "internal/h1", "internal/conf", "internal/atomicfile", "internal/rendezvous"},
+		"fleet":               {"peers", "internal/conf", "internal/rendezvous"},
 		"icp":                 {"peers", "internal/conf"},
 		"internal/squidimport": {"internal/config", "cache", "forwarding", "internal/match", "internal/conf",
-			"access", "admin", "auth", "fleet", "icp", "peers", "selection", "dialer", "internal/h1", "internal/atomicfile", "internal/stall"},
+			"access", "admin", "auth", "fleet", "icp", "peers", "selection", "dialer", "internal/h1", "internal/atomicfile", "internal/stall", "internal/rendezvous"},
 		"internal/cli": {"admin", "internal/config", "selection", "internal/conf",
-			"access", "auth", "cache", "fleet", "forwarding", "icp", "peers", "dialer", "internal/h1", "internal/match", "internal/atomicfile", "internal/stall"},
+			"access", "auth", "cache", "fleet", "forwarding", "icp", "peers", "dialer", "internal/h1", "internal/match", "internal/atomicfile", "internal/stall", "internal/rendezvous"},
 	}
 	owners := map[string]string{
 		"github.com/hashicorp/go-memdb":   "peers",

@@ -70,17 +70,7 @@ func fleetOnce(work, bin string, gossip bool) FleetRow {
 	a := startPeerd(work, bin, hopsOf(ps), fleetExtra("a", ""))
 	members := []*child{a}
 	if gossip {
-		var st struct {
-			Node    string `json:"node"`
-			Members []struct{ Node, Addr string }
-		}
-		getJSON("http://"+a.admin+"/fleet", &st)
-		join := ""
-		for _, m := range st.Members {
-			if m.Node == st.Node {
-				join = fmt.Sprintf("%q", m.Addr)
-			}
-		}
+		join := gossipAddr(a)
 		members = append(members, startPeerd(work, bin, hopsOf(ps), fleetExtra("b", join)), startPeerd(work, bin, hopsOf(ps), fleetExtra("c", join)))
 		deadline := time.Now().Add(10 * time.Second)
 		for time.Now().Before(deadline) {
@@ -140,6 +130,22 @@ func fleetOnce(work, bin string, gossip bool) FleetRow {
 		row.LiveConnects += n
 	}
 	return row
+}
+
+// gossipAddr is a member's own gossip address from its GET /fleet,
+// quoted for a join list.
+func gossipAddr(m *child) string {
+	var st struct {
+		Node    string `json:"node"`
+		Members []struct{ Node, Addr string }
+	}
+	getJSON("http://"+m.admin+"/fleet", &st)
+	for _, x := range st.Members {
+		if x.Node == st.Node {
+			return fmt.Sprintf("%q", x.Addr)
+		}
+	}
+	return ""
 }
 
 func (r *Results) fleetSection() string {

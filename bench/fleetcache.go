@@ -57,17 +57,7 @@ func sharedOnce(work, bin string, n int) SharedRow {
 			return fmt.Sprintf("name = %q\n%s[fleet]\nbind = \"127.0.0.1:0\"\nshared_cache = true\njoin = [%s]\n", name, cache, join)
 		}
 		a := startPeerd(work, bin, hops, fleet("a", ""))
-		var st struct {
-			Node    string `json:"node"`
-			Members []struct{ Node, Addr string }
-		}
-		getJSON("http://"+a.admin+"/fleet", &st)
-		join := ""
-		for _, m := range st.Members {
-			if m.Node == st.Node {
-				join = fmt.Sprintf("%q", m.Addr)
-			}
-		}
+		join := gossipAddr(a)
 		members = []*child{a, startPeerd(work, bin, hops, fleet("b", join)), startPeerd(work, bin, hops, fleet("c", join))}
 		// Until every member names the same owners (each publishes its
 		// proxy port once it listens).

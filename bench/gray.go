@@ -8,6 +8,7 @@ package main
 
 import (
 	"fmt"
+	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -41,25 +42,32 @@ func grayRun(work, peerdBin, squidBin string) []GrayRow {
 	return rows
 }
 
-func grayPhase(work, kind, bin, phase string) GrayRow {
-	ps := []*testbed.Parent{newParent("p1"), newParent("p2"), newParent("p3")}
-	defer func() {
-		for _, p := range ps {
-			p.Close()
-		}
-	}()
+// threeParents starts three round-robin parents and a child of kind
+// (peerd or squid) in front of them, and warms it up so that every
+// parent's answers are known; stop ends them all.
+func threeParents(work, kind, bin string) (ps []*testbed.Parent, cl *http.Client, stop func()) {
+	ps = []*testbed.Parent{newParent("p1"), newParent("p2"), newParent("p3")}
 	var c *child
 	if kind == "peerd" {
 		c = startPeerd(work, bin, hopsOf(ps), `read_timeout = "10s"`)
 	} else {
 		c = startSquid(work, bin, hopsOf(ps))
 	}
-	defer c.stop()
-	cl := proxyClient(c.addr, 15*time.Second)
-	// Warm: every parent's answers are known.
+	cl = proxyClient(c.addr, 15*time.Second)
 	for i := 0; i < 150; i++ {
 		getOK(cl, fmt.Sprintf("http://origin.bench/warm/%d", i))
 	}
+	return ps, cl, func() {
+		c.stop()
+		for _, p := range ps {
+			p.Close()
+		}
+	}
+}
+
+func grayPhase(work, kind, bin, phase string) GrayRow {
+	ps, cl, stop := threeParents(work, kind, bin)
+	defer stop()
 	sick := ps[0]
 	switch phase {
 	case "hang":

@@ -15,8 +15,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/peerd/peerd/internal/testbed"
 )
 
 // RelativeRow is one child's run of one relative-latency phase.
@@ -47,23 +45,8 @@ func relativeRun(work, peerdBin, squidBin string) []RelativeRow {
 }
 
 func relativePhase(work, kind, bin, phase string) RelativeRow {
-	ps := []*testbed.Parent{newParent("p1"), newParent("p2"), newParent("p3")}
-	defer func() {
-		for _, p := range ps {
-			p.Close()
-		}
-	}()
-	var c *child
-	if kind == "peerd" {
-		c = startPeerd(work, bin, hopsOf(ps), `read_timeout = "10s"`)
-	} else {
-		c = startSquid(work, bin, hopsOf(ps))
-	}
-	defer c.stop()
-	cl := proxyClient(c.addr, 15*time.Second)
-	for i := 0; i < 150; i++ {
-		getOK(cl, fmt.Sprintf("http://origin.bench/warm/%d", i))
-	}
+	ps, cl, stop := threeParents(work, kind, bin)
+	defer stop()
 	gets := func() []int {
 		out := make([]int, len(ps))
 		for i, p := range ps {

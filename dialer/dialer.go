@@ -50,8 +50,9 @@ type Dialer struct {
 	// Source is the local address connections are made from; nil: the
 	// kernel's choice.
 	Source *Source
-	// Stalls, when set, is peerd's stall guard: a connect that timed out
-	// while peerd itself was stalled is not counted against the peer.
+	// Stalls, when set, is peerd's stall guard: a connect's timeout
+	// stretches by peerd's own stalls within it, so a peer is blamed for a
+	// timeout only when it had all of it.
 	Stalls *stall.Guard
 
 	mu    sync.Mutex

@@ -6,8 +6,9 @@ package fleet
 // pure function of the key and the candidates, so every member computes
 // the same owner from the same view, in whatever order it lists them.
 //
-// Rendezvous: each member scores the key -weight / ln(u), u a uniform
-// (0,1] hash of the member's name and the key; the highest score owns it.
+// Rendezvous (internal/rendezvous, as CARP among parents): each member
+// scores the key weight / -ln(u), u a uniform hash of the member's name
+// and the key; the highest score owns it.
 // A member that joins takes only the keys it now scores highest on, and
 // one that leaves gives up only its own: nothing moves between the
 // others. Bounded load: walking the members in score order, the owner is
@@ -18,6 +19,8 @@ package fleet
 import (
 	"math"
 	"sort"
+
+	"github.com/peerd/peerd/internal/rendezvous"
 )
 
 // minBound is the fewest in-flight owner fetches at which a member may be
@@ -63,11 +66,16 @@ func Owner(key []byte, cs []Candidate, maxLoad float64) string {
 // ranked is the indexes of cs from the highest score for key down; ties
 // (equal scores) go by name, so the order does not depend on cs's.
 func ranked(key []byte, cs []Candidate) []int {
+	kh := rendezvous.Hash(key)
 	scores := make([]float64, len(cs))
 	order := make([]int, len(cs))
 	for i, c := range cs {
 		order[i] = i
-		scores[i] = score(c, key)
+		w := c.Weight
+		if w <= 0 {
+			w = 1
+		}
+		scores[i] = rendezvous.Score(rendezvous.Mix(kh^rendezvous.Hash(c.Node)), w)
 	}
 	sort.Slice(order, func(a, b int) bool {
 		if scores[order[a]] != scores[order[b]] {
@@ -76,43 +84,4 @@ func ranked(key []byte, cs []Candidate) []int {
 		return cs[order[a]].Node < cs[order[b]].Node
 	})
 	return order
-}
-
-// score is c's rendezvous score for key.
-func score(c Candidate, key []byte) float64 {
-	h := mix(fnv(fnv(offset64, []byte(c.Node)), key))
-	u := (float64(h>>11) + 1) / (1 << 53) // (0, 1]
-	w := c.Weight
-	if w <= 0 {
-		w = 1
-	}
-	return -w / math.Log(u) // ln(1) = 0: the best possible score, +Inf
-}
-
-const (
-	offset64 = 14695981039346656037
-	prime64  = 1099511628211
-)
-
-// fnv is FNV-1a over b from h, with a separator after it (so that node
-// "ab" + key "c" differs from node "a" + key "bc").
-func fnv(h uint64, b []byte) uint64 {
-	for _, c := range b {
-		h ^= uint64(c)
-		h *= prime64
-	}
-	h ^= 0xff
-	h *= prime64
-	return h
-}
-
-// mix is splitmix64's finaliser: FNV's low bits are weak, and u is taken
-// from the high ones.
-func mix(h uint64) uint64 {
-	h ^= h >> 30
-	h *= 0xbf58476d1ce4e5b9
-	h ^= h >> 27
-	h *= 0x94d049bb133111eb
-	h ^= h >> 31
-	return h
 }

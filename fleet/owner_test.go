@@ -7,7 +7,9 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/peerd/peerd/peers"
 	"github.com/sirupsen/logrus/hooks/test"
 )
 
@@ -166,8 +168,12 @@ func FuzzMemberField(f *testing.F) {
 	f.Add([]byte("a  "), []byte(""), []byte("{"))
 	f.Add([]byte("\x00 \xff \x01"), []byte("GET"), []byte(`{"h":1}`))
 	log, _ := test.NewNullLogger()
-	fb := New(newRegistry(&testing.T{}), log)
-	a := testMember(New(newRegistry(&testing.T{}), log), "a")
+	reg, err := peers.New(peers.Options{Health: peers.DefaultConfig(), ConnectTimeout: time.Second, Log: log}, nil)
+	if err != nil {
+		f.Fatal(err)
+	}
+	fb := New(reg, log)
+	a := testMember(New(reg, log), "a")
 	b := testMember(fb, "b")
 	b.keyOf = keysOf(a, b)
 	fb.cur.Store(b)

@@ -60,13 +60,13 @@ type PurgeFunc func(key []byte) int
 type purges struct {
 	mu      sync.Mutex
 	apply   PurgeFunc
-	keep    time.Duration // purge_log
-	log     []Purge       // oldest first
-	applied map[string]int64
+	keep    time.Duration       // purge_log
+	log     []Purge             // oldest first
+	seen    map[string]struct{} // the IDs in log
 	waiting map[string]chan string
 	// counts per member: purges it made, and purges of others it applied.
-	made, took int64
-	seconds    prometheus.Histogram
+	made, applied int64
+	seconds       prometheus.Histogram
 }
 
 // SetPurger gives the fleet the cache the other members' purges apply
@@ -168,7 +168,7 @@ func (f *Fleet) receivePurges(m *member, ps []Purge) {
 		if p.Node == m.node {
 			continue // our own, back
 		}
-		if _, seen := f.purges.applied[p.ID]; seen {
+		if _, seen := f.purges.seen[p.ID]; seen {
 			ack = append(ack, p) // a resend: acknowledged again
 			continue
 		}
@@ -176,7 +176,7 @@ func (f *Fleet) receivePurges(m *member, ps []Purge) {
 			continue // older than purge_log: forgotten everywhere
 		}
 		f.purges.remember(p, now)
-		f.purges.took++
+		f.purges.applied++
 		todo = append(todo, p)
 		ack = append(ack, p)
 	}
@@ -232,15 +232,15 @@ func (f *Fleet) receiveAcks(from string, ids []string) {
 // remember logs p as applied at now, and forgets what is older than
 // purge_log; mu is held.
 func (ps *purges) remember(p Purge, now time.Time) {
-	if ps.applied == nil {
-		ps.applied = map[string]int64{}
+	if ps.seen == nil {
+		ps.seen = map[string]struct{}{}
 	}
-	ps.applied[p.ID] = p.At
+	ps.seen[p.ID] = struct{}{}
 	ps.log = append(ps.log, p)
 	cut := now.Add(-ps.keep).UnixNano()
 	i := 0
 	for i < len(ps.log) && (ps.log[i].At < cut || len(ps.log)-i > maxPurges) {
-		delete(ps.applied, ps.log[i].ID)
+		delete(ps.seen, ps.log[i].ID)
 		i++
 	}
 	ps.log = ps.log[i:]
@@ -266,5 +266,5 @@ type PurgeCounts struct {
 func (f *Fleet) purgeCounts() PurgeCounts {
 	f.purges.mu.Lock()
 	defer f.purges.mu.Unlock()
-	return PurgeCounts{Made: f.purges.made, Applied: f.purges.took}
+	return PurgeCounts{Made: f.purges.made, Applied: f.purges.applied}
 }

@@ -37,10 +37,6 @@ const (
 	viewEvery = 100 * time.Millisecond
 )
 
-// MemberField is the field a member request carries: the asking member,
-// the time, and its signature over both, the method and the target.
-const MemberField = "Peerd-Fleet-Member"
-
 // meta is what a member publishes beside its public key.
 type meta struct {
 	HTTP string `json:"h,omitempty"` // its proxy port, host:port
@@ -263,7 +259,9 @@ func (f *Fleet) OwnerFailed(node string) {
 	f.log.WithField("node", node).Warn("fleet: a member failed a request for a key it owns; its keys are fetched here for a while")
 }
 
-// Sign is the MemberField value for a request to an owner.
+// Sign is the value of the field a request to an owner carries
+// (Peerd-Fleet-Member, written by forwarding): this member's name, the
+// time, and its signature over both, the method and the target.
 func (f *Fleet) Sign(method, target []byte) []byte {
 	m := f.cur.Load()
 	if m == nil {
@@ -274,7 +272,7 @@ func (f *Fleet) Sign(method, target []byte) []byte {
 	return []byte(m.node + " " + ts + " " + base64.RawStdEncoding.EncodeToString(sig))
 }
 
-// Verify checks a request's MemberField: signed by a current member of
+// Verify checks a request's Peerd-Fleet-Member field: signed by a current member of
 // this fleet (not this one) within sigWindow. It returns the member.
 func (f *Fleet) Verify(method, target, value []byte) (string, bool) {
 	m := f.cur.Load()

@@ -55,15 +55,7 @@ func newEngine(t *testing.T, direct selection.Direct, set func(*Config)) *engine
 	h := peers.DefaultConfig()
 	h.ConnectFailLimit = 3
 	h.ProbeInterval, h.ProbeMaxInterval = time.Hour, time.Hour
-	reg, err := peers.New(peers.Options{Health: h, ConnectTimeout: time.Second, Log: log}, []peers.Spec{
-		{Name: "a", Host: "127.0.0.1", Port: 1}, {Name: "b", Host: "127.0.0.1", Port: 2},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range reg.Peers() {
-		reg.Observe(p, peers.Observation{At: time.Now(), RTT: time.Millisecond, Probe: true})
-	}
+	reg := twoAliveParents(t, h, log)
 	pn := newPipeNet()
 	al, err := OpenAccessLog(filepath.Join(t.TempDir(), "access.log"))
 	if err != nil {

@@ -88,11 +88,13 @@ func (tx *txn) ownerFirst(to sink) {
 	if l.fwd != fwdURIMiss && l.fwd != fwdStale && l.fwd != fwdVary {
 		return
 	}
-	if rq.method != http.MethodGet && rq.method != http.MethodHead || rq.req.Get("Authorization") != nil {
+	if rq.method != http.MethodGet && rq.method != http.MethodHead {
 		return
 	}
+	// Owner first: it answers at once when the fleet does not share its
+	// caches, so the field scan below costs the others nothing.
 	_, hop, self, ok := f.Owner(l.cq.Key)
-	if !ok || self {
+	if !ok || self || rq.req.Get("Authorization") != nil {
 		return
 	}
 	if hop == nil {

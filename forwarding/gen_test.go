@@ -34,15 +34,7 @@ func TestReloadMidRequestKeepsItsGeneration(t *testing.T) {
 		log, _ := test.NewNullLogger()
 		h := peers.DefaultConfig()
 		h.ProbeInterval, h.ProbeMaxInterval = time.Hour, time.Hour
-		reg, err := peers.New(peers.Options{Health: h, ConnectTimeout: time.Second, Log: log}, []peers.Spec{
-			{Name: "a", Host: "127.0.0.1", Port: 1}, {Name: "b", Host: "127.0.0.1", Port: 2},
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, p := range reg.Peers() {
-			reg.Observe(p, peers.Observation{At: time.Now(), RTT: time.Millisecond, Probe: true})
-		}
+		reg := twoAliveParents(t, h, log)
 		pn := newPipeNet()
 		defer pn.closeAll()
 		oldLog, err := OpenAccessLog(filepath.Join(dir, "old.log"))

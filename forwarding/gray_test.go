@@ -178,19 +178,24 @@ func TestNoHedgeOnceAByteReachedTheClient(t *testing.T) {
 	})
 }
 
+// noBudgetRig is grayRig with hedge_budget "0": no hedge is allowed.
+func noBudgetRig(t *testing.T) *rig {
+	return newRigWith(t, HedgeDelay{}, func(h *peers.Config) {
+		h.AnswerFailLimit = 3
+		h.FirstByteTimeout = peers.FirstByteTimeout{D: 300 * time.Millisecond}
+		h.HedgeRequests = true
+		h.HedgeBudget = 0
+		h.MaxAnswerDead = 1
+	})
+}
+
 // TestLateUnhedgedParentIsSuspect: with no hedge budget left, a late
 // head still makes its parent suspect (cause late_answer, no failure
 // counted), so the next request goes to the healthy parent at once; the
 // late request itself gets its parent's answer.
 func TestLateUnhedgedParentIsSuspect(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		r := newRigWith(t, HedgeDelay{}, func(h *peers.Config) {
-			h.AnswerFailLimit = 3
-			h.FirstByteTimeout = peers.FirstByteTimeout{D: 300 * time.Millisecond}
-			h.HedgeRequests = true
-			h.HedgeBudget = 0
-			h.MaxAnswerDead = 1
-		})
+		r := noBudgetRig(t)
 		r.net.answerDelay[addrA] = time.Second
 		rec, took := r.get(t, "GET")
 		if rec.body != "from "+addrA || took != time.Second {
@@ -215,13 +220,7 @@ func TestLateUnhedgedParentIsSuspect(t *testing.T) {
 // waiting within a quarter second and goes to the next parent.
 func TestLateWaitOnDeadParentGivesUp(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		r := newRigWith(t, HedgeDelay{}, func(h *peers.Config) {
-			h.AnswerFailLimit = 3
-			h.FirstByteTimeout = peers.FirstByteTimeout{D: 300 * time.Millisecond}
-			h.HedgeRequests = true
-			h.HedgeBudget = 0
-			h.MaxAnswerDead = 1
-		})
+		r := noBudgetRig(t)
 		r.net.answerDelay[addrA] = time.Hour
 		a := r.reg.Get("a")
 		go func() {

@@ -16,6 +16,7 @@ import (
 	"github.com/peerd/peerd/dialer"
 	"github.com/peerd/peerd/peers"
 	"github.com/peerd/peerd/selection"
+	"github.com/sirupsen/logrus"
 	"github.com/sirupsen/logrus/hooks/test"
 )
 
@@ -172,15 +173,7 @@ func newRigWith(t *testing.T, hedge HedgeDelay, set func(*peers.Config)) *rig {
 	h.ConnectFailLimit = 3
 	h.ProbeInterval = time.Hour // no prober runs here
 	h.ProbeMaxInterval = time.Hour
-	reg, err := peers.New(peers.Options{Health: h, ConnectTimeout: time.Second, Log: log}, []peers.Spec{
-		{Name: "a", Host: "127.0.0.1", Port: 1}, {Name: "b", Host: "127.0.0.1", Port: 2},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range reg.Peers() {
-		reg.Observe(p, peers.Observation{At: time.Now(), RTT: time.Millisecond, Probe: true})
-	}
+	reg := twoAliveParents(t, h, log)
 	pn := newPipeNet()
 	cfg := DefaultConfig()
 	cfg.ConnectTimeout = time.Second
@@ -194,6 +187,22 @@ func newRigWith(t *testing.T, hedge HedgeDelay, set func(*peers.Config)) *rig {
 	}
 	t.Cleanup(func() { px.CloseIdle(); pn.closeAll() })
 	return &rig{reg: reg, net: pn, proxy: px}
+}
+
+// twoAliveParents is a registry of parents a (127.0.0.1:1) and b
+// (127.0.0.1:2) under h, both alive by a probe.
+func twoAliveParents(t *testing.T, h peers.Config, log logrus.FieldLogger) *peers.Registry {
+	t.Helper()
+	reg, err := peers.New(peers.Options{Health: h, ConnectTimeout: time.Second, Log: log}, []peers.Spec{
+		{Name: "a", Host: "127.0.0.1", Port: 1}, {Name: "b", Host: "127.0.0.1", Port: 2},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range reg.Peers() {
+		reg.Observe(p, peers.Observation{At: time.Now(), RTT: time.Millisecond, Probe: true})
+	}
+	return reg
 }
 
 // clientReply is what a test client got.

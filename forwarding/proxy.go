@@ -147,8 +147,8 @@ type Proxy struct {
 	budget   *retryBudget
 	hedges   hedgeBudget
 	pools    *pools
-	// stalls are peerd's own stalls (stall_guard): no parent is judged
-	// for a wait peerd was stalled through, and deadlines stretch by them.
+	// stalls are peerd's own stalls (stall_guard): deadlines and the
+	// hedge delay stretch by them, and head times exclude them.
 	stalls *stall.Guard
 	fleet  Fleet
 

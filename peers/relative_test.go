@@ -162,6 +162,21 @@ func TestFewMillisecondsAreNoise(t *testing.T) {
 	})
 }
 
+// outlierA is three parents, a 60 times as slow as b and c: an outlier.
+// It runs inside a synctest bubble (a second of answers).
+func outlierA(t *testing.T) (*Registry, *Peer) {
+	t.Helper()
+	r := answersRegistry(t, 3, nil)
+	a := r.Get("a")
+	answer(r, time.Millisecond, 10, "b", "c")
+	answer(r, 60*time.Millisecond, 10, "a")
+	r.Judge(time.Now())
+	if !a.Outlier() {
+		t.Fatal("a 60x slower: no outlier")
+	}
+	return r, a
+}
+
 // TestOutlierProbationAndHold: a parent revived by a fast probe comes
 // back on half its share until its answers are measured; when its
 // answers are slow again at once (its probe cannot see its slow way to
@@ -169,14 +184,7 @@ func TestFewMillisecondsAreNoise(t *testing.T) {
 // is held back 2 s, then 4 s, and it never flaps back to a whole share.
 func TestOutlierProbationAndHold(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		r := answersRegistry(t, 3, nil)
-		a := r.Get("a")
-		answer(r, time.Millisecond, 10, "b", "c")
-		answer(r, 60*time.Millisecond, 10, "a")
-		r.Judge(time.Now())
-		if !a.Outlier() {
-			t.Fatal("a 60x slower: no outlier")
-		}
+		r, a := outlierA(t)
 		r.ObserveHTTPProbe(a, true, nil, AnswerOK, time.Now())
 		r.Judge(time.Now())
 		if a.Outlier() || share(a) != probationShare {
@@ -217,14 +225,7 @@ func TestOutlierProbationAndHold(t *testing.T) {
 // peers' times.
 func TestShiftAfterRevivalIsShared(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		r := answersRegistry(t, 3, nil)
-		a := r.Get("a")
-		answer(r, time.Millisecond, 10, "b", "c")
-		answer(r, 60*time.Millisecond, 10, "a")
-		r.Judge(time.Now())
-		if !a.Outlier() {
-			t.Fatal("a 60x slower: no outlier")
-		}
+		r, a := outlierA(t)
 		answer(r, time.Millisecond, 40, "b", "c") // 4 s more of fast peers
 		r.ObserveHTTPProbe(a, true, nil, AnswerOK, time.Now())
 		answer(r, time.Millisecond, 10, "a", "b", "c")
@@ -243,10 +244,7 @@ func TestShiftAfterRevivalIsShared(t *testing.T) {
 			t.Fatalf("a's share %v while every parent is alike", share(a))
 		}
 
-		r2 := answersRegistry(t, 3, nil)
-		answer(r2, time.Millisecond, 10, "b", "c")
-		answer(r2, 60*time.Millisecond, 10, "a")
-		r2.Judge(time.Now())
+		r2, _ := outlierA(t)
 		answer(r2, 50*time.Millisecond, 30, "b", "c")
 		r2.Judge(time.Now())
 		if b := r2.Get("a").OutlierBound(); b != 150*time.Millisecond {

@@ -33,8 +33,8 @@ type Options struct {
 	Jitter func() float64
 	// Log: nil means the standard logger.
 	Log logrus.FieldLogger
-	// Stalls, when set, is peerd's stall guard: an HTTP probe that was
-	// late while peerd itself was stalled gives no verdict.
+	// Stalls, when set, is peerd's stall guard: an HTTP probe's deadline
+	// stretches by peerd's own stalls, and its time excludes them.
 	Stalls *stall.Guard
 }
 

@@ -7,13 +7,12 @@
 package selection
 
 import (
-	"hash/fnv"
-	"math"
 	"math/rand/v2"
 	"slices"
 	"sync/atomic"
 	"time"
 
+	hrw "github.com/peerd/peerd/internal/rendezvous"
 	"github.com/peerd/peerd/peers"
 )
 
@@ -128,9 +127,7 @@ func (pl *Planner) currentView() *view {
 		byName: make(map[string]int, len(ps)), tierOf: make([]int, len(ps))}
 	for i, p := range ps {
 		nv.byName[p.Name()] = i
-		h := fnv.New64a()
-		h.Write([]byte(p.Name()))
-		nv.hashes[i] = h.Sum64()
+		nv.hashes[i] = hrw.Hash(p.Name())
 		nv.weights[i] = float64(p.Weight())
 		switch {
 		case p.Type() == peers.Sibling:
@@ -459,31 +456,9 @@ func (p *Plan) wasSeen(i int) bool {
 }
 
 func (p *Plan) score(i int, key uint64) float64 {
-	h := mix64(key ^ p.v.hashes[i])
-	u := (float64(h>>11) + 0.5) / (1 << 53) // (0, 1)
 	w := p.v.weights[i]
 	if pe := p.v.peers[i]; pe.Ramping() {
 		w *= pe.Ramp(time.Now()) // slow start
 	}
-	return w / -math.Log(u)
-}
-
-func hashString(s string) uint64 {
-	// FNV-1a, inlined to avoid the hash.Hash allocation on the hot path.
-	h := uint64(14695981039346656037)
-	for i := 0; i < len(s); i++ {
-		h ^= uint64(s[i])
-		h *= 1099511628211
-	}
-	return h
-}
-
-// mix64 is splitmix64's finaliser: every input bit affects every output bit.
-func mix64(x uint64) uint64 {
-	x ^= x >> 30
-	x *= 0xbf58476d1ce4e5b9
-	x ^= x >> 27
-	x *= 0x94d049bb133111eb
-	x ^= x >> 31
-	return x
+	return hrw.Score(hrw.Mix(key^p.v.hashes[i]), w)
 }

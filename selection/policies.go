@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	hrw "github.com/peerd/peerd/internal/rendezvous"
+
 	"github.com/peerd/peerd/peers"
 )
 
@@ -175,9 +177,9 @@ func (h rendezvous) code() string {
 
 func (h rendezvous) begin(_ *view, r *Request, w *walk) {
 	if h.byClient {
-		w.key = hashString(r.ClientIP)
+		w.key = hrw.Hash(r.ClientIP)
 	} else {
-		w.key = hashString(r.URL)
+		w.key = hrw.Hash(r.URL)
 	}
 }
 

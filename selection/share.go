@@ -6,6 +6,7 @@ package selection
 // the healthy parents, as to a suspect one.
 
 import (
+	hrw "github.com/peerd/peerd/internal/rendezvous"
 	"github.com/peerd/peerd/peers"
 )
 
@@ -30,7 +31,7 @@ func (p *Plan) spreadStart() {
 	if n == 0 {
 		return
 	}
-	k := int(mix64(p.seed^0x9e3779b97f4a7c15) % uint64(n))
+	k := int(hrw.Mix(p.seed^0x9e3779b97f4a7c15) % uint64(n))
 	for pos, i := range m {
 		if healthy(p.v.peers[i]) && p.allowed(i) && p.keeps(i, p.v.peers[i]) {
 			if k == 0 {
@@ -57,5 +58,5 @@ func (p *Plan) keeps(i int, peer *peers.Peer) bool {
 	if p.policy == CARP || p.policy == SourceHash {
 		x = p.w.key
 	}
-	return float64(mix64(x^p.v.hashes[i])>>11)/(1<<53) < s
+	return float64(hrw.Mix(x^p.v.hashes[i])>>11)/(1<<53) < s
 }
