@@ -238,3 +238,18 @@ func TestLateWaitOnDeadParentGivesUp(t *testing.T) {
 		}
 	})
 }
+
+// TestHedgeWinnerKeepsItsBody: the hedge's body comes after its head (a
+// segment of its own); the race that the hedge won must not close the
+// winner's connection, or the client gets a whole head and no body.
+func TestHedgeWinnerKeepsItsBody(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := grayRig(t)
+		r.net.answerDelay[addrA] = time.Hour
+		r.net.bodyAfter[addrB] = time.Millisecond
+		rec, _ := r.get(t, "GET")
+		if rec.Code != 200 || rec.body != "from "+addrB {
+			t.Fatalf("%d %q; want b's whole answer", rec.Code, rec.body)
+		}
+	})
+}

@@ -32,7 +32,10 @@ type pipeNet struct {
 	answerDelay map[string]time.Duration
 	status      map[string]int
 	fields      map[string]string
-	stop        chan struct{} // closed by closeAll: held answers give up
+	// bodyAfter writes a hop's body apart from its head, that long after
+	// it (a body that is not in the head's segment).
+	bodyAfter map[string]time.Duration
+	stop      chan struct{} // closed by closeAll: held answers give up
 	// handle, when set for an address, answers its requests itself (it
 	// reads the body); false ends the connection.
 	handle   map[string]func(req *http.Request, br *bufio.Reader, s net.Conn) bool
@@ -44,7 +47,7 @@ type pipeNet struct {
 
 func newPipeNet() *pipeNet {
 	return &pipeNet{delay: map[string]time.Duration{}, refuse: map[string]bool{}, requests: map[string]int{}, bytes: map[string]int{}, dials: map[string]int{},
-		answerDelay: map[string]time.Duration{}, status: map[string]int{}, fields: map[string]string{}, stop: make(chan struct{}),
+		answerDelay: map[string]time.Duration{}, bodyAfter: map[string]time.Duration{}, status: map[string]int{}, fields: map[string]string{}, stop: make(chan struct{}),
 		handle: map[string]func(*http.Request, *bufio.Reader, net.Conn) bool{}}
 }
 
@@ -106,7 +109,7 @@ func (n *pipeNet) serve(addr string, s net.Conn) {
 		io.Copy(io.Discard, req.Body)
 		n.mu.Lock()
 		n.requests[addr]++
-		wait, status, fields := n.answerDelay[addr], n.status[addr], n.fields[addr]
+		wait, status, fields, after := n.answerDelay[addr], n.status[addr], n.fields[addr], n.bodyAfter[addr]
 		n.mu.Unlock()
 		if status == 0 {
 			status = 200
@@ -126,6 +129,18 @@ func (n *pipeNet) serve(addr string, s net.Conn) {
 			}
 		}
 		body := "from " + addr
+		if after > 0 {
+			fmt.Fprintf(s, "HTTP/1.1 %d X\r\n%sContent-Length: %d\r\n\r\n", status, fields, len(body))
+			select {
+			case <-time.After(after):
+			case <-n.stop:
+				return
+			}
+			if _, err := io.WriteString(s, body); err != nil {
+				return
+			}
+			continue
+		}
 		fmt.Fprintf(s, "HTTP/1.1 %d X\r\n%sContent-Length: %d\r\n\r\n%s", status, fields, len(body), body)
 	}
 }

@@ -128,12 +128,14 @@ func (r *race) dispose(a *attempt) {
 
 // finish ends the race: hedges still under way are cut (their
 // connections closed), racers still pending dispose of themselves, and
-// those that reported already are disposed of here.
-func (r *race) finish() {
+// those that reported already are disposed of here. won, when not nil, is
+// the racer that won: its connection now carries the answer to the client
+// and is never touched here.
+func (r *race) finish(won *attempt) {
 	r.mu.Lock()
 	r.over = true
 	for _, a := range r.sending {
-		if a.conn != nil {
+		if a != won && a.conn != nil {
 			a.conn.close() // its round trip ends; it reports, and is disposed
 		}
 	}
@@ -173,7 +175,7 @@ func (w *walker) raceConnects(hop selection.Hop, delay time.Duration) *attempt {
 			return nil, false
 		}
 		if uc != nil {
-			r.finish()
+			r.finish(nil)
 			return w.attemptOn(h, uc, true), true
 		}
 		latest, latestAt, stretched = h, time.Now(), 0
@@ -186,11 +188,11 @@ func (w *walker) raceConnects(hop selection.Hop, delay time.Duration) *attempt {
 		case a := <-r.results:
 			r.pending--
 			if a.err == nil {
-				r.finish()
+				r.finish(nil)
 				return w.attemptOn(a.hop, a.conn, false)
 			}
 			if w.dialFailed(a.hop, a.err) != nextHop && r.pending == 0 {
-				r.finish()
+				r.finish(nil)
 				return nil
 			}
 			if r.pending == 0 {
@@ -200,7 +202,7 @@ func (w *walker) raceConnects(hop selection.Hop, delay time.Duration) *attempt {
 					return won
 				}
 				if !ok {
-					r.finish()
+					r.finish(nil)
 					return nil
 				}
 			}
@@ -276,7 +278,7 @@ func (w *walker) hedge(a *attempt) bool {
 		case <-orig:
 			origDone = true
 			if a.err == nil {
-				r.finish() // the original first: the hedge is cut
+				r.finish(nil) // the original first: the hedge is cut
 				return true
 			}
 		case s := <-r.results:
@@ -286,7 +288,7 @@ func (w *walker) hedge(a *attempt) bool {
 				continue
 			}
 			// The hedge first: the original is abandoned.
-			r.finish()
+			r.finish(s)
 			if !origDone {
 				a.conn.close()
 				<-orig
@@ -294,7 +296,7 @@ func (w *walker) hedge(a *attempt) bool {
 			w.hedgeWon(a, s)
 			return true
 		case <-watch.left:
-			r.finish()
+			r.finish(nil)
 			if !origDone {
 				a.conn.close()
 				<-orig
@@ -304,7 +306,7 @@ func (w *walker) hedge(a *attempt) bool {
 		}
 	}
 	// Both failed: the original's failure stands.
-	r.finish()
+	r.finish(nil)
 	return true
 }
 
