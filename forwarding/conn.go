@@ -67,6 +67,13 @@ func (cc *clientConn) serve() {
 	linger := false
 	defer func() {
 		p.conns.remove(cc)
+		if cc.w.flushLater {
+			// The end of an answer waited to go out with the next
+			// request's wait, and there is none: it goes now, or the
+			// close would cut it.
+			cc.w.flushLater = false
+			cc.w.flush()
+		}
 		if linger {
 			lingerClose(cc.nc)
 		} else {

@@ -1,9 +1,22 @@
 package forwarding
 
 import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"syscall"
 	"testing"
+	"time"
 
+	"github.com/peerd/peerd/dialer"
 	"github.com/peerd/peerd/internal/h1"
+	"github.com/peerd/peerd/peers"
+	"github.com/peerd/peerd/selection"
+	"github.com/sirupsen/logrus/hooks/test"
 )
 
 // TestOwnerHit: the owner's Cache-Status entry — the last one — decides
@@ -33,4 +46,86 @@ func TestOwnerHit(t *testing.T) {
 			t.Errorf("Cache-Status %q: hit %v; want %v", c.field, got, c.hit)
 		}
 	}
+}
+
+// memberFleet is a fleet of which every member request verifies.
+type memberFleet struct{}
+
+func (memberFleet) Owner([]byte) (string, *peers.Peer, bool, bool) { return "", nil, false, false }
+func (memberFleet) Sign(_, _ []byte) []byte                        { return []byte("sig") }
+func (memberFleet) Verify(_, _, _ []byte) (string, bool)           { return "m1", true }
+func (memberFleet) OwnerFailed(string)                             {}
+func (memberFleet) Asked(string)                                   {}
+func (memberFleet) Served()                                        {}
+func (memberFleet) FetchBegin()                                    {}
+func (memberFleet) FetchEnd()                                      {}
+func (memberFleet) HotCopies() float64                             { return 0 }
+func (memberFleet) HotCopyKept()                                   {}
+
+// TestClosedConnectionIsFlushed: a connection that closes after an
+// answer (here a member request on a connection whose source is outside
+// [proxy] allow, which is never kept open) sends the whole answer first.
+// The end of the body used to wait in the write buffer for a next
+// request that never came, and the close cut it. The client is one end
+// of a socket pair: a real socket (the deferred flush needs one) with no
+// IP address, so outside any allow list.
+func TestClosedConnectionIsFlushed(t *testing.T) {
+	log, _ := test.NewNullLogger()
+	h := peers.DefaultConfig()
+	h.ProbeInterval, h.ProbeMaxInterval = time.Hour, time.Hour
+	reg := twoAliveParents(t, h, log)
+	pn := newPipeNet()
+	const size = 300_001
+	pn.handle[addrA] = func(req *http.Request, br *bufio.Reader, s net.Conn) bool {
+		fmt.Fprintf(s, "HTTP/1.1 200 OK\r\nCache-Control: max-age=60\r\nContent-Length: %d\r\n\r\n", size)
+		for left := size; left > 0; left -= 1000 { // in pieces: the last one waits in a buffer
+			s.Write(bytes.Repeat([]byte("x"), min(left, 1000)))
+		}
+		return true
+	}
+	cfg := DefaultConfig()
+	cfg.Direct = selection.DirectNever
+	planner := selection.New(reg, selection.Options{Policy: selection.FirstUp, Direct: selection.DirectNever})
+	px, err := New(Options{Config: cfg, Planner: planner, Accounting: reg, Fleet: memberFleet{},
+		Dialer: &dialer.Dialer{Reporter: reg, Dial: pn.Dial, Log: log}, Log: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { px.CloseIdle(); pn.closeAll() }()
+	px.SetCache(newCache(t, 0))
+	for i := range 2 { // a miss, then a hit
+		client, server := socketPair(t)
+		defer client.Close()
+		px.accept(server)
+		go io.WriteString(client, "GET http://origin.test/x HTTP/1.1\r\nHost: origin.test\r\n"+memberField+": sig\r\n\r\n")
+		client.SetDeadline(time.Now().Add(10 * time.Second))
+		resp, err := http.ReadResponse(bufio.NewReader(client), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := io.ReadAll(resp.Body)
+		if resp.StatusCode != 200 || len(b) != size {
+			t.Fatalf("request %d: %d, %d of %d body bytes (%v); want the whole answer", i, resp.StatusCode, len(b), size, err)
+		}
+	}
+}
+
+// socketPair is two connected Unix stream sockets.
+func socketPair(t *testing.T) (net.Conn, net.Conn) {
+	t.Helper()
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cs [2]net.Conn
+	for i, fd := range fds {
+		f := os.NewFile(uintptr(fd), "socketpair")
+		c, err := net.FileConn(f)
+		f.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cs[i] = c
+	}
+	return cs[0], cs[1]
 }
