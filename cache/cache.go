@@ -346,6 +346,9 @@ type Flight struct {
 	// left); the followers elect a new leader rather than all going to
 	// the next hop. Set before ready is closed.
 	failed bool
+	// err is the leader's failure at its next hops, which its followers
+	// answer with (Errored): sent once, failed once.
+	err error
 }
 
 // FlightEnd is how a follower's wait ended.
@@ -363,6 +366,9 @@ const (
 	Left
 	// TimedOut: the leader took longer than the follower may wait.
 	TimedOut
+	// Errored: every next hop the leader tried failed (Err says how);
+	// the followers answer with that failure and send nothing.
+	Errored
 )
 
 // Join returns the flight for r's key: leader true means r goes to the
@@ -401,6 +407,8 @@ func (f *Flight) Wait(timeout time.Duration, gone <-chan struct{}) (*Object, Fli
 		switch {
 		case f.obj != nil:
 			return f.obj, Shared
+		case f.err != nil:
+			return nil, Errored
 		case f.failed:
 			return nil, Failed
 		}
@@ -439,6 +447,27 @@ func (c *Cache) Land(f *Flight, o *Object, pass bool) {
 	}
 	close(f.ready)
 }
+
+// LandFailure ends a flight whose leader got no answer from any next hop
+// it tried: the followers answer with err (Errored) instead of each
+// sending the request again. A leader that did not finish for a reason
+// of its own (its client left) lands with Land(f, nil, false) instead,
+// and the followers elect one new leader.
+func (c *Cache) LandFailure(f *Flight, err error) {
+	if f == nil {
+		return
+	}
+	sh := c.flightShard([]byte(f.key))
+	sh.mu.Lock()
+	if !f.landed {
+		f.err = err // under the lock: Land below closes ready after it
+	}
+	sh.mu.Unlock()
+	c.Land(f, nil, false)
+}
+
+// Err is the leader's failure of a flight that ended Errored.
+func (f *Flight) Err() error { return f.err }
 
 // maxPasses bounds the hit-for-miss table.
 const maxPasses = 64 << 10

@@ -167,6 +167,15 @@ func (l *cacheLayer) collapse(ch *cache.Cache) (*Error, bool) {
 			ch.Count(cache.OutcomeHit, true)
 			l.serveObject(obj, resultMemHit, nil)
 			return nil, true
+		case end == cache.Errored:
+			// The leader's next hops failed it: the same failure, at
+			// once, and nothing sent again (a stale copy may still
+			// stand in).
+			e := *f.Err().(*Error)
+			if l.unanswered(&e) {
+				return nil, true
+			}
+			return &e, true
 		case end == cache.Failed:
 			if now = time.Now(); now.Before(deadline) {
 				continue // elect a new leader
@@ -174,6 +183,21 @@ func (l *cacheLayer) collapse(ch *cache.Cache) (*Error, bool) {
 		}
 		// The response could not be shared: this request goes on its own.
 		return nil, false
+	}
+}
+
+// failed shares the failure the client gets with the followers of the
+// flight it leads, when the failure is its next hops' (they would fail
+// the same way); any other (a bad request body, a refusal) lands the
+// flight for a new leader when the layer is done.
+func (l *cacheLayer) failed(e *Error) {
+	if l.flight == nil || l.ch == nil {
+		return
+	}
+	switch e.Code {
+	case CodeConnectFailed, CodeBadGateway, CodeTimeout, CodeNoPeers:
+		l.ch.LandFailure(l.flight, e)
+		l.flight = nil
 	}
 }
 
@@ -283,7 +307,7 @@ func (l *cacheLayer) unanswered(e *Error) bool {
 	if e.Code != CodeNoPeers && e.Code != CodeConnectFailed {
 		return false
 	}
-	l.ch.Land(l.flight, nil, false)
+	l.ch.LandFailure(l.flight, e) // the followers' own stale copies stand in too
 	l.flight = nil
 	if o.MayServeStale(time.Now(), l.ch.StaleIfDead()) {
 		l.serveStale(o)

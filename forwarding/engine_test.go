@@ -809,3 +809,38 @@ func TestReconfigureWhole(t *testing.T) {
 		t.Fatal("an invalid [proxy] was applied")
 	}
 }
+
+// TestCollapsedLeaderGotNothing: the leader's parent reads the request
+// and closes without answering. Its followers are answered with the
+// leader's failure at once; none of them goes upstream on its own (they
+// used to elect new leaders one after another, each sent again).
+func TestCollapsedLeaderGotNothing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEngine(t, selection.DirectNever, nil)
+		e.proxy.SetCache(newCache(t, time.Hour))
+		e.kill("b")
+		e.net.handle[addrA] = func(req *http.Request, br *bufio.Reader, s net.Conn) bool {
+			time.Sleep(100 * time.Millisecond) // the others join meanwhile
+			return false                       // closes without an answer
+		}
+		const n = 8
+		got := make(chan int, n)
+		start := time.Now()
+		for range n {
+			c := e.dial()
+			go func() {
+				resp, _ := c.do(t, "GET http://origin.test/c HTTP/1.1\r\nHost: origin.test\r\n\r\n")
+				got <- resp.StatusCode
+			}()
+			synctest.Wait()
+		}
+		for range n {
+			if st := <-got; st != http.StatusBadGateway {
+				t.Fatalf("status %d; want 502", st)
+			}
+		}
+		if n, took := e.net.get(e.net.requests, addrA), time.Since(start); n != 1 || took > 200*time.Millisecond {
+			t.Fatalf("the parent was asked %d times, the last answer after %v; want once, within its 100ms", n, took)
+		}
+	})
+}

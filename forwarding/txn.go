@@ -186,6 +186,9 @@ func (tx *txn) fail(e *Error) {
 		tx.w.keepAlive = false
 	}
 	tx.closeIfStopping()
+	if tx.rq.gen.cache != nil {
+		tx.cl.failed(e)
+	}
 	var err error
 	tx.out, err = tx.w.errorPage(e, tx.rq.method == http.MethodHead, tx.proxyStatusForError(e)+tx.cl.errorStatus()+tx.errorFields(), tx.out)
 	if err == errHeadWritten {
