@@ -43,9 +43,11 @@ func (p *Proxy) hedgeDelay(c *runtimeConfig, hop selection.Hop) time.Duration {
 
 // dialHop opens a new connection to hop: a peer through the instrumented
 // dialer (which reports the outcome to the registry), an origin directly
-// under generation g's timeout and policy.
+// under generation g's timeout and policy. A peer's connect was claimed
+// by the walker's take (Peer.BeginDial); it ends here.
 func (p *Proxy) dialHop(hop selection.Hop, o origin, g *generation) (net.Conn, error) {
 	if hop.Peer != nil {
+		defer hop.Peer.EndDial()
 		return p.dialer.DialPeer(context.Background(), hop.Peer, dialer.Traffic)
 	}
 	return p.dialOrigin(o, g)

@@ -368,3 +368,31 @@ func TestConnectFailureRetriedOnNextHop(t *testing.T) {
 		}
 	})
 }
+
+// TestBlackHoledParentsCostOneTimeout: every parent's connects hang.
+// The first request pays the connect timeouts; while the parents are
+// suspect and not yet settled by a probe, the requests after it are
+// answered at once instead of each waiting out a timeout of its own
+// (they did, one after another, until connect_fail_limit).
+func TestBlackHoledParentsCostOneTimeout(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t, HedgeDelay{})
+		r.net.delay[addrA] = time.Hour
+		r.net.delay[addrB] = time.Hour
+		rec, took := r.get(t, "GET")
+		if rec.Code != 502 || took != 2*time.Second {
+			t.Fatalf("first: %d after %v; want 502 after both 1s connect timeouts", rec.Code, took)
+		}
+		for i := range 10 {
+			rec, took := r.get(t, "GET")
+			if rec.Code != 503 || took != 0 {
+				t.Fatalf("request %d: %d after %v; want 503 at once", i, rec.Code, took)
+			}
+		}
+		for _, n := range []string{"a", "b"} {
+			if p := r.reg.Get(n); !p.Suspect() || p.State() != peers.Alive {
+				t.Fatalf("%s: %v, suspect %v; want alive and suspect (only probes settle it)", n, p.State(), p.Suspect())
+			}
+		}
+	})
+}

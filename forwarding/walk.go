@@ -184,31 +184,50 @@ func (w *walker) firstByte(a *attempt) (fbt time.Duration) {
 	return t
 }
 
-// take returns the next hop of the plan that is not at max_conn (decide
-// skips a full peer: nothing is sent, nothing failed), with its
-// in-flight slot taken, and an idle connection to it when the request may
-// ride one.
+// take returns the next hop of the plan that is not at max_conn and
+// that the request may connect to (decide skips a full peer, and a
+// suspect one a connect may hang on, Peer.BeginDial: nothing is sent,
+// nothing failed), with its in-flight slot taken, and an idle connection
+// to it when the request may ride one; without one, the connect is
+// claimed (dialHop ends the claim).
 func (w *walker) take(hop selection.Hop, pooled bool) (selection.Hop, *upConn, bool) {
 	p := w.p
-	for hop.Peer != nil && !p.acct.BeginRequest(hop.Peer, w.rq.start) {
+	for {
+		for hop.Peer != nil && !p.acct.BeginRequest(hop.Peer, w.rq.start) {
+			var ok bool
+			if hop, ok = w.skip(); !ok {
+				return hop, nil, false
+			}
+			pooled = true
+		}
+		if pooled && w.rq.facts.retriable() {
+			uc, extra := w.poolFor(hop).get(w.rq.start, w.rq.gen.cfg.PconnTimeout)
+			if extra > 0 {
+				p.unsolicited(hop, extra)
+			}
+			if uc != nil {
+				return hop, uc, true
+			}
+		}
+		if hop.Peer == nil || hop.Peer.BeginDial() {
+			return hop, nil, true
+		}
+		p.acct.EndRequest(hop.Peer)
 		var ok bool
-		if decide(peerFull, w.rq.facts, false) != nextHop {
+		if hop, ok = w.skip(); !ok {
 			return hop, nil, false
 		}
-		if hop, ok = w.plan.Next(); !ok {
-			return hop, nil, false
-		}
+		pooled = true
 	}
-	if pooled && w.rq.facts.retriable() {
-		uc, extra := w.poolFor(hop).get(w.rq.start, w.rq.gen.cfg.PconnTimeout)
-		if extra > 0 {
-			p.unsolicited(hop, extra)
-		}
-		if uc != nil {
-			return hop, uc, true
-		}
+}
+
+// skip moves past a hop that was skipped (nothing sent): the plan's next
+// hop when decide allows one and the plan has one.
+func (w *walker) skip() (selection.Hop, bool) {
+	if decide(peerFull, w.rq.facts, false) != nextHop {
+		return selection.Hop{}, false
 	}
-	return hop, nil, true
+	return w.plan.Next()
 }
 
 // connect returns an attempt with a connection, starting at hop and moving

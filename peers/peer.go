@@ -200,6 +200,11 @@ type Peer struct {
 	_        cacheLinePad
 
 	// Connect and probe counters: atomics, never written to a row.
+	// dialing counts live connects pending; hung is set by a connect that
+	// timed out or was pending past its hedge delay, and cleared by one
+	// that succeeded (trial.go).
+	dialing         atomic.Int32
+	hung            atomic.Bool
 	consecutive     atomic.Int64
 	connects        atomic.Int64
 	connectFailures atomic.Int64

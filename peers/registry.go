@@ -217,7 +217,11 @@ func (r *Registry) Observe(p *Peer, o Observation) {
 		return
 	}
 	p.connectFailures.Add(1)
-	p.failures[Classify(o.Err)].Add(1)
+	class := Classify(o.Err)
+	p.failures[class].Add(1)
+	if class == FailTimeout {
+		p.hung.Store(true)
+	}
 	if o.Probe {
 		p.probeFailures.Add(1)
 	} else {
@@ -249,6 +253,9 @@ func (r *Registry) Observe(p *Peer, o Observation) {
 }
 
 func (r *Registry) observeSuccess(p *Peer, o Observation, at int64) {
+	if p.hung.Load() {
+		p.hung.Store(false)
+	}
 	if o.Addr.IsValid() {
 		if cur := p.reached.Load(); cur == nil || *cur != o.Addr {
 			a := o.Addr // a new address: the only allocation, and a rare one
@@ -427,6 +434,7 @@ func (r *Registry) commitTxn(txn *memdb.Txn, p *Peer, nl *liveness, note *Transi
 // until a connect to it succeeds.
 func (r *Registry) MarkSlow(p *Peer) {
 	if !p.Suspect() && !p.Member() {
+		p.hung.Store(true)
 		r.suspectOwn(p, CauseSlowConnect, "a connect is pending past its hedge delay", r.now())
 	}
 }

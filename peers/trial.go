@@ -1,0 +1,30 @@
+package peers
+
+// This file holds the live-connect gate: while a peer is suspect for its
+// connects, at most one live request at a time waits on a connect to it,
+// and none while its latest connect hung, until a probe settles it.
+
+// BeginDial claims a live connect to p, and reports whether the request
+// may make it. A healthy peer is always dialled. A suspect one is not
+// dialled while its latest connect hung (timed out, or was still pending
+// past its hedge delay), nor beside another live connect while it has
+// failed connects below the limit: the request goes on to its next hop,
+// nothing failed, and the prober, which settles a suspect peer at once,
+// decides. Without the gate every live request paid the connect timeout
+// in turn until the peer reached connect_fail_limit. A true answer is
+// followed by EndDial when the connect is over.
+func (p *Peer) BeginDial() bool {
+	n := p.dialing.Add(1)
+	if p.Suspect() && (p.hung.Load() || n > 1 && p.consecutive.Load() > 0) {
+		p.dialing.Add(-1)
+		return false
+	}
+	return true
+}
+
+// EndDial ends a live connect BeginDial allowed.
+func (p *Peer) EndDial() { p.dialing.Add(-1) }
+
+// Hung reports whether p's latest connect hung (it timed out, or was
+// pending past its hedge delay) and no connect has succeeded since.
+func (p *Peer) Hung() bool { return p.hung.Load() }
