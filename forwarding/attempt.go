@@ -56,6 +56,10 @@ type attempt struct {
 	// attempt is still waiting (nothing failed yet). wasLate: it was, and
 	// waits on (await).
 	late, wasLate bool
+	// refused: its late head was not hedged for want of hedge_budget; the
+	// wait returns late again once its parent fails an answer elsewhere
+	// (a parent that has stopped answering is hedged unbudgeted).
+	refused bool
 	// gotBytes: some response bytes arrived (a head that broke halfway).
 	gotBytes bool
 	// final: a final response head was read; status is its status and

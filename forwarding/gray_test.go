@@ -253,3 +253,34 @@ func TestHedgeWinnerKeepsItsBody(t *testing.T) {
 		}
 	})
 }
+
+// TestHungParentIsNoTailToBudget: a parent that accepts and hangs, with
+// several requests waiting on it at once. The hedge budget covers the
+// first; the rest, refused by the budget, are hedged all the same once
+// the parent has failed an answer (a parent that stopped answering is no
+// tail), so none waits a second and the parent dies of its answers.
+func TestHungParentIsNoTailToBudget(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := grayRig(t)
+		r.net.answerDelay[addrA] = time.Hour
+		const n = 4
+		took := make(chan time.Duration, n)
+		for range n {
+			go func() {
+				rec, d := r.get(t, "GET")
+				if rec.body != "from "+addrB {
+					t.Errorf("%q; want b's answer (after %v)", rec.body, d)
+				}
+				took <- d
+			}()
+		}
+		for range n {
+			if d := <-took; d >= time.Second {
+				t.Fatalf("a request took %v; want under a second", d)
+			}
+		}
+		if a := r.reg.Get("a"); a.State() != peers.Dead {
+			t.Fatalf("a is %v after %d late answers; want dead by answers", a.State(), a.AnswerFailures())
+		}
+	})
+}

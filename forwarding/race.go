@@ -250,7 +250,7 @@ func (w *walker) hedge(a *attempt) bool {
 	if !ok {
 		return false
 	}
-	if !p.hedges.take(p.acct.HedgeBudget(), time.Now()) {
+	if budget := p.acct.HedgeBudget(); !(budget > 0 && unbudgeted(a.hop)) && !p.hedges.take(budget, time.Now()) {
 		if uc != nil {
 			uc.close()
 		}

@@ -308,6 +308,10 @@ func (a *attempt) receive(rq *request, side clientSide, sent, late time.Time) {
 				a.err, a.timedOut = errGivenUp, true
 				return
 			}
+			if a.refused && unbudgeted(a.hop) && a.progress < sentToClient && c.r.Buffered() == 0 {
+				a.refused, a.late = false, true // the walker hedges it now
+				return
+			}
 			slice = min(slice, lateCheck)
 		}
 		byLate := !late.IsZero() && now.Before(late) && late.Sub(now) <= slice

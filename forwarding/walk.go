@@ -17,6 +17,7 @@ import (
 
 	"github.com/peerd/peerd/access"
 	"github.com/peerd/peerd/internal/h1"
+	"github.com/peerd/peerd/peers"
 	"github.com/peerd/peerd/selection"
 )
 
@@ -82,14 +83,17 @@ func (w *walker) walk() *attempt {
 				// goes to the next hop too. Not hedged, the parent is
 				// suspect meanwhile (no failure counted), and a wait on
 				// one that dies meanwhile is given up (await).
-				allowed := w.hedgeAllowed()
+				allowed := w.hedgeAllowed(a)
 				if decide(lateHead, f, allowed) == hedge && w.hedge(a) {
 					continue
 				}
 				if !allowed && w.healthyLeft() {
 					// A healthy hop was there, but no budget to hedge to
-					// it: the late parent gets no new requests meanwhile.
+					// it: the late parent gets no new requests meanwhile,
+					// and the wait is hedged after all once the parent
+					// fails an answer elsewhere (unbudgeted).
 					w.p.acct.SuspectLate(a.hop.Peer, fbt)
+					a.refused = w.p.acct.HedgeBudget() > 0
 				}
 				a.await(w.rq, w.side)
 			}
@@ -160,14 +164,25 @@ func (w *walker) healthyLeft() bool {
 	return false
 }
 
-// hedgeAllowed reports whether hedge_budget allows a hedge now; a
-// refusal is counted.
-func (w *walker) hedgeAllowed() bool {
-	if w.p.hedges.left(w.p.acct.HedgeBudget(), time.Now()) > 0 {
+// hedgeAllowed reports whether a's late head may be hedged now: always
+// away from a parent already failing its answers (unbudgeted), else when
+// hedge_budget allows it; a refusal is counted.
+func (w *walker) hedgeAllowed(a *attempt) bool {
+	if budget := w.p.acct.HedgeBudget(); budget > 0 && unbudgeted(a.hop) || w.p.hedges.left(w.p.acct.HedgeBudget(), time.Now()) > 0 {
 		return true
 	}
 	w.p.metrics.hedgeRefused()
 	return false
+}
+
+// unbudgeted reports whether a late head at hop is hedged outside
+// hedge_budget: its parent's latest answer failed already (it is suspect
+// by its answers). The budget bounds what a tail of slow answers costs
+// the other parents; a parent that has stopped answering is no tail, and
+// the requests still waiting on it are moved at once, which also counts
+// its failures towards answer_fail_limit without waiting for budget.
+func unbudgeted(hop selection.Hop) bool {
+	return hop.Peer != nil && hop.Peer.AnswerFailures() > 0 && hop.Peer.Type() == peers.Parent
 }
 
 // firstByte is the first-byte timeout a's round trip returns at when
