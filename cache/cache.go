@@ -150,6 +150,10 @@ func inflightBudget(memory, maxObject int64) int64 {
 // StaleIfDead is the configured stale_if_dead.
 func (c *Cache) StaleIfDead() time.Duration { return c.cfg().staleIfDead }
 
+// MaxInMemory is the largest body kept in memory (max_object_in_memory
+// with a disk store, max_object without).
+func (c *Cache) MaxInMemory() int64 { return c.cfg().maxInMemory }
+
 // Verdict is what a lookup found.
 type Verdict uint8
 

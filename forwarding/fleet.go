@@ -15,6 +15,7 @@ import (
 	"bytes"
 	"math/rand/v2"
 	"net/http"
+	"time"
 
 	"github.com/peerd/peerd/internal/h1"
 	"github.com/peerd/peerd/peers"
@@ -127,6 +128,34 @@ func (w *walker) memberAnswered(a *attempt, failed bool) bool {
 	f.Asked("failed")
 	f.OwnerFailed(a.hop.Peer.Name())
 	return a.final
+}
+
+// memberWhole reads the whole body of an owner's answer before anything
+// of it reaches the client, when its length is known and within what
+// the cache keeps in memory (the size of a hot copy): an owner that dies
+// mid-body then fails the attempt, which the walker retries at the plan's
+// hops, instead of cutting an answer already begun. Larger bodies, and
+// those of unknown length, stream as they come.
+func (w *walker) memberWhole(a *attempt) {
+	if a.err != nil || !a.final || a.hop.Peer == nil || !a.hop.Peer.Member() {
+		return
+	}
+	ch := w.rq.gen.cache
+	if ch == nil || a.resp.BodyFor(a.headReq) != h1.LengthBody || a.resp.ContentLength > ch.MaxInMemory() {
+		return
+	}
+	c := a.conn
+	c.dl.readIn(time.Now(), w.rq.gen.cfg.ReadTimeout)
+	hl := len(a.head)
+	if err := c.r.Buffer(hl + int(a.resp.ContentLength)); err != nil {
+		a.err, a.final, a.gotBytes, a.timedOut = err, false, true, false
+		return
+	}
+	// The head moved with the buffer: its slices are taken again.
+	a.head = c.r.Peek()[:hl]
+	if err := h1.ParseResponse(a.head, &a.resp); err != nil {
+		a.err, a.final = err, false
+	}
 }
 
 // ownerHit reports whether the owner's Cache-Status entry (the last one:

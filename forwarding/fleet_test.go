@@ -10,6 +10,7 @@ import (
 	"os"
 	"syscall"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/peerd/peerd/dialer"
@@ -128,4 +129,40 @@ func socketPair(t *testing.T) (net.Conn, net.Conn) {
 		cs[i] = c
 	}
 	return cs[0], cs[1]
+}
+
+// ownerFleet is a fleet in which another member owns every key.
+type ownerFleet struct {
+	memberFleet
+	owner *peers.Peer
+}
+
+func (f ownerFleet) Owner([]byte) (string, *peers.Peer, bool, bool) {
+	return f.owner.Name(), f.owner, false, true
+}
+
+// TestOwnerDeathMidBodyIsRetried: the key's owner sends a head and half
+// the body, then dies. The client gets the object whole from the plan's
+// parent, never a head with a cut body: a small owner answer is read
+// whole before any of it is relayed.
+func TestOwnerDeathMidBodyIsRetried(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const addrC = "127.0.0.1:3"
+		e := newEngine(t, selection.DirectNever, nil)
+		e.proxy.SetCache(newCache(t, 0))
+		e.proxy.fleet = ownerFleet{owner: peers.NewMember("c", "127.0.0.1", 3, time.Second)}
+		e.net.handle[addrC] = func(req *http.Request, br *bufio.Reader, s net.Conn) bool {
+			io.WriteString(s, "HTTP/1.1 200 OK\r\nCache-Control: max-age=60\r\nContent-Length: 1000\r\n\r\n")
+			s.Write(bytes.Repeat([]byte("c"), 500))
+			return false // dies
+		}
+		e.net.handle[addrA] = cacheable("from a")
+		resp, body := e.dial().do(t, "GET http://origin.test/o HTTP/1.1\r\nHost: origin.test\r\n\r\n")
+		if resp.StatusCode != 200 || body != "from a" {
+			t.Fatalf("%d %q; want a's whole answer", resp.StatusCode, body)
+		}
+		if n := e.net.get(e.net.requests, addrC); n != 1 {
+			t.Fatalf("the owner was asked %d times; want 1", n)
+		}
+	})
 }

@@ -97,6 +97,7 @@ func (w *walker) walk() *attempt {
 				}
 				a.await(w.rq, w.side)
 			}
+			w.memberWhole(a)
 		}
 		if w.cw.gone {
 			a.release()
@@ -115,8 +116,10 @@ func (w *walker) walk() *attempt {
 			w.judge(a, class)
 		}
 		w.noteFailure(a, class)
-		costs := costsBudget(class, f)
-		switch decide(class, f, costs && p.budget.available()) {
+		// An owner asked before the plan (the fleet) is no retry when it
+		// fails: the plan's hops are the request's first try.
+		costs := costsBudget(class, f) && (a.hop.Peer == nil || !a.hop.Peer.Member())
+		switch decide(class, f, !costs || p.budget.available()) {
 		case nextHop:
 			next, more := w.plan.Next()
 			if more && costs && !p.budget.withdraw() {

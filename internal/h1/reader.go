@@ -106,6 +106,21 @@ func (b *Reader) fill(limit int) error {
 	return err
 }
 
+// Buffer reads until n bytes are buffered, growing the buffer to hold
+// them. Buffered bytes may move: slices from Peek or ReadHead are invalid
+// afterwards (take them again from Peek).
+func (b *Reader) Buffer(n int) error {
+	for b.w-b.r < n {
+		if err := b.fill(n); err != nil {
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return err
+		}
+	}
+	return nil
+}
+
 // shrink returns to the small buffer once a large head has been consumed.
 func (b *Reader) shrink() {
 	if len(b.buf) == len(b.small) || b.w-b.r > len(b.small) {
