@@ -393,7 +393,10 @@ func (c *Cache) Join(r *Request, now time.Time) (f *Flight, leader bool) {
 		delete(sh.passes, string(r.Key))
 	}
 	if f := sh.flights[string(r.Key)]; f != nil {
-		return f, false
+		if !f.landed || f.obj.streaming() {
+			return f, false
+		}
+		delete(sh.flights, f.key) // its object ended and was not delisted
 	}
 	f = &Flight{key: string(r.Key), ready: make(chan struct{})}
 	sh.flights[f.key] = f
@@ -429,20 +432,33 @@ func (f *Flight) Wait(timeout time.Duration, gone <-chan struct{}) (*Object, Fli
 // the key is not collapsed for a while; with nil and no pass the leader
 // failed: they elect a new leader. Landing twice, or a nil flight, is
 // harmless.
-func (c *Cache) Land(f *Flight, o *Object, pass bool) {
+//
+// Landing a flight that landed already only takes it off the key: see
+// landStreaming.
+func (c *Cache) Land(f *Flight, o *Object, pass bool) { c.land(f, o, pass, false) }
+
+// landStreaming lands f with an object whose body is still arriving, and
+// leaves the flight on its key: a request that comes after the landing
+// but before the object is stored (Finish, or the disk's commit) follows
+// it too, instead of finding nothing and fetching the key again. The
+// writer lands it once more when the object is stored or given up, which
+// takes it off.
+func (c *Cache) landStreaming(f *Flight, o *Object) { c.land(f, o, false, true) }
+
+func (c *Cache) land(f *Flight, o *Object, pass, keep bool) {
 	if f == nil {
 		return
 	}
 	sh := c.flightShard([]byte(f.key))
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
+	if !keep && sh.flights[f.key] == f {
+		delete(sh.flights, f.key)
+	}
 	if f.landed {
 		return
 	}
 	f.landed, f.obj, f.failed = true, o, o == nil && !pass
-	if sh.flights[f.key] == f {
-		delete(sh.flights, f.key)
-	}
 	if pass {
 		sh.passes[f.key] = time.Now().Add(passFor).UnixNano()
 		if len(sh.passes) > maxPasses/nShards {

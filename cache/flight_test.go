@@ -120,3 +120,39 @@ func TestFlights(t *testing.T) {
 		}
 	})
 }
+
+// TestLateJoinerFollowsAStreamingObject: a miss that comes after the
+// leader's head landed the flight, but before the object is stored,
+// follows the streaming object instead of leading a second fetch (a
+// fleet member's followers, sent on after the owner's head, used to
+// reach the parent again in that window). Once the object is stored or
+// given up, the key leads a new flight again.
+func TestLateJoinerFollowsAStreamingObject(t *testing.T) {
+	c := testCache(t)
+	r := request(t, "GET", url)
+	f, _ := c.Join(r, t0)
+	w := c.Admit(r, response(t, "200 OK", "Cache-Control: max-age=60"), 10, t0, t0, f)
+	w.Write([]byte("01234"))
+	g, lead := c.Join(request(t, "GET", url), t0)
+	if g != f || lead {
+		t.Fatalf("a miss while the body streams: flight %p, leader %v; want to follow %p", g, lead, f)
+	}
+	if o, end := g.Wait(time.Second, nil); end != Shared || o == nil {
+		t.Fatalf("the late follower's wait ended %v; want the streaming object", end)
+	}
+	w.Write([]byte("56789"))
+	w.Finish(true)
+	if _, v := c.Lookup(r, t0); v != Hit {
+		t.Fatalf("after the body: %v; want a hit", v)
+	}
+
+	// Given up halfway: the key is off the flight, the next miss leads.
+	r2 := request(t, "GET", url+"2")
+	f2, _ := c.Join(r2, t0)
+	w2 := c.Admit(r2, response(t, "200 OK", "Cache-Control: max-age=60"), 10, t0, t0, f2)
+	w2.Write([]byte("01234"))
+	w2.Finish(false)
+	if g, lead := c.Join(request(t, "GET", url+"2"), t0); g == f2 || !lead {
+		t.Fatalf("after a failed body: flight %p, leader %v; want a new flight to lead", g, lead)
+	}
+}

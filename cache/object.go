@@ -87,6 +87,17 @@ type stream struct {
 	disk *diskWriter
 }
 
+// streaming reports whether o's body is still arriving (nil: no).
+func (o *Object) streaming() bool {
+	if o == nil || o.stream == nil {
+		return false
+	}
+	s := o.stream
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return !s.done && !s.failed
+}
+
 // Fresh and stale arithmetic.
 
 // currentAge is the object's age at now in nanoseconds (RFC 9111 4.2.3).

@@ -18,9 +18,12 @@ import (
 // a disk store every response is written to disk, and the memory tier
 // keeps a copy of those within max_object_in_memory.
 type Writer struct {
-	c      *Cache
-	o      *Object
-	f      *Flight
+	c *Cache
+	o *Object
+	f *Flight // the flight to land when the object ends (nil: landed)
+	// listed is a flight landed with the object while its body streams,
+	// left on its key until the object is stored or given up.
+	listed *Flight
 	length int64 // -1: not known until the end
 	max    int64 // max_object
 	memMax int64 // the most the memory copy may hold
@@ -88,8 +91,8 @@ func (c *Cache) admit(r *Request, resp *h1.Response, length int64, reqTime, resp
 		if length >= 0 {
 			// The length is known: followers stream from the object as
 			// its body arrives.
-			c.Land(f, o, false)
-			w.f = nil
+			c.landStreaming(f, o)
+			w.f, w.listed = nil, f
 		}
 	case length >= 0:
 		// Only the disk keeps it: followers read its file as the disk
@@ -98,8 +101,8 @@ func (c *Cache) admit(r *Request, resp *h1.Response, length int64, reqTime, resp
 		o.stream.cond.L = &o.stream.mu
 		o.length = length
 		w.dw.follow(o.stream)
-		c.Land(f, o, false)
-		w.f = nil
+		c.landStreaming(f, o)
+		w.f, w.listed = nil, f
 	}
 	return w
 }
@@ -212,6 +215,7 @@ func (w *Writer) fail() {
 		s.cond.Broadcast()
 	}
 	w.c.Land(w.f, nil, true)
+	w.c.Land(w.listed, nil, true) // off its key
 }
 
 // Finish ends the body: complete says it arrived whole, and the object
@@ -229,7 +233,11 @@ func (w *Writer) Finish(complete bool) {
 	if !w.mem {
 		// On disk only: it is visible, and its followers are served,
 		// once the disk has it whole.
-		w.dw.finish(w.f, true)
+		f := w.f
+		if f == nil {
+			f = w.listed // landed streaming: the commit takes it off its key
+		}
+		w.dw.finish(f, true)
 		w.settle = w.dw
 		return
 	}
@@ -251,6 +259,7 @@ func (w *Writer) Finish(complete bool) {
 	s.mu.Unlock()
 	s.cond.Broadcast()
 	w.c.Land(w.f, o, false)
+	w.c.Land(w.listed, o, false) // stored: off its key
 	if w.dw != nil {
 		w.dw.finish(nil, false)
 	}

@@ -124,7 +124,7 @@ func TestFleetSharedCache(t *testing.T) {
 
 	t.Run("collapse", func(t *testing.T) {
 		before := p1.requests("GET")
-		p1.setMode("delay:300ms") // the one fetch is in flight while the others arrive
+		p1.setMode("delay:500ms") // the one fetch is in flight while the others arrive
 		defer p1.setMode("")
 		var wg sync.WaitGroup
 		var errs atomic.Int64
