@@ -5,7 +5,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 PREFIX  ?= /usr/local
 
-.PHONY: build run test race e2e vet lint fuzz bench soak cover ci install clean
+.PHONY: build run test race e2e vet lint fuzz bench soak chaos cover ci install clean
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/peerd
@@ -77,6 +77,14 @@ bench:
 SOAK ?= 10m
 soak:
 	$(GO) run ./bench/soak -d $(SOAK)
+
+# A seeded fault schedule across every feature at once, with invariants
+# checked on every exchange (test/chaos): make chaos SEED=7 DURATION=60s.
+# A failing seed names the same faults again.
+SEED ?= 1
+DURATION ?= 60s
+chaos:
+	$(GO) run ./test/chaos -seed $(SEED) -d $(DURATION)
 
 # Unit coverage of the forwarding engine (its tests use synctest and an
 # injected network; the end-to-end tests are not counted).

@@ -70,6 +70,20 @@ func (w *clientWriter) writeHead(status int, head []byte) error {
 	return w.write(head)
 }
 
+// retract takes back an answer none of which reached the client yet (its
+// head and body so far are still buffered), so that an error page can
+// stand in for it; it reports false, changing nothing, once a byte of
+// the answer went out.
+func (w *clientWriter) retract() bool {
+	if w.gone || w.dw.sent != w.handedFrom {
+		return false
+	}
+	w.buf.Reset(&w.dw)
+	w.headSent.Store(false)
+	w.status, w.chunked = 0, false
+	return true
+}
+
 // cutShort records that an answer already under way ended with an error
 // (the access log says so; the client sees the connection cut).
 func (w *clientWriter) cutShort(status int) { w.status = status }

@@ -844,3 +844,26 @@ func TestCollapsedLeaderGotNothing(t *testing.T) {
 		}
 	})
 }
+
+// TestBodyBrokenBeforeAnyByteLeft: the parent's answer breaks (a bad
+// chunk) while its head and first chunk are still in peerd's buffer. The
+// client gets a 502 made whole, never a connection closed with nothing,
+// and the connection stays usable.
+func TestBodyBrokenBeforeAnyByteLeft(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEngine(t, selection.DirectNever, nil)
+		e.net.handle[addrA] = func(req *http.Request, br *bufio.Reader, s net.Conn) bool {
+			io.WriteString(s, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\nzz\r\n")
+			return false
+		}
+		c := e.dial()
+		resp, _ := c.do(t, "GET http://origin.test/broken HTTP/1.1\r\nHost: origin.test\r\n\r\n")
+		if resp.StatusCode != http.StatusBadGateway || resp.Header.Get("X-Peerd-Error") != CodeBadGateway {
+			t.Fatalf("%d %q; want 502 bad-gateway", resp.StatusCode, resp.Header.Get("X-Peerd-Error"))
+		}
+		e.net.handle[addrA] = cacheable("fine")
+		if resp, body := c.do(t, "GET http://origin.test/next HTTP/1.1\r\nHost: origin.test\r\n\r\n"); resp.StatusCode != 200 || body != "fine" {
+			t.Fatalf("the next request on the connection: %d %q", resp.StatusCode, body)
+		}
+	})
+}

@@ -207,8 +207,17 @@ func (tx *txn) relay(a *attempt, to sink) outcome {
 	if settle {
 		to.settle()
 	}
+	hop := a.hop
 	a.end(err == nil && kind != h1.CloseBody, rq.start)
 	if err != nil {
+		if !errors.Is(err, errClientGone) && tx.w.retract() {
+			// Nothing of the answer had left yet: the client gets an
+			// error made whole here, not a connection closed on it.
+			e := errorf(http.StatusBadGateway, CodeBadGateway, hopName(hop), "the answer broke before any of it reached the client: %v", err)
+			e.hop, e.hopSet = hop, true
+			tx.fail(e)
+			return tx.after()
+		}
 		// A body that broke halfway: the client must see a cut, never a
 		// spliced answer; the connection is closed.
 		return closeConn

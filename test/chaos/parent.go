@@ -1,0 +1,306 @@
+package main
+
+// This file holds the fault-injecting parent: a proxy on loopback that is
+// also the origin behind it. Each request carries its exchange's number
+// (X-Chaos-Id, or in a CONNECT's host); the schedule says what the parent
+// does with it on this arrival, and every answer says so in X-Chaos-Fault.
+// The parent can be killed (its port closed, its connections reset) and
+// started again on the same port.
+
+import (
+	"bufio"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// record is what all parents saw, shared: arrivals per exchange, POSTs
+// that reached the origin, and each parent's own faults with their times.
+type record struct {
+	mu       sync.Mutex
+	arrivals map[uint64]int
+	posts    map[uint64]int
+	faults   map[string][]time.Time // the parent's own faults (parentsFault), by parent
+	injected [faultKinds]int
+}
+
+func newRecord() *record {
+	return &record{arrivals: map[uint64]int{}, posts: map[uint64]int{}, faults: map[string][]time.Time{}}
+}
+
+// arrive counts an arrival of exchange id and returns its number (0 first).
+func (r *record) arrive(id uint64) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := r.arrivals[id]
+	r.arrivals[id] = n + 1
+	return n
+}
+
+func (r *record) injectedAt(parent string, f fault, at time.Time) {
+	r.mu.Lock()
+	r.injected[f]++
+	r.mu.Unlock()
+	if f.parentsFault() {
+		r.blameable(parent, at)
+	}
+}
+
+// blameable notes a failure of the parent's own at at (I4).
+func (r *record) blameable(parent string, at time.Time) {
+	r.mu.Lock()
+	r.faults[parent] = append(r.faults[parent], at)
+	r.mu.Unlock()
+}
+
+func (r *record) posted(id uint64) {
+	r.mu.Lock()
+	r.posts[id]++
+	r.mu.Unlock()
+}
+
+// parent is one fault-injecting parent.
+type parent struct {
+	name  string
+	addr  string
+	seed  uint64
+	start time.Time
+	rec   *record
+
+	mu    sync.Mutex
+	ln    net.Listener
+	conns map[net.Conn]bool
+}
+
+func newParent(name string, seed uint64, start time.Time, rec *record) (*parent, error) {
+	p := &parent{name: name, seed: seed, start: start, rec: rec, conns: map[net.Conn]bool{}}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	p.addr, p.ln = ln.Addr().String(), ln
+	go p.serve(ln)
+	return p, nil
+}
+
+func (p *parent) port() string { _, port, _ := net.SplitHostPort(p.addr); return port }
+
+// kill closes the port and resets every connection: the parent is gone.
+func (p *parent) kill() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ln != nil {
+		p.ln.Close()
+		p.ln = nil
+	}
+	for c := range p.conns {
+		reset(c)
+	}
+	p.rec.blameable(p.name, time.Now()) // a death is the parent's own fault
+}
+
+// restart opens the same port again.
+func (p *parent) restart() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ln != nil {
+		return nil
+	}
+	var err error
+	for i := 0; i < 50; i++ { // the port may linger a moment
+		var ln net.Listener
+		if ln, err = net.Listen("tcp", p.addr); err == nil {
+			p.ln = ln
+			go p.serve(ln)
+			return nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return err
+}
+
+func (p *parent) serve(ln net.Listener) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		p.mu.Lock()
+		if p.ln != ln {
+			p.mu.Unlock()
+			c.Close()
+			return
+		}
+		p.conns[c] = true
+		p.mu.Unlock()
+		go func() {
+			p.serveConn(c)
+			p.mu.Lock()
+			delete(p.conns, c)
+			p.mu.Unlock()
+		}()
+	}
+}
+
+// reset closes c with an RST.
+func reset(c net.Conn) {
+	if tc, ok := c.(*net.TCPConn); ok {
+		tc.SetLinger(0)
+	}
+	c.Close()
+}
+
+func (p *parent) serveConn(c net.Conn) {
+	defer c.Close()
+	br := bufio.NewReader(c)
+	for {
+		c.SetReadDeadline(time.Now().Add(2 * time.Minute))
+		req, err := http.ReadRequest(br)
+		if err != nil {
+			return
+		}
+		if !p.answer(c, br, req) {
+			return
+		}
+	}
+}
+
+// exchangeID is the exchange a request belongs to; ok false for peerd's
+// own requests (probes), which are always answered well.
+func exchangeID(req *http.Request) (uint64, bool) {
+	v := req.Header.Get("X-Chaos-Id")
+	if req.Method == http.MethodConnect {
+		host, _, _ := net.SplitHostPort(req.Host)
+		v = strings.TrimSuffix(strings.TrimPrefix(host, "echo-"), ".chaos.test")
+	}
+	id, err := strconv.ParseUint(v, 10, 64)
+	return id, err == nil
+}
+
+// answer answers one request; false ends the connection.
+func (p *parent) answer(c net.Conn, br *bufio.Reader, req *http.Request) bool {
+	reqBody, err := io.ReadAll(req.Body)
+	if err != nil {
+		return false
+	}
+	id, ours := exchangeID(req)
+	f := normal
+	if ours {
+		f = faultFor(p.seed, id, p.rec.arrive(id))
+	}
+	if req.Method == http.MethodConnect && f != resetHead && f != closeEarly && f != own503 && f != lateHead {
+		f = normal // a tunnel has no body to cut
+	}
+	if req.Method == http.MethodHead && f.cutsBody() {
+		f = normal // nor has a HEAD
+	}
+	now := time.Now()
+	if ours {
+		p.rec.injectedAt(p.name, f, now)
+	}
+	switch f {
+	case resetHead:
+		reset(c)
+		return false
+	case closeEarly:
+		return false
+	case lateHead:
+		time.Sleep(lateBy)
+	}
+	if ours && req.Method == http.MethodPost {
+		p.rec.posted(id) // it reached the origin
+	}
+	if req.Method == http.MethodConnect {
+		return p.tunnel(c, br, f)
+	}
+	status, fields, b := p.content(req, id, reqBody, now)
+	switch f {
+	case own503:
+		status, b = 503, []byte("the parent is overloaded\n")
+		fields = "Proxy-Status: " + p.name + "; error=proxy_internal_error\r\nCache-Control: no-store\r\n"
+	case origin5xx:
+		status, b = 500, []byte("the origin failed\n")
+		fields = "Cache-Control: no-store\r\n"
+	}
+	head := fmt.Sprintf("HTTP/1.1 %d %s\r\nX-Chaos-Fault: %s\r\nX-Chaos-Parent: %s\r\n%s", status, http.StatusText(status), f, p.name, fields)
+	if req.Method == http.MethodHead {
+		b = nil
+	}
+	switch f {
+	case badChunk:
+		fmt.Fprintf(c, "%sTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\nzz\r\n", head, len(b)/2, b[:len(b)/2])
+		return false
+	case shortBody:
+		fmt.Fprintf(c, "%sContent-Length: %d\r\n\r\n%s", head, len(b), b[:len(b)/2])
+		return false
+	case resetBody:
+		fmt.Fprintf(c, "%sContent-Length: %d\r\n\r\n%s", head, len(b), b[:len(b)/2])
+		reset(c)
+		return false
+	}
+	length := len(b)
+	if req.Method == http.MethodHead {
+		length = headLength(req)
+	}
+	fmt.Fprintf(c, "%sContent-Length: %d\r\n\r\n", head, length)
+	if f == trickle {
+		for i := 0; i < 4; i++ {
+			c.Write(b[i*len(b)/4 : (i+1)*len(b)/4])
+			time.Sleep(80 * time.Millisecond)
+		}
+	} else if _, err := c.Write(b); err != nil {
+		return false
+	}
+	if f == extraBytes {
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nX-Chaos-Smuggled: 1\r\nContent-Length: 5\r\n\r\nextra")
+	}
+	return true
+}
+
+// content is the origin's answer to req: a cacheable object at its
+// version now, an uncacheable answer for exchange id, or the digest of a
+// POST's body.
+func (p *parent) content(req *http.Request, id uint64, reqBody []byte, now time.Time) (int, string, []byte) {
+	path := req.URL.Path
+	switch {
+	case strings.HasPrefix(path, "/c/"):
+		n, _ := strconv.Atoi(strings.TrimPrefix(path, "/c/"))
+		v := versionAt(now.Sub(p.start))
+		fields := "ETag: " + etag(v) + "\r\nCache-Control: max-age=2\r\nContent-Type: text/plain\r\n"
+		if inm := req.Header.Get("If-None-Match"); inm != "" && versionOf(inm) == uint64(v) {
+			return 304, fields, nil
+		}
+		return 200, fields, body(path, uint64(v), objectSize(n))
+	case req.Method == http.MethodPost:
+		sum := sha256.Sum256(reqBody)
+		return 200, "Cache-Control: no-store\r\nX-Chaos-Served: " + strconv.FormatUint(id, 10) + "\r\n", []byte(hex.EncodeToString(sum[:]))
+	}
+	return 200, "Cache-Control: no-store\r\nX-Chaos-Served: " + strconv.FormatUint(id, 10) + "\r\n", body(path, id, 1000)
+}
+
+// headLength is the Content-Length a GET of req's path would have.
+func headLength(req *http.Request) int {
+	if n, err := strconv.Atoi(strings.TrimPrefix(req.URL.Path, "/c/")); err == nil {
+		return objectSize(n)
+	}
+	return 1000
+}
+
+// tunnel answers a CONNECT (its own 503 when f says so) and echoes.
+func (p *parent) tunnel(c net.Conn, br *bufio.Reader, f fault) bool {
+	if f == own503 {
+		fmt.Fprintf(c, "HTTP/1.1 503 Service Unavailable\r\nX-Chaos-Fault: %s\r\nProxy-Status: %s; error=proxy_internal_error\r\nContent-Length: 0\r\n\r\n", f, p.name)
+		return true
+	}
+	fmt.Fprintf(c, "HTTP/1.1 200 Connection established\r\nX-Chaos-Fault: %s\r\n\r\n", f)
+	c.SetReadDeadline(time.Now().Add(30 * time.Second))
+	io.Copy(c, br)
+	return false
+}
