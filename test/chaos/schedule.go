@@ -17,17 +17,17 @@ import (
 type fault uint8
 
 const (
-	normal      fault = iota
-	lateHead          // the head comes lateBy late (a parent's fault)
-	trickle           // the body comes in pieces, slowly (the origin's pace)
-	resetHead         // the connection is reset before any byte of a head
-	resetBody         // reset in the middle of the body (the origin cut it)
-	closeEarly        // closed without an answer
-	own503            // the parent's own 503, Proxy-Status proxy_internal_error
-	origin5xx         // an origin's 500, relayed by the parent
-	shortBody         // a body shorter than its Content-Length (the origin cut it)
-	badChunk          // a chunked body with a broken chunk (the origin cut it)
-	extraBytes        // bytes past the end of the answer
+	normal     fault = iota
+	lateHead         // the head comes lateBy late (a parent's fault)
+	trickle          // the body comes in pieces, slowly (the origin's pace)
+	resetHead        // the connection is reset before any byte of a head
+	resetBody        // reset in the middle of the body (the origin cut it)
+	closeEarly       // closed without an answer
+	own503           // the parent's own 503, Proxy-Status proxy_internal_error
+	origin5xx        // an origin's 500, relayed by the parent
+	shortBody        // a body shorter than its Content-Length (the origin cut it)
+	badChunk         // a chunked body with a broken chunk (the origin cut it)
+	extraBytes       // bytes past the end of the answer
 	faultKinds
 )
 
@@ -98,13 +98,13 @@ func faultFor(seed uint64, id uint64, attempt int) fault {
 type kind uint8
 
 const (
-	getCached kind = iota // GET of a cacheable object
-	getFresh              // GET of an uncacheable answer made for this exchange
-	head                  // HEAD of a cacheable object
-	post                  // POST with a body (must reach an origin at most once)
-	conditional           // GET with If-None-Match
-	ranged                // GET with Range
-	tunnel                // CONNECT to an echo
+	getCached   kind = iota // GET of a cacheable object
+	getFresh                // GET of an uncacheable answer made for this exchange
+	head                    // HEAD of a cacheable object
+	post                    // POST with a body (must reach an origin at most once)
+	conditional             // GET with If-None-Match
+	ranged                  // GET with Range
+	tunnel                  // CONNECT to an echo
 	kinds
 )
 
