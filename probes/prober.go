@@ -251,7 +251,11 @@ func (pr *Prober) dueLocked(p *peers.Peer, s *schedule, h peers.Config, now time
 			// burst of back-to-back probes — an operator reads
 			// connect_fail_limit as that many failures of traffic, not
 			// ten probes in ten milliseconds.
-			if s.settling == 0 || s.lastProbe.IsZero() {
+			if s.settling == 0 || s.lastProbe.IsZero() || p.Hung() {
+				// A peer whose connects hang is probed back to back:
+				// live requests no longer dial it (Peer.BeginDial), so
+				// only probes settle it, and each one waits out a
+				// connect timeout of its own — no burst.
 				return now
 			}
 			return s.lastProbe.Add(settleDelay(h.ProbeInterval, s.settling))

@@ -585,3 +585,34 @@ func TestAnswerDeadRevivedByHTTPProbeOnly(t *testing.T) {
 		}
 	})
 }
+
+// TestHungSuspectProbedBackToBack: a peer whose connect timed out gets no
+// live connects while it is suspect (Peer.BeginDial), so its probes come
+// one after another, each waiting out its own connect timeout, and it is
+// dead after connect_fail_limit of them without waiting for
+// probe_interval/10 between.
+func TestHungSuspectProbedBackToBack(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := health(3)
+		h.ProbeInterval = time.Minute
+		e := setup(t, h, peers.Spec{Name: "p1", Host: "127.0.0.1", Port: 1})
+		e.net.set(a1, "accept")
+		stop := e.run(t)
+		defer stop()
+		synctest.Wait()
+		p := e.reg.Get("p1")
+		e.net.set(a1, "block")
+		d := &dialer.Dialer{Reporter: e.reg, Dial: e.net.Dial}
+		start := time.Now()
+		d.DialPeer(context.Background(), p, dialer.Traffic) // times out: hung
+		if !p.Hung() || !p.Suspect() {
+			t.Fatalf("after a connect timeout: hung %v, suspect %v; want both", p.Hung(), p.Suspect())
+		}
+		timeout := p.ConnectTimeout()
+		time.Sleep(2*timeout + timeout/2)
+		synctest.Wait()
+		if p.State() != peers.Dead {
+			t.Fatalf("%v after %v: %d probe failures; want dead after two back-to-back probes", p.State(), time.Since(start), p.Snapshot().ProbeFailuresTotal)
+		}
+	})
+}
