@@ -168,4 +168,3 @@ func (sh *flightShard) trimPassesLocked() {
 		}
 	}
 }
-
