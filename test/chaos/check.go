@@ -18,8 +18,9 @@ import (
 
 // report gathers a run's outcomes.
 type report struct {
-	seed uint64
-	rec  *record
+	seed  uint64
+	start time.Time
+	rec   *record
 
 	mu         sync.Mutex
 	byKind     [kinds]map[string]int // outcome counts per request kind
@@ -49,8 +50,8 @@ func (r *report) note(e exchange, v verdict, rec *record) {
 	for i := 0; i < max(n, 1); i++ {
 		sched = append(sched, faultFor(r.seed, e.id, i).String())
 	}
-	r.violate(v.invariant, fmt.Sprintf("seed %d exchange %d (%s %s, member %d, one-shot %v; schedule at the parents: %s, %d arrivals): %s",
-		r.seed, e.id, e.kind, e.path(), e.member, e.oneShot, strings.Join(sched, " then "), n, v.detail))
+	r.violate(v.invariant, fmt.Sprintf("seed %d exchange %d at %.1fs (%s %s, member %d, one-shot %v; schedule at the parents: %s, %d arrivals): %s",
+		r.seed, e.id, time.Since(r.start).Seconds(), e.kind, e.path(), e.member, e.oneShot, strings.Join(sched, " then "), n, v.detail))
 }
 
 func (r *report) violate(inv, line string) {

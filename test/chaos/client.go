@@ -37,6 +37,7 @@ func violation(inv, format string, args ...any) verdict {
 type client struct {
 	seed  uint64
 	start time.Time
+	rec   *record
 	conns [2]*clientConn
 }
 
@@ -155,6 +156,7 @@ func (c *client) request(e exchange) string {
 func (c *client) exchange(cc *clientConn, e exchange) (v verdict, reusedEmpty bool) {
 	reused := cc.used
 	cc.used = true
+	began := time.Now()
 	cc.nc.SetDeadline(time.Now().Add(exchangeTimeout))
 	if _, err := io.WriteString(cc.nc, c.request(e)); err != nil && !reused {
 		c.drop(e, cc)
@@ -184,6 +186,11 @@ func (c *client) exchange(cc *clientConn, e exchange) (v verdict, reusedEmpty bo
 	resp.Body.Close()
 	if readErr != nil || resp.Close || e.oneShot {
 		c.drop(e, cc)
+	}
+	if readErr != nil && !fromStore(resp) && c.rec.killedBetween(resp.Header.Get("X-Chaos-Parent"), began, time.Now()) {
+		// The parent died under the body: its path to the origin is
+		// gone, and the cut is the origin's, as far as peerd can know.
+		return verdict{outcome: "origin_cut"}, false
 	}
 	return c.judge(e, resp, got, readErr), false
 }

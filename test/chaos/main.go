@@ -85,7 +85,7 @@ func run() int {
 	if err != nil {
 		return fail(err)
 	}
-	r := &report{seed: seed, rec: rec}
+	r := &report{seed: seed, start: start, rec: rec}
 	base := baselines(ms[:2])
 
 	proxies := [2]string{ms[0].proxy, ms[1].proxy}
@@ -96,7 +96,7 @@ func run() int {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c := &client{seed: seed, start: start}
+			c := &client{seed: seed, start: start, rec: rec}
 			defer c.close()
 			for n := 0; n < 1_000_000; n++ { // bounded in count, and by stop
 				select {

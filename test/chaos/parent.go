@@ -28,11 +28,12 @@ type record struct {
 	arrivals map[uint64]int
 	posts    map[uint64]int
 	faults   map[string][]time.Time // the parent's own faults (parentsFault), by parent
+	kills    map[string][]time.Time // when each parent was killed
 	injected [faultKinds]int
 }
 
 func newRecord() *record {
-	return &record{arrivals: map[uint64]int{}, posts: map[uint64]int{}, faults: map[string][]time.Time{}}
+	return &record{arrivals: map[uint64]int{}, posts: map[uint64]int{}, faults: map[string][]time.Time{}, kills: map[string][]time.Time{}}
 }
 
 // arrive counts an arrival of exchange id and returns its number (0 first).
@@ -58,6 +59,18 @@ func (r *record) blameable(parent string, at time.Time) {
 	r.mu.Lock()
 	r.faults[parent] = append(r.faults[parent], at)
 	r.mu.Unlock()
+}
+
+// killedBetween reports whether parent was killed between from and to.
+func (r *record) killedBetween(parent string, from, to time.Time) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, t := range r.kills[parent] {
+		if !t.Before(from) && !t.After(to) {
+			return true
+		}
+	}
+	return false
 }
 
 func (r *record) posted(id uint64) {
@@ -103,7 +116,11 @@ func (p *parent) kill() {
 	for c := range p.conns {
 		reset(c)
 	}
-	p.rec.blameable(p.name, time.Now()) // a death is the parent's own fault
+	now := time.Now()
+	p.rec.blameable(p.name, now) // a death is the parent's own fault
+	p.rec.mu.Lock()
+	p.rec.kills[p.name] = append(p.rec.kills[p.name], now)
+	p.rec.mu.Unlock()
 }
 
 // restart opens the same port again.
