@@ -224,7 +224,8 @@ func (c *client) judge(e exchange, resp *http.Response, got []byte, readErr erro
 		case f == shortBody.String() || f == badChunk.String() || f == resetBody.String():
 			return verdict{outcome: "origin_cut"}
 		}
-		return violation("I2", "a cut body the origin did not cut (status %d, fault %q, %d bytes: %v)", resp.StatusCode, f, len(got), readErr)
+		return violation("I2", "a cut body the origin did not cut (status %d, fault %q from %s, Cache-Status %q, %d bytes: %v)",
+			resp.StatusCode, f, resp.Header.Get("X-Chaos-Parent"), resp.Header.Values("Cache-Status"), len(got), readErr)
 	}
 	if resp.Header.Get("X-Peerd-Error") != "" {
 		if resp.StatusCode < 400 {

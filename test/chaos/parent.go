@@ -106,7 +106,14 @@ func newParent(name string, seed uint64, start time.Time, rec *record) (*parent,
 func (p *parent) port() string { _, port, _ := net.SplitHostPort(p.addr); return port }
 
 // kill closes the port and resets every connection: the parent is gone.
+// The time is noted first, so that a client that sees its cut sees the
+// kill before it.
 func (p *parent) kill() {
+	now := time.Now()
+	p.rec.blameable(p.name, now) // a death is the parent's own fault
+	p.rec.mu.Lock()
+	p.rec.kills[p.name] = append(p.rec.kills[p.name], now)
+	p.rec.mu.Unlock()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.ln != nil {
@@ -116,11 +123,6 @@ func (p *parent) kill() {
 	for c := range p.conns {
 		reset(c)
 	}
-	now := time.Now()
-	p.rec.blameable(p.name, now) // a death is the parent's own fault
-	p.rec.mu.Lock()
-	p.rec.kills[p.name] = append(p.rec.kills[p.name], now)
-	p.rec.mu.Unlock()
 }
 
 // restart opens the same port again.
