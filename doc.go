@@ -32,6 +32,12 @@
 //     resolved address. internal/conf is the config problem type every
 //     package's Validate returns, so that cmd/peerd finds lines from the
 //     TOML decoder's positions.
+//   - hedge_budget bounds hedges away from a tail of slow answers, not
+//     away from a parent that has stopped answering: a late head at a
+//     parent whose latest answer failed already is hedged outside the
+//     budget (issue 47). Under the budget alone, requests waiting on a hung
+//     parent waited out read_timeout once the budget was spent, and the
+//     parent died later for it. The budget's "0" still means no hedges.
 //
 // The engine: fasthttp or our own framing.
 //
