@@ -76,7 +76,10 @@ type shared struct {
 	view     *ownerView
 	viewAt   time.Time
 	suspects map[string]time.Time
-	hops     map[string]*peers.Peer // by node and address
+	// keySuspects are single keys a member failed with an error of its
+	// own (by node and key), fetched here until the time.
+	keySuspects map[string]time.Time
+	hops        map[string]*peers.Peer // by node and address
 
 	asked   [3]atomic.Int64 // as a non-owner: hit, miss, failed
 	served  atomic.Int64    // as the owner: member requests answered
@@ -151,8 +154,14 @@ func (f *Fleet) Owner(key []byte) (node string, hop *peers.Peer, self, ok bool) 
 	s := &f.shared
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if until, bad := s.suspects[node]; bad && time.Now().Before(until) {
+	now := time.Now()
+	if until, bad := s.suspects[node]; bad && now.Before(until) {
 		return node, nil, false, true
+	}
+	if len(s.keySuspects) > 0 {
+		if until, bad := s.keySuspects[node+"\x00"+string(key)]; bad && now.Before(until) {
+			return node, nil, false, true
+		}
 	}
 	addr := v.addr[node]
 	hop = s.hops[node+"\x00"+addr]
@@ -244,19 +253,53 @@ func (s *shared) dropMember(node string) {
 	s.view = nil
 }
 
-// OwnerFailed marks node suspected for ownership: it failed a request
-// for a key it owns, so for ownerSuspectFor the members that own it keys
-// fetch them themselves (no client waits on it twice). Its keys move
-// only when memberlist declares it dead.
-func (f *Fleet) OwnerFailed(node string) {
+// OwnerFailed marks node suspected for ownership after it failed a
+// request for a key it owns, for ownerSuspectFor: with key nil (it could
+// not be reached, or broke its answer) for all its keys, with a key (an
+// error answer of its own) for that key alone, so that one URL that
+// fails at its owner does not send the owner's other keys to the
+// parents. The members that own it those keys fetch them themselves
+// meanwhile (no client waits on it twice); its keys move only when
+// memberlist declares it dead. A change is logged once.
+func (f *Fleet) OwnerFailed(node string, key []byte) {
 	s := &f.shared
+	now := time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if key != nil {
+		if s.keySuspects == nil || len(s.keySuspects) >= maxKeySuspects {
+			s.keySuspects = pruneUntil(s.keySuspects, now)
+		}
+		if len(s.keySuspects) < maxKeySuspects {
+			s.keySuspects[node+"\x00"+string(key)] = now.Add(ownerSuspectFor)
+		}
+		return
+	}
 	if s.suspects == nil {
 		s.suspects = map[string]time.Time{}
 	}
-	s.suspects[node] = time.Now().Add(ownerSuspectFor)
-	f.log.WithField("node", node).Warn("fleet: a member failed a request for a key it owns; its keys are fetched here for a while")
+	if until, was := s.suspects[node]; !was || !now.Before(until) {
+		f.log.WithField("node", node).Warn("fleet: a member failed a request for a key it owns; its keys are fetched here for a while")
+	}
+	s.suspects[node] = now.Add(ownerSuspectFor)
+}
+
+// maxKeySuspects bounds the keys suspected at owners: past it, a key's
+// failure is not remembered (its owner is asked again).
+const maxKeySuspects = 4096
+
+// pruneUntil is m without the entries that ended by now (a new map when
+// m is nil).
+func pruneUntil(m map[string]time.Time, now time.Time) map[string]time.Time {
+	if m == nil {
+		return map[string]time.Time{}
+	}
+	for k, until := range m {
+		if !now.Before(until) {
+			delete(m, k)
+		}
+	}
+	return m
 }
 
 // Sign is the value of the field a request to an owner carries

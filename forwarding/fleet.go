@@ -32,8 +32,10 @@ type Fleet interface {
 	// Verify checks one and names the member that sent it.
 	Sign(method, target []byte) []byte
 	Verify(method, target, value []byte) (string, bool)
-	// OwnerFailed marks a member that failed a request for a key it owns.
-	OwnerFailed(node string)
+	// OwnerFailed marks a member that failed a request for a key it
+	// owns: for every key (key nil: it could not be reached, or broke
+	// its answer) or for that key alone (its own error answer).
+	OwnerFailed(node string, key []byte)
 	// Asked counts a request asked of its owner: "hit", "miss", "failed".
 	Asked(result string)
 	// Served counts a member request answered here as the owner;
@@ -103,19 +105,20 @@ func (tx *txn) ownerFirst(to sink) {
 		return
 	}
 	rq.memberSig = f.Sign(rq.req.Method, rq.req.Target)
-	tx.wk.first = &selection.Hop{Peer: hop, Code: codeFleetMiss}
+	tx.wk.first, tx.wk.ownerKey = &selection.Hop{Peer: hop, Code: codeFleetMiss}, l.cq.Key
 }
 
-// memberAnswered notes what came of a request to an owner: its code in
+// memberAnswered notes what came of a request to an owner — its code in
 // the access log (FLEET_HIT when the owner had it), or the owner's
-// failure. It reports whether the answer is a failure of the owner's to
-// retry elsewhere (its own 5xx).
+// failure — and reports whether the request goes on to the plan's hops.
+// Only the owner's own failures count: no connection, a broken answer,
+// or an error or refusal it made itself (X-Peerd-Error), which makes it
+// suspect for that key alone. An origin's 5xx it relayed is the answer, relayed once:
+// the plan's parents would ask the same origin again.
 func (w *walker) memberAnswered(a *attempt, failed bool) bool {
 	f := w.p.fleet
-	if f == nil || a.hop.Peer == nil || !a.hop.Peer.Member() {
-		return false
-	}
-	if !failed && a.final && a.status < 500 {
+	own := a.status >= 400 && a.resp.Get("X-Peerd-Error") != nil // a refusal or error the owner made
+	if !failed && a.final && !own {
 		a.hop.Code = codeFleetMiss
 		if ownerHit(&a.resp) {
 			a.hop.Code = codeFleetHit
@@ -126,7 +129,11 @@ func (w *walker) memberAnswered(a *attempt, failed bool) bool {
 		return false
 	}
 	f.Asked("failed")
-	f.OwnerFailed(a.hop.Peer.Name())
+	var key []byte
+	if !failed && a.final {
+		key = w.ownerKey
+	}
+	f.OwnerFailed(a.hop.Peer.Name(), key)
 	return a.final
 }
 

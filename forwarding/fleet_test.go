@@ -55,7 +55,7 @@ type memberFleet struct{}
 func (memberFleet) Owner([]byte) (string, *peers.Peer, bool, bool) { return "", nil, false, false }
 func (memberFleet) Sign(_, _ []byte) []byte                        { return []byte("sig") }
 func (memberFleet) Verify(_, _, _ []byte) (string, bool)           { return "m1", true }
-func (memberFleet) OwnerFailed(string)                             {}
+func (memberFleet) OwnerFailed(string, []byte)                     {}
 func (memberFleet) Asked(string)                                   {}
 func (memberFleet) Served()                                        {}
 func (memberFleet) FetchBegin()                                    {}
@@ -163,6 +163,50 @@ func TestOwnerDeathMidBodyIsRetried(t *testing.T) {
 		}
 		if n := e.net.get(e.net.requests, addrC); n != 1 {
 			t.Fatalf("the owner was asked %d times; want 1", n)
+		}
+	})
+}
+
+// failingFleet is ownerFleet that records the owner failures reported.
+type failingFleet struct {
+	ownerFleet
+	failed *[]string
+}
+
+func (f failingFleet) OwnerFailed(node string, key []byte) {
+	*f.failed = append(*f.failed, fmt.Sprintf("%s %q", node, key))
+}
+
+// TestOwnerRelaysOriginError: an origin's 500 that the key's owner
+// relays is the answer, relayed once: the plan's parent is not asked
+// again, and the owner is not blamed. The owner's own error (a peerd
+// error page) sends the request to the parent, and makes the owner
+// suspect for that key alone.
+func TestOwnerRelaysOriginError(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const addrC = "127.0.0.1:3"
+		e := newEngine(t, selection.DirectNever, nil)
+		e.proxy.SetCache(newCache(t, 0))
+		var failed []string
+		e.proxy.fleet = failingFleet{ownerFleet{owner: peers.NewMember("c", "127.0.0.1", 3, time.Second)}, &failed}
+		e.net.handle[addrC] = func(req *http.Request, br *bufio.Reader, s net.Conn) bool {
+			if req.URL.Path == "/own" {
+				io.WriteString(s, "HTTP/1.1 503 Service Unavailable\r\nX-Peerd-Error: no-peers\r\nContent-Length: 0\r\n\r\n")
+				return true
+			}
+			io.WriteString(s, "HTTP/1.1 500 Internal Server Error\r\nContent-Length: 6\r\n\r\norigin")
+			return true
+		}
+		e.net.handle[addrA] = cacheable("from a")
+		c := e.dial()
+		resp, body := c.do(t, "GET http://origin.test/fails HTTP/1.1\r\nHost: origin.test\r\n\r\n")
+		if resp.StatusCode != 500 || body != "origin" || e.net.get(e.net.requests, addrA) != 0 || len(failed) != 0 {
+			t.Fatalf("%d %q, %d parent requests, owner failures %v; want the origin's 500 relayed once, no parent request, no blame",
+				resp.StatusCode, body, e.net.get(e.net.requests, addrA), failed)
+		}
+		resp, body = c.do(t, "GET http://origin.test/own HTTP/1.1\r\nHost: origin.test\r\n\r\n")
+		if resp.StatusCode != 200 || body != "from a" || len(failed) != 1 || failed[0] != `c "http://origin.test/own"` {
+			t.Fatalf("%d %q, owner failures %v; want a's answer and c suspected for that key alone", resp.StatusCode, body, failed)
 		}
 	})
 }

@@ -35,8 +35,9 @@ type walker struct {
 	origin          origin
 	oKey            []byte // the DIRECT pool key, scheme://host:port
 	// first, when set, is walked before the plan: the key's owner in the
-	// fleet (fleet.go).
-	first *selection.Hop
+	// fleet (fleet.go), asked for ownerKey.
+	first    *selection.Hop
+	ownerKey []byte
 }
 
 func (w *walker) init(p *Proxy, rq *request, cc *clientConn) {
@@ -45,7 +46,7 @@ func (w *walker) init(p *Proxy, rq *request, cc *clientConn) {
 
 // begin starts a walk over plan.
 func (w *walker) begin(plan selection.Plan) {
-	w.plan, w.lastErr, w.denied, w.origin, w.oKey, w.first = plan, nil, nil, origin{}, w.oKey[:0], nil
+	w.plan, w.lastErr, w.denied, w.origin, w.oKey, w.first, w.ownerKey = plan, nil, nil, origin{}, w.oKey[:0], nil, nil
 }
 
 // walk runs attempts along the plan until decide says to answer, and
@@ -108,8 +109,10 @@ func (w *walker) walk() *attempt {
 			a.own = a.final && ownError(a)
 			retry = w.blame(a, w.rq.gen.cfg.retryStatus[a.status])
 		}
-		if w.memberAnswered(a, a.err != nil) {
-			retry = true // the owner's own 5xx: the plan's hops next
+		if pe := a.hop.Peer; pe != nil && pe.Member() && w.p.fleet != nil {
+			// The key's owner: only its own failures send the request on
+			// to the plan's hops; an origin's 5xx it relayed is the answer.
+			retry = w.memberAnswered(a, a.err != nil)
 		}
 		class := a.class(retry)
 		if !f.tunnel {
@@ -306,7 +309,7 @@ func (w *walker) dialFailed(hop selection.Hop, err error) verdict {
 		w.p.acct.EndRequest(hop.Peer)
 		if hop.Peer.Member() && w.p.fleet != nil {
 			w.p.fleet.Asked("failed")
-			w.p.fleet.OwnerFailed(hop.Peer.Name())
+			w.p.fleet.OwnerFailed(hop.Peer.Name(), nil)
 		}
 	}
 	return decide(class, w.rq.facts, false)
