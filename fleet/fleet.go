@@ -28,6 +28,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"net"
+	"net/netip"
 	"slices"
 	"strings"
 	"sync"
@@ -51,6 +52,8 @@ type Fleet struct {
 
 	// cur is the running memberlist instance; nil when off.
 	cur atomic.Pointer[member]
+	// nonces are the member requests' nonces seen (membersig.go).
+	nonces nonces
 
 	// applyMu serialises Apply and Close (which call into memberlist).
 	applyMu sync.Mutex
@@ -112,6 +115,10 @@ type member struct {
 	// keyOf returns another member's public key (nil: not a member);
 	// nil means look it up in memberlist.
 	keyOf func(node string) ed25519.PublicKey
+	// addrsOf returns the addresses another member published (its
+	// gossip and proxy addresses); nil means look them up in the
+	// members memberlist told of.
+	addrsOf func(node string) []netip.Addr
 	// now is the clock verdict times are checked against (nil: time.Now).
 	now func() time.Time
 	// pins are the keys of the other members, pinned on first sight.

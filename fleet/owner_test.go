@@ -5,7 +5,7 @@ import (
 	"crypto/ed25519"
 	"fmt"
 	"math/rand/v2"
-	"strings"
+	"net/netip"
 	"testing"
 	"time"
 
@@ -121,42 +121,62 @@ func TestBoundedLoadUnderAHotKey(t *testing.T) {
 	}
 }
 
-// TestMemberRequestSignature: a request signed by a member verifies at
-// another, naming it; the same field on another target, from a member
-// the receiver does not know, by the receiver itself, garbled, or too
-// old, does not.
+// TestMemberRequestSignature: a request signed by a member for another
+// verifies there once, naming the sender, from an address the sender
+// published. The same field fails for another binding (target, Host,
+// Cache-Control, Range), at another member (or the sender itself), a
+// second time (a replay), from another address, from a member the
+// receiver does not know, garbled, or outside the window.
 func TestMemberRequestSignature(t *testing.T) {
 	log, _ := test.NewNullLogger()
-	fa, fb := New(newRegistry(t), log), New(newRegistry(t), log)
-	a, b := testMember(fa, "a"), testMember(fb, "b")
-	a.keyOf, b.keyOf = keysOf(a, b), keysOf(a, b)
+	fa, fb, fc := New(newRegistry(t), log), New(newRegistry(t), log), New(newRegistry(t), log)
+	a, b, c := testMember(fa, "a"), testMember(fb, "b"), testMember(fc, "c")
+	for _, m := range []*member{a, b, c} {
+		m.keyOf = keysOf(a, b, c)
+		m.addrsOf = func(string) []netip.Addr { return []netip.Addr{netip.MustParseAddr("10.0.0.1")} }
+	}
 	fa.cur.Store(a)
 	fb.cur.Store(b)
-	method, target := []byte("GET"), []byte("http://origin.example/x")
-	sig := fa.Sign(method, target)
-	if node, ok := fb.Verify(method, target, sig); !ok || node != "a" {
+	fc.cur.Store(c)
+	from, other := netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.9")
+	binding := []byte("GET\x00http://origin.example/x\x00origin.example:\x00\x00")
+	sig := fa.Sign("b", binding)
+	if _, ok := fb.Verify(sig, binding, other); ok {
+		t.Fatal("a signature verified from an address its member did not publish")
+	}
+	if node, ok := fb.Verify(sig, binding, from); !ok || node != "a" {
 		t.Fatalf("a's signature at b: %q %v", node, ok)
 	}
-	if _, ok := fb.Verify(method, []byte("http://origin.example/y"), sig); ok {
-		t.Fatal("a signature verified for another target")
+	if _, ok := fb.Verify(sig, binding, from); ok {
+		t.Fatal("a replayed signature verified")
 	}
-	if _, ok := fa.Verify(method, target, sig); ok {
+	fresh := func() []byte { return fa.Sign("b", binding) }
+	for _, other := range []string{"http://origin.example/y", "GET\x00http://origin.example/x\x00evil.example:\x00\x00",
+		"GET\x00http://origin.example/x\x00origin.example:\x00no-cache\x00", "GET\x00http://origin.example/x\x00origin.example:\x00\x00bytes=0-1"} {
+		if _, ok := fb.Verify(fresh(), []byte(other), from); ok {
+			t.Fatalf("a signature verified for another binding %q", other)
+		}
+	}
+	if _, ok := fc.Verify(fresh(), binding, from); ok {
+		t.Fatal("a signature for b verified at c")
+	}
+	if _, ok := fa.Verify(fresh(), binding, from); ok {
 		t.Fatal("a member accepted a request signed by itself")
 	}
 	b.keyOf = keysOf(b)
-	if _, ok := fb.Verify(method, target, sig); ok {
+	if _, ok := fb.Verify(fresh(), binding, from); ok {
 		t.Fatal("a signature from a member b does not know verified")
 	}
-	b.keyOf = keysOf(a, b)
-	for _, bad := range []string{"", "a", "a 1 x", "a notatime " + string(sig[len(sig)-10:])} {
-		if _, ok := fb.Verify(method, target, []byte(bad)); ok {
+	b.keyOf = keysOf(a, b, c)
+	sig = fresh()
+	for _, bad := range []string{"", "a", "a b 1 x y", "a b notatime n " + string(sig[len(sig)-10:])} {
+		if _, ok := fb.Verify([]byte(bad), binding, from); ok {
 			t.Fatalf("%q verified", bad)
 		}
 	}
-	old := strings.Fields(string(sig))
-	old[1] = "1000"
-	if _, ok := fb.Verify(method, target, []byte(strings.Join(old, " "))); ok {
-		t.Fatal("a signature from 1970 verified")
+	a.now = func() time.Time { return t0.Add(-sigWindow - time.Second) }
+	if _, ok := fb.Verify(fresh(), binding, from); ok {
+		t.Fatal("a signature from outside the window verified")
 	}
 }
 
@@ -178,7 +198,7 @@ func FuzzMemberField(f *testing.F) {
 	b.keyOf = keysOf(a, b)
 	fb.cur.Store(b)
 	f.Fuzz(func(t *testing.T, value, method, metaJSON []byte) {
-		if _, ok := fb.Verify(method, []byte("http://origin.example/x"), value); ok {
+		if _, ok := fb.Verify(value, method, netip.MustParseAddr("127.0.0.1")); ok {
 			t.Fatalf("%q verified without a's key", value)
 		}
 		pub := a.priv.Public().(ed25519.PublicKey)

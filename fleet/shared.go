@@ -9,12 +9,10 @@ package fleet
 
 import (
 	"crypto/ed25519"
-	"encoding/base64"
 	"encoding/json"
 	"math"
 	"net"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -31,8 +29,6 @@ const (
 	ownerSuspectFor = 10 * time.Second
 	// memberConnectTimeout bounds a connect to a member's proxy port.
 	memberConnectTimeout = time.Second
-	// sigWindow is how far a member request's time may be from ours.
-	sigWindow = 30 * time.Second
 	// viewEvery is how often the owner view is rebuilt at most.
 	viewEvery = 100 * time.Millisecond
 )
@@ -300,54 +296,6 @@ func pruneUntil(m map[string]time.Time, now time.Time) map[string]time.Time {
 		}
 	}
 	return m
-}
-
-// Sign is the value of the field a request to an owner carries
-// (Peerd-Fleet-Member, written by forwarding): this member's name, the
-// time, and its signature over both, the method and the target.
-func (f *Fleet) Sign(method, target []byte) []byte {
-	m := f.cur.Load()
-	if m == nil {
-		return nil
-	}
-	ts := strconv.FormatInt(time.Now().UnixMilli(), 10)
-	sig := ed25519.Sign(m.priv, memberSigned(m.node, ts, method, target))
-	return []byte(m.node + " " + ts + " " + base64.RawStdEncoding.EncodeToString(sig))
-}
-
-// Verify checks a request's Peerd-Fleet-Member field: signed by a current member of
-// this fleet (not this one) within sigWindow. It returns the member.
-func (f *Fleet) Verify(method, target, value []byte) (string, bool) {
-	m := f.cur.Load()
-	if m == nil {
-		return "", false
-	}
-	parts := strings.Fields(string(value))
-	if len(parts) != 3 || parts[0] == m.node {
-		return "", false
-	}
-	ms, err := strconv.ParseInt(parts[1], 10, 64)
-	if err != nil {
-		return "", false
-	}
-	if d := time.Since(time.UnixMilli(ms)); d > sigWindow || d < -sigWindow {
-		return "", false
-	}
-	sig, err := base64.RawStdEncoding.DecodeString(parts[2])
-	pub := m.publicKey(parts[0])
-	if err != nil || pub == nil || !ed25519.Verify(pub, memberSigned(parts[0], parts[1], method, target), sig) {
-		return "", false
-	}
-	return parts[0], true
-}
-
-func memberSigned(node, ts string, method, target []byte) []byte {
-	b := make([]byte, 0, 16+len(node)+len(ts)+len(method)+len(target))
-	b = append(b, "peerd-owner\x00"...)
-	b = append(append(b, node...), 0)
-	b = append(append(b, ts...), 0)
-	b = append(append(b, method...), 0)
-	return append(b, target...)
 }
 
 // Asked counts a request asked of its owner, by what came of it: "hit"

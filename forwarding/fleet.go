@@ -15,6 +15,7 @@ import (
 	"bytes"
 	"math/rand/v2"
 	"net/http"
+	"net/netip"
 	"time"
 
 	"github.com/peerd/peerd/internal/h1"
@@ -28,10 +29,11 @@ type Fleet interface {
 	// hop to ask it (nil while it is suspected for ownership), or ok
 	// false when the fleet does not share its caches.
 	Owner(key []byte) (node string, hop *peers.Peer, self, ok bool)
-	// Sign is the signature field's value for a request to an owner;
-	// Verify checks one and names the member that sent it.
-	Sign(method, target []byte) []byte
-	Verify(method, target, value []byte) (string, bool)
+	// Sign is the signature field's value for a request to the owner
+	// to, over binding (memberBinding); Verify checks one, from the
+	// address from, and names the member that sent it.
+	Sign(to string, binding []byte) []byte
+	Verify(value, binding []byte, from netip.Addr) (string, bool)
 	// OwnerFailed marks a member that failed a request for a key it
 	// owns: for every key (key nil: it could not be reached, or broke
 	// its answer) or for that key alone (its own error answer).
@@ -70,9 +72,9 @@ func (tx *txn) verifyMember() *Error {
 	if f == nil {
 		return errorf(http.StatusForbidden, CodeAccessDenied, "", "a fleet member request, and this peerd is in no fleet")
 	}
-	node, ok := f.Verify(rq.req.Method, rq.req.Target, v)
+	node, ok := f.Verify(v, memberBinding(&rq.req, nil), rq.from.addr)
 	if !ok {
-		return errorf(http.StatusForbidden, CodeAccessDenied, "", "a fleet member request whose signature does not verify (not a member of this fleet, or its clock is off)")
+		return errorf(http.StatusForbidden, CodeAccessDenied, "", "a fleet member request that does not verify (not signed by a member for this one and this request, replayed, from an address the member did not publish, or with a clock over 5s off)")
 	}
 	rq.member = node
 	return nil
@@ -96,7 +98,7 @@ func (tx *txn) ownerFirst(to sink) {
 	}
 	// Owner first: it answers at once when the fleet does not share its
 	// caches, so the field scan below costs the others nothing.
-	_, hop, self, ok := f.Owner(l.cq.Key)
+	node, hop, self, ok := f.Owner(l.cq.Key)
 	if !ok || self || rq.req.Get("Authorization") != nil {
 		return
 	}
@@ -104,8 +106,20 @@ func (tx *txn) ownerFirst(to sink) {
 		f.Asked("failed") // suspected for ownership: fetched here
 		return
 	}
-	rq.memberSig = f.Sign(rq.req.Method, rq.req.Target)
+	rq.memberSig = f.Sign(node, memberBinding(&rq.req, nil))
 	tx.wk.first, tx.wk.ownerKey = &selection.Hop{Peer: hop, Code: codeFleetMiss}, l.cq.Key
+}
+
+// memberBinding appends to b what a member request's signature binds
+// besides its sender, recipient, time and nonce: what changes the answer
+// (method, target, Host, Cache-Control, Range), read alike by the member
+// from its client's request and by the owner from the request it got.
+func memberBinding(req *h1.Request, b []byte) []byte {
+	b = append(append(b, req.Method...), 0)
+	b = append(append(b, req.Target...), 0)
+	b = append(append(append(append(b, req.Host...), ':'), req.Port...), 0)
+	b = append(append(b, req.Get("Cache-Control")...), 0)
+	return append(b, req.Get("Range")...)
 }
 
 // memberAnswered notes what came of a request to an owner — its code in

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"syscall"
 	"testing"
@@ -52,16 +53,16 @@ func TestOwnerHit(t *testing.T) {
 // memberFleet is a fleet of which every member request verifies.
 type memberFleet struct{}
 
-func (memberFleet) Owner([]byte) (string, *peers.Peer, bool, bool) { return "", nil, false, false }
-func (memberFleet) Sign(_, _ []byte) []byte                        { return []byte("sig") }
-func (memberFleet) Verify(_, _, _ []byte) (string, bool)           { return "m1", true }
-func (memberFleet) OwnerFailed(string, []byte)                     {}
-func (memberFleet) Asked(string)                                   {}
-func (memberFleet) Served()                                        {}
-func (memberFleet) FetchBegin()                                    {}
-func (memberFleet) FetchEnd()                                      {}
-func (memberFleet) HotCopies() float64                             { return 0 }
-func (memberFleet) HotCopyKept()                                   {}
+func (memberFleet) Owner([]byte) (string, *peers.Peer, bool, bool)  { return "", nil, false, false }
+func (memberFleet) Sign(string, []byte) []byte                      { return []byte("sig") }
+func (memberFleet) Verify(_, _ []byte, _ netip.Addr) (string, bool) { return "m1", true }
+func (memberFleet) OwnerFailed(string, []byte)                      {}
+func (memberFleet) Asked(string)                                    {}
+func (memberFleet) Served()                                         {}
+func (memberFleet) FetchBegin()                                     {}
+func (memberFleet) FetchEnd()                                       {}
+func (memberFleet) HotCopies() float64                              { return 0 }
+func (memberFleet) HotCopyKept()                                    {}
 
 // TestClosedConnectionIsFlushed: a connection that closes after an
 // answer (here a member request on a connection whose source is outside
