@@ -34,6 +34,10 @@ type Purge struct {
 const (
 	maxPurges = 4096
 	maxKey    = 16 << 10
+	// maxLogBytes bounds the purge log in bytes (purgeSize): a member that
+	// floods purges with long keys costs each other member at most this,
+	// not maxPurges × maxKey (64 MiB). 4,096 purges of 100-byte URLs fit.
+	maxLogBytes = 1 << 20
 )
 
 func (p Purge) check() error {
@@ -62,6 +66,7 @@ type purges struct {
 	apply   PurgeFunc
 	keep    time.Duration       // purge_log
 	log     []Purge             // oldest first
+	bytes   int                 // what log holds, by purgeSize
 	seen    map[string]struct{} // the IDs in log
 	waiting map[string]chan string
 	// counts per member: purges it made, and purges of others it applied.
@@ -237,14 +242,19 @@ func (ps *purges) remember(p Purge, now time.Time) {
 	}
 	ps.seen[p.ID] = struct{}{}
 	ps.log = append(ps.log, p)
+	ps.bytes += purgeSize(p)
 	cut := now.Add(-ps.keep).UnixNano()
 	i := 0
-	for i < len(ps.log) && (ps.log[i].At < cut || len(ps.log)-i > maxPurges) {
+	for i < len(ps.log) && (ps.log[i].At < cut || len(ps.log)-i > maxPurges || ps.bytes > maxLogBytes) {
 		delete(ps.seen, ps.log[i].ID)
+		ps.bytes -= purgeSize(ps.log[i])
 		i++
 	}
 	ps.log = ps.log[i:]
 }
+
+// purgeSize is what a purge costs the log: its strings and their keeping.
+func purgeSize(p Purge) int { return len(p.ID) + len(p.Node) + len(p.Key) + 64 }
 
 // recent is the purge log to replay to a member that rejoins.
 func (ps *purges) recent() []Purge {

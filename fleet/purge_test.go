@@ -3,6 +3,7 @@ package fleet
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -145,5 +146,31 @@ func TestPurgeLogReplayedOnRejoin(t *testing.T) {
 	}
 	if rec.count("http://origin.example/too-old") != 0 {
 		t.Fatal("a purge older than purge_log was replayed")
+	}
+}
+
+// TestPurgeLogBoundedInBytes: purges with the longest keys allowed, as
+// many as a message may carry, cost the log at most maxLogBytes; the
+// newest stay.
+func TestPurgeLogBoundedInBytes(t *testing.T) {
+	var ps purges
+	ps.keep = time.Hour
+	now := time.Now()
+	key := strings.Repeat("k", maxKey)
+	for i := 0; i < maxPurges; i++ {
+		ps.remember(Purge{ID: fmt.Sprintf("%024d", i), Node: "flood", Key: key, At: now.UnixNano()}, now)
+	}
+	if ps.bytes > maxLogBytes || len(ps.seen) != len(ps.log) {
+		t.Fatalf("the log holds %d bytes in %d purges (%d seen); want at most %d", ps.bytes, len(ps.log), len(ps.seen), maxLogBytes)
+	}
+	if last := ps.log[len(ps.log)-1].ID; last != fmt.Sprintf("%024d", maxPurges-1) {
+		t.Fatalf("the newest purge kept is %s; want the last one made", last)
+	}
+	total := 0
+	for _, p := range ps.log {
+		total += purgeSize(p)
+	}
+	if total != ps.bytes {
+		t.Fatalf("counted %d bytes; the log holds %d", ps.bytes, total)
 	}
 }
