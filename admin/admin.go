@@ -35,6 +35,10 @@ type Config struct {
 	// Token is the bearer token every write endpoint requires; empty
 	// refuses all writes.
 	Token string `toml:"token"`
+	// TokenFile holds the token instead, in a file of its own (0600; a
+	// relative name is read from systemd's $CREDENTIALS_DIRECTORY when
+	// set, for LoadCredential=).
+	TokenFile string `toml:"token_file"`
 	// Hosts are the names the API answers to besides its listen address
 	// and localhost (a guard against DNS rebinding); other Host values
 	// get 421.
@@ -47,6 +51,9 @@ func DefaultConfig() Config { return Config{Listen: "127.0.0.1:3180", Hosts: []s
 // Validate reports every problem, each naming its key.
 func (c Config) Validate() error {
 	var es conf.Errors
+	if c.Token != "" && c.TokenFile != "" {
+		es.Addf("admin", "token_file", "set token or token_file, not both")
+	}
 	if _, err := netip.ParseAddrPort(c.Listen); err != nil {
 		es.Addf("admin", "listen", "%q is not an ip:port address: %v", c.Listen, err)
 	}

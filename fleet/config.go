@@ -26,6 +26,9 @@ type Config struct {
 	// is encrypted and authenticated with it. Required unless Bind is a
 	// loopback address.
 	Key string `toml:"key"`
+	// KeyFile holds the key instead, in a file of its own (as
+	// [admin] token_file).
+	KeyFile string `toml:"key_file"`
 	// Node is this member's name; "" is the [proxy] name.
 	Node string `toml:"node"`
 	// PurgeLog is how long purges are kept and replayed to a member that
@@ -62,7 +65,7 @@ func (c Config) Validate() error {
 		switch {
 		case err != nil:
 			es.Addf("fleet", "bind", "%v", err)
-		case c.Key == "" && !isLoopback(host):
+		case c.Key == "" && c.KeyFile == "" && !isLoopback(host):
 			es.Addf("fleet", "key", "is required when bind (%s) is not a loopback address: gossip carries peer verdicts and must be authenticated", c.Bind)
 		}
 	}
@@ -70,6 +73,9 @@ func (c Config) Validate() error {
 		if _, err := c.secret(); err != nil {
 			es.Addf("fleet", "key", "%v", err)
 		}
+	}
+	if c.Key != "" && c.KeyFile != "" {
+		es.Addf("fleet", "key_file", "set key or key_file, not both")
 	}
 	if c.SharedCache && c.Bind == "" {
 		es.Addf("fleet", "shared_cache", "needs bind: the members find each other by gossip")
@@ -91,6 +97,12 @@ func (c Config) Validate() error {
 		}
 	}
 	return es.Err()
+}
+
+// CheckKey reports what is wrong with a key (as read from key_file).
+func CheckKey(key string) error {
+	_, err := Config{Key: key}.secret()
+	return err
 }
 
 // secret decodes Key.

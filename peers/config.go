@@ -280,6 +280,9 @@ type Spec struct {
 	// Login is "user:pass", sent as Proxy-Authorization to this peer only.
 	// It is a secret: nothing prints it.
 	Login string `toml:"login"`
+	// LoginFile holds the login instead, in a file of its own (as
+	// [admin] token_file).
+	LoginFile string `toml:"login_file"`
 	// ICPPort is the peer's ICP port (Squid cache_peer icp-port); 0: the
 	// peer is not queried by ICP.
 	ICPPort int `toml:"icp_port"`
@@ -354,6 +357,9 @@ func (s Spec) Validate(index int) error {
 	}
 	if s.Login != "" && s.Login != "PASS" && !strings.Contains(s.Login, ":") {
 		bad("login", `must be "user:pass" or "PASS"`)
+	}
+	if s.Login != "" && s.LoginFile != "" {
+		bad("login_file", "set login or login_file, not both")
 	}
 	if !s.TLS {
 		for key, v := range map[string]string{"tls_ca": s.TLSCA, "tls_name": s.TLSName, "tls_cert": s.TLSCert, "tls_key": s.TLSKey} {

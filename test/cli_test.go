@@ -208,4 +208,11 @@ func TestMakeInstall(t *testing.T) {
 	if code, out := cli(t, nil, "-check", "-config", filepath.Join(root, "etc/peerd/peerd.toml")); code != 0 {
 		t.Fatalf("the installed example config: exit %d\n%s", code, out)
 	}
+	if st, _ := os.Stat(filepath.Join(root, "etc/peerd/peerd.toml")); st.Mode().Perm() != 0o640 {
+		t.Fatalf("the config is installed %04o; want 0640 (it may hold secrets)", st.Mode().Perm())
+	}
+	unit, _ := os.ReadFile(filepath.Join(root, "lib/systemd/system/peerd.service"))
+	if !strings.Contains(string(unit), "ExecStart=/usr/bin/peerd -config") || strings.Contains(string(unit), "/usr/local/") {
+		t.Fatalf("the unit installed under PREFIX=/usr does not run /usr/bin/peerd:\n%s", unit)
+	}
 }

@@ -131,7 +131,13 @@ func adminFromConfig(path string) (addr, token string, err error) {
 	if len(ps) > 0 {
 		return "", "", fmt.Errorf("reading the admin address from %s: %v", path, ps)
 	}
-	return dialable(cfg.Admin.Listen), cfg.Admin.Token, nil
+	token = cfg.Admin.Token
+	if token == "" && cfg.Admin.TokenFile != "" {
+		if token, err = config.ReadSecret(cfg.Admin.TokenFile); err != nil {
+			return "", "", fmt.Errorf("reading admin.token_file: %v", err)
+		}
+	}
+	return dialable(cfg.Admin.Listen), token, nil
 }
 
 // dialable turns a listen address into one to connect to: every address

@@ -45,6 +45,11 @@ type File struct {
 	Peers     []peers.Spec          `toml:"peer"`
 	Routes    []selection.RouteSpec `toml:"route"`
 	Rules     []forwarding.RuleSpec `toml:"rule"`
+
+	// path is the file the config was loaded from ("" for the embedded
+	// default or bytes); secretFiles the files secrets were read from.
+	path        string
+	secretFiles []secretFile
 }
 
 // LogConfig is the [log] section.
@@ -225,6 +230,9 @@ func ParseFiles(src []byte, files bool) (*File, Problems) {
 		d.report(err)
 	}
 	if files {
+		for _, err := range cfg.readSecrets() {
+			d.report(err)
+		}
 		for _, err := range cfg.checkFiles() {
 			d.report(err)
 		}
@@ -459,5 +467,9 @@ func Load(path string) (*File, Problems) {
 	if err != nil {
 		return nil, Problems{{msg: err.Error()}}
 	}
-	return Parse(src)
+	cfg, ps := Parse(src)
+	if cfg != nil {
+		cfg.path = path
+	}
+	return cfg, ps
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/BurntSushi/toml"
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/peerd/peerd/access"
 	"github.com/peerd/peerd/forwarding"
@@ -34,6 +35,7 @@ func TestExampleConfigMatchesDefaults(t *testing.T) {
 	netips := cmp.Options{
 		cmp.Comparer(func(a, b forwarding.CIDR) bool { return a == b }),
 		cmp.Comparer(func(a, b access.Destination) bool { return a == b }),
+		cmpopts.IgnoreUnexported(File{}),
 	}
 	if diff := cmp.Diff(&want, got, netips); diff != "" {
 		t.Fatalf("etc/peerd.toml differs from the built-in defaults (-want +got):\n%s", diff)

@@ -102,7 +102,7 @@ func (c *File) Warnings() []string {
 	if t := c.Admin.Token; t != "" && tokenBits(t) < 128 {
 		w = append(w, fmt.Sprintf("admin.token: about %d bits; a token under 128 bits can be guessed, use e.g. `openssl rand -base64 24`", tokenBits(t)))
 	}
-	return w
+	return append(w, c.secretWarnings()...)
 }
 
 // tokenBits estimates a token's strength from its length and alphabet,
