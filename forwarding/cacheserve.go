@@ -5,6 +5,7 @@ package forwarding
 // failure, and with ranges and the client's preconditions applied.
 
 import (
+	"errors"
 	"net/http"
 	"strconv"
 	"time"
@@ -130,7 +131,19 @@ func (l *cacheLayer) serveObject(o *cache.Object, result string, from *selection
 		default:
 			err = l.streamObject(o)
 		}
-		if err != nil {
+		switch {
+		case errors.Is(err, errObjectCut) && w.retract():
+			// Nothing of it had left: an error made whole instead.
+			e := errorf(http.StatusBadGateway, CodeBadGateway, "", "%v", err)
+			l.out, _ = w.errorPage(e, rq.method == http.MethodHead, "", l.out)
+			return
+		case errors.Is(err, errObjectCut):
+			// A cut the client must see: what it got so far goes out,
+			// and the connection ends.
+			w.keepAlive = false
+			w.flush()
+			return
+		case err != nil:
 			w.lost()
 			return
 		}

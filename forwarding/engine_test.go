@@ -3,6 +3,7 @@ package forwarding
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -864,6 +865,47 @@ func TestBodyBrokenBeforeAnyByteLeft(t *testing.T) {
 		e.net.handle[addrA] = cacheable("fine")
 		if resp, body := c.do(t, "GET http://origin.test/next HTTP/1.1\r\nHost: origin.test\r\n\r\n"); resp.StatusCode != 200 || body != "fine" {
 			t.Fatalf("the next request on the connection: %d %q", resp.StatusCode, body)
+		}
+	})
+}
+
+// TestFollowerOfACutFetchGetsAHead: the fetch a follower waits on is cut
+// mid-body. The follower gets what the leader's client gets, a head and a
+// cut body, or, when nothing of the answer had left, a 502 made whole;
+// never a connection closed with nothing on it.
+func TestFollowerOfACutFetchGetsAHead(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEngine(t, selection.DirectNever, nil)
+		e.proxy.SetCache(newCache(t, time.Hour))
+		e.net.handle[addrA] = func(req *http.Request, br *bufio.Reader, s net.Conn) bool {
+			time.Sleep(100 * time.Millisecond) // the follower joins meanwhile
+			io.WriteString(s, "HTTP/1.1 200 OK\r\nCache-Control: max-age=60\r\nContent-Length: 10\r\n\r\nhalf!")
+			return false // cut
+		}
+		got := make(chan error, 2)
+		for range 2 {
+			c := e.dial()
+			go func() {
+				go io.WriteString(c.nc, "GET http://origin.test/cut HTTP/1.1\r\nHost: origin.test\r\n\r\n")
+				resp, err := http.ReadResponse(c.br, nil)
+				if err == nil && resp.StatusCode == 200 {
+					_, err = io.ReadAll(resp.Body)
+					if err == nil {
+						err = errors.New("a whole 200 from a cut fetch")
+					} else {
+						err = nil // a cut after a head: what the origin did
+					}
+				} else if err == nil && resp.StatusCode != http.StatusBadGateway {
+					err = fmt.Errorf("status %d", resp.StatusCode)
+				}
+				got <- err
+			}()
+			synctest.Wait()
+		}
+		for range 2 {
+			if err := <-got; err != nil {
+				t.Fatal(err)
+			}
 		}
 	})
 }

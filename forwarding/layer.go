@@ -11,6 +11,7 @@ package forwarding
 // to the client writer; it never sees the transaction.
 
 import (
+	"errors"
 	"time"
 
 	"github.com/peerd/peerd/cache"
@@ -133,6 +134,10 @@ func (l *cacheLayer) openBody(o *cache.Object) bool {
 // streamObject writes an object's body, following it while it is still
 // arriving for the request that fetches it; a body that broke off there
 // cuts this client off too (it was promised the whole length).
+// errObjectCut: the body of an object being shared broke upstream (its
+// fetch was cut) while it was served.
+var errObjectCut = errors.New("the shared answer's body was cut upstream")
+
 func (l *cacheLayer) streamObject(o *cache.Object) error {
 	next := o.Stream
 	if o.FromDiskWriter() {
@@ -150,7 +155,7 @@ func (l *cacheLayer) streamObject(o *cache.Object) error {
 			off += int64(len(p))
 		}
 		if failed {
-			return errClientGone
+			return errObjectCut
 		}
 		if done && off >= o.Length() {
 			return nil

@@ -246,7 +246,7 @@ func (r *report) print(w io.Writer, took time.Duration) {
 	}
 	sort.Strings(invs)
 	fmt.Fprintf(w, "\nparent marks (dead, suspect, outlier) checked against the faults: %d\n", r.marks)
-	fmt.Fprintf(w, "\nviolations: %d", len(r.violations))
+	fmt.Fprintf(w, "\n%d violations", len(r.violations))
 	for _, inv := range invs {
 		fmt.Fprintf(w, " (%s: %d)", inv, r.byInv[inv])
 	}

@@ -180,6 +180,9 @@ func (c *client) exchange(cc *clientConn, e exchange) (v verdict, reusedEmpty bo
 	if e.kind == tunnel {
 		v = c.tunnelEcho(cc, e, resp)
 		c.drop(e, cc)
+		if v.outcome == "violation" && c.rec.killedBetween(resp.Header.Get("X-Chaos-Parent"), began, time.Now()) {
+			v = verdict{outcome: "origin_cut"} // the parent died under the tunnel
+		}
 		return v, false
 	}
 	got, readErr := io.ReadAll(resp.Body)

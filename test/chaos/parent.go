@@ -318,7 +318,7 @@ func (p *parent) tunnel(c net.Conn, br *bufio.Reader, f fault) bool {
 		fmt.Fprintf(c, "HTTP/1.1 503 Service Unavailable\r\nX-Chaos-Fault: %s\r\nProxy-Status: %s; error=proxy_internal_error\r\nContent-Length: 0\r\n\r\n", f, p.name)
 		return true
 	}
-	fmt.Fprintf(c, "HTTP/1.1 200 Connection established\r\nX-Chaos-Fault: %s\r\n\r\n", f)
+	fmt.Fprintf(c, "HTTP/1.1 200 Connection established\r\nX-Chaos-Fault: %s\r\nX-Chaos-Parent: %s\r\n\r\n", f, p.name)
 	c.SetReadDeadline(time.Now().Add(30 * time.Second))
 	io.Copy(c, br)
 	return false
