@@ -246,7 +246,11 @@ func (r *report) print(w io.Writer, took time.Duration) {
 	}
 	sort.Strings(invs)
 	fmt.Fprintf(w, "\nparent marks (dead, suspect, outlier) checked against the faults: %d\n", r.marks)
-	fmt.Fprintf(w, "\n%d violations", len(r.violations))
+	total := 0
+	for _, n := range r.byInv {
+		total += n
+	}
+	fmt.Fprintf(w, "\n%d violations", total)
 	for _, inv := range invs {
 		fmt.Fprintf(w, " (%s: %d)", inv, r.byInv[inv])
 	}
