@@ -73,5 +73,5 @@ func (w *walker) judge(a *attempt, class failure) {
 		// timeout was already stretched by them (receive).
 		fb -= w.p.stalls.Stalled(a.writtenAt, at)
 	}
-	w.p.acct.ObserveAnswer(pe, c, fb, at)
+	w.p.acct.ObserveAnswerFrom(pe, c, fb, at, peers.OriginHash(w.rq.req.Host))
 }

@@ -65,9 +65,10 @@ type Accounting interface {
 	BeginRequest(p *peers.Peer, now time.Time) bool
 	EndRequest(p *peers.Peer)
 	MarkSlow(p *peers.Peer)
-	// ObserveAnswer reports how a parent answered a request written to
-	// it whole (contract section 16).
-	ObserveAnswer(p *peers.Peer, class peers.AnswerClass, firstByte time.Duration, at time.Time)
+	// ObserveAnswerFrom reports how a parent answered a request written
+	// to it whole (contract section 16), for an origin (peers.OriginHash
+	// of its host).
+	ObserveAnswerFrom(p *peers.Peer, class peers.AnswerClass, firstByte time.Duration, at time.Time, origin uint32)
 	// FirstByte is p's first_byte_timeout in force (0: off) and whether a
 	// late request to it is hedged.
 	FirstByte(p *peers.Peer) (timeout time.Duration, hedge bool)

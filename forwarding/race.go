@@ -320,7 +320,7 @@ func (w *walker) hedgeWon(a, s *attempt) {
 		fast = fbt <= 0 || s.firstByte <= fbt
 	}
 	if fast { // a was late by the time peerd ran: its deadline stretched by stalls (receive)
-		p.acct.ObserveAnswer(a.hop.Peer, peers.AnswerLate, 0, time.Now())
+		p.acct.ObserveAnswerFrom(a.hop.Peer, peers.AnswerLate, 0, time.Now(), 0)
 	}
 	a.conn.close()
 	a.conn = nil
@@ -332,7 +332,7 @@ func (w *walker) hedgeWon(a, s *attempt) {
 		gotBytes: true, tunnel: s.tunnel, headReq: s.headReq})
 	a.takeHead(s.head)
 	if s.hop.Peer != nil {
-		p.acct.ObserveAnswer(s.hop.Peer, peers.AnswerOK, s.firstByte, a.headAt)
+		p.acct.ObserveAnswerFrom(s.hop.Peer, peers.AnswerOK, s.firstByte, a.headAt, peers.OriginHash(w.rq.req.Host))
 	}
 }
 

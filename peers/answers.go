@@ -88,10 +88,10 @@ func (p *Peer) FirstByteTimeout(h Config, readTimeout time.Duration) time.Durati
 
 // recordHead adds a response-head time that came at at and, every
 // autoSamples heads, recomputes the automatic timeout.
-func (a *answerStats) recordHead(at time.Time, d time.Duration) {
+func (a *answerStats) recordHead(at time.Time, d time.Duration, origin uint32) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.timed.add(at, d)
+	a.timed.add(at, d, origin)
 	a.heads[a.next] = int64(d)
 	a.next = (a.next + 1) % len(a.heads)
 	a.n++
@@ -141,12 +141,19 @@ func nthLargest(s []int64, m int) int64 {
 // the parent dies by answers unless that would leave more than
 // max_answer_dead of the parents dead by answers.
 func (r *Registry) ObserveAnswer(p *Peer, class AnswerClass, firstByte time.Duration, at time.Time) {
+	r.ObserveAnswerFrom(p, class, firstByte, at, 0)
+}
+
+// ObserveAnswerFrom is ObserveAnswer for an answer from the origin whose
+// host hashes to origin (OriginHash; 0: not known): under a hashing
+// policy parents are compared origin by origin (relative.go).
+func (r *Registry) ObserveAnswerFrom(p *Peer, class AnswerClass, firstByte time.Duration, at time.Time, origin uint32) {
 	if p.Type() != Parent {
 		return
 	}
 	if class == AnswerOK {
 		if firstByte > 0 {
-			p.answers.recordHead(at, firstByte)
+			p.answers.recordHead(at, firstByte, origin)
 			p.series.head(at, firstByte)
 		}
 		if p.answerConsec.Load() != 0 {

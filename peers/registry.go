@@ -74,6 +74,8 @@ type Registry struct {
 	// groups are the peer names of each route, whose parents are judged
 	// against each other (relative.go).
 	groups atomic.Pointer[[][]string]
+	// matching: parents compared origin by origin (matched.go).
+	matching matching
 }
 
 // New builds a registry with the given peers, all Unknown.

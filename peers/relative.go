@@ -54,14 +54,15 @@ const (
 // timedHeads are a parent's last response-head times with when they came;
 // they live in answerStats, under its lock (one lock per answer).
 type timedHeads struct {
-	at   [relRing]int64 // Unix ns
-	d    [relRing]int64 // ns
+	at   [relRing]int64  // Unix ns
+	d    [relRing]int64  // ns
+	org  [relRing]uint32 // the origin's hash (OriginHash; 0: not known)
 	next int
 	n    int
 }
 
-func (h *timedHeads) add(at time.Time, d time.Duration) {
-	h.at[h.next], h.d[h.next] = at.UnixNano(), int64(d)
+func (h *timedHeads) add(at time.Time, d time.Duration, origin uint32) {
+	h.at[h.next], h.d[h.next], h.org[h.next] = at.UnixNano(), int64(d), origin
 	h.next = (h.next + 1) % relRing
 	h.n++
 }
@@ -83,6 +84,8 @@ type recentHeads struct {
 	revivedAt atomic.Int64
 	strikes   atomic.Int32
 	holdUntil atomic.Int64
+	// marks are when it was last marked an outlier (Unix ns; matched.go).
+	marks [outlierMarks]atomic.Int64
 }
 
 // clearRecent forgets p's recent times (a parent back from being an
@@ -145,6 +148,7 @@ func (r *Registry) SetGroups(groups [][]string) {
 // tests with their own clock.
 func (r *Registry) Judge(now time.Time) {
 	h := r.opts.Load().Health
+	matched := r.matching.on.Load()
 	// The parents are compared over one period: the last relWindow, or
 	// since the latest revival of a parent from being an outlier (its
 	// older times are gone), so that a shift every parent shares (an
@@ -200,20 +204,41 @@ func (r *Registry) Judge(now time.Time) {
 			if len(live) < 2 {
 				continue
 			}
+			var origins map[*Peer]map[uint32][]int64
+			if matched {
+				origins = make(map[*Peer]map[uint32][]int64, len(live))
+				for _, p := range live {
+					origins[p] = p.byOrigin(since)
+				}
+			}
 			for _, p := range live {
-				others := make([]int64, 0, len(live)-1)
-				for _, q := range live {
-					if q != p {
-						others = append(others, q.recent.median.Load())
+				var ratio float64
+				var pm int64
+				if matched {
+					var theirs []map[uint32][]int64
+					for _, q := range live {
+						if q != p {
+							theirs = append(theirs, origins[q])
+						}
 					}
-				}
-				pm := medianOf(others)
-				if pm <= 0 {
-					continue
-				}
-				ratio := float64(p.recent.median.Load()) / float64(pm)
-				if time.Duration(p.recent.median.Load()-pm) < relMinGap {
-					ratio = 1 // within the noise: as fast as its peers
+					var ok bool
+					if ratio, pm, ok = matchedRatio(p, origins[p], theirs); !ok {
+						continue // too little asked of p that its peers are asked too
+					}
+				} else {
+					others := make([]int64, 0, len(live)-1)
+					for _, q := range live {
+						if q != p {
+							others = append(others, q.recent.median.Load())
+						}
+					}
+					if pm = medianOf(others); pm <= 0 {
+						continue
+					}
+					ratio = float64(p.recent.median.Load()) / float64(pm)
+					if time.Duration(p.recent.median.Load()-pm) < relMinGap {
+						ratio = 1 // within the noise: as fast as its peers
+					}
 				}
 				s := shareFor(ratio)
 				if cur, ok := share[p]; !ok || s < cur {
@@ -330,7 +355,7 @@ func (r *Registry) markOutlier(p *Peer, h Config, ratio float64, peers time.Dura
 	if cur.state != Alive || cur.suspect || cur.outlier {
 		return
 	}
-	if !r.mayTakeOut(p, h) {
+	if !r.mayTakeOut(p, h) || p.markedRecently(now) {
 		return
 	}
 	p.recent.bound.Store(int64(max(time.Duration(h.OutlierFactor*float64(peers)), outlierProbeFloor)))

@@ -194,6 +194,7 @@ func (s *server) commit(st *staged, old *config.File) {
 	configureLogger(s.log, cfg.Log)
 	s.planner.SetOptions(cfg.PlannerOptions()) // taken by the generation below
 	s.reg.SetGroups(routeGroups(cfg))
+	s.reg.SetMatched(hashing(cfg))
 	s.stalls.SetOn(cfg.Health.StallGuard)
 	var basic forwarding.Authenticator
 	if st.basic != nil {

@@ -141,6 +141,7 @@ func newServer(path string, cfg *config.File, stderr io.Writer) (*server, error)
 	s.prober = probes.New(probes.Options{Registry: reg, Dialer: d, Log: lg, Stalls: s.stalls})
 	s.planner = selection.New(reg, cfg.PlannerOptions())
 	reg.SetGroups(routeGroups(cfg))
+	reg.SetMatched(hashing(cfg))
 
 	promReg := prometheus.NewRegistry()
 	promReg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), admin.NewPeerCollector(reg))
@@ -379,4 +380,19 @@ func routeGroups(cfg *config.File) [][]string {
 		out = append(out, r.Peers)
 	}
 	return out
+}
+
+// hashing reports whether any plan hashes its parents (carp, sourcehash):
+// then parents are compared origin by origin (peers.Registry.SetMatched).
+func hashing(cfg *config.File) bool {
+	hashed := func(p selection.Policy) bool { return p == selection.CARP || p == selection.SourceHash }
+	if hashed(cfg.Selection.Policy) {
+		return true
+	}
+	for _, r := range cfg.Routes {
+		if p, err := selection.ParsePolicy(r.Policy); r.Policy != "" && err == nil && hashed(p) {
+			return true
+		}
+	}
+	return false
 }
