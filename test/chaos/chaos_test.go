@@ -17,8 +17,9 @@ func TestScheduleIsTheSeeds(t *testing.T) {
 	var seen [faultKinds]int
 	differ := 0
 	for id := uint64(0); id < 5000; id++ {
-		f := faultFor(7, id, 0)
-		if f != faultFor(7, id, 0) || exchangeFor(7, id) != exchangeFor(7, id) {
+		f, again := faultFor(7, id, 0), faultFor(7, id, 0)
+		e, eAgain := exchangeFor(7, id), exchangeFor(7, id)
+		if f != again || e != eAgain {
 			t.Fatalf("exchange %d: the schedule changed between two reads", id)
 		}
 		if f != faultFor(8, id, 0) {
