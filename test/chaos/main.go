@@ -26,6 +26,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/signal"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -82,6 +83,18 @@ func run() int {
 	for _, m := range ms {
 		defer m.stop()
 	}
+	// Interrupted, the members are stopped all the same: they are not
+	// this process's children once an upgrade or a restart made them.
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	go func() {
+		<-sigs
+		for _, m := range ms {
+			m.stop()
+		}
+		os.RemoveAll(work)
+		os.Exit(2)
+	}()
 	if err != nil {
 		return fail(err)
 	}
