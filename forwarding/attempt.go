@@ -9,6 +9,7 @@ package forwarding
 // transaction it serves.
 
 import (
+	"errors"
 	"time"
 
 	"github.com/peerd/peerd/internal/h1"
@@ -112,9 +113,10 @@ const (
 	ownFailure            // a 5xx the parent blames on itself
 	peerFull              // the peer is at max_conn: skipped, not failed, nothing sent
 	lateHead              // written; no response byte by the first-byte timeout (still waiting)
+	givenUp               // written; a late wait given up because the parent was found dead meanwhile
 )
 
-var failureReasons = [...]string{"none", "connect_failed", "stale_connection", "before_write", "after_write", "timeout", "status", "committed", "sibling_miss", "own_5xx", "peer_full", "late"}
+var failureReasons = [...]string{"none", "connect_failed", "stale_connection", "before_write", "after_write", "timeout", "status", "committed", "sibling_miss", "own_5xx", "peer_full", "late", "given_up"}
 
 func (f failure) String() string { return failureReasons[f] }
 
@@ -145,6 +147,8 @@ func (a *attempt) class(retryStatus bool) failure {
 		return lateHead
 	case a.err == nil:
 		return notFailed
+	case errors.Is(a.err, errGivenUp):
+		return givenUp
 	case a.progress <= dialling:
 		return connectFailed
 	case a.reused && !a.gotBytes && !a.timedOut:
@@ -225,6 +229,13 @@ func decide(c failure, f facts, budget bool) verdict {
 		return waitOn
 	case staleConn:
 		return sameFresh
+	case givenUp:
+		// The parent was declared dead while the request waited on it:
+		// the request goes where a hedge would have sent it, whatever
+		// the retry budget says (the dead parent gets nothing more).
+		if f.retriable() {
+			return nextHop
+		}
 	case afterWrite, timedOut:
 		if f.tunnel {
 			return nextHop // no reply to CONNECT: no client byte was sent

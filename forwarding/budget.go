@@ -146,3 +146,12 @@ func (b *hedgeBudget) take(ratio float64, now time.Time) bool {
 	b.hedges[b.bucket(now.Unix())].Add(1)
 	return true
 }
+
+// giveBack returns a hedge taken at now that was never sent.
+func (b *hedgeBudget) giveBack(now time.Time) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if k := b.bucket(now.Unix()); b.hedges[k].Load() > 0 {
+		b.hedges[k].Add(-1)
+	}
+}

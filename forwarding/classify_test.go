@@ -36,6 +36,7 @@ func TestClassify(t *testing.T) {
 		{"client body broke", attempt{progress: headWritten, err: errClientBody, clientBody: true}, false, committed},
 		{"written, no byte by the first-byte timeout", attempt{progress: headWritten, late: true}, false, lateHead},
 		{"late, then a head", attempt{progress: responseHead, final: true, status: 200}, false, notFailed},
+		{"late wait on a parent found dead", attempt{progress: headWritten, wasLate: true, err: errGivenUp, timedOut: true}, false, givenUp},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := tc.a.class(tc.st); got != tc.want {
@@ -100,6 +101,10 @@ func TestDecide(t *testing.T) {
 		{"broken answer, POST", afterWrite, post, true, answer},
 		{"timeout, GET, 504 not retried", timedOut, get, true, answer},
 		{"timeout, GET, 504 retried", timedOut, get504, true, nextHop},
+		// A wait given up because its parent was found dead: the next
+		// hop, as a hedge would have been, whatever the retry budget.
+		{"given up, GET, budget spent", givenUp, get, false, nextHop},
+		{"given up, POST", givenUp, post, true, answer},
 		// A pooled connection the peer had closed: the same hop, fresh.
 		{"stale pooled connection", staleConn, post, false, sameFresh},
 		// Nothing to redo.
@@ -118,7 +123,7 @@ func TestDecide(t *testing.T) {
 		{afterWrite, get, true}, {timedOut, get, true}, {statusRetry, get, true},
 		{connectFailed, get, false}, {beforeWrite, get, false}, {staleConn, get, false}, {siblingMissed, get, false},
 		{afterWrite, connect, false}, // a CONNECT retry costs the parents no replayed request
-		{lateHead, hedgeable, true}, {peerFull, get, false},
+		{lateHead, hedgeable, true}, {peerFull, get, false}, {givenUp, get, false},
 	} {
 		if got := costsBudget(tc.c, tc.f); got != tc.want {
 			t.Errorf("costsBudget(%s, tunnel=%v) = %v; want %v", tc.c, tc.f.tunnel, got, tc.want)

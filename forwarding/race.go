@@ -230,35 +230,37 @@ func (w *walker) raceConnects(hop selection.Hop, delay time.Duration) *attempt {
 
 // hedge sends the request to the plan's next hop too, while a (whose
 // head is late) goes on waiting, and waits for the first final head of
-// either. It reports false when no hedge could be sent (no hop left, or
-// hedge_budget spent): a waits on as before. Otherwise a ends holding the winner
+// either. It reports sent false when no hedge could be sent (no hop
+// left; refused too when hedge_budget is spent): a waits on as before,
+// and the plan's next hop is still there for a retry. Otherwise a ends holding the winner
 // (its hop, connection and head) or, when both failed, the original's
 // failure; the loser's connection is closed, never reused. The original
 // is late — an answer failure — only when the hedge's head came first and
 // fast (within that hop's own first-byte timeout): a slow origin behind
 // both is no parent's fault.
-func (w *walker) hedge(a *attempt) bool {
+func (w *walker) hedge(a *attempt) (sent, refused bool) {
 	p := w.p
+	// The budget is spent before the plan is touched: a refused hedge
+	// leaves the plan's next hop to a retry (when the wait is given up).
+	budget, now := p.acct.HedgeBudget(), time.Now()
+	spent := !(budget > 0 && unbudgeted(a.hop))
+	if spent && !p.hedges.take(budget, now) {
+		p.metrics.hedgeRefused()
+		return false, true
+	}
 	h, ok := w.plan.Next()
 	for ok && h.Peer != nil && h.Peer.Suspect() {
 		h, ok = w.plan.Next() // a hedge goes to a healthy hop: a suspect one is no better bet
 	}
-	if !ok {
-		return false
+	var uc *upConn
+	if ok {
+		h, uc, ok = w.take(h, true)
 	}
-	h, uc, ok := w.take(h, true)
 	if !ok {
-		return false
-	}
-	if budget := p.acct.HedgeBudget(); !(budget > 0 && unbudgeted(a.hop)) && !p.hedges.take(budget, time.Now()) {
-		if uc != nil {
-			uc.close()
+		if spent {
+			p.hedges.giveBack(now)
 		}
-		if h.Peer != nil {
-			p.acct.EndRequest(h.Peer)
-		}
-		p.metrics.hedgeRefused()
-		return false
+		return false, false
 	}
 	a.hop.Peer.NoteHedged()
 	p.metrics.hedgeRequest()
@@ -279,7 +281,7 @@ func (w *walker) hedge(a *attempt) bool {
 			origDone = true
 			if a.err == nil {
 				r.finish(nil) // the original first: the hedge is cut
-				return true
+				return true, false
 			}
 		case s := <-r.results:
 			if s.err != nil {
@@ -294,7 +296,7 @@ func (w *walker) hedge(a *attempt) bool {
 				<-orig
 			}
 			w.hedgeWon(a, s)
-			return true
+			return true, false
 		case <-watch.left:
 			r.finish(nil)
 			if !origDone {
@@ -302,12 +304,12 @@ func (w *walker) hedge(a *attempt) bool {
 				<-orig
 			}
 			a.err = errClientGone
-			return true
+			return true, false
 		}
 	}
 	// Both failed: the original's failure stands.
 	r.finish(nil)
-	return true
+	return true, false
 }
 
 // hedgeWon makes the hedge s the walk's attempt a, the original having

@@ -85,8 +85,12 @@ func (w *walker) walk() *attempt {
 				// suspect meanwhile (no failure counted), and a wait on
 				// one that dies meanwhile is given up (await).
 				allowed := w.hedgeAllowed(a)
-				if decide(lateHead, f, allowed) == hedge && w.hedge(a) {
-					continue
+				if decide(lateHead, f, allowed) == hedge {
+					sent, refused := w.hedge(a)
+					if sent {
+						continue
+					}
+					allowed = !refused // another request took the last of the budget
 				}
 				if !allowed && w.healthyLeft() {
 					// A healthy hop was there, but no budget to hedge to
@@ -344,6 +348,8 @@ func (w *walker) noteFailure(a *attempt, class failure) {
 		}
 	case timedOut:
 		w.lastErr = errorf(http.StatusGatewayTimeout, CodeTimeout, peer, "no response within read_timeout (%s)", w.rq.gen.cfg.ReadTimeout)
+	case givenUp:
+		w.lastErr = errorf(http.StatusGatewayTimeout, CodeTimeout, peer, "%w", a.err)
 	case afterWrite:
 		w.lastErr = errorf(http.StatusBadGateway, CodeBadGateway, peer, "%w", a.err)
 	}
