@@ -33,6 +33,9 @@ func TestCLIHelp(t *testing.T) {
 		if code != 0 {
 			t.Fatalf("peerd %v: exit %d", args, code)
 		}
+		if n := strings.Count(out, "Usage:"); n != 1 {
+			t.Fatalf("peerd %v prints its usage %d times:\n%s", args, n, out)
+		}
 		for _, sub := range []string{"status", "peers", "peer", "drain", "maintenance", "enable", "probe", "reload", "purge", "plan", "import-squid"} {
 			if !strings.Contains(out, "\n  "+sub+" ") {
 				t.Fatalf("peerd %v does not list %s:\n%s", args, sub, out)
@@ -126,6 +129,34 @@ func TestCLIReadsTheConfig(t *testing.T) {
 	}
 	if code, out := cli(t, nil, "status", "-config", path); code != 0 || !strings.Contains(out, "drain") {
 		t.Fatalf("status -config: exit %d\n%s", code, out)
+	}
+	// Global flags go before the command as well as after it.
+	if code, out := cli(t, nil, "-config", path, "enable", "a"); code != 0 || !strings.Contains(out, "peer a: enabled") {
+		t.Fatalf("-config FILE enable: exit %d\n%s", code, out)
+	}
+	if code, out := cli(t, nil, "-config="+path, "drain", "a", "-reason", "mid-incident"); code != 0 || !strings.Contains(out, "peer a: drain") {
+		t.Fatalf("-config=FILE drain: exit %d\n%s", code, out)
+	}
+	// Mid-incident, with the file half edited: a syntax error or a wrong
+	// type outside [admin] does not stop the admin commands.
+	for name, broken := range map[string]string{
+		"a half-written peer": cfg + "\n[[peer]]\nname = \"c\nhost =\n",
+		"a wrong type":        cfg + "\n[health]\nconnect_fail_limit = \"many\"\n",
+	} {
+		os.WriteFile(path, []byte(broken), 0o600)
+		if code, out := cli(t, nil, "-config", path, "status"); code != 0 || !strings.Contains(out, "drain") {
+			t.Fatalf("status with %s elsewhere in the file: exit %d\n%s", name, code, out)
+		}
+	}
+	// A missing or unreadable file is 1; an admin API that does not
+	// answer is 2.
+	if code, out := cli(t, nil, "status", "-config", filepath.Join(t.TempDir(), "nope.toml")); code != 1 {
+		t.Fatalf("status with a missing file: exit %d; want 1\n%s", code, out)
+	}
+	p.stop()
+	os.WriteFile(path, []byte(cfg), 0o600)
+	if code, out := cli(t, nil, "-config", path, "status"); code != 2 {
+		t.Fatalf("status with peerd stopped: exit %d; want 2\n%s", code, out)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/peerd/peerd/internal/cli"
 	"github.com/peerd/peerd/internal/squidimport"
@@ -38,6 +39,37 @@ func subcommands() []subcommand {
 		{"import-squid", "FILE", "print the peerd config equivalent of a squid.conf", squidimport.Command},
 		{"help", "", "this list", helpCommand},
 	}
+}
+
+// globalFlags are the flags an admin command takes before its name as well
+// as after it (peerd -config F status); each has a value.
+var globalFlags = map[string]bool{"config": true, "admin": true}
+
+// subcommandOf finds the subcommand args name, after any global flags,
+// and the arguments it runs with: the global flags given before it go
+// after its own.
+func subcommandOf(args []string) (subcommand, []string, bool) {
+	i := 0
+	for i < len(args) && strings.HasPrefix(args[i], "-") && args[i] != "-" && args[i] != "--" {
+		name, _, hasValue := strings.Cut(strings.TrimLeft(args[i], "-"), "=")
+		if !globalFlags[name] {
+			return subcommand{}, nil, false
+		}
+		i++
+		if !hasValue {
+			i++
+		}
+	}
+	if i >= len(args) {
+		return subcommand{}, nil, false
+	}
+	for _, c := range subcommands() {
+		if args[i] == c.name {
+			rest := append(append([]string{}, args[i+1:]...), args[:i]...)
+			return c, rest, true
+		}
+	}
+	return subcommand{}, nil, false
 }
 
 // usage is peerd's own help: how to run it, and the subcommands.

@@ -31,16 +31,12 @@ func main() {
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if len(args) > 0 {
-		for _, c := range subcommands() {
-			if args[0] == c.name {
-				return c.run(ctx, args[1:], stdout, stderr)
-			}
-		}
+	if c, rest, ok := subcommandOf(args); ok {
+		return c.run(ctx, rest, stdout, stderr)
 	}
 	fs := flag.NewFlagSet("peerd", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.Usage = func() { usage(fs.Output()) }
+	fs.Usage = func() {} // -h prints the list once, to stdout, below; an error names the flag alone
 	path := fs.String("config", "", "TOML config `file` (default: the embedded default, a direct proxy on 127.0.0.1:3128)")
 	check := fs.Bool("check", false, "validate the config, print every problem, exit 0 if valid and 1 if not")
 	showVersion := fs.Bool("version", false, "print the version and exit")
@@ -50,6 +46,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			usage(stdout)
 			return exitOK
 		}
+		fmt.Fprintln(stderr, "peerd -h lists the flags and commands")
 		return exitConfig
 	}
 	if fs.NArg() > 0 {

@@ -24,7 +24,6 @@ import (
 
 	"github.com/peerd/peerd/admin"
 	"github.com/peerd/peerd/internal/conf"
-	"github.com/peerd/peerd/internal/config"
 	"github.com/peerd/peerd/selection"
 )
 
@@ -94,12 +93,20 @@ func (a *adminFlags) parse(args []string, want int) ([]string, int, bool) {
 	return pos, 0, true
 }
 
+// explicit reports whether -config was given (a missing default file is
+// the embedded default; a missing named one is an error).
+func (a *adminFlags) explicit() bool {
+	set := false
+	a.fs.Visit(func(f *flag.Flag) { set = set || f.Name == "config" })
+	return set
+}
+
 // client is the admin client the flags and the config name.
 func (a *adminFlags) client() (*admin.Client, error) {
 	token := os.Getenv("PEERD_ADMIN_TOKEN")
 	base := a.addr
 	if base == "" || token == "" {
-		listen, cfgToken, err := adminFromConfig(a.config)
+		listen, cfgToken, err := adminFromConfig(a.config, a.explicit())
 		if err != nil && base == "" {
 			return nil, err
 		}
@@ -114,30 +121,6 @@ func (a *adminFlags) client() (*admin.Client, error) {
 		base = "http://" + base
 	}
 	return &admin.Client{Base: base, Token: token}, nil
-}
-
-// adminFromConfig reads the admin address to dial and the token from a
-// config file; the default path, when it is not there, is the embedded
-// default's address.
-func adminFromConfig(path string) (addr, token string, err error) {
-	src, rerr := os.ReadFile(path)
-	if rerr != nil {
-		if path == DefaultConfigPath && errors.Is(rerr, os.ErrNotExist) {
-			return admin.DefaultConfig().Listen, "", nil
-		}
-		return "", "", fmt.Errorf("reading the admin address: %v", rerr)
-	}
-	cfg, ps := config.ParseFiles(src, false)
-	if len(ps) > 0 {
-		return "", "", fmt.Errorf("reading the admin address from %s: %v", path, ps)
-	}
-	token = cfg.Admin.Token
-	if token == "" && cfg.Admin.TokenFile != "" {
-		if token, err = config.ReadSecret(cfg.Admin.TokenFile); err != nil {
-			return "", "", fmt.Errorf("reading admin.token_file: %v", err)
-		}
-	}
-	return dialable(cfg.Admin.Listen), token, nil
 }
 
 // dialable turns a listen address into one to connect to: every address
@@ -163,7 +146,8 @@ func done(name string, err error, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stderr, "peerd %s: %v\n", name, err)
 	var refused *admin.Refused
-	if errors.As(err, &refused) {
+	var file *fileError
+	if errors.As(err, &refused) || errors.As(err, &file) {
 		return exitConfig
 	}
 	return exitRuntime
@@ -187,7 +171,7 @@ func Peers(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	c, err := a.client()
 	if err != nil {
-		return done("peers", &admin.Unreachable{Err: err}, stderr)
+		return done("peers", err, stderr)
 	}
 	ctx, cancel := callContext(ctx)
 	defer cancel()
@@ -215,7 +199,7 @@ func Peer(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	c, err := a.client()
 	if err != nil {
-		return done("peer", &admin.Unreachable{Err: err}, stderr)
+		return done("peer", err, stderr)
 	}
 	ctx, cancel := callContext(ctx)
 	defer cancel()
@@ -262,7 +246,7 @@ func State(state string) func(context.Context, []string, io.Writer, io.Writer) i
 		}
 		c, err := a.client()
 		if err != nil {
-			return done(name, &admin.Unreachable{Err: err}, stderr)
+			return done(name, err, stderr)
 		}
 		ctx, cancel := callContext(ctx)
 		defer cancel()
@@ -298,7 +282,7 @@ func Probe(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	c, err := a.client()
 	if err != nil {
-		return done("probe", &admin.Unreachable{Err: err}, stderr)
+		return done("probe", err, stderr)
 	}
 	ctx, cancel := callContext(ctx)
 	defer cancel()
@@ -321,7 +305,7 @@ func Reload(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	c, err := a.client()
 	if err != nil {
-		return done("reload", &admin.Unreachable{Err: err}, stderr)
+		return done("reload", err, stderr)
 	}
 	ctx, cancel := callContext(ctx)
 	defer cancel()
@@ -356,7 +340,7 @@ func Purge(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	c, err := a.client()
 	if err != nil {
-		return done("purge", &admin.Unreachable{Err: err}, stderr)
+		return done("purge", err, stderr)
 	}
 	ctx, cancel := callContext(ctx)
 	defer cancel()
@@ -386,7 +370,7 @@ func Plan(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	c, err := a.client()
 	if err != nil {
-		return done("plan", &admin.Unreachable{Err: err}, stderr)
+		return done("plan", err, stderr)
 	}
 	q := url.Values{"url": {pos[0]}, "method": {*method}}
 	if *client != "" {

@@ -14,7 +14,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/peerd/peerd/admin"
 	"github.com/peerd/peerd/internal/conf"
 	"github.com/peerd/peerd/selection"
 )
@@ -52,7 +51,7 @@ func Status(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	c, err := a.client()
 	if err != nil {
-		return done("status", &admin.Unreachable{Err: err}, stderr)
+		return done("status", err, stderr)
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()

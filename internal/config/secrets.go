@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"strings"
 
 	"github.com/peerd/peerd/fleet"
@@ -19,29 +18,6 @@ import (
 // secretFile is a file a secret was read from, for the warnings.
 type secretFile struct{ key, path string }
 
-// SecretPath is where a *_file value is read: a relative name under
-// systemd's $CREDENTIALS_DIRECTORY when it is set (LoadCredential=), as
-// given otherwise.
-func SecretPath(name string) string {
-	if dir := os.Getenv("CREDENTIALS_DIRECTORY"); dir != "" && !filepath.IsAbs(name) {
-		return filepath.Join(dir, name)
-	}
-	return name
-}
-
-// ReadSecret reads a secret file: its content without the line end.
-func ReadSecret(name string) (string, error) {
-	b, err := os.ReadFile(SecretPath(name))
-	if err != nil {
-		return "", err
-	}
-	v := strings.TrimRight(string(b), "\r\n")
-	if v == "" {
-		return "", fmt.Errorf("%s is empty", SecretPath(name))
-	}
-	return v, nil
-}
-
 // readSecrets puts the secrets kept in files in place of their keys.
 func (c *File) readSecrets() []error {
 	var es conf.Errors
@@ -49,7 +25,7 @@ func (c *File) readSecrets() []error {
 		if name == "" {
 			return
 		}
-		v, err := ReadSecret(name)
+		v, err := conf.ReadSecret(name)
 		if err == nil && check != nil {
 			err = check(v)
 		}
@@ -58,7 +34,7 @@ func (c *File) readSecrets() []error {
 			return
 		}
 		*into = v
-		c.secretFiles = append(c.secretFiles, secretFile{section + "." + key, SecretPath(name)})
+		c.secretFiles = append(c.secretFiles, secretFile{section + "." + key, conf.SecretPath(name)})
 	}
 	read("admin", "token_file", c.Admin.TokenFile, &c.Admin.Token, nil)
 	read("fleet", "key_file", c.Fleet.KeyFile, &c.Fleet.Key, fleet.CheckKey)
@@ -66,7 +42,7 @@ func (c *File) readSecrets() []error {
 		p := &c.Peers[i]
 		read(fmt.Sprintf("peer[%d] %q", i, p.Name), "login_file", p.LoginFile, &p.Login, func(v string) error {
 			if v != "PASS" && !strings.Contains(v, ":") {
-				return fmt.Errorf(`%s: want "user:pass" or "PASS"`, SecretPath(p.LoginFile))
+				return fmt.Errorf(`%s: want "user:pass" or "PASS"`, conf.SecretPath(p.LoginFile))
 			}
 			return nil
 		})
