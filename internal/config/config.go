@@ -132,6 +132,30 @@ type Problem struct {
 	key string
 }
 
+// typeErrorsAlone drops the problems about a key whose value had the
+// wrong type: a range check saw only the zero value left behind.
+func (ps Problems) typeErrorsAlone() Problems {
+	wrong := map[string]bool{}
+	for _, p := range ps {
+		if strings.Contains(p.msg, ": wrong type") {
+			wrong[p.where()] = true
+		}
+	}
+	if len(wrong) == 0 {
+		return ps
+	}
+	out := ps[:0]
+	for _, p := range ps {
+		if !wrong[p.where()] || strings.Contains(p.msg, ": wrong type") {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// where is the key and line a problem is about.
+func (p Problem) where() string { return fmt.Sprintf("%d %s", p.line, p.key) }
+
 func (p Problem) String() string {
 	if p.line > 0 {
 		return fmt.Sprintf("line %d: %s", p.line, p.msg)
@@ -237,6 +261,7 @@ func ParseFiles(src []byte, files bool) (*File, Problems) {
 			d.report(err)
 		}
 	}
+	d.ps = d.ps.typeErrorsAlone()
 	d.ps.sort()
 	if len(d.ps) > 0 {
 		return nil, d.ps

@@ -103,6 +103,11 @@ func TestConfigProblems(t *testing.T) {
 		{"host with a port", "[[peer]]\nhost = \"10.0.0.1:3128\"\n", []string{`line 2`, `host: "10.0.0.1:3128" has a port: write host = "10.0.0.1" and port = 3128`}},
 		{"host not an address", "[[peer]]\nhost = \"10.0.0.300\"\n", []string{`line 2`, `host: "10.0.0.300" ends in a number but is not a valid IPv4 address`}},
 		{"ambiguous size", "[cache]\nmemory = \"256MB\"\n", []string{`line 2: cache.memory: size "256MB" is ambiguous: write "256MiB"`}},
+		// Configs that could never forward a request.
+		{"direct never, no peer", "[proxy]\ndirect = \"never\"\n", []string{`line 2: proxy.direct: "never" with no peer: no request could ever be forwarded`}},
+		{"direct never, siblings only", "[proxy]\ndirect = \"never\"\n[[peer]]\nhost = \"h\"\ntype = \"sibling\"\n", []string{`line 2: proxy.direct: "never" with siblings only`}},
+		{"route of siblings, direct never", "[[peer]]\nname = \"p\"\nhost = \"h\"\n[[peer]]\nname = \"s\"\nhost = \"i\"\ntype = \"sibling\"\n[[route]]\ndomains = [\".a\"]\npeers = [\"s\"]\ndirect = \"never\"\n",
+			[]string{`line 10: route[0].peers: siblings only, with direct "never"`}},
 		// What start-up would fail on, -check finds.
 		{"access log in a missing directory", "[log]\naccess_log = \"/nonexistent-peerd/access.log\"\n", []string{`line 2: log.access_log: directory /nonexistent-peerd does not exist`}},
 		{"pid file in a missing directory", "[proxy]\npid_file = \"/nonexistent-peerd/peerd.pid\"\n", []string{`line 2: proxy.pid_file: directory /nonexistent-peerd does not exist`}},
@@ -118,6 +123,23 @@ func TestConfigProblems(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestWrongTypeIsReportedAlone: a value of the wrong type is one problem,
+// never also a range error about the zero value it left behind.
+func TestWrongTypeIsReportedAlone(t *testing.T) {
+	for _, src := range []string{
+		"[health]\nconnect_fail_limit = \"x\"\n",
+		"[proxy]\nforward_max_tries = \"lots\"\n",
+		"[[peer]]\nhost = \"h\"\nweight = \"heavy\"\n",
+		"[[peer]]\nhost = \"h\"\nport = \"http\"\n",
+		"[health]\nanswer_fail_limit = 1.5\n",
+	} {
+		_, ps := Parse([]byte(src))
+		if len(ps) != 1 || !strings.Contains(ps.Error(), "wrong type") {
+			t.Errorf("%q: %d problems %q; want the wrong type alone", src, len(ps), ps.Error())
+		}
 	}
 }
 

@@ -43,8 +43,53 @@ func (c *File) validate() []error {
 		es.Add(err)
 	}
 
+	es = append(es, c.neverForwards()...)
 	if c.Proxy.Listen == c.Admin.Listen && !strings.HasSuffix(c.Proxy.Listen, ":0") {
 		es.Addf("admin", "listen", "%q is also proxy.listen", c.Admin.Listen)
+	}
+	return es
+}
+
+// neverForwards finds what could never forward a request: direct =
+// "never" with no parent to send to (none at all, or siblings only,
+// which answer only what they hold), for every request or for a route's.
+func (c *File) neverForwards() []error {
+	var es conf.Errors
+	types := map[string]peers.Type{}
+	parents := 0
+	for _, p := range c.Peers {
+		types[p.Name] = p.Type
+		if p.Type == peers.Parent {
+			parents++
+		}
+	}
+	if c.Proxy.Direct == selection.DirectNever && parents == 0 {
+		what := "no peer"
+		if len(c.Peers) > 0 {
+			what = "siblings only"
+		}
+		es.Addf("proxy", "direct", `"never" with %s: no request could ever be forwarded (add a parent, or allow direct)`, what)
+	}
+	for i, r := range c.Routes {
+		direct := c.Proxy.Direct
+		if r.Direct != "" {
+			d, err := selection.ParseDirect(r.Direct)
+			if err != nil {
+				continue // CompileRoutes names it
+			}
+			direct = d
+		}
+		if direct != selection.DirectNever || len(r.Peers) == 0 {
+			continue
+		}
+		hasParent := false
+		for _, n := range r.Peers {
+			hasParent = hasParent || types[n] == peers.Parent
+		}
+		if !hasParent {
+			es.Add(&conf.Error{Section: "route", Index: i, Name: fmt.Sprint(i), Key: "peers",
+				Msg: `siblings only, with direct "never": no request of this route could ever be forwarded (add a parent, or allow direct)`})
+		}
 	}
 	return es
 }
