@@ -153,3 +153,42 @@ func resolveWithin(host string, timeout time.Duration) []netip.Addr {
 	}
 	return addrs
 }
+
+// passersBy are addresses no operator serves on purpose (RFC 5737 and
+// RFC 3849 documentation ranges): a config that serves them without
+// credentials serves anyone.
+var passersBy = []netip.Addr{netip.MustParseAddr("203.0.113.7"), netip.MustParseAddr("2001:db8::7")}
+
+// OpenProxy reports an address from anywhere that c and rules would serve
+// a plain GET without credentials (auth: [auth] is configured), and
+// whether there is one: the open proxy -check and import-squid warn of.
+func OpenProxy(c Config, rules []Rule, auth bool) (netip.Addr, bool) {
+	for _, a := range passersBy {
+		served := false
+		for _, p := range c.Allow {
+			served = served || netip.Prefix(p).Contains(a)
+		}
+		if !served {
+			continue
+		}
+		r := match.Request{Host: "example.com", Client: a, Port: 80, Method: http.MethodGet, URL: "http://example.com/"}
+		noCredentials := func() (string, *Error) {
+			return "", errorf(http.StatusProxyAuthRequired, CodeAuthRequired, "", "no credentials")
+		}
+		if _, e := walkRules(rules, &r, auth, noCredentials); e == nil {
+			return a, true
+		}
+	}
+	return netip.Addr{}, false
+}
+
+// OnLoopback reports whether a listen address takes connections from this
+// host only.
+func OnLoopback(listen string) bool {
+	host, _, err := net.SplitHostPort(listen)
+	if err != nil {
+		return false
+	}
+	a, err := netip.ParseAddr(host)
+	return host == "localhost" || err == nil && a.IsLoopback()
+}

@@ -132,6 +132,19 @@ type Problem struct {
 	key string
 }
 
+// dependentDefaults makes a default that is bounded by another key
+// follow it when only the other was set: a valid squid.conf's
+// shutdown_lifetime of 1 s gives a grace of 1 s, not an error.
+func (d *decoder) dependentDefaults(c *File) {
+	set := func(path string) bool { _, ok := d.at[path]; return ok }
+	if !set("proxy.shutdown_idle_grace") {
+		c.Proxy.ShutdownIdleGrace = min(c.Proxy.ShutdownIdleGrace, max(c.Proxy.ShutdownTimeout, 0))
+	}
+	if !set("health.probe_max_interval") {
+		c.Health.ProbeMaxInterval = max(c.Health.ProbeMaxInterval, c.Health.ProbeInterval)
+	}
+}
+
 // typeErrorsAlone drops the problems about a key whose value had the
 // wrong type: a range check saw only the zero value left behind.
 func (ps Problems) typeErrorsAlone() Problems {
@@ -250,6 +263,7 @@ func ParseFiles(src []byte, files bool) (*File, Problems) {
 		e.Name = cfg.Peers[e.Index].Name
 		d.report(e)
 	}
+	d.dependentDefaults(&cfg)
 	for _, err := range cfg.validate() {
 		d.report(err)
 	}

@@ -147,6 +147,14 @@ func (c *File) Warnings() []string {
 	if t := c.Admin.Token; t != "" && tokenBits(t) < 128 {
 		w = append(w, fmt.Sprintf("admin.token: about %d bits; a token under 128 bits can be guessed, use e.g. `openssl rand -base64 24`", tokenBits(t)))
 	}
+	if a, open := forwarding.OpenProxy(c.Proxy, c.CompiledRules(), c.Auth.BasicUsers != ""); open {
+		for _, l := range []string{c.Proxy.Listen, c.Proxy.TLSListen} {
+			if l != "" && !forwarding.OnLoopback(l) {
+				w = append(w, fmt.Sprintf("open proxy: %s serves a client from anywhere (e.g. %s) without credentials: narrow [proxy] allow, or add [[rule]]s or [auth]", l, a))
+				break
+			}
+		}
+	}
 	return append(w, c.secretWarnings()...)
 }
 
