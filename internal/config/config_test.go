@@ -169,3 +169,44 @@ func FuzzParseConfig(f *testing.F) {
 		}
 	})
 }
+
+// TestOpenProxyWarning: serving a client from anywhere without
+// credentials on a non-loopback listener is warned of; a loopback
+// listener, a rule that keeps sources out, or [auth] is not an open proxy.
+func TestOpenProxyWarning(t *testing.T) {
+	open := "[proxy]\nlisten = \"0.0.0.0:3128\"\nallow = [\"0.0.0.0/0\", \"::/0\"]\ndirect = \"allow\"\n"
+	for name, tc := range map[string]struct {
+		src  string
+		want bool
+	}{
+		"every source, every address":  {open, true},
+		"every source, loopback":        {strings.Replace(open, "0.0.0.0:3128", "127.0.0.1:3128", 1), false},
+		"a rule lets only 10/8 in":      {open + "[[rule]]\naction = \"allow\"\nsrc = [\"10.0.0.0/8\"]\n[[rule]]\naction = \"deny\"\n", false},
+		"a deny that misses passers-by": {open + "[[rule]]\naction = \"deny\"\nsrc = [\"10.0.0.0/8\"]\n", true},
+		"the default allow list":        {"[proxy]\nlisten = \"0.0.0.0:3128\"\n", false},
+	} {
+		cfg, ps := Parse([]byte(tc.src))
+		if len(ps) > 0 {
+			t.Fatalf("%s: %v", name, ps)
+		}
+		got := strings.Contains(strings.Join(cfg.Warnings(), "\n"), "open proxy")
+		if got != tc.want {
+			t.Errorf("%s: open-proxy warning %v; want %v (%q)", name, got, tc.want, cfg.Warnings())
+		}
+	}
+}
+
+// TestDependentDefaults: a default bounded by another key follows it
+// when only that key is set; set both wrong, it is still an error.
+func TestDependentDefaults(t *testing.T) {
+	cfg, ps := Parse([]byte("[proxy]\nshutdown_timeout = \"1s\"\n[health]\nprobe_interval = \"20s\"\n"))
+	if len(ps) > 0 {
+		t.Fatalf("a 1s shutdown_timeout alone: %v", ps)
+	}
+	if cfg.Proxy.ShutdownIdleGrace != time.Second || cfg.Health.ProbeMaxInterval != 20*time.Second {
+		t.Fatalf("grace %v, probe_max_interval %v; want 1s and 20s", cfg.Proxy.ShutdownIdleGrace, cfg.Health.ProbeMaxInterval)
+	}
+	if _, ps := Parse([]byte("[proxy]\nshutdown_timeout = \"1s\"\nshutdown_idle_grace = \"3s\"\n")); len(ps) != 1 {
+		t.Fatalf("a grace set past the timeout: %v; want one problem", ps)
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"math"
 	"net"
 	"net/netip"
+	"reflect"
 	"strings"
 
 	"github.com/sirupsen/logrus"
@@ -146,6 +147,18 @@ func (c *File) Warnings() []string {
 	}
 	if t := c.Admin.Token; t != "" && tokenBits(t) < 128 {
 		w = append(w, fmt.Sprintf("admin.token: about %d bits; a token under 128 bits can be guessed, use e.g. `openssl rand -base64 24`", tokenBits(t)))
+	}
+	for i, r := range c.Rules {
+		if r.Action != "deny" || !reflect.ValueOf(r.Spec).IsZero() {
+			continue
+		}
+		for j := i + 1; j < len(c.Rules); j++ {
+			if c.Rules[j].Action == "allow" {
+				w = append(w, fmt.Sprintf("[[rule]] #%d denies every request (it has no match key): [[rule]] #%d and every allow after it are never reached", i+1, j+1))
+				break
+			}
+		}
+		break
 	}
 	if a, open := forwarding.OpenProxy(c.Proxy, c.CompiledRules(), c.Auth.BasicUsers != ""); open {
 		for _, l := range []string{c.Proxy.Listen, c.Proxy.TLSListen} {

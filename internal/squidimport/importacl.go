@@ -218,6 +218,9 @@ func (a *squidACL) condition(name string, wide, route bool) (string, []string, e
 		}
 		return "urls", out, nil
 	}
+	if a.typ == "external" {
+		return "", nil, fmt.Errorf("acl %s: an external acl asks a helper program, and peerd runs none (refused: say what it decides with other acls)", name)
+	}
 	return "", nil, fmt.Errorf("acl %s: type %s has no peerd equivalent", name, a.typ)
 }
 
@@ -320,6 +323,15 @@ func squidCIDR(v string) (string, error) {
 	return "", fmt.Errorf("not an address or CIDR (ranges and host names are not carried over)")
 }
 
+// lossyAccess records an http_access line that could not be said as it
+// is (an allow dropped, a deny widened): the import refuses to write a
+// config without -lossy, since the result may refuse clients Squid served.
+func (s *squidImport) lossyAccess(what string, line int) {
+	if what == "http_access" {
+		s.lossy = append(s.lossy, s.notes[len(s.notes)-1])
+	}
+}
+
 // accessList reads "DIRECTIVE allow|deny ACL..." into its list.
 func (s *squidImport) accessList(n int, directive string, w []string) *accessLine {
 	if len(w) < 1 || (w[0] != "allow" && w[0] != "deny") {
@@ -366,9 +378,11 @@ func (s *squidImport) lineRule(what string, l accessLine) (keys map[string][]str
 		if err != nil {
 			if l.allow {
 				s.note(l.line, "%s allow %s: not carried over (%v)", what, strings.Join(l.acls, " "), err)
+				s.lossyAccess(what, l.line)
 				return nil, false, false
 			}
 			s.note(l.line, "%s deny %s: %v; widened to the rest of the line", what, strings.Join(l.acls, " "), err)
+			s.lossyAccess(what, l.line)
 			continue
 		}
 		if neg {

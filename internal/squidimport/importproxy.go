@@ -82,8 +82,12 @@ func (s *squidImport) proxyDirective(n int, w []string) (bool, error) {
 		return false, nil
 	case "dead_peer_timeout":
 		d, err := squidDuration(w[1:])
-		if err != nil || d <= 0 {
+		if err != nil || d < 0 {
 			return true, fmt.Errorf("dead_peer_timeout %q: want a positive time", strings.Join(w[1:], " "))
+		}
+		if d == 0 {
+			s.note(n, "dead_peer_timeout %s: peerd needs a positive dead_peer_timeout; its default is kept", strings.Join(w[1:], " "))
+			return true, nil
 		}
 		s.deadPeerTimeout = d
 		return true, nil
@@ -112,11 +116,13 @@ func (s *squidImport) proxyDirective(n int, w []string) (bool, error) {
 		if len(w) != 2 {
 			return true, fmt.Errorf("pid_filename: want one path (or none)")
 		}
-		if w[1] == "none" {
-			delete(s.proxyKeys, key)
-			return true, nil
+		// Not copied: peerd beside the Squid it replaces would write the
+		// same file, each overwriting the other's pid.
+		delete(s.proxyKeys, key)
+		if w[1] != "none" {
+			s.note(n, "pid_filename %s: not carried over (peerd beside Squid would overwrite Squid's pid file): set [proxy] pid_file to a file of peerd's own", w[1])
 		}
-		value = tomlString(w[1])
+		return true, nil
 	case "via":
 		on, err := squidOnOff(w)
 		if err != nil {

@@ -41,6 +41,9 @@ type squidPeer struct {
 
 // squidImport is what was read.
 type squidImport struct {
+	// lossy are the notes of http_access lines that could not be said
+	// as they are (see lossyAccess).
+	lossy           []string
 	peers           []squidPeer
 	direct          string // "", never, always, prefer
 	listen, name    string
@@ -114,8 +117,10 @@ func (s *squidImport) note(line int, format string, args ...any) {
 func Command(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("peerd import-squid", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	lossy := fs.Bool("lossy", false, "write the config even when an http_access line has to be widened or dropped (each is a comment and a stderr line)")
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "Usage: peerd import-squid FILE\n\nPrints the peerd TOML equivalent of a squid.conf; what has no equivalent is\nlisted on stderr and as comments, and access lines it cannot say fail closed.")
+		fmt.Fprintln(fs.Output(), "Usage: peerd import-squid [-lossy] FILE\n\nPrints the peerd TOML equivalent of a squid.conf; what has no equivalent is\nlisted on stderr and as comments, and access lines it cannot say fail closed.\nAn http_access line that would have to be widened or dropped stops the import\n(exit 1, naming the line) unless -lossy is given.")
+		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -134,16 +139,42 @@ func Command(_ context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitConfig
 	}
 	defer f.Close()
-	out, notes, err := importSquid(f)
+	s, out, err := convertSquid(f)
 	if err != nil {
 		fmt.Fprintf(stderr, "peerd: import-squid: %s: %v\n", args[0], err)
 		return exitConfig
 	}
-	for _, n := range notes {
+	if len(s.lossy) > 0 && !*lossy {
+		for _, n := range s.lossy {
+			fmt.Fprintf(stderr, "peerd: import-squid: %s: %s\n", args[0], conf.Printable(n))
+		}
+		fmt.Fprintf(stderr, "peerd: import-squid: %d http_access line(s) above have an ACL peerd cannot say: the config would refuse (or admit) other requests than Squid does; nothing written (-lossy writes it anyway, each line a comment)\n", len(s.lossy))
+		return exitConfig
+	}
+	for _, n := range s.notes {
 		fmt.Fprintf(stderr, "peerd: import-squid: not carried over: %s\n", conf.Printable(n))
+	}
+	for _, w := range importWarnings(out) {
+		fmt.Fprintf(stderr, "peerd: import-squid: warning: %s\n", w)
 	}
 	io.WriteString(stdout, out)
 	return exitOK
+}
+
+// importWarnings are -check's warnings about what an import wrote that an
+// operator must look at before using it (an open proxy).
+func importWarnings(out string) []string {
+	cfg, ps := config.ParseFiles([]byte(out), false)
+	if len(ps) > 0 {
+		return nil
+	}
+	var w []string
+	for _, s := range cfg.Warnings() {
+		if strings.HasPrefix(s, "open proxy") {
+			w = append(w, s)
+		}
+	}
+	return w
 }
 
 // httpsPort reads "https_port [addr:]port tls-cert=F tls-key=F ...".

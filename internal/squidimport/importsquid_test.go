@@ -1,8 +1,11 @@
 package squidimport
 
 import (
+	"bytes"
 	"cmp"
+	"context"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -398,8 +401,13 @@ func TestImportSquidProxySettings(t *testing.T) {
 		{"a zero timeout keeps peerd's default", "shutdown_lifetime 0 seconds",
 			is(base.Proxy.ShutdownTimeout.String(), func(f *config.File) any { return f.Proxy.ShutdownTimeout }),
 			"shutdown_lifetime 0 seconds: peerd needs a positive shutdown_timeout", ""},
-		{"pid_filename", "pid_filename /run/squid.pid", is("/run/squid.pid", pidFile), "", ""},
-		{"pid_filename none", "pid_filename /run/squid.pid\npid_filename none", is("", pidFile), "", ""},
+		// Side by side, peerd and Squid would write one pid file.
+		{"pid_filename", "pid_filename /run/squid.pid", is("", pidFile), "pid_filename /run/squid.pid: not carried over", ""},
+		{"pid_filename none", "pid_filename none", is("", pidFile), "", ""},
+		// A default follows what it depends on: the 2 s idle grace is
+		// cut to a 1 s shutdown_lifetime.
+		{"a short shutdown_lifetime", "shutdown_lifetime 1 seconds",
+			is("[1s 1s]", func(f *config.File) any { return []any{f.Proxy.ShutdownTimeout, f.Proxy.ShutdownIdleGrace} }), "", ""},
 		{"cache deny all stores nothing", "cache_mem 64 MB\ncache_dir ufs /var/spool/squid 1000 16 256\ncache deny all\ncache allow QUERY",
 			is("[0 ]", func(f *config.File) any { return []any{int64(f.Cache.Memory), f.Cache.Disk} }), "cache_dir /var/spool/squid: cache deny all stores nothing", ""},
 		{"cache allow all is the default", "no_cache allow all", is(fmt.Sprint(int64(base.Cache.Memory)), memory), "", ""},
@@ -458,5 +466,70 @@ func TestImportSquidProxySettings(t *testing.T) {
 				t.Errorf("notes %q; want one saying %q", notes, tc.note)
 			}
 		})
+	}
+}
+
+// TestImportTimeoutCombinations: a squid.conf that Squid accepts imports
+// to a config -check accepts, whatever its timeouts say together (a
+// default that depends on another key follows it). The combinations are
+// drawn from a fixed seed.
+func TestImportTimeoutCombinations(t *testing.T) {
+	directives := []string{"read_timeout", "request_timeout", "client_idle_pconn_timeout", "persistent_request_timeout",
+		"write_timeout", "shutdown_lifetime", "connect_timeout", "peer_connect_timeout", "pconn_timeout", "dead_peer_timeout",
+		"forward_timeout"}
+	values := []string{"0 seconds", "1 seconds", "0.5 seconds", "2 seconds", "30 seconds", "1 minute", "15 minutes", "1 hour", "1 day"}
+	rng := rand.New(rand.NewPCG(49, 51))
+	for i := range 400 {
+		var b strings.Builder
+		b.WriteString("http_port 127.0.0.1:3128\ncache_peer 10.0.0.1 parent 3128 0 no-query name=p1\n")
+		for _, d := range directives {
+			if rng.IntN(2) == 0 {
+				fmt.Fprintf(&b, "%s %s\n", d, values[rng.IntN(len(values))])
+			}
+		}
+		out, _, err := importSquid(strings.NewReader(b.String()))
+		if err != nil {
+			t.Fatalf("combination %d: %v\n%s", i, err, b.String())
+		}
+		if _, ps := config.ParseFiles([]byte(out), false); len(ps) > 0 {
+			t.Fatalf("combination %d imports to a config -check refuses: %v\nsquid.conf:\n%s", i, ps, b.String())
+		}
+	}
+}
+
+// TestImportLossyNeedsTheFlag: an http_access line with an ACL peerd
+// cannot say stops the import (exit 1, the line named, nothing written);
+// -lossy writes it, the line listed. An import that serves everyone on a
+// public listener says "open proxy".
+func TestImportLossyNeedsTheFlag(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, src string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(src), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	lossy := write("lossy.conf", "http_port 3128\nacl localnet src 10.0.0.0/8\nacl legacy external ldap_group staff\nhttp_access deny legacy\nhttp_access allow localnet\nhttp_access deny all\n")
+	run := func(args ...string) (int, string, string) {
+		var out, errOut bytes.Buffer
+		code := Command(context.Background(), args, &out, &errOut)
+		return code, out.String(), errOut.String()
+	}
+	code, out, errOut := run(lossy)
+	if code != 1 || out != "" || !strings.Contains(errOut, "line 4: http_access deny legacy") || !strings.Contains(errOut, "-lossy") {
+		t.Fatalf("without -lossy: exit %d, stdout %q, stderr %q; want 1, nothing, line 4 named", code, out, errOut)
+	}
+	code, out, errOut = run("-lossy", lossy)
+	if code != 0 || !strings.Contains(out, "line 4: http_access deny legacy") || !strings.Contains(errOut, "line 4") {
+		t.Fatalf("-lossy: exit %d\nstdout %s\nstderr %s", code, out, errOut)
+	}
+	open := write("open.conf", "http_port 3128\nhttp_access allow all\n")
+	if code, out, errOut := run(open); code != 0 || out == "" || !strings.Contains(errOut, "open proxy") {
+		t.Fatalf("allow all on every address: exit %d, stderr %q; want the config and an open-proxy warning", code, errOut)
+	}
+	local := write("local.conf", "http_port 127.0.0.1:3128\nhttp_access allow all\n")
+	if code, _, errOut := run(local); code != 0 || strings.Contains(errOut, "open proxy") {
+		t.Fatalf("allow all on loopback: exit %d, stderr %q; want no open-proxy warning", code, errOut)
 	}
 }
