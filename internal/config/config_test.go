@@ -179,7 +179,7 @@ func TestOpenProxyWarning(t *testing.T) {
 		src  string
 		want bool
 	}{
-		"every source, every address":  {open, true},
+		"every source, every address":   {open, true},
 		"every source, loopback":        {strings.Replace(open, "0.0.0.0:3128", "127.0.0.1:3128", 1), false},
 		"a rule lets only 10/8 in":      {open + "[[rule]]\naction = \"allow\"\nsrc = [\"10.0.0.0/8\"]\n[[rule]]\naction = \"deny\"\n", false},
 		"a deny that misses passers-by": {open + "[[rule]]\naction = \"deny\"\nsrc = [\"10.0.0.0/8\"]\n", true},
