@@ -249,7 +249,7 @@ func (c *client) judge(e exchange, resp *http.Response, got []byte, readErr erro
 			return violation(inv, "status %d", resp.StatusCode)
 		}
 		if s := resp.Header.Get("X-Chaos-Served"); s != strconv.FormatUint(e.id, 10) {
-			return violation("I1", "the answer made for exchange %s, not this one", s)
+			return violation("I1", "the answer made for exchange %q, not this one (%s)", s, answerFacts(resp, got))
 		}
 		want := body(fmt.Sprintf("/u/%d", e.id), e.id, 1000)
 		if e.kind == post {
@@ -284,7 +284,16 @@ func (c *client) judge(e exchange, resp *http.Response, got []byte, readErr erro
 		}
 		return verdict{outcome: "ok"}
 	}
-	return violation(inv, "%s: status %d, ETag %q, fault %q", e.kind, resp.StatusCode, resp.Header.Get("ETag"), f)
+	return violation(inv, "%s: status %d, ETag %q, fault %q (%s)", e.kind, resp.StatusCode, resp.Header.Get("ETag"), f, answerFacts(resp, got))
+}
+
+// answerFacts are what a violation report needs to tell where an answer
+// came from: which parent, under which fault, through which cache, and
+// whether it was bytes a parent sent past the end of another answer.
+func answerFacts(resp *http.Response, got []byte) string {
+	h := resp.Header
+	return fmt.Sprintf("parent %q, fault %q, smuggled %q, ETag %q, Cache-Status %q, Via %q, X-Cache %q, %d body bytes",
+		h.Get("X-Chaos-Parent"), h.Get("X-Chaos-Fault"), h.Get("X-Chaos-Smuggled"), h.Get("ETag"), h.Values("Cache-Status"), h.Get("Via"), h.Values("X-Cache"), len(got))
 }
 
 // tunnelEcho checks a CONNECT: a tunnel that echoes, or an error
