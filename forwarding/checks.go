@@ -22,6 +22,9 @@ func (rq *request) authenticate(a Authenticator) *Error {
 	user, v := a.Check(rq.req.Get("Proxy-Authorization"), rq.from.str, rq.start)
 	if v == auth.Allowed {
 		rq.user = user
+		if u := rq.gen.users; u != nil {
+			u.seen(user, rq.from.addr, rq.start)
+		}
 		return nil
 	}
 	rq.claimed = user // for the access log only: it was not proven

@@ -87,6 +87,13 @@ func (s *connSet) admitSource(a netip.Addr, max int) bool {
 	return true
 }
 
+// fromSource is how many connections are open from a.
+func (s *connSet) fromSource(a netip.Addr) int {
+	s.srcMu.Lock()
+	defer s.srcMu.Unlock()
+	return s.perSource[a]
+}
+
 // releaseSource forgets one connection from a.
 func (s *connSet) releaseSource(a netip.Addr) {
 	s.srcMu.Lock()

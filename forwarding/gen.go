@@ -29,6 +29,10 @@ type generation struct {
 	routing selection.Routing
 	cache   *cache.Cache // nil: the cache is off
 	log     *AccessLog   // nil: no access log
+	// conns and users are the proxy's own, for the rules' max_conn and
+	// max_user_ip (the same in every generation).
+	conns *connSet
+	users *userAddrs
 }
 
 // Generation is what a reload puts in force in one step (the routes and
@@ -75,7 +79,7 @@ func (p *Proxy) Reconfigure(g Generation) {
 		p.port = g.Port
 	}
 	p.store(&generation{cfg: p.runtime(g.Config), policy: g.Policy, rules: g.Rules, auth: g.Auth,
-		routing: p.planner.Routing(), cache: g.Cache, log: g.AccessLog})
+		routing: p.planner.Routing(), cache: g.Cache, log: g.AccessLog, conns: &p.conns, users: &p.users})
 }
 
 // change builds the next generation from the one in force, with set

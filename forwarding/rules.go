@@ -16,6 +16,8 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"strings"
+	"sync"
 	"time"
 	"unsafe"
 
@@ -126,7 +128,91 @@ func walkRules(rs []Rule, r *match.Request, auth bool, login func() (string, *Er
 func (rq *request) matchRequest() match.Request {
 	req := &rq.req
 	return match.Request{Host: unsafe.String(unsafe.SliceData(req.Host), len(req.Host)), Client: rq.from.addr,
-		Port: rq.port, Method: rq.method, User: rq.user, URL: urlString(req.Target), Resolve: rq.resolve}
+		Port: rq.port, Method: rq.method, User: rq.user, URL: urlString(req.Target), Resolve: rq.resolve,
+		Field: rq.field, Now: rq.start, Conns: rq.conns, UserAddrs: rq.userAddrs}
+}
+
+// field is a request header field for the rules: every value of a
+// repeated field, joined by ", ".
+func (rq *request) field(name string) string {
+	var b []byte
+	for _, f := range rq.req.Fields {
+		if strings.EqualFold(string(f.Name), name) {
+			if len(b) > 0 {
+				b = append(b, ", "...)
+			}
+			b = append(b, f.Value...)
+		}
+	}
+	return string(b)
+}
+
+// conns is the number of connections open from the client's address.
+func (rq *request) conns() int {
+	if rq.gen.conns == nil {
+		return 0
+	}
+	return rq.gen.conns.fromSource(rq.from.addr)
+}
+
+// userAddrs is the number of addresses user was seen from lately.
+func (rq *request) userAddrs(user string) int {
+	if rq.gen.users == nil {
+		return 0
+	}
+	return rq.gen.users.count(user, rq.start)
+}
+
+// userAddrs remembers the addresses each proven user was seen from
+// within userAddrTTL (Squid's authenticate_ip_ttl default), for the
+// rules' max_user_ip.
+type userAddrs struct {
+	mu sync.Mutex
+	m  map[string]map[netip.Addr]time.Time
+}
+
+const (
+	userAddrTTL   = time.Second
+	maxUsersKnown = 1 << 16 // beyond it, users not seen within the TTL are forgotten
+)
+
+// seen notes user at a, now.
+func (u *userAddrs) seen(user string, a netip.Addr, now time.Time) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.m == nil {
+		u.m = map[string]map[netip.Addr]time.Time{}
+	}
+	if len(u.m) >= maxUsersKnown {
+		for name, as := range u.m {
+			if u.live(as, now) == 0 {
+				delete(u.m, name)
+			}
+		}
+	}
+	as := u.m[user]
+	if as == nil {
+		as = map[netip.Addr]time.Time{}
+		u.m[user] = as
+	}
+	as[a] = now
+}
+
+// count is how many addresses user was seen from within the TTL.
+func (u *userAddrs) count(user string, now time.Time) int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.live(u.m[user], now)
+}
+
+// live counts (and prunes) the addresses seen within the TTL.
+func (u *userAddrs) live(as map[netip.Addr]time.Time, now time.Time) int {
+	for a, at := range as {
+		if now.Sub(at) > userAddrTTL {
+			delete(as, a)
+		}
+	}
+	return len(as)
 }
 
 // resolve is resolveForRules within the request's connect timeout.

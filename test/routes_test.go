@@ -9,6 +9,7 @@ package e2e
 import (
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -144,4 +145,68 @@ methods = ["DELETE"]
 	if r, body := get("GET", "http://www.other.test/x"); r.StatusCode != 403 || !strings.Contains(body, "[[rule]] 0") {
 		t.Fatalf("after the reload www.other.test: %d %q; want 403 by rule 0", r.StatusCode, body)
 	}
+}
+
+// TestRulesOnRequestFields: the keys import-squid carries Squid's
+// browser, req_header and maxconn ACLs over with decide access in the
+// running proxy as those ACLs would.
+func TestRulesOnRequestFields(t *testing.T) {
+	par := newFakeParent(t, "a")
+	cfg := baseConfig + peerBlock("", par) + `
+[[rule]]
+action = "deny"
+user_agents = ["(?i)msie"]
+[[rule]]
+action = "deny"
+max_conn = 2
+[[rule]]
+action = "deny"
+headers = ["X-Team: ^guests$"]
+`
+	p := startPeerd(t, cfg)
+	do := func(c *http.Client, header ...string) int {
+		t.Helper()
+		req, _ := http.NewRequest("GET", "http://o.test/fields", nil)
+		for i := 0; i+1 < len(header); i += 2 {
+			req.Header.Set(header[i], header[i+1])
+		}
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	c := p.client()
+	if code := do(c, "User-Agent", "Mozilla/4.0 (compatible; MSIE 6.0)"); code != 403 {
+		t.Fatalf("an MSIE browser: %d; want 403", code)
+	}
+	if code := do(c, "User-Agent", "curl/8", "X-Team", "ops"); code != 200 {
+		t.Fatalf("curl from ops: %d; want 200", code)
+	}
+	if code := do(c, "X-Team", "guests"); code != 403 {
+		t.Fatalf("X-Team: guests: %d; want 403", code)
+	}
+	// Three connections open from one address: more than max_conn 2.
+	var held []net.Conn
+	for range 2 {
+		nc, err := net.Dial("tcp", p.proxy)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, nc)
+	}
+	// The two held connections are counted once peerd has accepted them.
+	waitFor(t, "a request refused by max_conn", 5*time.Second, func() bool {
+		u, _ := url.Parse("http://" + p.proxy)
+		fresh := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(u), DisableKeepAlives: true}}
+		return do(fresh) == 403
+	})
+	for _, nc := range held {
+		nc.Close()
+	}
+	waitFor(t, "requests served again once the connections closed", 5*time.Second, func() bool {
+		return do(p.client()) == 200
+	})
 }

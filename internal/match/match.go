@@ -16,6 +16,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Spec is what a [[rule]] or [[route]] table says to match.
@@ -37,6 +38,14 @@ type Spec struct {
 	// Paths are regular expressions matched against the URL's path and
 	// query, unescaped (Squid urlpath_regex); CONNECT has no path.
 	Paths []string `toml:"paths"`
+	// The keys of Squid's browser, referer_regex, req_header, time,
+	// maxconn and max_user_ip ACLs: see extra.go.
+	UserAgents []string `toml:"user_agents"`
+	Referers   []string `toml:"referers"`
+	Headers    []string `toml:"headers"`
+	Times      []string `toml:"times"`
+	MaxConn    int      `toml:"max_conn"`
+	MaxUserIP  int      `toml:"max_user_ip"`
 }
 
 // Request is what a request offers to match.
@@ -51,6 +60,11 @@ type Request struct {
 	// matcher with dst meets a name, and once per Request however many
 	// matchers ask).
 	Resolve func(host string) []netip.Addr
+	// Field, Now, Conns and UserAddrs are what extra.go's keys look at.
+	Field     func(name string) string
+	Now       time.Time
+	Conns     func() int
+	UserAddrs func(user string) int
 
 	resolved bool
 	addrs    []netip.Addr
@@ -116,6 +130,7 @@ type Matcher struct {
 	urls, notURLs       []*regexp.Regexp
 	paths, notPaths     []*regexp.Regexp
 	dst, notDst         []netip.Prefix
+	x                   *extra // nil: no key of extra.go
 	has                 [nKeys]bool
 }
 
@@ -245,8 +260,11 @@ func Compile(s Spec) (*Matcher, error) {
 	if m.dst, m.notDst, err = prefixes("dst", s.Dst); err != nil {
 		return nil, err
 	}
+	if m.x, err = compileExtra(s); err != nil {
+		return nil, err
+	}
 	m.has = [nKeys]bool{kDomains: len(s.Domains) > 0, kSrc: len(s.Src) > 0, kPorts: len(s.Ports) > 0, kMethods: len(s.Methods) > 0,
-		kUsers: len(s.Users) > 0, kURLs: len(s.URLs) > 0, kDst: len(s.Dst) > 0, kPaths: len(s.Paths) > 0}
+		kUsers: len(s.Users) > 0 || s.MaxUserIP > 0, kURLs: len(s.URLs) > 0, kDst: len(s.Dst) > 0, kPaths: len(s.Paths) > 0}
 	return m, nil
 }
 
@@ -320,7 +338,7 @@ func (m *Matcher) MatchUser(r *Request) bool {
 	if !m.has[kUsers] {
 		return true
 	}
-	if r.User == "" || m.notUsers[r.User] {
+	if r.User == "" || m.notUsers[r.User] || (m.x != nil && !m.x.matchUser(r)) {
 		return false
 	}
 	return m.anyUser || len(m.users) == 0 || m.users[r.User]
@@ -368,7 +386,7 @@ func (m *Matcher) MatchButUser(r *Request) bool {
 	if m.has[kDst] && !m.matchDst(r) {
 		return false
 	}
-	return true
+	return m.x == nil || m.x.match(r)
 }
 
 // matchDst: the host's address (or, for a name, any address it resolves
@@ -417,7 +435,7 @@ func inPorts(rs []portRange, p int) bool {
 // DomainsOnly returns the domains of a matcher whose only key is
 // positive domains (for an index over many such matchers).
 func (m *Matcher) DomainsOnly() (exact, suffix []string, ok bool) {
-	if m.has != [nKeys]bool{kDomains: true} || !m.notDomains.empty() {
+	if m.has != [nKeys]bool{kDomains: true} || !m.notDomains.empty() || m.x != nil {
 		return nil, nil, false
 	}
 	for d := range m.domains.exact {

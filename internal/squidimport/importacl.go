@@ -218,6 +218,9 @@ func (a *squidACL) condition(name string, wide, route bool) (string, []string, e
 		}
 		return "urls", out, nil
 	}
+	if key, vals, ok, err := a.requestCondition(name); ok {
+		return key, vals, err
+	}
 	if a.typ == "external" {
 		return "", nil, fmt.Errorf("acl %s: an external acl asks a helper program, and peerd runs none (refused: say what it decides with other acls)", name)
 	}
@@ -227,7 +230,7 @@ func (a *squidACL) condition(name string, wide, route bool) (string, []string, e
 // checked refuses values peerd's matcher would refuse.
 func checked(name, key string, vals []string) error {
 	var sp match.Spec
-	if f, ok := config.Fields(&sp)[key]; ok {
+	if f, ok := config.Fields(&sp)[key]; ok && f.Kind() == reflect.Slice {
 		f.Set(reflect.ValueOf(vals))
 	}
 	if _, err := match.Compile(sp); err != nil {
@@ -371,6 +374,9 @@ func (s *squidImport) lineRule(what string, l accessLine) (keys map[string][]str
 		}
 		if err == nil && neg && key == "users" {
 			err = fmt.Errorf("a negated proxy_auth acl (%s) has no peerd equivalent", name)
+		}
+		if err == nil && neg && intKeys[key] {
+			err = fmt.Errorf("a negated %s acl (%s) has no peerd equivalent", a.typ, name)
 		}
 		if err == nil && !neg && positive[key] {
 			err = fmt.Errorf("two %s acls in one line (%s) would need their intersection", key, name)

@@ -211,6 +211,10 @@ func writeRule(b *strings.Builder, table string, r importRule) {
 	}
 	// Every key is written (a key left out would widen the table).
 	for _, key := range slices.Sorted(maps.Keys(r.keys)) {
+		if vals := r.keys[key]; intKeys[key] && len(vals) == 1 {
+			fmt.Fprintf(b, "%s = %s\n", key, vals[0])
+			continue
+		}
 		writeList(b, key, r.keys[key])
 	}
 	if r.routed {
