@@ -155,6 +155,7 @@ func (r *Registry) ObserveAnswerFrom(p *Peer, class AnswerClass, firstByte time.
 		if firstByte > 0 {
 			p.answers.recordHead(at, firstByte, origin)
 			p.series.head(at, firstByte)
+			r.observeHeadTime(p, firstByte)
 		}
 		if p.answerConsec.Load() != 0 {
 			p.answerConsec.Store(0)

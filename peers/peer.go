@@ -187,10 +187,11 @@ type Peer struct {
 	// of their own, away from the counters every request writes: sharing
 	// one, each request's write on one core made the next read of the
 	// peer's settings on the other miss.
-	_    cacheLinePad
-	cfg  atomic.Pointer[settings]
-	live atomic.Pointer[liveness] // the committed row's; see liveness
-	_    cacheLinePad
+	_       cacheLinePad
+	cfg     atomic.Pointer[settings]
+	live    atomic.Pointer[liveness] // the committed row's; see liveness
+	timings timingsSlot              // the metrics' histograms (timings.go)
+	_       cacheLinePad
 
 	// Written by every request sent to the peer. lastUsed is in Unix
 	// nanoseconds, 0 for never.

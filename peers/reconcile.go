@@ -68,6 +68,11 @@ func (r *Registry) Reconcile(opts Options, specs []Spec) error {
 	r.set.Store(set)
 	r.commit(txn, true)
 	r.started = true
+	for name, p := range old {
+		if r.Get(name) != p {
+			r.forgetTimings(name) // left, or moved: its series start over
+		}
+	}
 	return nil
 }
 

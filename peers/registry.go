@@ -64,6 +64,8 @@ type Registry struct {
 	// set is the current peer set; replaced, never edited.
 	set  atomic.Pointer[Set]
 	opts atomic.Pointer[Options]
+	// timings are the metrics' per-peer histograms (timings.go).
+	timings atomic.Pointer[Timings]
 
 	// reconcileMu serialises Reconcile calls with each other.
 	reconcileMu sync.Mutex
@@ -255,6 +257,7 @@ func (r *Registry) Observe(p *Peer, o Observation) {
 }
 
 func (r *Registry) observeSuccess(p *Peer, o Observation, at int64) {
+	r.observeConnectTime(p, o.RTT)
 	if p.hung.Load() {
 		p.hung.Store(false)
 	}

@@ -43,6 +43,11 @@ func TestOperatorMetrics(t *testing.T) {
 		{`^peerd_build_info\{goversion="go[0-9.]+",version="[^"]+"\} `, 1},
 		{`^peerd_config_last_reload_success `, 1},
 		{`^peerd_config_last_reload_timestamp_seconds `, 1e9},
+		// Per-peer histograms: the POST's connect and its answer's head.
+		{`^peerd_peer_connect_seconds_count\{peer="a"\} `, 1},
+		{`^peerd_peer_connect_seconds_bucket\{peer="a",le="\+Inf"\} `, 1},
+		{`^peerd_peer_head_seconds_count\{peer="a"\} `, 1},
+		{`^peerd_peer_head_seconds_bucket\{peer="a",le="60"\} `, 1},
 	} {
 		if v := labelledValue(m, regexp.MustCompile(c.re)); v < c.min {
 			t.Errorf("%s: %v; want at least %v", c.re, v, c.min)
