@@ -212,6 +212,14 @@ func newServer(path string, cfg *config.File, stderr io.Writer) (*server, error)
 	promReg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "peerd_fleet_members", Help: "Live members of the fleet, this peerd included; 0 when [fleet] is off.",
 	}, func() float64 { return float64(s.fleet.Members()) }))
+	promReg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "peerd_ready", Help: "1 while a request for the default route has a usable next hop (GET /readyz is 200), else 0.",
+	}, func() float64 {
+		if ok, _ := s.readiness(); ok {
+			return 1
+		}
+		return 0
+	}))
 	s.api = admin.New(admin.Options{Registry: reg, Prober: s.prober, Reload: s.reload, Explain: s.explain,
 		Gatherer: promReg, Log: lg, Cache: s.proxy.Cache, Fleet: s.fleet, Name: s.proxy.Name(), Version: version,
 		Listen: cfg.Admin.Listen, Hosts: cfg.Admin.Hosts, Ready: s.readiness, Facts: s.facts, HedgesLeft: s.proxy.HedgesBudgetLeft}, cfg.Admin.Token)
