@@ -35,7 +35,7 @@ type delegate member
 func (d *delegate) NodeMeta(limit int) []byte {
 	m := (*member)(d)
 	pub := m.priv.Public().(ed25519.PublicKey)
-	b := encodeMeta(pub, meta{HTTP: m.advertised(), Load: m.f.shared.inFlight.Load()})
+	b := encodeMeta(pub, meta{HTTP: m.advertised(), Load: m.f.shared.inFlight.Load(), Leaving: m.leaving.Load()})
 	if len(b) > limit {
 		if len(pub) > limit {
 			return nil
@@ -86,7 +86,12 @@ func (e *events) NotifyLeave(n *memberlist.Node) {
 	m.f.shared.dropMember(n.Name)
 	m.f.forget(n.Name)
 	m.pins.drop(n.Name)
-	m.f.log.WithFields(logrus.Fields{"node": n.Name, "addr": n.Address()}).Warn("fleet: member left or failed")
+	log := m.f.log.WithFields(logrus.Fields{"node": n.Name, "addr": n.Address()})
+	if _, mt := decodeMeta(n.Meta); mt.Leaving {
+		log.Info("fleet: member left") // a planned leave: a stop, an upgrade's old process
+		return
+	}
+	log.Warn("fleet: member failed (its keys move to the others)")
 }
 
 func (e *events) NotifyUpdate(n *memberlist.Node) {

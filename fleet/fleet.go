@@ -107,8 +107,14 @@ type member struct {
 	// joinMu guards cfg.Join, which a reload may change while the join
 	// loop reads it.
 	joinMu sync.Mutex
-	// lastJoinErr is the last join failure logged at error level.
+	// lastJoinErr is the last join failure logged; aloneSince is when
+	// this member began failing to join (Unix ns, 0: it has company or
+	// has not tried), and aloneLogged whether that was logged at error.
 	lastJoinErr atomic.Pointer[string]
+	aloneSince  atomic.Int64
+	aloneLogged atomic.Bool
+	// leaving: this member is closing (NodeMeta says so to the others).
+	leaving atomic.Bool
 	// priv signs this member's messages; its public half is the node's
 	// memberlist meta, so the others can tell who sent a verdict.
 	priv ed25519.PrivateKey
@@ -294,6 +300,11 @@ func (m *member) numNodes() int {
 func (m *member) close() {
 	close(m.stop)
 	m.done.Wait()
+	// Say it is a planned leave first, so the others log it as news.
+	m.leaving.Store(true)
+	if err := m.ml.UpdateNode(500 * time.Millisecond); err != nil {
+		m.f.log.WithError(err).Debug("fleet: announcing the leave")
+	}
 	if err := m.ml.Leave(time.Second); err != nil {
 		m.f.log.WithError(err).Debug("fleet: leave")
 	}
@@ -330,36 +341,59 @@ func (m *member) joinLoop() {
 }
 
 // join tries the join list when this member is alone (or always when
-// force). It reports whether this member has company afterwards. A
-// failure is logged once at error level (again only when it changes);
-// repeats go to debug.
+// force). It reports whether this member has company afterwards. A fleet
+// that starts all at once cannot join at first: a failure is logged at
+// info (again only when it changes; repeats go to debug), and at error
+// once the member has been alone for aloneGrace.
 func (m *member) join(force bool) bool {
 	targets := m.targets()
 	if len(targets) == 0 {
 		return true
 	}
 	if !force && m.ml.NumMembers() > 1 {
+		m.aloneSince.Store(0)
 		return true
 	}
 	n, err := m.ml.Join(targets)
 	if n > 0 {
 		m.f.log.WithFields(logrus.Fields{"node": m.node, "joined": n, "members": m.ml.NumMembers()}).Info("fleet: joined")
 		m.lastJoinErr.Store(nil)
+		m.aloneSince.Store(0)
+		m.aloneLogged.Store(false)
 		return true
 	}
 	if err == nil {
 		err = errors.New("no member answered")
 	}
+	now := time.Now()
+	m.aloneSince.CompareAndSwap(0, now.UnixNano())
+	alone := now.Sub(time.Unix(0, m.aloneSince.Load()))
 	msg := explainJoin(err)
-	if prev := m.lastJoinErr.Load(); prev == nil || *prev != msg {
+	log := m.f.log.WithFields(logrus.Fields{"node": m.node, "join": strings.Join(targets, ","), "err": err.Error()})
+	keyRefused := msg == joinKeyRefused // a mistake that no retry mends: said at once
+	switch prev := m.lastJoinErr.Load(); {
+	case keyRefused && (prev == nil || *prev != msg):
 		m.lastJoinErr.Store(&msg)
-		m.f.log.WithFields(logrus.Fields{"node": m.node, "join": strings.Join(targets, ","), "err": err.Error()}).
-			Errorf("fleet: cannot join: %s", msg)
-	} else {
-		m.f.log.WithFields(logrus.Fields{"node": m.node, "err": err.Error()}).Debug("fleet: join retry failed")
+		log.Errorf("fleet: cannot join: %s", msg)
+	case !keyRefused && alone >= aloneGrace && !m.aloneLogged.Load():
+		m.aloneLogged.Store(true)
+		m.lastJoinErr.Store(&msg)
+		log.WithField("alone", alone.Round(time.Second).String()).Errorf("fleet: still alone after %s: cannot join: %s", alone.Round(time.Second), msg)
+	case prev == nil || *prev != msg:
+		m.lastJoinErr.Store(&msg)
+		log.Infof("fleet: cannot join yet (retrying): %s", msg)
+	default:
+		log.Debug("fleet: join retry failed")
 	}
 	return false
 }
+
+// joinKeyRefused is explainJoin's word for gossip the members refused.
+const joinKeyRefused = "the members refused our gossip: is [fleet] key the same on every member?"
+
+// aloneGrace is how long a member may fail to join before it says so at
+// error level: members started together find each other within it.
+const aloneGrace = 30 * time.Second
 
 // targets is the join list without this member's own address.
 func (m *member) targets() []string {
@@ -382,7 +416,7 @@ func explainJoin(err error) string {
 	switch {
 	case strings.Contains(s, "decrypt") || strings.Contains(s, "encryption") || strings.Contains(s, "Encryption") ||
 		strings.Contains(s, "EOF") || strings.Contains(s, "connection reset"):
-		return "the members refused our gossip: is [fleet] key the same on every member?"
+		return joinKeyRefused
 	case strings.Contains(s, "refused"):
 		return "no member is listening at the join addresses"
 	case strings.Contains(s, "timeout") || strings.Contains(s, "i/o timeout"):

@@ -381,3 +381,36 @@ func TestPlaintextConnectionsSummed(t *testing.T) {
 		}
 	}
 }
+
+// TestFleetStartingTogetherLogsNoError: a member whose join addresses do
+// not listen yet (the fleet is starting all at once) says so at info and
+// retries; nothing at warning or above before aloneGrace. When the other
+// member comes up it joins, and a planned leave is info, not a warning.
+func TestFleetStartingTogetherLogsNoError(t *testing.T) {
+	key := base64.StdEncoding.EncodeToString([]byte("0123456789abcdef"))
+	ln, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	later := ln.LocalAddr().String() // a gossip address nobody listens on yet
+	ln.Close()
+	b := startNode(t, "b", Config{Bind: "127.0.0.1:0", Key: key, Join: []string{later}})
+	eventually(t, "b saying it cannot join yet", func() bool { return logged(b.hook, "fleet: cannot join yet") })
+	eventually(t, "b retrying", func() bool { return logged(b.hook, "fleet: join retry failed") })
+	for _, e := range b.hook.AllEntries() {
+		if e.Level <= logrus.WarnLevel {
+			t.Errorf("b logged %s while its fleet was starting: %s", e.Level, e.Message)
+		}
+	}
+	a := startNode(t, "a", Config{Bind: "127.0.0.1:0", Key: key, Join: []string{b.addr()}})
+	eventually(t, "a and b together", func() bool { return a.f.Members() == 2 && b.f.Members() == 2 })
+	if err := a.f.Apply(Config{}, "a"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "b sees a leave", func() bool { return logged(b.hook, "fleet: member left") })
+	for _, e := range b.hook.AllEntries() {
+		if strings.HasPrefix(e.Message, "fleet: member") && e.Level <= logrus.WarnLevel {
+			t.Errorf("a planned leave logged at %s: %s", e.Level, e.Message)
+		}
+	}
+}

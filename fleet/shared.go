@@ -37,6 +37,10 @@ const (
 type meta struct {
 	HTTP string `json:"h,omitempty"` // its proxy port, host:port
 	Load int64  `json:"l,omitempty"` // owner fetches in flight
+	// Leaving: the member is stopping on purpose (a stop, an upgrade's
+	// old process, a reload that turns the fleet off): its leave is
+	// news, not a failure.
+	Leaving bool `json:"x,omitempty"`
 }
 
 // encodeMeta is the memberlist meta: the public key, then meta as JSON.
