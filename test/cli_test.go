@@ -212,6 +212,20 @@ func TestReadyz(t *testing.T) {
 	}
 	a.restart()
 	waitFor(t, "ready once a is back", 15*time.Second, func() bool { code, _ := readyz(t, p); return code == 200 })
+	// Losing the last next hop was one warning; its return one info line.
+	waitFor(t, "the return logged", 5*time.Second, func() bool { return strings.Contains(p.logs(), "a next hop is usable again") })
+	lost := 0
+	for _, l := range strings.Split(p.logs(), "\n") {
+		if strings.Contains(l, "no usable next hop: clients get 503") {
+			lost++
+			if !strings.Contains(l, "level=warning") {
+				t.Errorf("not a warning: %s", l)
+			}
+		}
+	}
+	if lost != 1 {
+		t.Errorf("%d lines about losing the last next hop; want one", lost)
+	}
 
 	d := startPeerd(t, directConfig)
 	if code, r := readyz(t, d); code != 200 || fmt.Sprint(r.NextHops) != "[DIRECT]" {

@@ -6,7 +6,11 @@ package main
 // or DIRECT when allowed); not while it starts (waiting for its peers'
 // first verdicts) or stops. GET /healthz stays liveness.
 
-import "github.com/peerd/peerd/selection"
+import (
+	"context"
+
+	"github.com/peerd/peerd/selection"
+)
 
 // Phases of the process, for readiness.
 const (
@@ -40,4 +44,30 @@ func (s *server) readiness() (bool, any) {
 		reason += ", and direct is never"
 	}
 	return false, map[string]any{"ready": false, "reason": reason, "skipped": e.Skipped}
+}
+
+// watchNextHop logs losing the last usable next hop once, at warning
+// level, and its return at info: each peer change (state or admin state)
+// asks readiness again, while serving.
+func (s *server) watchNextHop(ctx context.Context) {
+	ready := true
+	for {
+		ch := s.reg.Watch()
+		if s.phase.Load() == phaseServing {
+			ok, why := s.readiness()
+			switch {
+			case ready && !ok:
+				reason, _ := why.(map[string]any)["reason"].(string)
+				s.log.WithField("reason", reason).Warn("no usable next hop: clients get 503")
+			case !ready && ok:
+				s.log.Info("a next hop is usable again: clients are served")
+			}
+			ready = ok
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return
+		}
+	}
 }

@@ -135,6 +135,7 @@ func (s *server) serve(ctx context.Context) error {
 	// Ready from the moment the port accepts: a client that connects
 	// is served, so /readyz must not say otherwise.
 	s.phase.Store(phaseServing)
+	go s.watchNextHop(probeCtx)
 	fields := logrus.Fields{"proxy": proxyLn.Addr().String(), "admin": adminLn.Addr().String(), "peers": len(s.reg.Peers()), "version": version, "pid": os.Getpid()}
 	if cfg.Proxy.TLSListen != "" {
 		ln, err := s.upg.Listen("tls", cfg.Proxy.TLSListen)
