@@ -173,11 +173,17 @@ func (r *Registry) ObserveAnswerFrom(p *Peer, class AnswerClass, firstByte time.
 		// Suspect: behind the healthy parents, and settled by HTTP
 		// probes (each failed one is one more answer failure), so the
 		// count is finished without client traffic.
-		r.suspectByAnswers(p, "", "")
+		detail := fmt.Sprintf("answer failed (%s, %d of %d before dead)", class, n, h.AnswerFailLimit)
+		if r.suspectByAnswers(p, CauseAnswerFailures, detail) {
+			r.logSuspicion(p, at, true, CauseAnswerFailures, detail)
+		}
 		return
 	}
 	if !r.mayDieByAnswers(p, h) {
-		r.suspectByAnswers(p, "", "")
+		detail := fmt.Sprintf("answer failed (%s, %d in a row), but dead by answers would leave more than max_answer_dead out", class, n)
+		if r.suspectByAnswers(p, CauseAnswerFailures, detail) {
+			r.logSuspicion(p, at, true, CauseAnswerFailures, detail)
+		}
 		p.answers.mu.Lock()
 		logged := p.answers.capLogged
 		p.answers.capLogged = true
