@@ -354,7 +354,11 @@ func Purge(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stdout, "purged %v stored response(s) of %s\n", out["purged"], conf.Printable(pos[0]))
 	if acks, ok := out["acknowledged"].([]any); ok && len(acks) > 0 {
-		fmt.Fprintf(stdout, "acknowledged by %d member(s): %s\n", len(acks), conf.Printable(fmt.Sprint(acks...)))
+		names := make([]string, len(acks))
+		for i, a := range acks {
+			names[i] = conf.Printable(fmt.Sprint(a))
+		}
+		fmt.Fprintf(stdout, "acknowledged by %d member(s): %s\n", len(acks), strings.Join(names, ", "))
 	}
 	return exitOK
 }

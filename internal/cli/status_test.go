@@ -60,3 +60,23 @@ func TestStatusColour(t *testing.T) {
 		t.Fatalf("coloured table:\n%q", b.String())
 	}
 }
+
+// TestPurgeNamesEachMember: the members that acknowledged a purge are
+// printed one by one, not run together.
+func TestPurgeNamesEachMember(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodDelete || r.URL.Path != "/cache" {
+			http.NotFound(w, r)
+			return
+		}
+		w.Write([]byte(`{"purged": 1, "acknowledged": ["b", "c"]}`))
+	}))
+	defer srv.Close()
+	var out, errOut bytes.Buffer
+	if code := Purge(context.Background(), []string{"-admin", srv.URL, "http://o.test/x"}, &out, &errOut); code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut.String())
+	}
+	if !strings.Contains(out.String(), "acknowledged by 2 member(s): b, c\n") {
+		t.Fatalf("purge printed:\n%s", out.String())
+	}
+}
