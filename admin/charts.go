@@ -42,6 +42,10 @@ func chart(title, unit string, lines ...line) template.HTML {
 	fmt.Fprintf(&b, `<svg class="chart" viewBox="0 0 %d %d" width="%d" height="%d" role="img" aria-label="%s">`, chartW, chartH, chartW, chartH, template.HTMLEscapeString(title))
 	fmt.Fprintf(&b, `<title>%s, last 15 minutes (max %s)</title>`, template.HTMLEscapeString(title), fmtValue(top, unit))
 	b.WriteString(`<line class="axis" x1="0" y1="35.5" x2="180" y2="35.5"/>`)
+	// The scale: the top of the chart is the window's largest value, and
+	// the chart says so (a flat line at 0.2/s and one at 200/s look alike).
+	b.WriteString(`<line class="axis top" x1="0" y1="4.5" x2="180" y2="4.5"/>`)
+	fmt.Fprintf(&b, `<text class="max" x="178" y="12" text-anchor="end">max %s</text>`, template.HTMLEscapeString(fmtValue(top, unit)))
 	for _, l := range lines {
 		if len(l.values) == 0 {
 			continue

@@ -129,7 +129,9 @@ func (a *API) statusPage(w http.ResponseWriter, r *http.Request) {
 		if s.ConnectTime > 0 {
 			row.Connect = fmt.Sprintf("%.1f ms", float64(s.ConnectTime)/float64(time.Millisecond))
 		}
-		if p.Type() == peers.Parent {
+		if p.Type() == peers.Parent && p.State() == peers.Alive && p.RecentHeadMs() > 0 {
+			// A dead or idle parent has no recent times to be judged by:
+			// a share beside it would be a number about nothing.
 			row.Share = fmt.Sprintf("%.2f", p.LatencyShare())
 		}
 		var notes []string

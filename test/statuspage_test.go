@@ -75,6 +75,14 @@ func TestStatusPageInABrowser(t *testing.T) {
 	if !regexp.MustCompile(`requests, last 15 minutes \(max [1-9]`).MatchString(dom) {
 		t.Errorf("no request rate charted for alpha:\n%s", dom)
 	}
+	// Each chart shows its scale on the chart itself.
+	if !regexp.MustCompile(`<text class="max"[^>]*>max [0-9.]+ /s</text>`).MatchString(dom) {
+		t.Errorf("no scale drawn on the request chart:\n%s", dom)
+	}
+	// bravo is dead: no latency share beside it.
+	if m := regexp.MustCompile(`(?s)<td class="peer">bravo</td>.*?<td class="num share">([^<]*)</td>`).FindStringSubmatch(dom); m == nil || m[1] != "" {
+		t.Errorf("bravo, dead, shows a latency share %q", m)
+	}
 	shot := filepath.Join(dir, "status.png")
 	chrome("--screenshot="+shot, "--window-size=1200,700", url)
 	f, err := os.Open(shot)
