@@ -631,3 +631,32 @@ func TestLateExtraBytesNeverAnswer(t *testing.T) {
 		})
 	}
 }
+
+// TestTraceContextPassesToTheParent: W3C trace context (traceparent,
+// tracestate) reaches the next hop as the client sent it, so a trace
+// spans the proxy hierarchy.
+func TestTraceContextPassesToTheParent(t *testing.T) {
+	got := make(chan [2]string, 4)
+	par := newRawParent(t, "a", func(r *http.Request) string {
+		got <- [2]string{r.Header.Get("Traceparent"), r.Header.Get("Tracestate")}
+		return okAnswer("Cache-Control: no-store\r\n", "traced")
+	})
+	p := startPeerd(t, baseConfig+peerBlock("", par))
+	req, _ := http.NewRequest("GET", "http://o.test/traced", nil)
+	const tp, ts = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "congo=t61rcWkgMzE"
+	req.Header.Set("traceparent", tp)
+	req.Header.Set("tracestate", ts)
+	resp, err := p.client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	select {
+	case h := <-got:
+		if h[0] != tp || h[1] != ts {
+			t.Fatalf("the parent saw traceparent %q, tracestate %q; want the client's", h[0], h[1])
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the request never reached the parent")
+	}
+}
