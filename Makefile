@@ -5,7 +5,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 PREFIX  ?= /usr/local
 
-.PHONY: build run test race e2e vet lint fuzz bench soak chaos cover ci install clean
+.PHONY: build run test check race e2e vet lint fuzz bench soak chaos cover ci install clean
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/peerd
@@ -21,6 +21,15 @@ test:
 	$(GO) test -race -count=1 -timeout 20m ./...
 
 race: test
+
+# What a contributor runs before every commit (about 2 minutes): lint, every
+# package's unit tests, and the fast end-to-end subset below (the binary,
+# its CLI, config checks, access rules, metrics and the monitoring pack).
+# make test is still the gate: it runs everything with the race detector.
+E2E_FAST := TestCLI|TestReadyz|TestOperatorMetrics|TestMonitoring|TestRoutesTiersAndRules|TestRulesOnRequestFields|TestTraceContext|TestExtraBytesNeverAnswer|TestCheck|TestEmbeddedDefault
+check: lint
+	$(GO) test -count=1 $$($(GO) list ./... | grep -v -e '/test$$' -e '/test/chaos$$') ./test/chaos
+	$(GO) test -count=1 -run '^($(E2E_FAST))' ./test/
 
 e2e:
 	$(GO) test -race -count=1 -timeout 20m ./test/...

@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -52,14 +53,19 @@ func TestDependencyDirection(t *testing.T) {
 		"icp":                 {"peers", "internal/conf"},
 		"internal/squidimport": {"internal/config", "cache", "forwarding", "internal/match", "internal/conf",
 			"access", "admin", "auth", "fleet", "icp", "peers", "selection", "dialer", "internal/h1", "internal/atomicfile", "internal/stall", "internal/rendezvous"},
-		"internal/cli": {"admin", "internal/config", "selection", "internal/conf",
-			"access", "auth", "cache", "fleet", "forwarding", "icp", "peers", "dialer", "internal/h1", "internal/match", "internal/atomicfile", "internal/stall", "internal/rendezvous"},
+		// The CLI reads [admin] itself: it links the admin client, not the
+		// config decoder and the engine behind it (forwarding, dialer, ...).
+		"internal/cli": {"admin", "selection", "internal/conf",
+			"cache", "fleet", "peers", "internal/h1", "internal/match", "internal/atomicfile", "internal/rendezvous"},
 	}
 	owners := map[string]string{
 		"github.com/hashicorp/go-memdb":   "peers",
 		"github.com/gorilla/mux":          "admin",
 		"github.com/hashicorp/memberlist": "fleet",
-		"github.com/BurntSushi/toml":      "internal/config",
+		// The CLI decodes the [admin] table alone, so that a mistake
+		// elsewhere in the file never stops status, reload or drain, and
+		// without linking the engine that internal/config does.
+		"github.com/BurntSushi/toml": "internal/config internal/cli",
 	}
 	for pkg, ok := range allowed {
 		out, err := exec.Command("go", "list", "-deps", "./"+pkg).Output()
@@ -83,7 +89,7 @@ func TestDependencyDirection(t *testing.T) {
 			t.Fatalf("go list %s: %v", pkg, err)
 		}
 		for _, imp := range strings.Fields(string(out)) {
-			if owner, ok := owners[imp]; ok && owner != pkg {
+			if owner, ok := owners[imp]; ok && !slices.Contains(strings.Fields(owner), pkg) {
 				t.Errorf("%s imports %s, which only %s may use", pkg, imp, owner)
 			}
 			if imp == mod+"cmd/peerd" {
