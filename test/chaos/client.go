@@ -273,7 +273,8 @@ func (c *client) judge(e exchange, resp *http.Response, got []byte, readErr erro
 		return verdict{outcome: "ok"}
 	case resp.StatusCode == 200 && version > 0:
 		if want := body(path, version, size); !bytes.Equal(got, want) {
-			return violation(inv, "%s v%d: %d bytes, not the origin's %d", path, version, len(got), len(want))
+			return violation(inv, "%s v%d: %d bytes, not the origin's %d (%s; %s)", path, version, len(got), len(want),
+				answerFacts(resp, got), whichBody(path, version, size, got))
 		}
 		return verdict{outcome: "ok"}
 	case resp.StatusCode == 206 && e.kind == ranged && version > 0:
@@ -285,6 +286,24 @@ func (c *client) judge(e exchange, resp *http.Response, got []byte, readErr erro
 		return verdict{outcome: "ok"}
 	}
 	return violation(inv, "%s: status %d, ETag %q, fault %q (%s)", e.kind, resp.StatusCode, resp.Header.Get("ETag"), f, answerFacts(resp, got))
+}
+
+// whichBody says where got parts from the body of v: the first byte that
+// differs, and which nearby version's body it is, if any.
+func whichBody(path string, v uint64, size int, got []byte) string {
+	want := body(path, v, size)
+	at := 0
+	for at < len(got) && at < len(want) && got[at] == want[at] {
+		at++
+	}
+	for d := uint64(1); d <= 5; d++ {
+		for _, w := range []uint64{v - d, v + d} {
+			if w > 0 && bytes.Equal(got, body(path, w, size)) {
+				return fmt.Sprintf("first difference at byte %d; it is v%d's body", at, w)
+			}
+		}
+	}
+	return fmt.Sprintf("first difference at byte %d; no nearby version's body", at)
 }
 
 // answerFacts are what a violation report needs to tell where an answer
@@ -315,7 +334,8 @@ func (c *client) tunnelEcho(cc *clientConn, e exchange, resp *http.Response) ver
 	}
 	back := make([]byte, len(msg))
 	if _, err := io.ReadFull(cc.br, back); err != nil {
-		return violation("I2", "CONNECT: reading the echo: %v", err)
+		return violation("I2", "CONNECT: reading the echo at %s: %v (%s; kills of that parent at %v)", time.Now().Format("15:04:05.000"),
+			err, answerFacts(resp, nil), c.rec.killTimes(resp.Header.Get("X-Chaos-Parent")))
 	}
 	if !bytes.Equal(back, msg) {
 		return violation("I1", "CONNECT: the echo differs from what was sent")

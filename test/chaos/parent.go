@@ -73,6 +73,17 @@ func (r *record) killedBetween(parent string, from, to time.Time) bool {
 	return false
 }
 
+// killTimes are the times parent was killed (for a report).
+func (r *record) killTimes(parent string) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []string
+	for _, t := range r.kills[parent] {
+		out = append(out, t.Format("15:04:05.000"))
+	}
+	return out
+}
+
 func (r *record) posted(id uint64) {
 	r.mu.Lock()
 	r.posts[id]++
