@@ -312,6 +312,15 @@
 //   - Operator state (state_file) is JSON, versioned, written atomically;
 //     liveness is never restored: every peer is probed again.
 //
+// Traces (issue 51).
+//
+//   - tracing is a package the architecture's map does not have: the
+//     OpenTelemetry SDK was not added (a new module is chosen by
+//     measurement, and two small files do what peerd needs: W3C trace
+//     context, a sampling decision, and OTLP/HTTP with the JSON encoding,
+//     which every collector accepts). An untraced request costs a nil
+//     test at three points; the CPU at 1 % sampling is not measured yet.
+//
 // Routes, tiers and rules (issue 24).
 //
 //   - internal/match is the one matcher of [[rule]] and [[route]]; both

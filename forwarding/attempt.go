@@ -43,6 +43,9 @@ func (p progress) String() string { return progressNames[p] }
 type attempt struct {
 	p        *Proxy
 	hop      selection.Hop
+	// span is this attempt's trace span, when its request is traced
+	// (trace.go).
+	span *attemptSpan
 	progress progress
 	// reused: the connection sat idle in a pool before this attempt.
 	reused bool

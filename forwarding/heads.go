@@ -12,13 +12,14 @@ import (
 	"github.com/peerd/peerd/internal/h1"
 	"github.com/peerd/peerd/peers"
 	"github.com/peerd/peerd/selection"
+	"github.com/peerd/peerd/tracing"
 )
 
 // appendHead appends the request head for hop: absolute URI to peers,
 // origin-form to the origin; hop-by-hop fields removed; Host from the
 // URI; Via and X-Forwarded-For appended; the peer's login; framing by the
 // body as peerd sends it.
-func (rq *request) appendHead(b []byte, hop selection.Hop) []byte {
+func (rq *request) appendHead(b []byte, hop selection.Hop, span *attemptSpan) []byte {
 	req := &rq.req
 	cfg := rq.gen.cfg
 	b = append(b, req.Method...)
@@ -65,6 +66,8 @@ func (rq *request) appendHead(b []byte, hop selection.Hop) []byte {
 		case sibling && f.Kind == h1.CacheControl:
 			cc = true
 			continue
+		case span != nil && len(f.Name) == len("traceparent") && h1.EqualFold(f.Name, "traceparent"):
+			continue // this attempt is the next hop's parent span (below)
 		case stale != nil && (f.Kind == h1.IfNoneMatch || f.Kind == h1.IfModifiedSince):
 			// Revalidating: the cache's own validators go instead, and
 			// the client's preconditions are answered from the result.
@@ -74,6 +77,10 @@ func (rq *request) appendHead(b []byte, hop selection.Hop) []byte {
 	}
 	if stale != nil {
 		b = stale.AppendConditionals(b)
+	}
+	if span != nil {
+		b = append(b, "traceparent: "...)
+		b = append(tracing.AppendTraceparent(b, span.trace.Trace, span.id), "\r\n"...)
 	}
 	if !cfg.reqNoVia {
 		b = cfg.appendVia(b, req.Fields, via)

@@ -29,6 +29,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/peerd/peerd/tracing"
 	"math/rand/v2"
 	"net"
 	"net/netip"
@@ -156,6 +157,8 @@ type Proxy struct {
 	tunnels tunnelSet
 	conns   connSet
 	users   userAddrs
+	// tracer exports traced requests' spans (nil: [trace] is off).
+	tracer atomic.Pointer[tracing.Exporter]
 
 	janitorOnce sync.Once
 	stop        chan struct{} // closed by Shutdown

@@ -10,6 +10,7 @@ package forwarding
 import (
 	"bytes"
 	"errors"
+	"github.com/peerd/peerd/tracing"
 	"io"
 	"net/netip"
 	"time"
@@ -29,9 +30,11 @@ type client struct {
 
 // request is one client request.
 type request struct {
-	gen    *generation
-	from   *client
-	start  time.Time
+	gen   *generation
+	from  *client
+	start time.Time
+	// trace is the request's trace when it is sampled (trace.go).
+	trace  *tracing.Request
 	head   []byte // the request head, copied out of the connection's buffer
 	req    h1.Request
 	method string // shared constants for the common methods: no allocation

@@ -30,6 +30,7 @@ var (
 // the pool when its answer was short enough to read past, else it is
 // closed; the peer's in-flight slot is freed.
 func (a *attempt) release() {
+	a.endSpan()
 	if a.conn != nil {
 		if a.final && a.err == nil && !a.tunnel && a.drain() {
 			a.repool(time.Now())
@@ -96,7 +97,8 @@ func (a *attempt) roundTrip(rq *request, side clientSide, fbt time.Duration) {
 	c := a.conn
 	cfg := rq.gen.cfg
 	b := &rq.body
-	out := rq.appendHead(a.out[:0], a.hop)
+	a.beginSpan(rq)
+	out := rq.appendHead(a.out[:0], a.hop, a.span)
 	headLen := len(out)
 	chunkedOut := b.trailered()
 	if b.state == buffered && !chunkedOut {

@@ -77,6 +77,7 @@ func (tx *txn) serve() outcome {
 		return closeConn
 	}
 	rq.method = methodString(req.Method)
+	tx.beginTrace()
 	tx.w.keepAlive = req.KeepAlive
 	rq.body.done = !rq.hasBody()
 	if e := tx.verifyMember(); e != nil {
@@ -205,6 +206,7 @@ func (tx *txn) finish() {
 	}
 	elapsed := time.Since(tx.rq.start)
 	hier := tx.hierarchy()
+	tx.finishTrace(tx.rq.start.Add(elapsed), hier)
 	p.metrics.observeRequest(&tx.cc.memo, tx.w.status, hier, elapsed)
 	tx.countBytes()
 	if al := tx.rq.gen.log; al != nil {

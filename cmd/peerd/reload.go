@@ -196,6 +196,7 @@ func (s *server) commit(st *staged, old *config.File) {
 	s.reg.SetGroups(routeGroups(cfg))
 	s.reg.SetMatched(hashing(cfg))
 	s.stalls.SetOn(cfg.Health.StallGuard)
+	s.applyTrace(cfg.Trace)
 	var basic forwarding.Authenticator
 	if st.basic != nil {
 		basic = st.basic

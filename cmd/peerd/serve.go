@@ -237,6 +237,7 @@ func (s *server) shutdown(sigs <-chan os.Signal) error {
 		s.icpQ.Close()
 	}
 	s.proxy.CloseIdle()
+	s.closeTrace()
 	s.proxy.Cache().Close()
 	s.wg.Wait()
 	if s.access != nil {

@@ -8,6 +8,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"github.com/peerd/peerd/tracing"
 	"io"
 	"log"
 	"net"
@@ -51,9 +52,12 @@ func (w debugWriter) Write(b []byte) (int, error) {
 
 // server wires the packages together and owns listeners and signals.
 type server struct {
-	path  string
-	log   *logrus.Logger
-	phase atomic.Int32 // phaseStarting, phaseServing, phaseStopping: readiness
+	path string
+	log  *logrus.Logger
+	// tracer is the span exporter in force (nil: [trace] off); changed
+	// only under reloading.
+	tracer *tracing.Exporter
+	phase  atomic.Int32 // phaseStarting, phaseServing, phaseStopping: readiness
 	// reloads is the last reload's result and time (the start counts as
 	// one that succeeded): metrics and the status page.
 	reloads reloadRecord
@@ -185,6 +189,7 @@ func newServer(path string, cfg *config.File, stderr io.Writer) (*server, error)
 	if err != nil {
 		return nil, err
 	}
+	s.applyTrace(cfg.Trace)
 	// A process started by a binary upgrade takes the disk store over
 	// once the old one lets go; any other fails when another peerd
 	// holds it.

@@ -8,6 +8,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"github.com/peerd/peerd/tracing"
 	"os"
 	"reflect"
 	"slices"
@@ -42,6 +43,7 @@ type File struct {
 	ICP       icp.Config            `toml:"icp"`
 	Auth      auth.Config           `toml:"auth"`
 	Log       LogConfig             `toml:"log"`
+	Trace     tracing.Config        `toml:"trace"`
 	Peers     []peers.Spec          `toml:"peer"`
 	Routes    []selection.RouteSpec `toml:"route"`
 	Rules     []forwarding.RuleSpec `toml:"rule"`
@@ -120,6 +122,7 @@ func Default() File {
 		ICP:       icp.DefaultConfig(),
 		Auth:      auth.DefaultConfig(),
 		Log:       LogConfig{Level: LogLevel(logrus.InfoLevel), Format: "text", StripQueryTerms: true, AccessLogFormat: "squid"},
+		Trace:     tracing.DefaultConfig(),
 	}
 }
 
@@ -457,6 +460,7 @@ func Sections(c *File) map[string]any {
 	return map[string]any{
 		"proxy": &c.Proxy, "access": &c.Access, "health": &c.Health, "selection": &c.Selection,
 		"admin": &c.Admin, "cache": &c.Cache, "fleet": &c.Fleet, "icp": &c.ICP, "auth": &c.Auth, "log": &c.Log,
+		"trace": &c.Trace,
 	}
 }
 

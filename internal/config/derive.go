@@ -36,6 +36,7 @@ func (c *File) validate() []error {
 	es.Add(c.ICP.Validate())
 	es.Add(c.Auth.Validate())
 	es.Add(c.Log.Validate())
+	es.Add(c.Trace.Validate())
 	es.Add(peers.ValidateSpecs(c.Peers))
 	if _, err := c.CompiledRoutes(); err != nil {
 		es.Add(err)

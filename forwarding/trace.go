@@ -1,0 +1,93 @@
+package forwarding
+
+// This file holds the proxy's side of tracing ([trace], package
+// tracing): the sampling decision when a request is read, one span per
+// attempt at a next hop (its ID sent on as traceparent, so the parent's
+// spans hang under it), and the request's own span when it is logged.
+// An untraced request costs a nil test at each of these points.
+
+import (
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/peerd/peerd/tracing"
+)
+
+// attemptSpan is a traced attempt's span while it runs.
+type attemptSpan struct {
+	trace *tracing.Request
+	id    tracing.SpanID
+	start time.Time
+}
+
+// SetTracer puts e in force for new requests (nil: tracing off).
+func (p *Proxy) SetTracer(e *tracing.Exporter) { p.tracer.Store(e) }
+
+// beginTrace decides whether the request just parsed is traced.
+func (tx *txn) beginTrace() {
+	if e := tx.p.tracer.Load(); e != nil {
+		tx.rq.trace = tracing.Begin(tx.rq.req.Get("Traceparent"), e.Config().Sample, rand.Float64(), tx.rq.start)
+	}
+}
+
+// beginSpan starts a's span when its request is traced.
+func (a *attempt) beginSpan(rq *request) {
+	if rq.trace == nil || a.span != nil {
+		return
+	}
+	id, at := rq.trace.Attempt(time.Now())
+	a.span = &attemptSpan{trace: rq.trace, id: id, start: at}
+}
+
+// endSpan exports a's span, once.
+func (a *attempt) endSpan() {
+	s := a.span
+	if s == nil {
+		return
+	}
+	a.span = nil
+	e := a.p.tracer.Load()
+	if e == nil {
+		return
+	}
+	attrs := []tracing.Attr{tracing.String("server.address", hopName(a.hop))}
+	if a.hop.Peer == nil {
+		attrs[0] = tracing.String("server.address", "DIRECT")
+	}
+	failed := ""
+	switch {
+	case a.err != nil:
+		failed = a.err.Error()
+	case a.status > 0:
+		attrs = append(attrs, tracing.Int("http.response.status_code", int64(a.status)))
+		if a.status >= 500 {
+			failed = strconv.Itoa(a.status)
+		}
+	}
+	e.Export(tracing.Span{Trace: s.trace.Trace, ID: s.id, Parent: s.trace.ID, Name: "attempt " + attrs[0].Str,
+		Kind: tracing.KindClient, Start: s.start, End: time.Now(), Attrs: attrs, Error: failed})
+}
+
+// finishTrace exports the request's span.
+func (tx *txn) finishTrace(end time.Time, hier string) {
+	rq := &tx.rq
+	e := tx.p.tracer.Load()
+	if rq.trace == nil || e == nil {
+		return
+	}
+	st := tx.w.status
+	attrs := []tracing.Attr{
+		tracing.String("http.request.method", rq.method),
+		tracing.String("url.full", urlString(rq.req.Target)),
+		tracing.Int("http.response.status_code", int64(st)),
+		tracing.String("client.address", rq.from.str),
+		tracing.String("peerd.hierarchy", hier),
+	}
+	failed := ""
+	if st >= 500 {
+		failed = http.StatusText(st)
+	}
+	e.Export(rq.trace.Span(rq.method, end, attrs, failed))
+}
