@@ -126,4 +126,3 @@ func explainJoin(err error) string {
 	}
 	return "no member answered"
 }
-

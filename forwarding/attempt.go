@@ -41,11 +41,11 @@ func (p progress) String() string { return progressNames[p] }
 // to release, the response it reads there (resp, body), and the in-flight
 // slot it holds at its peer (begun).
 type attempt struct {
-	p        *Proxy
-	hop      selection.Hop
+	p   *Proxy
+	hop selection.Hop
 	// span is this attempt's trace span, when its request is traced
 	// (trace.go).
-	span *attemptSpan
+	span     *attemptSpan
 	progress progress
 	// reused: the connection sat idle in a pool before this attempt.
 	reused bool

@@ -150,7 +150,7 @@ type Attr struct {
 }
 
 // String and Int make attributes.
-func String(k, v string) Attr { return Attr{Key: k, Str: v} }
+func String(k, v string) Attr    { return Attr{Key: k, Str: v} }
 func Int(k string, v int64) Attr { return Attr{Key: k, Int: v, IsI: true} }
 
 // Span is one finished span.

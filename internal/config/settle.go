@@ -45,4 +45,3 @@ func (ps Problems) typeErrorsAlone() Problems {
 
 // where is the key and line a problem is about.
 func (p Problem) where() string { return fmt.Sprintf("%d %s", p.line, p.key) }
-

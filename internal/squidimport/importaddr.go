@@ -105,4 +105,3 @@ func (s *squidImport) lossyAccess(what string, line int) {
 		s.lossy = append(s.lossy, s.notes[len(s.notes)-1])
 	}
 }
-
