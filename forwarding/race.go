@@ -163,10 +163,11 @@ func (w *walker) raceConnects(hop selection.Hop, delay time.Duration) *attempt {
 	// next takes the plan's next hop: an idle connection to it ends the
 	// race at once; otherwise it is dialled.
 	next := func(racing bool) (*attempt, bool) {
-		h, ok := w.plan.Next()
-		for racing && ok && h.Peer != nil && h.Peer.Suspect() {
-			h, ok = w.plan.Next() // a race is run with healthy hops only
+		take := w.plan.Next
+		if racing {
+			take = w.plan.NextHealthy // a race is run with healthy hops only
 		}
+		h, ok := take()
 		if !ok {
 			return nil, false
 		}
@@ -248,10 +249,7 @@ func (w *walker) hedge(a *attempt) (sent, refused bool) {
 		p.metrics.hedgeRefused()
 		return false, true
 	}
-	h, ok := w.plan.Next()
-	for ok && h.Peer != nil && h.Peer.Suspect() {
-		h, ok = w.plan.Next() // a hedge goes to a healthy hop: a suspect one is no better bet
-	}
+	h, ok := w.plan.NextHealthy()
 	var uc *upConn
 	if ok {
 		h, uc, ok = w.take(h, true)

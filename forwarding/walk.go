@@ -166,12 +166,8 @@ func (w *walker) healthyLeft() bool {
 		return true
 	}
 	c := w.plan
-	for h, ok := c.Next(); ok; h, ok = c.Next() {
-		if h.Peer == nil || !h.Peer.Suspect() {
-			return true
-		}
-	}
-	return false
+	_, ok := c.NextHealthy()
+	return ok
 }
 
 // hedgeAllowed reports whether a's late head may be hedged now: always

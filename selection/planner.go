@@ -272,6 +272,17 @@ func (pl *Planner) plan(rt Routing, r Request, dry bool) Plan {
 	return p
 }
 
+// NextHealthy returns the next hop that is not suspect (DIRECT counts as
+// healthy), passing the suspect ones by: a hedge or a connect race goes
+// to a healthy hop only, a suspect one being no better bet.
+func (p *Plan) NextHealthy() (Hop, bool) {
+	h, ok := p.Next()
+	for ok && h.Peer != nil && h.Peer.Suspect() {
+		h, ok = p.Next()
+	}
+	return h, ok
+}
+
 // Next returns the next hop, re-checking eligibility now. The walk is the
 // same for every policy: siblings (for GET and HEAD), DIRECT when
 // preferred, parents by policy (healthy ones first, then suspect ones),
