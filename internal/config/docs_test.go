@@ -157,3 +157,28 @@ func TestManPageCoversEveryKey(t *testing.T) {
 		}
 	}
 }
+
+// TestEveryKeyIsExplained: no key of the reference or the man page has an
+// empty meaning (quick_abort_max and quick_abort_pct had none).
+func TestEveryKeyIsExplained(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/configuration.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	row := regexp.MustCompile("^\\| `(\\w+)` \\|[^|]*\\|(.*)\\|$")
+	for _, l := range strings.Split(string(doc), "\n") {
+		if m := row.FindStringSubmatch(l); m != nil && strings.TrimSpace(m[2]) == "" {
+			t.Errorf("docs/configuration.md: %s has no meaning", m[1])
+		}
+	}
+	man, err := os.ReadFile("../../man/peerd.toml.5")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(string(man), "\n")
+	for i, l := range lines {
+		if l == ".TP" && i+2 < len(lines) && strings.TrimSpace(lines[i+2]) == "" {
+			t.Errorf("peerd.toml(5): %s has no meaning", lines[i+1])
+		}
+	}
+}
