@@ -155,8 +155,8 @@ func (r *race) finish(won *attempt) {
 func (w *walker) raceConnects(hop selection.Hop, delay time.Duration) *attempt {
 	p := w.p
 	r := w.newRace()
-	latest, latestAt := hop, time.Now()
-	var stretched time.Duration // of the hedge delay, by peerd's own stalls
+	latest := hop
+	stalls := p.stalls.Since(time.Now()) // of the hedge delay
 	r.dial(hop)
 	timer := time.NewTimer(delay)
 	defer timer.Stop()
@@ -179,7 +179,7 @@ func (w *walker) raceConnects(hop selection.Hop, delay time.Duration) *attempt {
 			r.finish(nil)
 			return w.attemptOn(h, uc, true), true
 		}
-		latest, latestAt, stretched = h, time.Now(), 0
+		latest, stalls = h, p.stalls.Since(time.Now())
 		r.dial(h)
 		timer.Reset(p.hedgeDelay(w.rq.gen.cfg, h))
 		return nil, true
@@ -208,10 +208,9 @@ func (w *walker) raceConnects(hop selection.Hop, delay time.Duration) *attempt {
 				}
 			}
 		case <-timer.C:
-			if s := p.stalls.Stalled(latestAt, time.Now()) - stretched; s > 0 {
+			if s := stalls.More(time.Now()); s > 0 {
 				// peerd itself was stalled meanwhile (stall_guard): the
 				// delay stretches by it before anyone is called slow.
-				stretched += s
 				timer.Reset(s)
 				continue
 			}

@@ -274,13 +274,12 @@ func (a *attempt) receive(rq *request, side clientSide, sent, late time.Time) {
 	// stretch moves the deadlines on by the time peerd itself was stalled
 	// since the request went out (stall_guard), counted once: a deadline
 	// that fired because peerd did not run is no parent's lateness.
-	var stretched time.Duration
+	stalls := a.p.stalls.Since(sent)
 	stretch := func(now time.Time) bool {
-		s := a.p.stalls.Stalled(sent, now) - stretched
-		if s <= 0 {
+		s := stalls.More(now)
+		if s == 0 {
 			return false
 		}
-		stretched += s
 		deadline = deadline.Add(s)
 		if !late.IsZero() {
 			late = late.Add(s)

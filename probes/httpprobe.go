@@ -40,7 +40,7 @@ func (pr *Prober) httpProbe(ctx context.Context, p *peers.Peer) error {
 	defer conn.Close()
 	deadline := pr.reg.HTTPProbeTimeout(p)
 	start := time.Now()
-	sc := &stretchConn{Conn: conn, g: pr.stalls, start: start, deadline: start.Add(deadline)}
+	sc := &stretchConn{Conn: conn, stalls: pr.stalls.Since(start), deadline: start.Add(deadline)}
 	conn.SetDeadline(sc.deadline)
 	status, err := exchangeProbe(sc, probeRequest(pr.reg.Health().HTTPProbe, p))
 	now := time.Now()
@@ -103,10 +103,8 @@ func exchangeProbe(conn net.Conn, req string) (int, error) {
 // so a parent is blamed for a timeout only when it had all of it.
 type stretchConn struct {
 	net.Conn
-	g         *stall.Guard
-	start     time.Time
-	deadline  time.Time
-	stretched time.Duration
+	stalls   stall.Stretch
+	deadline time.Time
 }
 
 func (c *stretchConn) Read(b []byte) (int, error) {
@@ -115,11 +113,10 @@ func (c *stretchConn) Read(b []byte) (int, error) {
 		if err == nil || n > 0 || probeClass(err) != peers.AnswerTimeout {
 			return n, err
 		}
-		s := c.g.Stalled(c.start, time.Now()) - c.stretched
-		if s <= 0 {
+		s := c.stalls.More(time.Now())
+		if s == 0 {
 			return n, err
 		}
-		c.stretched += s
 		c.deadline = c.deadline.Add(s)
 		c.Conn.SetDeadline(c.deadline)
 	}

@@ -99,3 +99,34 @@ func TestWithTimeoutStretches(t *testing.T) {
 		}
 	})
 }
+
+// TestStretchCountsAStallOnce: a deadline moves on by each stall once,
+// however often it asks; a nil guard never moves it.
+func TestStretchCountsAStallOnce(t *testing.T) {
+	c := &clock{t: time.Unix(1000, 0)}
+	g := New(c.now)
+	s := g.Since(c.t)
+	c.t = c.t.Add(Tick)
+	g.Observe(c.t)
+	if d := s.More(c.t); d != 0 {
+		t.Fatalf("no stall: %v", d)
+	}
+	c.t = c.t.Add(200*time.Millisecond + Tick)
+	g.Observe(c.t)
+	if d := s.More(c.t); d != 200*time.Millisecond {
+		t.Fatalf("a 200 ms stall: %v", d)
+	}
+	if d := s.More(c.t); d != 0 {
+		t.Fatalf("asked again: %v", d)
+	}
+	c.t = c.t.Add(100*time.Millisecond + Tick)
+	g.Observe(c.t)
+	if d := s.More(c.t); d != 100*time.Millisecond {
+		t.Fatalf("a second stall: %v", d)
+	}
+	var off *Guard
+	n := off.Since(c.t)
+	if d := n.More(c.t.Add(time.Hour)); d != 0 {
+		t.Fatalf("a nil guard: %v", d)
+	}
+}
