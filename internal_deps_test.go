@@ -203,3 +203,25 @@ func TestArchitectureNamesExist(t *testing.T) {
 		}
 	}
 }
+
+// TestArchitectureTableNamesEveryPackage: docs/architecture.md's table of
+// packages has a row for each one (five were missing).
+func TestArchitectureTableNamesEveryPackage(t *testing.T) {
+	doc, err := os.ReadFile("docs/architecture.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command("go", "list", "./...").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pkg := range strings.Fields(string(out)) {
+		rel, ok := strings.CutPrefix(pkg, "github.com/peerd/peerd/")
+		if !ok {
+			continue // the root package: doc.go
+		}
+		if !strings.Contains(string(doc), "`"+rel+"/`") {
+			t.Errorf("docs/architecture.md has no row for %s/", rel)
+		}
+	}
+}
