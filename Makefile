@@ -50,7 +50,7 @@ FUZZ_TARGETS := \
 	internal/h1:FuzzRequest \
 	internal/h1:FuzzResponse \
 	selection:FuzzPlanner \
-	internal/config:FuzzParseConfig \
+	cmd/peerd/internal/config:FuzzParseConfig \
 	admin:FuzzStateBody \
 	cache:FuzzHTTPDate \
 	cache:FuzzRange \
@@ -61,7 +61,7 @@ FUZZ_TARGETS := \
 	cache:FuzzJournalRecord \
 	cache:FuzzDecodeHead \
 	forwarding:FuzzProxyStatus \
-	internal/squidimport:FuzzImportSquid \
+	cmd/peerd/internal/squidimport:FuzzImportSquid \
 	fleet:FuzzDecode \
 	fleet:FuzzForgedVerdicts \
 	fleet:FuzzMemberField \

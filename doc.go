@@ -229,9 +229,12 @@
 //     the deadlines, the raw poll-cycle I/O and h1's reused buffers that
 //     both sides share, or copy them, for no wall the types do not
 //     already give.
-//   - cmd/peerd is wiring: config decoding is internal/config, the Squid
-//     importer internal/squidimport, the admin commands internal/cli, the
-//     socket hand-over internal/handover.
+//   - cmd/peerd is wiring: config decoding is cmd/peerd/internal/config,
+//     the Squid importer cmd/peerd/internal/squidimport, the admin commands
+//     cmd/peerd/internal/cli, the socket hand-over
+//     cmd/peerd/internal/handover. They import the engine, so they live
+//     under cmd/peerd, where nothing below them can import them: internal/
+//     is the ground floor only (TestInternalIsTheGroundFloor).
 //   - Speed, against d42dd92 in the same runs (three runs of make bench's
 //     sections, median of three interleaved rounds each): a CONNECT
 //     tunnel, and a long uncached Content-Length body, move between plain
@@ -298,7 +301,7 @@
 //
 // Upgrades and restarts (issue 26).
 //
-//   - The socket hand-over on SIGUSR2 is our own (internal/handover),
+//   - The socket hand-over on SIGUSR2 is our own (cmd/peerd/internal/handover),
 //     not cloudflare/tableflip, which was tried first: tableflip keeps a
 //     duplicate of every socket it has seen for the life of the process
 //     and has no way to drop one, so a reload that moved the proxy port,

@@ -22,40 +22,42 @@ import (
 // internal/atomicfile (its journal); internal/h1 and
 // access nothing of ours; admin only peers, selection (the types
 // GET /plan renders) and cache (GET /cache);
-// internal/config (decoding the TOML) may import the packages whose
-// Config it fills, internal/squidimport only config and what its output
-// names, internal/cli (the admin commands) only admin, config and the
-// types it prints; nothing imports cmd/peerd, and nothing but cmd/peerd
-// imports squidimport or cli. Third-party libraries stay in their
-// owners: go-memdb in peers, gorilla/mux in admin, memberlist in fleet,
-// toml in internal/config.
+// cmd/peerd/internal/config (decoding the TOML) may import the packages
+// whose Config it fills, squidimport only config and what its output
+// names, cli (the admin commands) only admin and the types it prints;
+// they live under cmd/peerd, where nothing below can import them, so
+// internal/ holds only the ground floor (TestInternalIsTheGroundFloor).
+// Nothing imports cmd/peerd. Third-party libraries stay in their owners:
+// go-memdb in peers, gorilla/mux in admin, memberlist in fleet, toml in
+// config (and the CLI's [admin] reader).
 func TestDependencyDirection(t *testing.T) {
 	const mod = "github.com/peerd/peerd/"
 	allowed := map[string][]string{
-		"peers":               {"internal/conf"},
-		"dialer":              {"peers", "internal/conf", "internal/stall"},
-		"probes":              {"peers", "dialer", "internal/conf", "internal/stall"},
-		"selection":           {"peers", "internal/match", "internal/conf", "internal/rendezvous"},
-		"forwarding":          {"peers", "dialer", "selection", "internal/h1", "internal/match", "access", "cache", "auth", "internal/conf", "internal/atomicfile", "internal/stall", "internal/rendezvous"},
-		"auth":                {"internal/conf"},
-		"cache":               {"internal/h1", "internal/conf", "internal/atomicfile"},
-		"access":              {"internal/conf"},
-		"internal/h1":         {},
-		"internal/conf":       {},
-		"internal/atomicfile": {},
-		"internal/match":      {},
-		"internal/procs":      {},
-		"internal/stall":      {},
-		"internal/rendezvous": {},
-		"internal/handover":   {"internal/atomicfile"},
-		"admin":               {"peers", "selection", "internal/match", "cache", "fleet", "internal/h1", "internal/conf", "internal/atomicfile", "internal/rendezvous"},
-		"fleet":               {"peers", "internal/conf", "internal/rendezvous"},
-		"icp":                 {"peers", "internal/conf"},
-		"internal/squidimport": {"internal/config", "cache", "forwarding", "internal/match", "internal/conf",
+		"peers":                       {"internal/conf"},
+		"dialer":                      {"peers", "internal/conf", "internal/stall"},
+		"probes":                      {"peers", "dialer", "internal/conf", "internal/stall"},
+		"selection":                   {"peers", "internal/match", "internal/conf", "internal/rendezvous"},
+		"forwarding":                  {"peers", "dialer", "selection", "internal/h1", "internal/match", "access", "cache", "auth", "internal/conf", "internal/atomicfile", "internal/stall", "internal/rendezvous", "tracing"},
+		"tracing":                     {"internal/conf"},
+		"auth":                        {"internal/conf"},
+		"cache":                       {"internal/h1", "internal/conf", "internal/atomicfile"},
+		"access":                      {"internal/conf"},
+		"internal/h1":                 {},
+		"internal/conf":               {},
+		"internal/atomicfile":         {},
+		"internal/match":              {},
+		"internal/procs":              {},
+		"internal/stall":              {},
+		"internal/rendezvous":         {},
+		"cmd/peerd/internal/handover": {"internal/atomicfile"},
+		"admin":                       {"peers", "selection", "internal/match", "cache", "fleet", "internal/h1", "internal/conf", "internal/atomicfile", "internal/rendezvous"},
+		"fleet":                       {"peers", "internal/conf", "internal/rendezvous"},
+		"icp":                         {"peers", "internal/conf"},
+		"cmd/peerd/internal/squidimport": {"cmd/peerd/internal/config", "tracing", "cache", "forwarding", "internal/match", "internal/conf",
 			"access", "admin", "auth", "fleet", "icp", "peers", "selection", "dialer", "internal/h1", "internal/atomicfile", "internal/stall", "internal/rendezvous"},
 		// The CLI reads [admin] itself: it links the admin client, not the
 		// config decoder and the engine behind it (forwarding, dialer, ...).
-		"internal/cli": {"admin", "selection", "internal/conf",
+		"cmd/peerd/internal/cli": {"admin", "selection", "internal/conf",
 			"cache", "fleet", "peers", "internal/h1", "internal/match", "internal/atomicfile", "internal/rendezvous"},
 	}
 	owners := map[string]string{
@@ -64,8 +66,8 @@ func TestDependencyDirection(t *testing.T) {
 		"github.com/hashicorp/memberlist": "fleet",
 		// The CLI decodes the [admin] table alone, so that a mistake
 		// elsewhere in the file never stops status, reload or drain, and
-		// without linking the engine that internal/config does.
-		"github.com/BurntSushi/toml": "internal/config internal/cli",
+		// without linking the engine that the config decoder does.
+		"github.com/BurntSushi/toml": "cmd/peerd/internal/config cmd/peerd/internal/cli",
 	}
 	for pkg, ok := range allowed {
 		out, err := exec.Command("go", "list", "-deps", "./"+pkg).Output()
@@ -83,7 +85,7 @@ func TestDependencyDirection(t *testing.T) {
 			}
 		}
 	}
-	for _, pkg := range []string{"peers", "dialer", "probes", "selection", "forwarding", "admin", "fleet", "icp", "cmd/peerd", "internal/config", "internal/squidimport", "internal/cli"} {
+	for _, pkg := range []string{"peers", "dialer", "probes", "selection", "forwarding", "admin", "fleet", "icp", "cmd/peerd", "cmd/peerd/internal/config", "cmd/peerd/internal/squidimport", "cmd/peerd/internal/cli"} {
 		out, err := exec.Command("go", "list", "-f", "{{join .Imports \" \"}}", "./"+pkg).Output()
 		if err != nil {
 			t.Fatalf("go list %s: %v", pkg, err)
@@ -95,8 +97,24 @@ func TestDependencyDirection(t *testing.T) {
 			if imp == mod+"cmd/peerd" {
 				t.Errorf("%s imports cmd/peerd", pkg)
 			}
-			if (imp == mod+"internal/squidimport" || imp == mod+"internal/cli") && pkg != "cmd/peerd" {
-				t.Errorf("%s imports %s, which only cmd/peerd dispatches to", pkg, imp)
+		}
+	}
+}
+
+// TestInternalIsTheGroundFloor: no package under internal/ imports one of
+// the rooms above it (the config decoder, the importer, the CLI and the
+// hand-over, which do, live under cmd/peerd/internal).
+func TestInternalIsTheGroundFloor(t *testing.T) {
+	const mod = "github.com/peerd/peerd/"
+	out, err := exec.Command("go", "list", "-f", "{{.ImportPath}} {{join .Imports \" \"}}", "./internal/...").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		f := strings.Fields(line)
+		for _, imp := range f[1:] {
+			if rest, ours := strings.CutPrefix(imp, mod); ours && !strings.HasPrefix(rest, "internal/") {
+				t.Errorf("%s imports %s: an arrow back up", strings.TrimPrefix(f[0], mod), rest)
 			}
 		}
 	}

@@ -206,7 +206,9 @@ headers = ["X-Team: ^guests$"]
 	for _, nc := range held {
 		nc.Close()
 	}
+	// (c, kept alive, holds one connection: a new client per try would
+	// leave one more open each time, and stay over max_conn.)
 	waitFor(t, "requests served again once the connections closed", 5*time.Second, func() bool {
-		return do(p.client()) == 200
+		return do(c) == 200
 	})
 }

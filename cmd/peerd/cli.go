@@ -13,8 +13,8 @@ import (
 	"io"
 	"strings"
 
-	"github.com/peerd/peerd/internal/cli"
-	"github.com/peerd/peerd/internal/squidimport"
+	"github.com/peerd/peerd/cmd/peerd/internal/cli"
+	"github.com/peerd/peerd/cmd/peerd/internal/squidimport"
 )
 
 // subcommand is one word of the command line.

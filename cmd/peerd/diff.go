@@ -10,7 +10,7 @@ import (
 	"strings"
 
 	"github.com/peerd/peerd/admin"
-	"github.com/peerd/peerd/internal/config"
+	"github.com/peerd/peerd/cmd/peerd/internal/config"
 	"github.com/peerd/peerd/peers"
 )
 

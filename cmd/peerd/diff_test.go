@@ -7,7 +7,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/peerd/peerd/admin"
-	"github.com/peerd/peerd/internal/config"
+	"github.com/peerd/peerd/cmd/peerd/internal/config"
 	"github.com/peerd/peerd/peers"
 )
 

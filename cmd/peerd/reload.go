@@ -19,9 +19,9 @@ import (
 	"github.com/peerd/peerd/admin"
 	"github.com/peerd/peerd/auth"
 	"github.com/peerd/peerd/cache"
+	"github.com/peerd/peerd/cmd/peerd/internal/config"
 	"github.com/peerd/peerd/forwarding"
 	"github.com/peerd/peerd/icp"
-	"github.com/peerd/peerd/internal/config"
 )
 
 // reload re-reads the config file, as a transaction. Everything the new

@@ -18,7 +18,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
-	"github.com/peerd/peerd/internal/handover"
+	"github.com/peerd/peerd/cmd/peerd/internal/handover"
 	"github.com/peerd/peerd/internal/procs"
 )
 

@@ -26,12 +26,12 @@ import (
 	"github.com/peerd/peerd/admin"
 	"github.com/peerd/peerd/auth"
 	"github.com/peerd/peerd/cache"
+	"github.com/peerd/peerd/cmd/peerd/internal/config"
+	"github.com/peerd/peerd/cmd/peerd/internal/handover"
 	"github.com/peerd/peerd/dialer"
 	"github.com/peerd/peerd/fleet"
 	"github.com/peerd/peerd/forwarding"
 	"github.com/peerd/peerd/icp"
-	"github.com/peerd/peerd/internal/config"
-	"github.com/peerd/peerd/internal/handover"
 	"github.com/peerd/peerd/internal/stall"
 	"github.com/peerd/peerd/peers"
 	"github.com/peerd/peerd/probes"
@@ -83,7 +83,7 @@ type server struct {
 	access    *forwarding.AccessLog
 	reloading sync.Mutex
 	wg        sync.WaitGroup     // serving goroutines
-	upg       *handover.Upgrader // socket hand-over to the next binary (internal/handover)
+	upg       *handover.Upgrader // socket hand-over to the next binary (cmd/peerd/internal/handover)
 	peerTLS   atomic.Pointer[config.PeerTLS]
 	clientTLS clientTLS    // the TLS listener's certificate
 	tlsLn     net.Listener // guarded by mu; nil without tls_listen

@@ -20,8 +20,8 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/peerd/peerd/cmd/peerd/internal/config"
 	"github.com/peerd/peerd/internal/atomicfile"
-	"github.com/peerd/peerd/internal/config"
 	"github.com/peerd/peerd/peers"
 )
 

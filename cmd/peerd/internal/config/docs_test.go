@@ -62,7 +62,7 @@ func docKeys(t *testing.T, path string) map[string][]string {
 // [[route]] and [[rule]] examples).
 func exampleKeys(t *testing.T) map[string][]string {
 	t.Helper()
-	b, err := os.ReadFile("../../etc/peerd.toml")
+	b, err := os.ReadFile("../../../../etc/peerd.toml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,7 +112,7 @@ func exampleKeys(t *testing.T) map[string][]string {
 // one the decoder knows (the reference cannot drift from the code).
 func TestReferenceCoversEveryKey(t *testing.T) {
 	code := decoderKeys()
-	doc := docKeys(t, "../../docs/configuration.md")
+	doc := docKeys(t, "../../../../docs/configuration.md")
 	example := exampleKeys(t)
 	// A [[rule]]'s match keys are [[route]]'s, documented there once.
 	matchKeys := code["[[route]]"]
@@ -145,11 +145,11 @@ func TestReferenceCoversEveryKey(t *testing.T) {
 // TestManPageCoversEveryKey: peerd.toml(5) names every key the reference
 // does (it is made from it).
 func TestManPageCoversEveryKey(t *testing.T) {
-	b, err := os.ReadFile("../../man/peerd.toml.5")
+	b, err := os.ReadFile("../../../../man/peerd.toml.5")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for section, keys := range docKeys(t, "../../docs/configuration.md") {
+	for section, keys := range docKeys(t, "../../../../docs/configuration.md") {
 		for _, k := range keys {
 			if !strings.Contains(string(b), `\fB`+k+`\fR`) {
 				t.Errorf("%s %s: not in man/peerd.toml.5", section, k)
@@ -161,7 +161,7 @@ func TestManPageCoversEveryKey(t *testing.T) {
 // TestEveryKeyIsExplained: no key of the reference or the man page has an
 // empty meaning (quick_abort_max and quick_abort_pct had none).
 func TestEveryKeyIsExplained(t *testing.T) {
-	doc, err := os.ReadFile("../../docs/configuration.md")
+	doc, err := os.ReadFile("../../../../docs/configuration.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,7 +171,7 @@ func TestEveryKeyIsExplained(t *testing.T) {
 			t.Errorf("docs/configuration.md: %s has no meaning", m[1])
 		}
 	}
-	man, err := os.ReadFile("../../man/peerd.toml.5")
+	man, err := os.ReadFile("../../../../man/peerd.toml.5")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/peerd/peerd/cmd/peerd/internal/config"
 	"github.com/peerd/peerd/icp"
-	"github.com/peerd/peerd/internal/config"
 	"github.com/peerd/peerd/peers"
 	"github.com/peerd/peerd/selection"
 )

@@ -18,8 +18,8 @@ import (
 	"time"
 
 	"github.com/peerd/peerd/cache"
+	"github.com/peerd/peerd/cmd/peerd/internal/config"
 	"github.com/peerd/peerd/internal/conf"
-	"github.com/peerd/peerd/internal/config"
 )
 
 // squidPeer is one cache_peer line.

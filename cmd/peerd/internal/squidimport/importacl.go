@@ -21,7 +21,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/peerd/peerd/internal/config"
+	"github.com/peerd/peerd/cmd/peerd/internal/config"
 	"github.com/peerd/peerd/internal/match"
 )
 

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/peerd/peerd/internal/config"
+	"github.com/peerd/peerd/cmd/peerd/internal/config"
 	"github.com/peerd/peerd/internal/match"
 )
 
@@ -179,7 +179,7 @@ func routeFor(t *testing.T, c *config.File, host string) ([]string, string) {
 // line counts when nothing about it is listed as not carried over (an
 // acl line when its acl can be expressed). The figure is printed.
 func TestImportSharedCorpus(t *testing.T) {
-	dir := filepath.Join("..", "..", "..", "shared", "squidconf-corpus")
+	dir := filepath.Join("..", "..", "..", "..", "..", "shared", "squidconf-corpus")
 	files, _ := filepath.Glob(filepath.Join(dir, "*.conf"))
 	if len(files) == 0 {
 		t.Skip("no corpus at " + dir + ": skipping the real-world squid.conf import test")

@@ -19,7 +19,7 @@ import (
 // TestExampleConfigMatchesDefaults keeps etc/peerd.toml honest: it decodes
 // to exactly the built-in defaults plus its two example parents.
 func TestExampleConfigMatchesDefaults(t *testing.T) {
-	src, err := os.ReadFile("../../etc/peerd.toml")
+	src, err := os.ReadFile("../../../../etc/peerd.toml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,7 +144,7 @@ func TestWrongTypeIsReportedAlone(t *testing.T) {
 }
 
 func FuzzParseConfig(f *testing.F) {
-	src, _ := os.ReadFile("../../etc/peerd.toml")
+	src, _ := os.ReadFile("../../../../etc/peerd.toml")
 	f.Add(string(src))
 	f.Add("[[peer]]\nhost=\"h\"\nport=0\n")
 	f.Add("[proxy]\nconnect_timeout = \"5 parsecs\"\n[selection]\npolicy = 3\n[nope]\nx = 1\n")
