@@ -106,7 +106,9 @@ func TestTraceEchoHidesSecrets(t *testing.T) {
 }
 
 func TestAccessDenied(t *testing.T) {
-	p := startPeerd(t, withProxy(baseConfig, "allow = [\"10.0.0.0/8\"]"))
+	// (A parent, or the config could never forward: -check refuses it.)
+	a := newFakeParent(t, "a")
+	p := startPeerd(t, withProxy(baseConfig, "allow = [\"10.0.0.0/8\"]")+peerBlock("", a))
 	resp := raw(t, p, "GET http://o.test/ HTTP/1.1\r\nHost: o.test\r\n\r\n")
 	if resp.StatusCode != 403 || resp.Header.Get("X-Peerd-Error") != "access-denied" {
 		t.Fatalf("%d %q; want 403 access-denied", resp.StatusCode, resp.Header.Get("X-Peerd-Error"))

@@ -76,8 +76,9 @@ func (s *squidImport) render() string {
 		}
 	}
 	// Squid's cachemgr has no password here to carry over: the admin API
-	// needs a token of its own before reload, drain or purge work.
-	b.WriteString("\n[admin]\n# token_file = \"/etc/peerd/admin.token\"  # a token of 128 bits or more (openssl rand -base64 24), mode 0600\n")
+	// needs a token of its own before reload, drain or purge work. A
+	// commented table, so that an [admin] added below is no duplicate.
+	b.WriteString("\n# [admin]\n# token_file = \"/etc/peerd/admin.token\"  # a token of 128 bits or more (openssl rand -base64 24), mode 0600\n")
 	fmt.Fprintf(&b, "\n[selection]\npolicy = %q\n", policy)
 	if s.accessLogPath != "" || s.keepQuery {
 		b.WriteString("\n[log]\n")
