@@ -74,7 +74,7 @@ func (s *server) reloadConfig() (admin.ReloadDiff, error) {
 		return admin.ReloadDiff{}, err
 	}
 	s.commit(st, old)
-	d := reloadDiff(old, cfg)
+	d := config.ReloadDiff(old, cfg)
 	changed := make([]string, 0, len(d.Changed))
 	for _, c := range d.Changed {
 		changed = append(changed, c.Peer+"("+strings.Join(c.Fields, ",")+")")

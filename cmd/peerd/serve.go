@@ -9,6 +9,7 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"github.com/peerd/peerd/cmd/peerd/internal/statefile"
 	"net/http"
 	"os"
 	"os/signal"
@@ -48,20 +49,20 @@ func (s *server) serve(ctx context.Context) error {
 	s.mu.Unlock()
 	s.log.WithField("admin", adminLn.Addr().String()).Info("admin API listening")
 
-	sw := &stateWriter{reg: s.reg, log: s.log, path: func() string {
+	sw := &statefile.Writer{Reg: s.reg, Log: s.log, Path: func() string {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		return s.cfg.Proxy.StateFile
 	}}
 	stateCtx, stopState := context.WithCancel(context.Background())
 	stateDone := make(chan struct{})
-	go func() { sw.run(stateCtx); close(stateDone) }()
+	go func() { sw.Run(stateCtx); close(stateDone) }()
 	handedOver := false
 	defer func() {
 		stopState()
 		<-stateDone
 		if !handedOver {
-			sw.write() // at stop; after a hand-over the new process owns the file
+			sw.Write() // at stop; after a hand-over the new process owns the file
 		}
 	}()
 

@@ -8,6 +8,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"github.com/peerd/peerd/cmd/peerd/internal/statefile"
 	"github.com/peerd/peerd/tracing"
 	"io"
 	"log"
@@ -127,7 +128,7 @@ func newServer(path string, cfg *config.File, stderr io.Writer) (*server, error)
 		return nil, err
 	}
 	s.reg = reg
-	loadState(reg, cfg.Proxy.StateFile, lg)
+	statefile.Load(reg, cfg.Proxy.StateFile, lg)
 	tlsConfs, err := config.BuildPeerTLS(cfg.Peers)
 	if err != nil {
 		return nil, err

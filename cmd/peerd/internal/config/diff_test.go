@@ -1,4 +1,4 @@
-package main
+package config
 
 import (
 	"testing"
@@ -7,18 +7,17 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/peerd/peerd/admin"
-	"github.com/peerd/peerd/cmd/peerd/internal/config"
 	"github.com/peerd/peerd/peers"
 )
 
 func TestReloadDiff(t *testing.T) {
-	old := config.Default()
+	old := Default()
 	old.Peers = []peers.Spec{
 		{Name: "p1", Host: "10.0.0.1", Port: 3128},
 		{Name: "p2", Host: "10.0.0.2", Port: 3128},
 		{Name: "p3", Host: "10.0.0.3", Port: 3128},
 	}
-	cfg := config.Default()
+	cfg := Default()
 	cfg.Peers = []peers.Spec{
 		{Name: "p1", Host: "10.0.0.1", Port: 3128, Weight: 5},
 		{Name: "p2", Host: "10.0.0.2", Port: 3128},
@@ -27,7 +26,7 @@ func TestReloadDiff(t *testing.T) {
 	}
 	cfg.Proxy.ConnectTimeout = 5 * time.Second
 	cfg.Health.FlapLimit = 0
-	got := reloadDiff(&old, &cfg)
+	got := ReloadDiff(&old, &cfg)
 	want := admin.ReloadDiff{
 		Kept: []string{"p1", "p2"}, Added: []string{"p4"}, Removed: []string{},
 		Changed:  []admin.PeerChange{{Peer: "p1", Fields: []string{"weight"}}, {Peer: "p3", Fields: []string{"host"}}},
@@ -36,7 +35,7 @@ func TestReloadDiff(t *testing.T) {
 	if d := cmp.Diff(want, got); d != "" {
 		t.Fatalf("reload diff (-want +got):\n%s", d)
 	}
-	same := reloadDiff(&cfg, &cfg)
+	same := ReloadDiff(&cfg, &cfg)
 	if len(same.Changed)+len(same.Settings)+len(same.Added)+len(same.Removed) != 0 || len(same.Kept) != 4 {
 		t.Fatalf("a reload of the same file: %+v", same)
 	}

@@ -1,4 +1,4 @@
-package main
+package config
 
 // This file holds what a reload changed: peers kept, added, removed and
 // changed, and the sections that differ.
@@ -10,14 +10,13 @@ import (
 	"strings"
 
 	"github.com/peerd/peerd/admin"
-	"github.com/peerd/peerd/cmd/peerd/internal/config"
 	"github.com/peerd/peerd/peers"
 )
 
-// reloadDiff says what a reload changes: peers kept (their state with
+// ReloadDiff says what a reload changes: peers kept (their state with
 // them), added and removed, kept peers whose settings changed, and the
 // other settings that changed, by their dotted key.
-func reloadDiff(old, cfg *config.File) admin.ReloadDiff {
+func ReloadDiff(old, cfg *File) admin.ReloadDiff {
 	d := admin.ReloadDiff{Kept: []string{}, Added: []string{}, Removed: []string{}, Changed: []admin.PeerChange{}, Settings: []string{}}
 	before := map[string]peers.Spec{}
 	for _, p := range old.Peers {
@@ -50,7 +49,7 @@ func reloadDiff(old, cfg *config.File) admin.ReloadDiff {
 	if !reflect.DeepEqual(old.Rules, cfg.Rules) {
 		d.Settings = append(d.Settings, "rule")
 	}
-	oldSec, newSec := config.Sections(old), config.Sections(cfg)
+	oldSec, newSec := Sections(old), Sections(cfg)
 	for _, name := range slices.Sorted(maps.Keys(newSec)) {
 		for _, f := range changedFields(oldSec[name], newSec[name]) {
 			d.Settings = append(d.Settings, name+"."+f)

@@ -1,9 +1,8 @@
-package main
-
-// This file holds the state file (contract section 19): read at start,
-// written atomically (temp file, fsync, rename) when it changes and at
-// stop. A missing, corrupt or newer file is logged and ignored: it never
-// stops peerd from starting.
+// Package statefile is the state file (contract section 19): read at
+// start, written atomically (temp file, fsync, rename) when it changes and
+// at stop. A missing, corrupt or newer file is logged and ignored: it
+// never stops peerd from starting.
+package statefile
 
 import (
 	"bytes"
@@ -32,8 +31,8 @@ const (
 	stateDebounce = 500 * time.Millisecond
 )
 
-// loadState restores what path kept, at start, before any probe.
-func loadState(reg *peers.Registry, path string, log logrus.FieldLogger) {
+// Load restores what path kept, at start, before any probe.
+func Load(reg *peers.Registry, path string, log logrus.FieldLogger) {
 	if path == "" {
 		return
 	}
@@ -78,22 +77,23 @@ func readStateFile(path string) ([]byte, error) {
 	return io.ReadAll(f)
 }
 
-// stateWriter writes the state whenever it changes, until ctx ends, then
-// once more.
-type stateWriter struct {
-	reg      *peers.Registry
-	path     func() string // the state_file in force (a reload may move it)
-	log      logrus.FieldLogger
+// Writer writes the state whenever it changes, until Run's context ends.
+type Writer struct {
+	Reg      *peers.Registry
+	Path     func() string // the state_file in force (a reload may move it)
+	Log      logrus.FieldLogger
 	last     []byte
 	lastPath string
 }
 
-func (w *stateWriter) run(ctx context.Context) {
+// Run writes the state at once, then on each change (a burst settled)
+// and every stateEvery, until ctx ends.
+func (w *Writer) Run(ctx context.Context) {
 	t := time.NewTicker(stateEvery)
 	defer t.Stop()
 	for {
-		ch := w.reg.Watch()
-		w.write()
+		ch := w.Reg.Watch()
+		w.Write()
 		select {
 		case <-ctx.Done():
 			return
@@ -109,13 +109,13 @@ func (w *stateWriter) run(ctx context.Context) {
 	}
 }
 
-// write writes the state if it changed since the last write.
-func (w *stateWriter) write() {
-	path := w.path()
+// Write writes the state if it changed since the last write.
+func (w *Writer) Write() {
+	path := w.Path()
 	if path == "" {
 		return
 	}
-	st := w.reg.ExportState(time.Now())
+	st := w.Reg.ExportState(time.Now())
 	cmp := st
 	cmp.Written = time.Time{}
 	key, _ := json.Marshal(cmp)
@@ -127,7 +127,7 @@ func (w *stateWriter) write() {
 		err = atomicfile.Write(path, b, 0o600)
 	}
 	if err != nil {
-		w.log.WithFields(logrus.Fields{"state_file": path, "err": err.Error()}).Warn("state file not written")
+		w.Log.WithFields(logrus.Fields{"state_file": path, "err": err.Error()}).Warn("state file not written")
 		return
 	}
 	w.last, w.lastPath = key, path
