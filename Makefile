@@ -18,7 +18,7 @@ run: build
 # The whole suite with the race detector, end-to-end tests included (they
 # build the real binary; the real-Squid ones need squid on PATH).
 test:
-	$(GO) test -race -count=1 -timeout 20m ./...
+	$(GO) test -race -count=1 -parallel 4 -timeout 20m ./...
 
 race: test
 
@@ -32,7 +32,7 @@ check: lint
 	$(GO) test -count=1 -run '^($(E2E_FAST))' ./test/
 
 e2e:
-	$(GO) test -race -count=1 -timeout 20m ./test/...
+	$(GO) test -race -count=1 -parallel 4 -timeout 20m ./test/...
 
 vet:
 	$(GO) vet ./...

@@ -86,7 +86,11 @@ type disk struct {
 	closing bool // close has begun: no new writers, the loader stops
 	closed  bool // the journal is closed
 
-	nextID  atomic.Uint64
+	nextID atomic.Uint64
+	// idsFrom is where this process's ids start (they are above it): set
+	// before any is issued, so the sweep never takes one of this
+	// process's files for an earlier process's.
+	idsFrom uint64
 	loading atomic.Bool
 	loaded  atomic.Int64
 
@@ -149,7 +153,8 @@ func openDisk(dir string, capacity int64, log logrus.FieldLogger, wait bool) (*d
 		newer:    map[*diskEntry]struct{}{},
 		capacity: capacity, stop: make(chan struct{}), ready: make(chan struct{}), swept: make(chan struct{}),
 		journalOpen: make(chan struct{})}
-	d.nextID.Store(uint64(time.Now().UnixNano()))
+	d.idsFrom = uint64(time.Now().UnixNano())
+	d.nextID.Store(d.idsFrom)
 	d.loading.Store(true)
 	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		if !wait {

@@ -1008,3 +1008,56 @@ func TestDiskJournalSizesBounded(t *testing.T) {
 		t.Fatalf("%d bytes on disk; disk_size is 1 MiB", s.DiskBytes)
 	}
 }
+
+// TestDiskKeepsWhatItStoredBeforeItsLoad: objects a process stores while
+// it waits for the store (an upgrade's old process still holds it) are
+// this process's, not an earlier one's orphans: the sweep after the index
+// loads leaves their files alone. (Their ids were taken for an earlier
+// process's, and a file whose record had not reached the index yet was
+// removed: a stored object lost.)
+func TestDiskKeepsWhatItStoredBeforeItsLoad(t *testing.T) {
+	dir := t.TempDir()
+	old := diskCache(t, dir, nil)
+	cfg := DefaultConfig()
+	cfg.Disk, cfg.DiskSize, cfg.MaxObject, cfg.MaxObjectInMemory = dir, 64<<20, 32<<20, 64
+	c, err := Open(cfg, Options{TakeOver: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	const n = 40
+	for i := range n {
+		u := fmt.Sprintf("http://example.com/waiting/%d", i)
+		w := c.Admit(request(t, "GET", u), response(t, "200 OK", "Cache-Control: max-age=3600", "Date: {0}", "ETag: \"v1\""), 1000, t0, t0, nil)
+		if w == nil {
+			t.Fatalf("%s: not admitted", u)
+		}
+		w.Write(body(1000, byte(i)))
+		w.Finish(true)
+	}
+	// The files are written whole before their commits wait for the
+	// journal (a write the queue gave up on has none): count what is
+	// there once the count settles.
+	count := func() int {
+		files, _ := filepath.Glob(filepath.Join(dir, "objects", "*", "*"))
+		return len(files)
+	}
+	written := -1
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); {
+		k := count()
+		if k == written && k > 0 {
+			break
+		}
+		written = k
+		time.Sleep(50 * time.Millisecond) // polling the file system; nothing is decided by it
+	}
+	if written < n/2 {
+		t.Fatalf("%d of %d objects written while waiting", written, n)
+	}
+	old.Close()
+	<-c.disk.swept
+	c.disk.writers.Wait()
+	if k := count(); k != written {
+		t.Fatalf("%d object files after the sweep; want the %d written while the store was held elsewhere", k, written)
+	}
+}

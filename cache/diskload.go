@@ -24,7 +24,7 @@ import (
 // logged and counted before ready closes, so that whoever waits on ready
 // sees it.
 func (d *disk) load() {
-	start := d.nextID.Load() // this process's ids are above it
+	start := d.idsFrom // this process's ids are above it (read here, an object stored before the load began was taken for an earlier process's and swept)
 	err := d.openJournal(true)
 	d.mu.Lock()
 	d.loading.Store(false)

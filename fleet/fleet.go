@@ -113,6 +113,10 @@ type member struct {
 	aloneLogged atomic.Bool
 	// leaving: this member is closing (NodeMeta says so to the others).
 	leaving atomic.Bool
+	// updateMu serialises UpdateNode: memberlist's reads this member's
+	// state without its lock, so two at once race (the race detector
+	// caught a stop's announcement beside a serving port's).
+	updateMu sync.Mutex
 	// priv signs this member's messages; its public half is the node's
 	// memberlist meta, so the others can tell who sent a verdict.
 	priv ed25519.PrivateKey
@@ -294,13 +298,20 @@ func (m *member) numNodes() int {
 	return m.ml.NumMembers()
 }
 
+// updateNode re-announces this member's meta, one at a time.
+func (m *member) updateNode(timeout time.Duration) error {
+	m.updateMu.Lock()
+	defer m.updateMu.Unlock()
+	return m.ml.UpdateNode(timeout)
+}
+
 // close leaves the fleet (telling the others, up to a second) and stops.
 func (m *member) close() {
 	close(m.stop)
 	m.done.Wait()
 	// Say it is a planned leave first, so the others log it as news.
 	m.leaving.Store(true)
-	if err := m.ml.UpdateNode(500 * time.Millisecond); err != nil {
+	if err := m.updateNode(500 * time.Millisecond); err != nil {
 		m.f.log.WithError(err).Debug("fleet: announcing the leave")
 	}
 	if err := m.ml.Leave(time.Second); err != nil {

@@ -100,7 +100,7 @@ type ownerView struct {
 func (f *Fleet) SetHTTPAddr(addr string) {
 	f.shared.httpAddr.Store(&addr)
 	if m := f.cur.Load(); m != nil && m.ml != nil {
-		go m.ml.UpdateNode(time.Second)
+		go m.updateNode(time.Second)
 	}
 }
 
@@ -371,7 +371,7 @@ func (m *member) metaLoop() {
 		}
 		if n := m.f.shared.inFlight.Load(); n != last || ticks%republishEvery == 0 {
 			last = n
-			m.ml.UpdateNode(time.Second)
+			m.updateNode(time.Second)
 		}
 	}
 }

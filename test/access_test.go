@@ -16,6 +16,7 @@ import (
 // resolves there, and to ports outside Squid's Safe_ports/SSL_ports get
 // 403 destination-denied naming the rule; nothing is dialled.
 func TestDestinationPolicy(t *testing.T) {
+	t.Parallel()
 	p := startPeerd(t, `
 [proxy]
 listen = "127.0.0.1:0"
@@ -56,6 +57,7 @@ listen = "127.0.0.1:0"
 // TestDenyToLocalOff: with deny_to_local = false the same loopback GET is
 // forwarded; an Upgrade that is not allowed is dropped, not tunnelled.
 func TestDenyToLocalOff(t *testing.T) {
+	t.Parallel()
 	origin := newOrigin(t, func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, "origin %s upgrade=%q", r.URL.Path, r.Header.Get("Upgrade"))
 	})
@@ -69,6 +71,7 @@ func TestDenyToLocalOff(t *testing.T) {
 // TestDenyTo: operator-denied destinations, by name and CIDR, refused via
 // parents as well as DIRECT.
 func TestDenyTo(t *testing.T) {
+	t.Parallel()
 	a := newFakeParent(t, "a")
 	p := startPeerd(t, baseConfig+"deny_to = [\".blocked.example\", \"192.0.2.0/24\"]\n"+peerBlock("", a))
 	for _, u := range []string{"http://www.blocked.example/", "http://192.0.2.7/"} {
@@ -107,6 +110,7 @@ func rawBody(t *testing.T, p *peerd, req string) rawResult {
 // chained on one host serve each other's requests instead of answering
 // 508; a request that really comes back to a peerd is still a loop.
 func TestChainedDefaultPeerds(t *testing.T) {
+	t.Parallel()
 	origin := newOrigin(t, func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, "via=%s", r.Header.Get("Via"))
 	})
@@ -142,6 +146,7 @@ func TestChainedDefaultPeerds(t *testing.T) {
 // (whose kernel would take 0.0.0.0 for its own loopback), and with
 // deny_to_local off.
 func TestUnspecifiedAddressRefusedEverywhere(t *testing.T) {
+	t.Parallel()
 	a := newFakeParent(t, "a")
 	p := startPeerd(t, baseConfig+"deny_to_local = false\n"+peerBlock("", a))
 	for _, u := range []string{"http://0/", "http://0x/", "http://0.0.0.0/", "http://0.0/x", "http://[::ffff:0.0.0.0]/", "http://[::]:8080/"} {

@@ -24,6 +24,7 @@ import (
 // without their query (strip_query_terms). The same requests go through real Squid, and
 // the same property is checked on its log: it is the reference.
 func TestAccessLogBytesAsSquid(t *testing.T) {
+	t.Parallel()
 	origin := newOrigin(t, func(w http.ResponseWriter, r *http.Request) {
 		switch strings.SplitN(r.URL.Path, "/", 3)[1] {
 		case "chunked":
@@ -153,6 +154,7 @@ func nthLine(lines []string, s string, n int) string {
 // (time and byte count aside), and a logformat string of peerd's codes
 // writes what it says.
 func TestAccessLogCombinedAsSquid(t *testing.T) {
+	t.Parallel()
 	origin := newOrigin(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "hello") })
 	dir, err := os.MkdirTemp("", "peerd-combined-")
 	if err != nil {
@@ -198,6 +200,7 @@ func TestAccessLogCombinedAsSquid(t *testing.T) {
 // TestAccessLogCustomFormat: a logformat string of peerd's codes, with
 // widths and a request header.
 func TestAccessLogCustomFormat(t *testing.T) {
+	t.Parallel()
 	origin := newOrigin(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "hello") })
 	logPath := filepath.Join(t.TempDir(), "access.log")
 	p := startPeerd(t, directConfig+fmt.Sprintf("[log]\naccess_log = %q\naccess_log_format = %q\n", logPath, `%>a %Ss/%03>Hs %<st %rm %ru %Sh/%<a "%{X-Trace}>h" %6tr`))

@@ -31,6 +31,7 @@ func basicAuth(user, pass string) string {
 }
 
 func TestBasicAuthThroughTheBinary(t *testing.T) {
+	t.Parallel()
 	a := newFakeParent(t, "a")
 	users := filepath.Join(t.TempDir(), "users")
 	os.WriteFile(users, []byte(usersSHA512+"\n"+usersAPR1+"\n"+usersSHA256+"\n"), 0o600)
@@ -119,6 +120,7 @@ func TestBasicAuthThroughTheBinary(t *testing.T) {
 // TestLoginPass: login = "PASS" sends the client's own credentials to
 // that peer, and only to it.
 func TestLoginPass(t *testing.T) {
+	t.Parallel()
 	a := newFakeParent(t, "a")
 	p := startPeerd(t, baseConfig+peerBlock(`login = "PASS"`+"\ntls = false", a))
 	req, _ := http.NewRequest("GET", "http://o.test/pass", nil)
@@ -142,6 +144,7 @@ func TestLoginPass(t *testing.T) {
 // [[route]] users match: one user is refused a domain, another is routed
 // to her own parent, and everyone else takes the default path.
 func TestUsersInRulesAndRoutes(t *testing.T) {
+	t.Parallel()
 	a, b := newFakeParent(t, "a"), newFakeParent(t, "b")
 	users := filepath.Join(t.TempDir(), "users")
 	os.WriteFile(users, []byte(usersSHA512+"\n"+usersAPR1+"\n"), 0o600)

@@ -215,6 +215,7 @@ func runScenario(t *testing.T, client *http.Client, base string, o *conformanceO
 // against a disk store whose memory tier keeps no body (every body of a
 // byte or more is read from disk): the disk must score as well.
 func TestCacheConformance(t *testing.T) {
+	t.Parallel()
 	t.Run("memory", func(t *testing.T) { conformance(t, directConfig) })
 	t.Run("disk", func(t *testing.T) {
 		conformance(t, directConfig+fmt.Sprintf("[cache]\ndisk = %q\nmax_object_in_memory = \"1B\"\n", t.TempDir()))

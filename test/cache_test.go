@@ -72,6 +72,7 @@ func countContaining(lines []string, s string) int {
 // exactly one parent request, and all get its answer; an uncacheable URL
 // is not collapsed again once its answer was seen.
 func TestCollapsedForwarding(t *testing.T) {
+	t.Parallel()
 	a := newFakeParent(t, "a")
 	a.SetHeader("Cache-Control", "max-age=60")
 	cfg, log := withAccessLog(t, baseConfig+peerBlock("", a))
@@ -148,6 +149,7 @@ func TestCollapsedForwarding(t *testing.T) {
 // served (Cache-Status, Proxy-Status, TCP_REFRESH_FAIL_OLD); one with
 // must-revalidate is answered 504.
 func TestStaleWhenParentsDead(t *testing.T) {
+	t.Parallel()
 	a := newFakeParent(t, "a")
 	a.SetHeader("Cache-Control", "max-age=1")
 	cfg, log := withAccessLog(t, baseConfig+health(1, "1h", "1h")+peerBlock("", a))
@@ -254,6 +256,7 @@ func TestPeerdSiblingHit(t *testing.T) {
 // If-Modified-Since for a fresh stored Release file is checked with the
 // origin; a plain request is still a hit.
 func TestRefreshIMS(t *testing.T) {
+	t.Parallel()
 	var n atomic.Int32
 	origin := newOrigin(t, func(w http.ResponseWriter, r *http.Request) {
 		n.Add(1)
@@ -294,6 +297,7 @@ func TestRefreshIMS(t *testing.T) {
 // it, so the origin sees two requests, not twenty (a failing next hop is
 // not stormed by the requests that were waiting on it).
 func TestCollapsedLeaderFails(t *testing.T) {
+	t.Parallel()
 	var n atomic.Int64
 	origin := newOrigin(t, func(w http.ResponseWriter, r *http.Request) {
 		time.Sleep(300 * time.Millisecond) // the followers join meanwhile

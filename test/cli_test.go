@@ -28,6 +28,7 @@ func cli(t *testing.T, env []string, args ...string) (int, string) {
 }
 
 func TestCLIHelp(t *testing.T) {
+	t.Parallel()
 	for _, args := range [][]string{{"help"}, {"-h"}, {"--help"}} {
 		code, out := cli(t, nil, args...)
 		if code != 0 {
@@ -53,6 +54,7 @@ func TestCLIHelp(t *testing.T) {
 }
 
 func TestCLIAgainstALivePeerd(t *testing.T) {
+	t.Parallel()
 	a, b := newFakeParent(t, "a"), newFakeParent(t, "b")
 	a.SetHeader("Cache-Control", "max-age=600")
 	p := startPeerd(t, baseConfig+peerBlock("", a, b))
@@ -115,6 +117,7 @@ func TestCLIAgainstALivePeerd(t *testing.T) {
 // TestCLIReadsTheConfig: with -config, the commands dial the config's
 // admin address with its token.
 func TestCLIReadsTheConfig(t *testing.T) {
+	t.Parallel()
 	a := newFakeParent(t, "a")
 	port := freePort(t)
 	cfg := strings.Replace(baseConfig, "[admin]\nlisten = \"127.0.0.1:0\"", fmt.Sprintf("[admin]\nlisten = \"0.0.0.0:%s\"", port), 1) + peerBlock("", a)
@@ -191,6 +194,7 @@ func readyz(t *testing.T, p *peerd) (int, readiness) {
 // again when one comes back; and with direct allowed, ready whatever the
 // parents.
 func TestReadyz(t *testing.T) {
+	t.Parallel()
 	a, b := newFakeParent(t, "a"), newFakeParent(t, "b")
 	p := startPeerd(t, baseConfig+health(1, "100ms", "200ms")+peerBlock("", a, b))
 	if code, r := readyz(t, p); code != 200 || !r.Ready || fmt.Sprint(r.NextHops) != "[a b]" {

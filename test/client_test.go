@@ -34,6 +34,7 @@ func raw(t *testing.T, p *peerd, req string) *http.Response {
 }
 
 func TestClientSideChecks(t *testing.T) {
+	t.Parallel()
 	a := newFakeParent(t, "a")
 	p := startPeerd(t, baseConfig+peerBlock("", a))
 	big := strings.Repeat("x", 70<<10)
@@ -72,6 +73,7 @@ func TestClientSideChecks(t *testing.T) {
 // itself, echoing the request, but not the credentials and cookies in it
 // (RFC 9110 9.3.8): an echoed Cookie is what cross-site tracing steals.
 func TestTraceEchoHidesSecrets(t *testing.T) {
+	t.Parallel()
 	a := newFakeParent(t, "a")
 	p := startPeerd(t, baseConfig+peerBlock("", a))
 	c, err := net.Dial("tcp", p.proxy)
@@ -106,6 +108,7 @@ func TestTraceEchoHidesSecrets(t *testing.T) {
 }
 
 func TestAccessDenied(t *testing.T) {
+	t.Parallel()
 	// (A parent, or the config could never forward: -check refuses it.)
 	a := newFakeParent(t, "a")
 	p := startPeerd(t, withProxy(baseConfig, "allow = [\"10.0.0.0/8\"]")+peerBlock("", a))
@@ -116,6 +119,7 @@ func TestAccessDenied(t *testing.T) {
 }
 
 func TestHeadersToParents(t *testing.T) {
+	t.Parallel()
 	a := newFakeParent(t, "a")
 	s := newFakeParent(t, "s")
 	p := startPeerd(t, baseConfig+peerBlock(`login = "bob:pw"`, a)+peerBlock(`type = "sibling"`, s))
@@ -149,6 +153,7 @@ func TestHeadersToParents(t *testing.T) {
 }
 
 func TestHTTPSemantics(t *testing.T) {
+	t.Parallel()
 	origin := newOrigin(t, func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case "/204":
@@ -224,6 +229,7 @@ func tlsClient(p *peerd) *http.Client {
 }
 
 func TestConnectTunnels(t *testing.T) {
+	t.Parallel()
 	tlsOrigin := httptest.NewTLSServer(http.HandlerFunc(originHandler))
 	defer tlsOrigin.Close()
 	t.Run("direct", func(t *testing.T) {
@@ -280,6 +286,7 @@ func TestConnectTunnels(t *testing.T) {
 // TestConnectHalfClose: a tunnel passes a client's half-close to the
 // origin and the origin's answer back after it.
 func TestConnectHalfClose(t *testing.T) {
+	t.Parallel()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -339,6 +346,7 @@ func TestConnectHalfClose(t *testing.T) {
 // TestUpgradeThroughPeerd: an Upgrade (WebSocket-style) exchange over a
 // plain-HTTP proxy request is switched and bytes flow both ways.
 func TestUpgradeThroughPeerd(t *testing.T) {
+	t.Parallel()
 	origin := newOrigin(t, func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("Upgrade") != "echo" {
 			http.Error(w, "want Upgrade: echo", 400)

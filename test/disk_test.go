@@ -120,6 +120,7 @@ func waitDiskObjects(t *testing.T, p *peerd, n int64) {
 // SIGTERM restart, and after a kill -9; the origin never sees a second
 // request for one.
 func TestDiskCacheSurvivesRestarts(t *testing.T) {
+	t.Parallel()
 	o := newDiskOrigin(t)
 	dir := t.TempDir()
 	cfg := diskConfig(dir, "")
@@ -203,6 +204,7 @@ func TestDiskCacheSurvivesRestarts(t *testing.T) {
 // TestDiskCacheKilledMidWrite: kill -9 while a 32 MiB object is being
 // stored; after the restart that URL is fetched whole and correct.
 func TestDiskCacheKilledMidWrite(t *testing.T) {
+	t.Parallel()
 	const size = 32 << 20
 	release := make(chan struct{})
 	var requests atomic.Int32
@@ -270,6 +272,7 @@ func vmHWM(t *testing.T, pid int) int64 {
 // with peerd's peak RSS under 150 MiB (its body is never held whole), then
 // served from disk the same way.
 func TestDiskCacheStreamsLargeObject(t *testing.T) {
+	t.Parallel()
 	bin := filepath.Join(t.TempDir(), "peerd")
 	// Without -race: the detector's shadow memory is not peerd's.
 	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/peerd").CombinedOutput(); err != nil {
@@ -324,6 +327,7 @@ func TestDiskCacheStreamsLargeObject(t *testing.T) {
 // TestDiskCacheStaleAfterRestart: stale_if_dead answers from disk after a
 // restart with every parent dead.
 func TestDiskCacheStaleAfterRestart(t *testing.T) {
+	t.Parallel()
 	a := newFakeParent(t, "a")
 	a.SetHeader("Cache-Control", "max-age=1")
 	dir := t.TempDir()
@@ -357,6 +361,7 @@ func TestDiskCacheStaleAfterRestart(t *testing.T) {
 
 // TestDiskCacheSecondProcessRefused: two peerds never share a disk.
 func TestDiskCacheSecondProcessRefused(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	p := startPeerd(t, diskConfig(dir, ""))
 	cfgFile := filepath.Join(t.TempDir(), "peerd.toml")
@@ -371,6 +376,7 @@ func TestDiskCacheSecondProcessRefused(t *testing.T) {
 // request; the store stops (counted, logged once) and resumes once there
 // is room again.
 func TestDiskCacheFullDisk(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size=6m"); err != nil {
 		t.Skipf("cannot mount a tmpfs for a full disk: %v", err)
@@ -408,6 +414,7 @@ func TestDiskCacheFullDisk(t *testing.T) {
 // store: the new process takes its lock over once the old one lets go,
 // and what was stored is a hit without a second origin request.
 func TestDiskCacheAcrossUpgrade(t *testing.T) {
+	t.Parallel()
 	o := newDiskOrigin(t)
 	u := startUpgradable(t, diskConfig(t.TempDir(), ""))
 	proxyURL, _ := url.Parse("http://" + u.proxy)
@@ -444,6 +451,7 @@ func TestDiskCacheAcrossUpgrade(t *testing.T) {
 // larger than max_object_in_memory are one request to the origin; the
 // others read the disk copy as it is written.
 func TestDiskCacheCollapsesLargeObject(t *testing.T) {
+	t.Parallel()
 	const size = 4 << 20
 	var requests atomic.Int32
 	origin := newOrigin(t, func(w http.ResponseWriter, r *http.Request) {
@@ -512,6 +520,7 @@ func wchar(t *testing.T, pid int) int64 {
 // 16 MiB object (each a 304) write its head, never its body again: peerd
 // writes less than one body's worth to disk in all.
 func TestDiskCacheRevalidationWritesNoBody(t *testing.T) {
+	t.Parallel()
 	const size = 16 << 20
 	body := objectBody("/reval", size)
 	var n atomic.Int64
@@ -563,6 +572,7 @@ func TestDiskCacheRevalidationWritesNoBody(t *testing.T) {
 // in its Cache-Status; one that goes to disk only does not (its commit
 // comes after the head is sent, and may fail), and is a hit next time.
 func TestDiskOnlyNotClaimedStored(t *testing.T) {
+	t.Parallel()
 	o := newDiskOrigin(t)
 	p := startPeerd(t, diskConfig(t.TempDir(), "max_object_in_memory = \"64KiB\"\n"))
 	for _, tc := range []struct {

@@ -81,6 +81,7 @@ connect_ports = ["1-65535"]
 // TestPipelinedRequestsAnsweredInOrder: three requests in one write get
 // three answers, in order, on the one connection.
 func TestPipelinedRequestsAnsweredInOrder(t *testing.T) {
+	t.Parallel()
 	origin := newOrigin(t, func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/slow" {
 			time.Sleep(100 * time.Millisecond)
@@ -108,6 +109,7 @@ func TestPipelinedRequestsAnsweredInOrder(t *testing.T) {
 // TestHTTP10Client: an HTTP/1.0 client gets a chunked answer unchunked and
 // close-delimited, and keep-alive only when it asked for it.
 func TestHTTP10Client(t *testing.T) {
+	t.Parallel()
 	origin := newOrigin(t, func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/chunked" {
 			io.WriteString(w, "part1 ")
@@ -141,6 +143,7 @@ func TestHTTP10Client(t *testing.T) {
 // TestInterimResponsesRelayed: a 103 Early Hints reaches an HTTP/1.1
 // client before the final answer.
 func TestInterimResponsesRelayed(t *testing.T) {
+	t.Parallel()
 	parent := newScripted(t, "a", func(c net.Conn, br *bufio.Reader) {
 		if _, err := http.ReadRequest(br); err != nil {
 			return
@@ -202,6 +205,7 @@ func TestSlowloris(t *testing.T) {
 // (malformed heads, unsupported framing) carries X-Peerd-Error and leaves
 // an access-log line.
 func TestRefusalsAreLogged(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	log := filepath.Join(dir, "access.log")
 	p := startPeerd(t, directConfig+"[log]\naccess_log = \""+log+"\"\n")
@@ -245,6 +249,7 @@ func TestClientIdleTimeout(t *testing.T) {
 // TestWriteTimeoutFreesTheSlot: a client that never reads a large answer
 // is cut at write_timeout, and its parent's max_conn slot is freed.
 func TestWriteTimeoutFreesTheSlot(t *testing.T) {
+	t.Parallel()
 	big := strings.Repeat("z", 32<<20)
 	parent := newScripted(t, "a", func(c net.Conn, br *bufio.Reader) {
 		for {
@@ -286,6 +291,7 @@ func (p *peerd) peerInFlight(name string) int {
 // parent's response head over it is a broken answer (502, and a GET is
 // retried on the next parent); so is a CONNECT reply head over it.
 func TestOversizedHeads(t *testing.T) {
+	t.Parallel()
 	huge := strings.Repeat("h", 8<<10)
 	bloated := newScripted(t, "bloated", func(c net.Conn, br *bufio.Reader) {
 		if _, err := http.ReadRequest(br); err != nil {
@@ -314,6 +320,7 @@ func TestOversizedHeads(t *testing.T) {
 // max_header_size is a broken answer and is not relayed; its 1xx is never
 // taken for the tunnel's start.
 func TestConnectReplyLimits(t *testing.T) {
+	t.Parallel()
 	huge := strings.Repeat("h", 8<<10)
 	bloated := newScripted(t, "bloated", func(c net.Conn, br *bufio.Reader) {
 		if _, err := http.ReadRequest(br); err != nil {
@@ -406,6 +413,7 @@ func TestTunnelIdleTimeout(t *testing.T) {
 // TestMaxConnections: connections beyond max_connections are closed at
 // once; the ones inside keep working.
 func TestMaxConnections(t *testing.T) {
+	t.Parallel()
 	origin := newOrigin(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
 	p := startPeerd(t, withProxy(directConfig, "max_connections = 2"))
 	c1, br1 := dialProxy(t, p)

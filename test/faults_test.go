@@ -52,6 +52,7 @@ func do(c *http.Client, method, u, body string) result {
 // client gets, whether it was retried, whether it counted as a connect
 // failure, and that no POST ever reached any parent twice.
 func TestFaultClasses(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name          string
 		mode          string // fake parent fault; "stopped" refuses (TestBlackholedParent drops SYNs)
@@ -190,6 +191,7 @@ probe_timeout = "300ms"
 // a GET is retried on a fresh connection, and a POST never uses a pooled
 // connection at all.
 func TestStaleKeepAlive(t *testing.T) {
+	t.Parallel()
 	a := newFakeParent(t, "a")
 	p := startPeerd(t, baseConfig+peerBlock("", a))
 	a.setMode("stale-second")
@@ -213,6 +215,7 @@ func TestStaleKeepAlive(t *testing.T) {
 // TestIdleClosingParent: a parent that closes keep-alive connections after
 // 1s idle never causes a client error.
 func TestIdleClosingParent(t *testing.T) {
+	t.Parallel()
 	a := newFakeParent(t, "a")
 	p := startPeerd(t, baseConfig+peerBlock("", a))
 	a.setMode("idle-close")

@@ -11,6 +11,7 @@ import (
 )
 
 func TestFleetPurgeEverywhere(t *testing.T) {
+	t.Parallel()
 	p1 := newFakeParent(t, "p1")
 	p1.SetHeader("Cache-Control", "max-age=600")
 	ms := startFleet(t, func(string) string { return fleetHealth + peerBlock("", p1) })

@@ -130,6 +130,7 @@ idle_probe = "0s"
 // single client connect to it. When p1 returns, each member revives it by
 // its own probe.
 func TestFleetLearnsADeathOnce(t *testing.T) {
+	t.Parallel()
 	p1, p2 := newFakeParent(t, "p1"), newFakeParent(t, "p2")
 	ms := startFleet(t, func(string) string { return fleetHealth + policy("round-robin") + peerBlock("", p1, p2) })
 	a, b, c := ms[0], ms[1], ms[2]
@@ -185,6 +186,7 @@ func TestFleetLearnsADeathOnce(t *testing.T) {
 // p1 is killed. From 1 s after the first member saw p1 dead, no member
 // makes a single client connect to it, and no client sees an error.
 func TestFleetUnderLoad(t *testing.T) {
+	t.Parallel()
 	ps := []*fakeParent{newFakeParent(t, "p1"), newFakeParent(t, "p2"), newFakeParent(t, "p3")}
 	ms := startFleet(t, func(string) string {
 		return fleetHealth + policy("round-robin") + peerBlock("", ps[0], ps[1], ps[2])
@@ -320,6 +322,7 @@ func TestFleetPartialPartition(t *testing.T) {
 // TestFleetWrongKey: a member with another key cannot join, and says so
 // in one log line.
 func TestFleetWrongKey(t *testing.T) {
+	t.Parallel()
 	p1 := newFakeParent(t, "p1")
 	a := startPeerd(t, fleetConfig("a", fleetKey, nil, fleetHealth+peerBlock("", p1)))
 	other := base64.StdEncoding.EncodeToString([]byte("another-key-of-sixteen-bytes-ok!"))
@@ -354,6 +357,7 @@ func TestFleetWrongKey(t *testing.T) {
 // TestFleetReload: [fleet] applies on SIGHUP (joining, leaving), and peer
 // state survives it.
 func TestFleetReload(t *testing.T) {
+	t.Parallel()
 	p1 := newFakeParent(t, "p1")
 	rest := fleetHealth + peerBlock("", p1)
 	a := startPeerd(t, fleetConfig("a", fleetKey, nil, rest))

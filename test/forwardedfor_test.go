@@ -17,6 +17,7 @@ import (
 // and the proxy's own entries exactly as the setting says, in requests and
 // in answers.
 func TestForwardedForAndViaAsSquid(t *testing.T) {
+	t.Parallel()
 	origin := newOrigin(t, func(w http.ResponseWriter, r *http.Request) {
 		// What the origin was told, one line: each field as it arrived
 		// (every line joined), "-" when there was none.

@@ -69,6 +69,7 @@ func TestAdminHardening(t *testing.T) {
 // TestSizeOverflowRefused: a byte size past int64 is a config error with
 // its key and line, not a wrapped number.
 func TestSizeOverflowRefused(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "big.toml")
 	os.WriteFile(path, []byte("[proxy]\nmax_retry_body = \"99999999999999999KiB\"\n"), 0o644)
 	out, err := exec.Command(peerdBin, "-check", "-config", path).CombinedOutput()
@@ -80,6 +81,7 @@ func TestSizeOverflowRefused(t *testing.T) {
 // TestJSONLogsStayJSON: with format = "json" every line peerd writes is a
 // JSON object, including what its HTTP servers would have printed.
 func TestJSONLogsStayJSON(t *testing.T) {
+	t.Parallel()
 	p := startPeerd(t, strings.Replace(directConfig, "[admin]\n", "[log]\nformat = \"json\"\nlevel = \"debug\"\n[admin]\n", 1))
 	// Provoke the admin server's own complaints: garbage and a TLS hello.
 	for _, junk := range []string{"\x16\x03\x01\x00\x05hello", "NOT HTTP\r\n\r\n"} {
@@ -105,6 +107,7 @@ func TestJSONLogsStayJSON(t *testing.T) {
 // TestAccessLogEscapesURLs: bytes that are not printable ASCII are
 // %-escaped in the access log, as Squid writes them.
 func TestAccessLogEscapesURLs(t *testing.T) {
+	t.Parallel()
 	origin := newOrigin(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
 	log := filepath.Join(t.TempDir(), "access.log")
 	p := startPeerd(t, directConfig+"[log]\naccess_log = \""+log+"\"\n")
@@ -120,6 +123,7 @@ func TestAccessLogEscapesURLs(t *testing.T) {
 // address and localhost, and 421 to a name a rebinding page would use,
 // for reads and writes alike.
 func TestAdminHostGuard(t *testing.T) {
+	t.Parallel()
 	p := startPeerd(t, directConfig)
 	for host, want := range map[string]int{"": 200, "localhost": 200, "rebind.attacker.example": 421} {
 		for _, method := range []string{"GET", "POST"} {
@@ -151,6 +155,7 @@ func TestAdminHostGuard(t *testing.T) {
 // state_file is a -check error naming the key, and the start refuses it
 // at once instead of hanging on the read.
 func TestStateFileMustBeRegular(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	fifo := filepath.Join(dir, "state.json")
 	if err := syscall.Mkfifo(fifo, 0o600); err != nil {

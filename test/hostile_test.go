@@ -114,6 +114,7 @@ func get(t *testing.T, c *http.Client, url string, hdr ...string) (*http.Respons
 // sets a cookie and is only heuristically fresh is not stored at all; a
 // collapsed follower never gets the leader's cookie.
 func TestSetCookieNeverReplayed(t *testing.T) {
+	t.Parallel()
 	var slow atomic.Bool
 	n := atomic.Int64{}
 	par := newRawParent(t, "a", func(r *http.Request) string {
@@ -182,6 +183,7 @@ func TestSetCookieNeverReplayed(t *testing.T) {
 // answer (after a no-store answer, or a body on HEAD) never answer
 // another request and are never stored.
 func TestExtraBytesNeverAnswer(t *testing.T) {
+	t.Parallel()
 	poison := okAnswer("Cache-Control: max-age=3600\r\n", "POISON")
 	par := newRawParent(t, "a", func(r *http.Request) string {
 		switch {
@@ -226,6 +228,7 @@ func TestExtraBytesNeverAnswer(t *testing.T) {
 // TestOnlyIfCachedWithBodyNotForwarded: only-if-cached is answered 504
 // whatever the request carries.
 func TestOnlyIfCachedWithBodyNotForwarded(t *testing.T) {
+	t.Parallel()
 	par := newRawParent(t, "a", func(r *http.Request) string { return okAnswer("", "x") })
 	p := startPeerd(t, baseConfig+peerBlock("", par))
 	for _, m := range []string{"GET", "POST"} {
@@ -343,6 +346,7 @@ func isTimeoutErr(err error) bool {
 // TestRefusalsReadable: 431 and 400 answers reach a client that sent more
 // than peerd read, instead of a reset.
 func TestRefusalsReadable(t *testing.T) {
+	t.Parallel()
 	par := newRawParent(t, "a", func(r *http.Request) string { return okAnswer("", "ok") })
 	p := startPeerd(t, baseConfig+peerBlock("", par))
 	for _, tc := range []struct {
@@ -384,6 +388,7 @@ func TestRefusalsReadable(t *testing.T) {
 // upstream; when a leader fails, the followers elect one new leader
 // instead of all going to the parent.
 func TestCollapsedFollowersWatchTheirClients(t *testing.T) {
+	t.Parallel()
 	release := make(chan struct{})
 	var fails atomic.Int64
 	par := newRawParent(t, "a", func(r *http.Request) string {
@@ -492,6 +497,7 @@ func mustURL(s string) *url.URL {
 // (inet_aton forms, trailing dots, empty labels); what is forwarded is
 // the canonical spelling.
 func TestNonCanonicalHostsDenied(t *testing.T) {
+	t.Parallel()
 	par := newRawParent(t, "a", func(r *http.Request) string { return okAnswer("", "via parent: "+r.URL.Host) })
 	p := startPeerd(t, baseConfig+"deny_to = [\"127.0.0.0/8\", \".blocked.example\"]\n"+peerBlock("", par))
 	for _, host := range []string{"2130706433", "127.1", "0x7f.0.0.1", "0177.0.0.1", "127.0.0.1.", "0x7f000001",
@@ -528,6 +534,7 @@ func TestNonCanonicalHostsDenied(t *testing.T) {
 // keep (its shard's share of [cache] memory) is relayed whole and not
 // said to be stored.
 func TestUnstorableNotReportedStored(t *testing.T) {
+	t.Parallel()
 	body := strings.Repeat("b", 2<<20)
 	par := newRawParent(t, "a", func(r *http.Request) string { return okAnswer("Cache-Control: max-age=600\r\n", body) })
 	p := startPeerd(t, baseConfig+"[cache]\nmemory = \"16MiB\"\nmax_object = \"4MiB\"\n"+peerBlock("", par))
@@ -545,6 +552,7 @@ func TestUnstorableNotReportedStored(t *testing.T) {
 // TestPlanShowsDenials: GET /plan says when a request would be refused
 // before any plan is walked, instead of showing hops it would never use.
 func TestPlanShowsDenials(t *testing.T) {
+	t.Parallel()
 	par := newRawParent(t, "a", func(r *http.Request) string { return okAnswer("", "x") })
 	p := startPeerd(t, withProxy(baseConfig, `allow = ["127.0.0.0/8"]`)+"deny_to = [\"192.0.2.0/24\"]\n"+peerBlock("", par))
 	type plan struct {
@@ -577,6 +585,7 @@ func TestPlanShowsDenials(t *testing.T) {
 // connection is closed and counted (the look at an idle TLS connection
 // used to see nothing, and took its bytes for the next answer).
 func TestLateExtraBytesNeverAnswer(t *testing.T) {
+	t.Parallel()
 	caPath, certPath, keyPath, err := testbed.WriteCA(t.TempDir(), "localhost")
 	if err != nil {
 		t.Fatal(err)
@@ -636,6 +645,7 @@ func TestLateExtraBytesNeverAnswer(t *testing.T) {
 // tracestate) reaches the next hop as the client sent it, so a trace
 // spans the proxy hierarchy.
 func TestTraceContextPassesToTheParent(t *testing.T) {
+	t.Parallel()
 	got := make(chan [2]string, 4)
 	par := newRawParent(t, "a", func(r *http.Request) string {
 		got <- [2]string{r.Header.Get("Traceparent"), r.Header.Get("Tracestate")}

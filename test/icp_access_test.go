@@ -48,6 +48,7 @@ func icpAsk(t *testing.T, from, to string) icp.Opcode {
 }
 
 func TestImportedICPAccessAgreesWithSquid(t *testing.T) {
+	t.Parallel()
 	squidPort := freeUDPPort(t)
 	conf := fmt.Sprintf(`icp_port %s
 udp_incoming_address 127.0.0.1

@@ -62,6 +62,7 @@ func readFile(t *testing.T, path string) string {
 // SIBLING_HIT in Squid's log; the rest Squid fetches from its own parent,
 // and peerd is never asked to fetch it.
 func TestICPSquidChildAsksPeerd(t *testing.T) {
+	t.Parallel()
 	up := cacheableParent(t, "up")
 	icpTable, peerdICPPort := peerdICP(t)
 	logPath := t.TempDir() + "/access.log"
@@ -122,6 +123,7 @@ func TestICPSquidChildAsksPeerd(t *testing.T) {
 // SIBLING_HIT in peerd's log, and the sibling is never asked over HTTP
 // for a miss.
 func TestICPPeerdAsksSquidSibling(t *testing.T) {
+	t.Parallel()
 	up := cacheableParent(t, "up")
 	sibICP := freeUDPPort(t)
 	sib := startSquid(t, "sqsib", squidICP(sibICP)+
@@ -222,6 +224,7 @@ func udpRelay(t *testing.T, target string, delay time.Duration) string {
 // A parent array of two Squids, one behind a slow path: the first parent
 // to answer ICP MISS goes first, so the fast one gets most requests.
 func TestICPFirstParentMiss(t *testing.T) {
+	t.Parallel()
 	origin := newOrigin(t, func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "origin") })
 	fastICP, slowICP := freeUDPPort(t), freeUDPPort(t)
 	fast := startSquid(t, "fast", squidICP(fastICP))
@@ -262,6 +265,7 @@ func TestICPFirstParentMiss(t *testing.T) {
 // A sibling whose ICP port goes silent becomes suspect and is probed;
 // while its TCP port stays dead it gets no HTTP request.
 func TestICPSilentSibling(t *testing.T) {
+	t.Parallel()
 	up := newFakeParent(t, "up")
 	sibICP := freeUDPPort(t)
 	sib := startSquid(t, "sqquiet", squidICP(sibICP))
@@ -319,6 +323,7 @@ func proxyClientFor(t *testing.T, addr string) *http.Client {
 // its answer is sent, and a request after it is the marker that the log
 // has been flushed past it.
 func TestICPQueryLogOff(t *testing.T) {
+	t.Parallel()
 	origin := newOrigin(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
 	for _, on := range []bool{true, false} {
 		icpTable, port := peerdICP(t)

@@ -72,6 +72,7 @@ type outcome struct {
 }
 
 func TestImportedAccessAgreesWithSquid(t *testing.T) {
+	t.Parallel()
 	origin := newOrigin(t, func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "origin") })
 	_, oport, _ := net.SplitHostPort(origin)
 	var matrix []judgeReq

@@ -30,6 +30,7 @@ func (p *peerd) adminDo(method, path, token, body string) (int, string) {
 }
 
 func TestProxyStatus(t *testing.T) {
+	t.Parallel()
 	a := newFakeParent(t, "a")
 	p := startPeerd(t, baseConfig+health(1, "1h", "1h")+peerBlock("", a))
 	c := p.client()
@@ -83,6 +84,7 @@ func TestProxyStatus(t *testing.T) {
 // against it; destination_not_found is not retried on another parent,
 // connection_refused is.
 func TestUpstreamBlame(t *testing.T) {
+	t.Parallel()
 	a, b := newFakeParent(t, "a"), newFakeParent(t, "b")
 	p := startPeerd(t, baseConfig+health(1, "1h", "1h")+peerBlock("", a, b))
 	c := p.client()
@@ -118,6 +120,7 @@ func TestUpstreamBlame(t *testing.T) {
 }
 
 func TestIncidentAdmin(t *testing.T) {
+	t.Parallel()
 	a, b := newFakeParent(t, "a"), newFakeParent(t, "b")
 	cfg := baseConfig + health(1, "1h", "1h") + policy("round-robin") + peerBlock("", a, b)
 	p := startPeerd(t, cfg)

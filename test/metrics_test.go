@@ -25,6 +25,7 @@ func labelledValue(text string, re *regexp.Regexp) float64 {
 }
 
 func TestOperatorMetrics(t *testing.T) {
+	t.Parallel()
 	a := newFakeParent(t, "a")
 	p := startPeerd(t, baseConfig+peerBlock("", a))
 	if r := do(p.client(), "POST", "http://origin.test/upload", strings.Repeat("x", 5000)); r.status != 200 {

@@ -20,6 +20,7 @@ import (
 const monitoringDir = "../contrib/monitoring"
 
 func TestMonitoringRules(t *testing.T) {
+	t.Parallel()
 	if _, err := exec.LookPath("promtool"); err != nil {
 		if os.Getenv("PEERD_REQUIRE_PROMTOOL") != "" {
 			t.Fatal("promtool is not installed (Debian: apt-get install prometheus)")
@@ -101,6 +102,7 @@ func packMetrics(t *testing.T) map[string][]string {
 // request, a connect and a head are counted), and finds every metric the
 // pack names in its /metrics.
 func TestMonitoringPackNamesExportedMetrics(t *testing.T) {
+	t.Parallel()
 	dropper := tcpServer(t, func(c net.Conn) {
 		buf := make([]byte, 4096)
 		c.Read(buf) // the request, then nothing

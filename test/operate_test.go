@@ -22,6 +22,7 @@ type peerOps struct {
 // flap_window is revived only after flap_limit good probes in a row,
 // probe_interval apart, and shows flapping meanwhile.
 func TestFlapDamping(t *testing.T) {
+	t.Parallel()
 	p1, p2 := newFakeParent(t, "p1"), newFakeParent(t, "p2")
 	p := startPeerd(t, baseConfig+`
 [health]
@@ -116,6 +117,7 @@ slow_start = "4s"
 // TestImportSquidThroughBinary: `peerd import-squid FILE` prints a config
 // that `peerd -check` accepts, with what it cannot carry on stderr.
 func TestImportSquidThroughBinary(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	conf := filepath.Join(dir, "squid.conf")
 	os.WriteFile(conf, []byte(`http_port 127.0.0.1:3129
@@ -160,6 +162,7 @@ coredump_dir /var/spool/squid
 
 // TestStatusCommand: `peerd status -admin URL` prints the peers.
 func TestStatusCommand(t *testing.T) {
+	t.Parallel()
 	p1 := newFakeParent(t, "p1")
 	p := startPeerd(t, baseConfig+peerBlock("", p1))
 	waitFor(t, "p1 alive", 5*time.Second, func() bool { return p.peer("p1").State == "alive" })

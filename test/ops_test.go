@@ -37,6 +37,7 @@ func countLog(p *peerd, s string) int { return strings.Count(p.logs(), s) }
 // removed ones (no more probes reach them), starts new ones unknown, and
 // refuses a bad file while the old config stays in force.
 func TestReload(t *testing.T) {
+	t.Parallel()
 	a := newFakeParent(t, "a")
 	b := newFakeParent(t, "b")
 	c := newFakeParent(t, "c")
@@ -111,6 +112,7 @@ probe_max_interval = "100ms"
 // dropping a request in flight on the old one, and answers name the new
 // port.
 func TestReloadMovesListener(t *testing.T) {
+	t.Parallel()
 	arrived := make(chan struct{}, 4)
 	slow := newOrigin(t, func(w http.ResponseWriter, r *http.Request) {
 		arrived <- struct{}{}
@@ -150,6 +152,7 @@ func TestReloadMovesListener(t *testing.T) {
 // TestGracefulShutdown: SIGTERM lets a slow in-flight request finish, then
 // exits 0.
 func TestGracefulShutdown(t *testing.T) {
+	t.Parallel()
 	arrived := make(chan struct{}, 1)
 	slow := newOrigin(t, func(w http.ResponseWriter, r *http.Request) {
 		arrived <- struct{}{}
@@ -175,6 +178,7 @@ func TestGracefulShutdown(t *testing.T) {
 }
 
 func TestAdminAPI(t *testing.T) {
+	t.Parallel()
 	a := newFakeParent(t, "a")
 	s := newFakeParent(t, "s")
 	p := startPeerd(t, baseConfig+health(1, "1h", "1h")+peerBlock(`login = "u:topsecret"`, a)+peerBlock(`type = "sibling"`, s))
@@ -258,6 +262,7 @@ func TestAdminAPI(t *testing.T) {
 }
 
 func TestAdminWritesRefusedWithoutToken(t *testing.T) {
+	t.Parallel()
 	a := newFakeParent(t, "a")
 	p := startPeerd(t, strings.Replace(baseConfig, `token = "secret"`, "", 1)+peerBlock("", a))
 	if code := p.adminJSON("POST", "/peers/a/probe", "anything", nil); code != 403 {
@@ -362,6 +367,7 @@ func TestMetricsAndAccessLog(t *testing.T) {
 }
 
 func TestAccessLogReopen(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	path := dir + "/access.log"
 	origin := newOrigin(t, originHandler)
@@ -379,6 +385,7 @@ func TestAccessLogReopen(t *testing.T) {
 }
 
 func TestExitCodes(t *testing.T) {
+	t.Parallel()
 	run := func(args ...string) (int, string) {
 		cmd := osexec.Command(peerdBin, args...)
 		out, _ := cmd.CombinedOutput()
@@ -449,6 +456,7 @@ func TestSecondSignalExitsAtOnce(t *testing.T) {
 // the Go collector's gauge, without the operator setting GOMAXPROCS.
 // The way back up is internal/procs' own test, on a fake clock.
 func TestWorkerThreadsFollowTheLoad(t *testing.T) {
+	t.Parallel()
 	if runtime.NumCPU() < 2 {
 		t.Skip("one core: there is no thread to give up")
 	}

@@ -14,6 +14,7 @@ import (
 // probes too) and to an origin, comes from that address; a parent that
 // lets in one address only still serves it.
 func TestOutgoingAddress(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	from := map[string]int{} // source address -> connections, at the parent and the origin
 	listen := func() (string, *http.Server) {

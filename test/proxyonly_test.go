@@ -11,6 +11,7 @@ import (
 // next request for the URL goes to the peer again; the same answers from
 // a peer without it are stored and the next request is a hit.
 func TestProxyOnlyPeerIsNotStored(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		extra     string
 		fetches   int    // GETs the peer sees for two client requests

@@ -17,6 +17,7 @@ import (
 // quick_abort_*): peerd reads the rest from the next hop into the cache,
 // and the next client gets a hit, the origin having been asked once.
 func TestQuickAbortFinishesTheDownload(t *testing.T) {
+	t.Parallel()
 	const head, tail = 256 << 10, 8 << 10 // what the origin sends before and after the client leaves
 	left := make(chan struct{})           // the client has gone
 	var requests atomic.Int32

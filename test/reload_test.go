@@ -16,6 +16,7 @@ import (
 // nothing it opened on the way stays open: the new proxy port refuses
 // connections, and the old config keeps serving.
 func TestReloadFailsHalfWay(t *testing.T) {
+	t.Parallel()
 	a := newFakeParent(t, "a")
 	cfg := baseConfig + peerBlock("", a)
 	p := startPeerd(t, cfg)
@@ -50,6 +51,7 @@ func TestReloadFailsHalfWay(t *testing.T) {
 // TestReloadChangesLogin: a changed login applies to the next request on
 // a pooled connection as well as to CONNECT.
 func TestReloadChangesLogin(t *testing.T) {
+	t.Parallel()
 	a := newFakeParent(t, "a")
 	cfg := baseConfig + peerBlock(`login = "old:one"`, a)
 	p := startPeerd(t, cfg)

@@ -19,6 +19,7 @@ import (
 )
 
 func TestRoutesTiersAndRules(t *testing.T) {
+	t.Parallel()
 	primary := newFakeParent(t, "primary")
 	backup := newFakeParent(t, "backup")
 	special := newFakeParent(t, "special")
@@ -151,6 +152,7 @@ methods = ["DELETE"]
 // browser, req_header and maxconn ACLs over with decide access in the
 // running proxy as those ACLs would.
 func TestRulesOnRequestFields(t *testing.T) {
+	t.Parallel()
 	par := newFakeParent(t, "a")
 	cfg := baseConfig + peerBlock("", par) + `
 [[rule]]

@@ -13,6 +13,7 @@ import (
 // imported, in peerd; every spelling of a denied URL, path or method is
 // denied by both.
 func TestRuleSpellingsAgreeWithSquid(t *testing.T) {
+	t.Parallel()
 	var reqs []judgeReq
 	for _, target := range []string{
 		"http://regex.example/secret", "http://REGEX.example/secret", "HTTP://regex.example/secret",
@@ -44,6 +45,7 @@ http_access deny writes
 // an outsider gets 403 with no, a wrong or the right password, as from
 // Squid; an insider is challenged (407) until the password is right.
 func TestAuthOrderAgreesWithSquid(t *testing.T) {
+	t.Parallel()
 	var reqs []judgeReq
 	for _, auth := range []string{"", basicAuth("erin", "wrong"), basicAuth("erin", "s3cret-apr1"), basicAuth("nobody", "s3cret-apr1")} {
 		reqs = append(reqs, judgeReq{"GET", "http://ok.test/x", auth}, judgeReq{"CONNECT", "ok.test:443", auth})
@@ -67,6 +69,7 @@ http_access allow authed
 // p1 for the rest) and one that mixes client addresses and domains give
 // each request the parent Squid gives it.
 func TestPeerAccessAgreesWithSquid(t *testing.T) {
+	t.Parallel()
 	var reqs []judgeReq
 	for _, host := range []string{"www.special.test", "special.test", "www.media.test", "ok.test", "other.test"} {
 		reqs = append(reqs, judgeReq{"GET", "http://" + host + "/", ""}, judgeReq{"HEAD", "http://" + host + "/a", ""})

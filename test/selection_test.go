@@ -31,6 +31,7 @@ func TestWeightedRoundRobinSplit(t *testing.T) {
 }
 
 func TestCARPStickiness(t *testing.T) {
+	t.Parallel()
 	fs := []loopbackPeer{newFakeParent(t, "a"), newFakeParent(t, "b"), newFakeParent(t, "c")}
 	p := startPeerd(t, baseConfig+"[selection]\npolicy = \"carp\"\n"+peerBlock("", fs...))
 	cl := p.client()

@@ -85,6 +85,7 @@ func TestDeadParentDetectedAndRevivedByProbe(t *testing.T) {
 }
 
 func TestNoPeersAndConnectFailedErrors(t *testing.T) {
+	t.Parallel()
 	a := newFakeParent(t, "a")
 	p := startPeerd(t, baseConfig+health(2, "10s", "10s")+peerBlock("", a))
 	c := p.client()
@@ -118,6 +119,7 @@ func TestNoPeersAndConnectFailedErrors(t *testing.T) {
 }
 
 func TestDirectByDefaultConfig(t *testing.T) {
+	t.Parallel()
 	origin := newOrigin(t, func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, "origin saw %s via=%q xff=%q", r.RequestURI, r.Header.Get("Via"), r.Header.Get("X-Forwarded-For"))
 	})

@@ -26,6 +26,7 @@ func originHandler(w http.ResponseWriter, r *http.Request) {
 }
 
 func TestSquidParentChain(t *testing.T) {
+	t.Parallel()
 	origin := newOrigin(t, originHandler)
 	s1 := startSquid(t, "squid1", "")
 	s2 := startSquid(t, "squid2", "")
@@ -58,6 +59,7 @@ func TestSquidParentChain(t *testing.T) {
 // clients send GETs. No client sees an error; peerd marks it dead; after a
 // restart it is revived by probe and receives traffic again.
 func TestSquidParentKilledUnderLoad(t *testing.T) {
+	t.Parallel()
 	origin := newOrigin(t, originHandler)
 	s1 := startSquid(t, "squid1", "")
 	s2 := startSquid(t, "squid2", "")
@@ -119,6 +121,7 @@ func TestSquidParentKilledUnderLoad(t *testing.T) {
 }
 
 func TestSquidConnectTunnel(t *testing.T) {
+	t.Parallel()
 	requireSquid(t)
 	tlsOrigin := httptest.NewTLSServer(http.HandlerFunc(originHandler))
 	defer tlsOrigin.Close()
@@ -154,6 +157,7 @@ func TestSquidConnectTunnel(t *testing.T) {
 }
 
 func TestSquidParentWithProxyAuth(t *testing.T) {
+	t.Parallel()
 	origin := newOrigin(t, originHandler)
 	s1 := startAuthSquid(t)
 	for _, tc := range []struct {
@@ -205,6 +209,7 @@ http_access deny !authed`, helper))
 // again. Behind a peer without it, the client's credentials never reach
 // the parent, so its challenge is not passed on (RFC 9110 11.7.1).
 func TestLoginPassRelaysTheParentsChallenge(t *testing.T) {
+	t.Parallel()
 	origin := newOrigin(t, originHandler)
 	s1 := startAuthSquid(t)
 	for _, tc := range []struct {
@@ -246,6 +251,7 @@ func TestLoginPassRelaysTheParentsChallenge(t *testing.T) {
 // (SIBLING_HIT in peerd's access log); for what it does not hold it answers
 // 504 to only-if-cached, which peerd treats as a miss and goes to the parent.
 func TestSquidSiblingHitAndMiss(t *testing.T) {
+	t.Parallel()
 	origin := newOrigin(t, originHandler)
 	sib := startSquid(t, "sibling", "")
 	parent := startSquid(t, "parent", "")

@@ -54,6 +54,7 @@ func startTLSSquid(t *testing.T, name, certPath, keyPath string) *squid {
 }
 
 func TestTLSParentSquid(t *testing.T) {
+	t.Parallel()
 	origin := newOrigin(t, originHandler)
 	echo := echoServer(t)
 	pki, err := os.MkdirTemp("", "peerd-pki-")
@@ -125,6 +126,7 @@ var tlsAddrRe = regexp.MustCompile(`tls="?([0-9.:]+)"?`)
 // (--proxy https://) with the test's CA; a reload puts a new
 // certificate in force for new connections.
 func TestTLSListenerWithCurl(t *testing.T) {
+	t.Parallel()
 	curl, err := exec.LookPath("curl")
 	if err != nil {
 		t.Skip("curl is not installed")

@@ -68,6 +68,7 @@ func (c *collector) trace(id string) []otlpSpan {
 }
 
 func TestTracesReachTheCollector(t *testing.T) {
+	t.Parallel()
 	col := newCollector(t)
 	seen := make(chan string, 8)
 	par := newRawParent(t, "a", func(r *http.Request) string {

@@ -17,6 +17,7 @@ import (
 // reference: both must give the same words, each naming itself as its
 // Via does, and the lookup naming the port the client used.
 func TestXCacheAsSquid(t *testing.T) {
+	t.Parallel()
 	origin := newOrigin(t, func(w http.ResponseWriter, r *http.Request) {
 		if strings.HasPrefix(r.URL.Path, "/cached/") {
 			w.Header().Set("Cache-Control", "max-age=600")
