@@ -41,6 +41,11 @@ var (
 	hold     = flag.Duration("hold", 0, "keep peerd running this long after the run, for inspection")
 )
 
+// settleFor bounds the wait, after the load stops, for what is still in
+// flight to end (tunnels closing, the clients' last connections, requests
+// draining); a leak outlasts it.
+const settleFor = 20 * time.Second
+
 func main() {
 	flag.Parse()
 	os.Exit(run())
@@ -216,10 +221,16 @@ level = "info"
 	close(stop)
 	wg.Wait()
 	// Let go of our own idle keep-alive connections; let pooled and tunnel
-	// connections settle.
+	// connections settle: the end is read until descriptors and goroutines
+	// are back within the goal, or settleFor has passed (a leak stays).
 	client.CloseIdleConnections()
-	time.Sleep(2 * time.Second)
+	settled := func(st testbed.Stats) bool {
+		return float64(st.FDs) <= 1.2*float64(middle.FDs)+16 && float64(st.Goroutines) <= 1.2*float64(middle.Goroutines)+16
+	}
 	last := pd.Stats()
+	for deadline := time.Now().Add(settleFor); !settled(last) && time.Now().Before(deadline); last = pd.Stats() {
+		time.Sleep(250 * time.Millisecond)
+	}
 	if *hold > 0 {
 		fmt.Fprintf(os.Stderr, "soak: holding peerd (pid %d, admin %s) for %s\n", pd.Cmd.Process.Pid, pd.Admin, *hold)
 		time.Sleep(*hold)
