@@ -2,6 +2,7 @@ package forwarding
 
 import (
 	"errors"
+	"github.com/peerd/peerd/internal/match"
 	"os"
 	"testing"
 )
@@ -144,5 +145,25 @@ func TestSiblingMiss(t *testing.T) {
 		if got := siblingMiss(status); got != want {
 			t.Errorf("siblingMiss(%d) = %v; want %v", status, got, want)
 		}
+	}
+}
+
+// TestUserAddressesKeptOnlyForMaxUserIP: authenticated requests note
+// their address only when a rule has max_user_ip.
+func TestUserAddressesKeptOnlyForMaxUserIP(t *testing.T) {
+	p := &Proxy{}
+	plain, err := CompileRules([]RuleSpec{{Action: "deny", Spec: match.Spec{Users: []string{"bob"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	counted, err := CompileRules([]RuleSpec{{Action: "allow"}, {Action: "deny", Spec: match.Spec{MaxUserIP: 2}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.usersFor(plain) != nil || p.usersFor(nil) != nil {
+		t.Fatal("user addresses kept without a max_user_ip rule")
+	}
+	if p.usersFor(counted) != &p.users {
+		t.Fatal("no user addresses kept for a max_user_ip rule")
 	}
 }

@@ -30,7 +30,8 @@ type generation struct {
 	cache   *cache.Cache // nil: the cache is off
 	log     *AccessLog   // nil: no access log
 	// conns and users are the proxy's own, for the rules' max_conn and
-	// max_user_ip (the same in every generation).
+	// max_user_ip; users is nil unless a rule has max_user_ip (no
+	// authenticated request pays for keeping them otherwise).
 	conns *connSet
 	users *userAddrs
 }
@@ -79,7 +80,7 @@ func (p *Proxy) Reconfigure(g Generation) {
 		p.port = g.Port
 	}
 	p.store(&generation{cfg: p.runtime(g.Config), policy: g.Policy, rules: g.Rules, auth: g.Auth,
-		routing: p.planner.Routing(), cache: g.Cache, log: g.AccessLog, conns: &p.conns, users: &p.users})
+		routing: p.planner.Routing(), cache: g.Cache, log: g.AccessLog, conns: &p.conns, users: p.usersFor(g.Rules)})
 }
 
 // change builds the next generation from the one in force, with set

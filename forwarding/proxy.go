@@ -224,7 +224,7 @@ func New(o Options) (*Proxy, error) {
 	if err := o.Config.Validate(); err != nil {
 		return nil, err
 	}
-	p.gen.Store(&generation{cfg: p.runtime(o.Config), policy: o.Policy, routing: p.planner.Routing(), log: o.AccessLog, conns: &p.conns, users: &p.users})
+	p.gen.Store(&generation{cfg: p.runtime(o.Config), policy: o.Policy, routing: p.planner.Routing(), log: o.AccessLog, conns: &p.conns})
 	p.budget.setRatio(o.Config.RetryBudget)
 	if p.source != nil {
 		out, _ := netip.ParseAddr(o.Config.OutgoingAddress)

@@ -163,6 +163,17 @@ func (rq *request) userAddrs(user string) int {
 	return rq.gen.users.count(user, rq.start)
 }
 
+// usersFor is the proxy's user address book when one of rs has
+// max_user_ip, else nil.
+func (p *Proxy) usersFor(rs []Rule) *userAddrs {
+	for _, r := range rs {
+		if r.m.CountsUserAddrs() {
+			return &p.users
+		}
+	}
+	return nil
+}
+
 // userAddrs remembers the addresses each proven user was seen from
 // within userAddrTTL (Squid's authenticate_ip_ttl default), for the
 // rules' max_user_ip.
@@ -173,7 +184,7 @@ type userAddrs struct {
 
 const (
 	userAddrTTL   = time.Second
-	maxUsersKnown = 1 << 16 // beyond it, users not seen within the TTL are forgotten
+	maxUsersKnown = 1 << 16 // at it, users not seen within the TTL are forgotten (all, if none is)
 )
 
 // seen notes user at a, now.
@@ -188,6 +199,9 @@ func (u *userAddrs) seen(user string, a netip.Addr, now time.Time) {
 			if u.live(as, now) == 0 {
 				delete(u.m, name)
 			}
+		}
+		if len(u.m) >= maxUsersKnown {
+			clear(u.m) // all seen within the TTL: start over rather than grow or scan on each request
 		}
 	}
 	as := u.m[user]

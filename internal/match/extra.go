@@ -174,12 +174,16 @@ func (x *extra) match(r *Request) bool {
 			now = time.Now()
 		}
 		now = now.Local()
-		if !x.anyTime(x.times, now, len(x.times) == 0) || x.anyTime(x.notTimes, now, false) {
+		if !anyTime(x.times, now, len(x.times) == 0) || anyTime(x.notTimes, now, false) {
 			return false
 		}
 	}
 	return x.maxConn == 0 || r.Conns != nil && r.Conns() > x.maxConn
 }
+
+// CountsUserAddrs reports whether m has max_user_ip: only then are the
+// addresses users are seen from worth keeping.
+func (m *Matcher) CountsUserAddrs() bool { return m.x != nil && m.x.maxUserIP > 0 }
 
 // matchUser checks max_user_ip for the (proven) user.
 func (x *extra) matchUser(r *Request) bool {
@@ -195,7 +199,8 @@ func fieldMatch(in, out []*regexp.Regexp, v string) bool {
 	return (len(in) == 0 || anyMatch(in, v)) && !anyMatch(out, v)
 }
 
-func (x *extra) anyTime(ts []timeSpan, at time.Time, empty bool) bool {
+// anyTime reports whether at falls in one of ts (empty when there is none).
+func anyTime(ts []timeSpan, at time.Time, empty bool) bool {
 	if len(ts) == 0 {
 		return empty
 	}

@@ -90,8 +90,8 @@ func adminTable(src []byte) string {
 	for sc.Scan() {
 		line := sc.Text()
 		if t := strings.TrimSpace(line); strings.HasPrefix(t, "[") {
-			name := strings.TrimSpace(strings.Trim(strings.SplitN(t, "#", 2)[0], " \t"))
-			in = name == "[admin]"
+			header, _, _ := strings.Cut(t, "#")
+			in = strings.TrimSpace(header) == "[admin]"
 		}
 		if in {
 			out.WriteString(line)
