@@ -129,12 +129,12 @@ func (rq *request) matchRequest() match.Request {
 	req := &rq.req
 	return match.Request{Host: unsafe.String(unsafe.SliceData(req.Host), len(req.Host)), Client: rq.from.addr,
 		Port: rq.port, Method: rq.method, User: rq.user, URL: urlString(req.Target), Resolve: rq.resolve,
-		Field: rq.field, Now: rq.start, Conns: rq.conns, UserAddrs: rq.userAddrs}
+		Now: rq.start, Facts: rq}
 }
 
-// field is a request header field for the rules: every value of a
+// Field is a request header field for the rules: every value of a
 // repeated field, joined by ", ".
-func (rq *request) field(name string) string {
+func (rq *request) Field(name string) string {
 	var b []byte
 	for _, f := range rq.req.Fields {
 		if strings.EqualFold(string(f.Name), name) {
@@ -147,16 +147,16 @@ func (rq *request) field(name string) string {
 	return string(b)
 }
 
-// conns is the number of connections open from the client's address.
-func (rq *request) conns() int {
+// Conns is the number of connections open from the client's address.
+func (rq *request) Conns() int {
 	if rq.gen.conns == nil {
 		return 0
 	}
 	return rq.gen.conns.fromSource(rq.from.addr)
 }
 
-// userAddrs is the number of addresses user was seen from lately.
-func (rq *request) userAddrs(user string) int {
+// UserAddrs is the number of addresses user was seen from lately.
+func (rq *request) UserAddrs(user string) int {
 	if rq.gen.users == nil {
 		return 0
 	}

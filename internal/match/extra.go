@@ -26,6 +26,15 @@ import (
 	"time"
 )
 
+// Facts are what the keys above ask of a request beyond its URL: a
+// header field ("" when absent), the connections open from its client's
+// address, and the addresses a user was seen from lately.
+type Facts interface {
+	Field(name string) string
+	Conns() int
+	UserAddrs(user string) int
+}
+
 // extra is the compiled form of the keys above.
 type extra struct {
 	agents, notAgents     []*regexp.Regexp
@@ -151,10 +160,10 @@ func (t timeSpan) in(at time.Time) bool {
 // match checks every key but max_user_ip.
 func (x *extra) match(r *Request) bool {
 	field := func(name string) string {
-		if r.Field == nil {
+		if r.Facts == nil {
 			return ""
 		}
-		return r.Field(name)
+		return r.Facts.Field(name)
 	}
 	if len(x.agents)+len(x.notAgents) > 0 && !fieldMatch(x.agents, x.notAgents, field("User-Agent")) {
 		return false
@@ -178,7 +187,7 @@ func (x *extra) match(r *Request) bool {
 			return false
 		}
 	}
-	return x.maxConn == 0 || r.Conns != nil && r.Conns() > x.maxConn
+	return x.maxConn == 0 || r.Facts != nil && r.Facts.Conns() > x.maxConn
 }
 
 // CountsUserAddrs reports whether m has max_user_ip: only then are the
@@ -187,7 +196,7 @@ func (m *Matcher) CountsUserAddrs() bool { return m.x != nil && m.x.maxUserIP > 
 
 // matchUser checks max_user_ip for the (proven) user.
 func (x *extra) matchUser(r *Request) bool {
-	return x.maxUserIP == 0 || r.UserAddrs != nil && r.UserAddrs(r.User) > x.maxUserIP
+	return x.maxUserIP == 0 || r.Facts != nil && r.Facts.UserAddrs(r.User) > x.maxUserIP
 }
 
 // fieldMatch: an absent field matches no expression (a negated list

@@ -60,11 +60,9 @@ type Request struct {
 	// matcher with dst meets a name, and once per Request however many
 	// matchers ask).
 	Resolve func(host string) []netip.Addr
-	// Field, Now, Conns and UserAddrs are what extra.go's keys look at.
-	Field     func(name string) string
-	Now       time.Time
-	Conns     func() int
-	UserAddrs func(user string) int
+	// Now and Facts are what extra.go's keys look at (Facts nil: none).
+	Now   time.Time
+	Facts Facts
 
 	resolved bool
 	addrs    []netip.Addr
