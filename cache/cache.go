@@ -281,8 +281,16 @@ func (c *Cache) Invalidate(key []byte) { c.Purge(key) }
 // Refresh merges a 304 into the stored object it validated (RFC 9111
 // 4.3.4): the 304's fields replace the stored ones of the same name,
 // Content-Length excepted, and its times make the new freshness. The
-// refreshed object is stored in the old one's place and returned.
+// refreshed object is stored in the old one's place and returned. A 304
+// that does not select old (Object.Selects) refreshes nothing: old is
+// dropped, and Refresh returns nil (the caller fetches it again, without
+// conditionals).
 func (c *Cache) Refresh(old *Object, r *Request, resp *h1.Response, reqTime, respTime time.Time) *Object {
+	if !old.Selects(resp) {
+		c.store.remove(old)
+		c.forgetOnDisk(old)
+		return nil
+	}
 	var cc Directives
 	fields := make([]byte, 0, len(old.fields)+fieldsSize(resp))
 	replaced := func(name []byte) bool {

@@ -222,6 +222,23 @@ func (o *Object) AppendConditionals(b []byte) []byte {
 	return b
 }
 
+// Selects reports whether a 304 identifies o for update (RFC 9111
+// 4.3.4): its entity tag, when it has one, is o's (the weak comparison,
+// as the conditional that drew it); without one, its Last-Modified, when
+// it has one, is o's. A 304 with neither selects o, as every cache takes
+// it. A 304 naming another representation selects nothing: merged, its
+// validator would sit over another version's body.
+func (o *Object) Selects(resp *h1.Response) bool {
+	if tag := resp.Get("ETag"); tag != nil {
+		return o.etag != nil && string(opaque(h1.TrimOWS(tag))) == string(opaque(o.etag))
+	}
+	if lm := resp.Get("Last-Modified"); lm != nil && o.lastModRaw != nil {
+		t, ok := parseHTTPDate(h1.TrimOWS(lm))
+		return ok && t == o.lastModified
+	}
+	return true
+}
+
 // NotModified evaluates the request's own preconditions against the
 // object (RFC 9111 4.3.2, RFC 9110 13.2.2): true means answer 304.
 func (o *Object) NotModified(r *Request) bool {

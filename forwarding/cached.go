@@ -250,6 +250,13 @@ func (l *cacheLayer) offer(a *attempt) (bool, outcome) {
 		switch {
 		case st == http.StatusNotModified:
 			fresh := ch.Refresh(o, cq, resp, rq.start, now)
+			if fresh == nil {
+				// The 304 is about another version than the stored
+				// one, which is gone: ask again, unconditionally.
+				a.release()
+				rq.stale, l.refetch = nil, true
+				return true, keepOpen
+			}
 			ch.Land(l.flight, fresh, false)
 			l.flight = nil
 			hop := a.hop

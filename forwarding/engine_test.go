@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -906,6 +907,53 @@ func TestFollowerOfACutFetchGetsAHead(t *testing.T) {
 			if err := <-got; err != nil {
 				t.Fatal(err)
 			}
+		}
+	})
+}
+
+// TestA304ForAnotherVersionRefreshesNothing: a parent that answers 304
+// by If-Modified-Since alone (the new version has the old one's
+// Last-Modified) names the new version's ETag in it. Merged, that ETag
+// would sit over the old body; instead the stored copy is dropped and the
+// client gets the new version, fetched again without conditionals.
+func TestA304ForAnotherVersionRefreshesNothing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEngine(t, selection.DirectNever, nil)
+		e.proxy.SetCache(newCache(t, time.Hour))
+		var mu sync.Mutex
+		version := 1
+		e.net.handle[addrA] = func(req *http.Request, br *bufio.Reader, s net.Conn) bool {
+			io.Copy(io.Discard, req.Body)
+			mu.Lock()
+			v := version
+			mu.Unlock()
+			head := fmt.Sprintf("ETag: \"v%d\"\r\nLast-Modified: Mon, 01 Jun 2026 00:00:00 GMT\r\nCache-Control: max-age=1\r\n", v)
+			if req.Header.Get("If-Modified-Since") != "" {
+				io.WriteString(s, "HTTP/1.1 304 Not Modified\r\n"+head+"\r\n")
+				return true
+			}
+			body := fmt.Sprintf("body of version %d", v)
+			fmt.Fprintf(s, "HTTP/1.1 200 OK\r\n%sContent-Length: %d\r\n\r\n%s", head, len(body), body)
+			return true
+		}
+		c := e.dial()
+		get := "GET http://origin.test/doc HTTP/1.1\r\nHost: origin.test\r\n\r\n"
+		if resp, body := c.do(t, get); resp.StatusCode != 200 || body != "body of version 1" {
+			t.Fatalf("miss: %d %q", resp.StatusCode, body)
+		}
+		mu.Lock()
+		version = 2
+		mu.Unlock()
+		time.Sleep(2 * time.Second) // stale: revalidated
+		for i := 0; i < 2; i++ {
+			resp, body := c.do(t, get)
+			if resp.StatusCode != 200 || body != "body of version 2" || resp.Header.Get("ETag") != `"v2"` {
+				t.Fatalf("request %d after the change: %d %q under ETag %s; want version 2's body under \"v2\"",
+					i, resp.StatusCode, body, resp.Header.Get("ETag"))
+			}
+		}
+		if n := e.net.get(e.net.requests, addrA); n != 3 {
+			t.Fatalf("parent asked %d times; want 3 (the miss, the 304, the fetch again; then a hit)", n)
 		}
 	})
 }

@@ -35,6 +35,7 @@ type cacheLayer struct {
 	diskBody  *cache.BodyReader // the open body of a disk-only object
 	collapsed bool              // answered from another request's response
 	swr       bool              // answered stale while it is revalidated
+	refetch   bool              // a 304 selected nothing stored: forward again (offer)
 	result    string            // the access log's result code, when the cache made it
 	ctype     []byte            // the Content-Type of an answer from the cache
 	out       []byte            // the head of an answer from the cache

@@ -152,7 +152,14 @@ func (tx *txn) serve() outcome {
 		}
 		return tx.after()
 	}
-	return tx.forward(&tx.cl)
+	out := tx.forward(&tx.cl)
+	if tx.cl.refetch && !tx.w.gone {
+		// Once: the stored response is gone, so the next 304 can only
+		// answer the client's own conditional.
+		tx.cl.refetch = false
+		out = tx.forward(&tx.cl)
+	}
+	return out
 }
 
 // closeIfStopping makes the answer being written the connection's last
