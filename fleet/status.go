@@ -31,6 +31,9 @@ type Member struct {
 	Node  string `json:"node"`
 	Addr  string `json:"addr"`
 	State string `json:"state"`
+	// Proxy is the proxy address the member publishes for owner
+	// requests: "" while it owns no keys (not serving yet, draining).
+	Proxy string `json:"proxy"`
 }
 
 // Status returns the fleet as this member sees it.
@@ -44,9 +47,10 @@ func (f *Fleet) Status() Status {
 	st.Purges = f.purgeCounts()
 	st.SharedCache, st.OwnerCounts = f.shared.on.Load(), f.OwnerCounts()
 	live := map[string]bool{m.node: true}
-	st.Members = append(st.Members, Member{Node: m.node, Addr: m.selfAddr, State: "alive"})
+	st.Members = append(st.Members, Member{Node: m.node, Addr: m.selfAddr, State: "alive", Proxy: m.advertised()})
 	for _, n := range f.shared.others(m.node) {
-		st.Members = append(st.Members, Member{Node: n.Name, Addr: n.Address(), State: nodeState(n.State)})
+		_, mt := decodeMeta(n.Meta)
+		st.Members = append(st.Members, Member{Node: n.Name, Addr: n.Address(), State: nodeState(n.State), Proxy: mt.HTTP})
 		live[n.Name] = true
 	}
 	sort.Slice(st.Members, func(i, j int) bool { return st.Members[i].Node < st.Members[j].Node })

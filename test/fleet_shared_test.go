@@ -43,22 +43,47 @@ func ownerOf(m *peerd, u string) string {
 	return *e.Owner
 }
 
+// waitForOwners waits until every member names the same owner for each of
+// 30 URLs, and every member owns some; past the deadline it says what
+// each member publishes and sees.
+func waitForOwners(t *testing.T, ms []*peerd) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		owners, split := map[string]bool{}, ""
+		for i := 0; i < 30; i++ {
+			u := fmt.Sprintf("http://origin.test/agree/%d", i)
+			o := []string{ownerOf(ms[0], u), ownerOf(ms[1], u), ownerOf(ms[2], u)}
+			if o[0] == "" || o[1] != o[0] || o[2] != o[0] {
+				split = fmt.Sprintf("%s: owner %q at a, %q at b, %q at c", u, o[0], o[1], o[2])
+				break
+			}
+			owners[o[0]] = true
+		}
+		if split == "" && len(owners) == 3 {
+			return
+		}
+		if time.Now().After(deadline) {
+			var views []string
+			for _, m := range ms {
+				var st struct {
+					Node    string           `json:"node"`
+					Members []map[string]any `json:"members"`
+				}
+				m.adminJSON("GET", "/fleet", "", &st)
+				views = append(views, fmt.Sprintf("%s sees %v", st.Node, st.Members))
+			}
+			t.Fatalf("the members do not agree on the owners after 20s (%s; owners %v)\n%s", split, owners, strings.Join(views, "\n"))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 func TestFleetSharedCache(t *testing.T) {
 	p1 := newFakeParent(t, "p1")
 	p1.SetHeader("Cache-Control", "max-age=600")
 	ms := sharedFleet(t, p1)
-	waitFor(t, "every member agreeing on the owners", 10*time.Second, func() bool {
-		owners := map[string]bool{}
-		for i := 0; i < 30; i++ {
-			u := fmt.Sprintf("http://origin.test/agree/%d", i)
-			o := ownerOf(ms[0], u)
-			if o == "" || ownerOf(ms[1], u) != o || ownerOf(ms[2], u) != o {
-				return false
-			}
-			owners[o] = true
-		}
-		return len(owners) == 3
-	})
+	waitForOwners(t, ms)
 
 	t.Run("one fetch", func(t *testing.T) {
 		before := p1.requests("GET")
