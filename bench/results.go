@@ -30,6 +30,7 @@ type Results struct {
 	Auth       []Throughput  `json:"basic_auth"`
 	Disk       *DiskResults  `json:"disk_cache,omitempty"`
 	Tunnel     []TunnelRow   `json:"connect_tunnels,omitempty"`
+	HitRatio   *HitRatios    `json:"hit_ratios,omitempty"`
 }
 
 // wrkBin is wrk's path ("": load by a Go client).
@@ -153,6 +154,7 @@ func (r *Results) markdown() string {
 	}
 	b.WriteString(r.goals())
 	b.WriteString(r.tunnelMarkdown())
+	b.WriteString(r.hitRatioMarkdown())
 	b.WriteString(r.cacheSection())
 	b.WriteString(r.diskSection())
 	for _, sec := range []struct {
