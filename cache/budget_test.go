@@ -68,11 +68,18 @@ func TestInflightBudget(t *testing.T) {
 		t.Fatalf("%d of 12 growing bodies kept, %d bytes reserved; want the budget (1 MiB) to hold", stored, c2.inflight.Load())
 	}
 
-	// An object larger than its shard's share is never admitted.
+	// An object larger than a sixteenth of the memory is kept (the
+	// memory is one pool, not sixteen shares).
 	cfg.MaxObject = 1 << 20
 	c3 := New(cfg)
-	if c3.Admit(request(t, "GET", url+"/huge"), resp, 512<<10, t0, t0, nil) != nil {
-		t.Fatal("a response larger than a shard's share was admitted (and would be reported stored)")
+	w3 := c3.Admit(request(t, "GET", url+"/large"), resp, 512<<10, t0, t0, nil)
+	if w3 == nil {
+		t.Fatal("a response of an eighth of the memory was not admitted")
+	}
+	w3.Write(make([]byte, 512<<10))
+	w3.Finish(true)
+	if o, _ := c3.Lookup(request(t, "GET", url+"/large"), t0); o == nil || len(o.Body) != 512<<10 {
+		t.Fatal("a response of an eighth of the memory was not kept")
 	}
 }
 

@@ -23,9 +23,8 @@ type Object struct {
 	secondary string // the Vary selecting values of the request it answered
 	Size      int64
 	//lint:ignore U1000 used through lruLinks
-	links    links[*Object] // in its store shard's LRU
-	linked   bool           // in the store's lists (under the shard lock)
-	hits     atomic.Uint32  // samples recency refreshes of hot objects
+	links    links[*Object] // in the store's small FIFO (policy.go)
+	pol      pol            // its place in the store's policy
 	diskHits atomic.Uint32  // samples the disk tier's recency refreshes
 
 	// Status is the stored response's status code.

@@ -1,44 +1,28 @@
 package cache
 
-// This file holds the memory store: sharded maps of Vary variants under a
-// segmented LRU bounded in bytes.
+// This file holds the memory store: sharded maps of Vary variants, bounded
+// in bytes by one policy (policy.go).
 
 import (
+	"slices"
 	"sync"
 )
 
 // store is the memory store: objects by primary key (each key's Vary
-// variants side by side), bounded by their size in bytes, evicted by a
-// segmented LRU. A new object enters the probation segment; a hit there
-// promotes it to the protected segment (80% of the bytes), whose least
-// recently used objects fall back to probation; eviction takes probation's
-// least recently used. So one scan of cold objects cannot flush the ones
-// that are hit again and again.
-//
-// The choice was measured (see the note in doc.go): on a Zipf trace this
-// holds as many hits as otter's W-TinyLFU within a few per cent and more
-// than ristretto, and unlike both it looks keys up by []byte without
-// allocating and admits synchronously (a response stored is there for the
-// next request, which cache semantics need). The lists are intrusive, so
-// no operation allocates.
-//
-// A store is sharded by key hash; each shard has its own lock and its own
-// share of the bytes.
+// variants side by side) in maps sharded by key hash, each with its own
+// lock, and one policy (policy.go) that bounds them in bytes and chooses
+// what to evict. A hit takes its shard's read lock and no other; storing
+// takes the shard's lock, then the policy's, never both at once.
 type store struct {
 	shards [nShards]shard
+	pol    policy
 }
 
 const nShards = 16
 
 type shard struct {
-	mu       sync.RWMutex
-	byKey    map[string]*variants
-	lru      slru[*Object]
-	capacity int64 // bytes
-	protCap  int64
-	size     int64 // bytes stored (both segments)
-	objects  int
-	hot      int64 // bytes of hot copies stored (Cache.AdmitHot)
+	mu    sync.RWMutex
+	byKey map[string]*variants
 }
 
 // variants are the stored responses of one primary key.
@@ -50,11 +34,9 @@ type variants struct {
 func newStore(capacity int64) *store {
 	s := &store{}
 	for i := range s.shards {
-		sh := &s.shards[i]
-		sh.byKey = make(map[string]*variants)
-		sh.capacity = capacity / nShards
-		sh.protCap = sh.capacity * 8 / 10
+		s.shards[i].byKey = make(map[string]*variants)
 	}
+	s.pol.init(capacity)
 	return s
 }
 
@@ -76,19 +58,11 @@ func shardIndex(key []byte) uint32 {
 // up without allocating.
 func (s *store) get(key []byte, r *Request) (*Object, int) {
 	sh := s.shardOf(key)
-	// Lookups share the lock; only promoting an object, or refreshing a
-	// hot one's recency (sampled: one hit in 16), takes it alone, so
-	// concurrent hits on one hot object do not queue.
 	sh.mu.RLock()
 	o, n := sh.findLocked(key, r)
-	touch := o != nil && (!o.links.protected || o.hits.Add(1)&15 == 0)
 	sh.mu.RUnlock()
-	if touch {
-		sh.mu.Lock()
-		if o.linked {
-			sh.touchLocked(o)
-		}
-		sh.mu.Unlock()
+	if o != nil {
+		s.pol.hit(o)
 	}
 	return o, n
 }
@@ -117,144 +91,98 @@ func (sh *shard) findLocked(key []byte, r *Request) (*Object, int) {
 // response is stored.
 func (s *store) dropPartials(o *Object) {
 	sh := s.shardOf([]byte(o.Key))
+	var gone []*Object
 	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	vs := sh.byKey[o.Key]
-	if vs == nil {
-		return
-	}
-	for i := 0; i < len(vs.list); {
-		v := vs.list[i]
-		if v.partial && v.secondary == o.secondary+"\x00partial" {
-			sh.dropLocked(v)
-			if sh.byKey[o.Key] == nil {
-				return
+	if vs := sh.byKey[o.Key]; vs != nil {
+		for _, v := range vs.list {
+			if v.partial && v.secondary == o.secondary+"\x00partial" {
+				gone = append(gone, v)
 			}
-			continue
 		}
-		i++
+		for _, v := range gone {
+			sh.dropLocked(v)
+		}
 	}
+	sh.mu.Unlock()
+	s.pol.unlink(gone...)
 }
 
 // resize changes the store's memory, evicting at once when it shrank.
-func (s *store) resize(capacity int64) {
-	for i := range s.shards {
-		sh := &s.shards[i]
-		sh.mu.Lock()
-		sh.capacity = capacity / nShards
-		sh.protCap = sh.capacity * 8 / 10
-		sh.evictLocked()
-		sh.mu.Unlock()
-	}
-}
+func (s *store) resize(capacity int64) { s.drop(s.pol.resize(capacity)) }
 
 // capacity is the store's memory.
-func (s *store) capacity() int64 {
-	var n int64
-	for i := range s.shards {
-		sh := &s.shards[i]
-		sh.mu.Lock()
-		n += sh.capacity
-		sh.mu.Unlock()
-	}
-	return n
-}
+func (s *store) capacity() int64 { return s.pol.capacity.Load() }
 
-func (sh *shard) touchLocked(o *Object) { sh.lru.touch(o, sh.protCap) }
-
-// fits reports whether an object of size bytes under key could be
-// stored at all (it is not larger than its shard's share).
-func (s *store) fits(key string, size int64) bool {
-	sh := &s.shards[shardIndex([]byte(key))]
-	sh.mu.RLock()
-	defer sh.mu.RUnlock()
-	return size <= sh.capacity
-}
+// fits reports whether an object of size bytes could be stored at all
+// (it is not larger than the memory).
+func (s *store) fits(_ string, size int64) bool { return size <= s.capacity() }
 
 // put stores o under its key, replacing a variant with the same secondary
-// key, and evicts until the shard fits. An object larger than the shard is
-// not stored.
+// key, and evicts until the memory holds it. An object larger than the
+// memory is not stored.
 func (s *store) put(o *Object) bool {
-	sh := s.shardOf([]byte(o.Key))
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	if o.Size > sh.capacity {
+	if o.Size > s.capacity() {
 		return false
 	}
+	sh := s.shardOf([]byte(o.Key))
+	var buf [2]*Object
+	replaced := buf[:0]
+	sh.mu.Lock()
 	vs := sh.byKey[o.Key]
 	if vs == nil {
 		vs = &variants{key: o.Key}
 		sh.byKey[o.Key] = vs
 	}
-	for i, old := range vs.list {
-		if old.secondary == o.secondary {
-			sh.unlinkLocked(old)
+	o.pol.gone.Store(false)
+	i := slices.IndexFunc(vs.list, func(v *Object) bool { return v.secondary == o.secondary })
+	switch {
+	case i >= 0:
+		if old := vs.list[i]; old != o {
+			old.pol.gone.Store(true)
+			replaced = append(replaced, old)
 			vs.list[i] = o
-			sh.linkLocked(o)
-			sh.evictLocked()
-			return true
 		}
-	}
-	if len(vs.list) >= maxVariants {
+	case len(vs.list) >= maxVariants:
 		// A URL whose Vary spreads it over many variants (a field the
 		// client chooses freely) keeps the newest maxVariants: the lookup
 		// is a scan of them, and thousands made every hit slow.
-		sh.dropLocked(vs.list[0])
-		if sh.byKey[o.Key] == nil {
-			sh.byKey[o.Key] = vs
-		}
+		old := vs.list[0]
+		old.pol.gone.Store(true)
+		replaced = append(replaced, old)
+		vs.list = append(vs.list[1:], o)
+	default:
+		vs.list = append(vs.list, o)
 	}
-	vs.list = append(vs.list, o)
-	sh.linkLocked(o)
-	sh.evictLocked()
+	sh.mu.Unlock()
+	var vbuf [4]*Object
+	s.drop(s.pol.admit(o, replaced, vbuf[:0]))
 	return true
 }
 
 // maxVariants bounds the Vary variants stored for one URL.
 const maxVariants = 64
 
-func (sh *shard) linkLocked(o *Object) {
-	o.linked = true
-	sh.lru.add(o)
-	sh.size += o.Size
-	sh.objects++
-	if o.hot {
-		sh.hot += o.Size
+// drop takes the policy's victims out of their shards (each if it is
+// still there: it may have been replaced or purged meanwhile).
+func (s *store) drop(victims []*Object) {
+	for _, v := range victims {
+		sh := s.shardOf([]byte(v.Key))
+		sh.mu.Lock()
+		sh.dropLocked(v)
+		sh.mu.Unlock()
 	}
 }
 
-func (sh *shard) unlinkLocked(o *Object) {
-	o.linked = false
-	sh.lru.remove(o)
-	sh.size -= o.Size
-	sh.objects--
-	if o.hot {
-		sh.hot -= o.Size
-	}
-}
-
-func (sh *shard) evictLocked() {
-	for sh.size > sh.capacity {
-		victim := sh.lru.victim()
-		if victim == nil {
-			return
-		}
-		sh.dropLocked(victim)
-	}
-}
-
-// dropLocked removes one object from the shard.
+// dropLocked removes o from the shard's map, if it is there, and marks it
+// gone (the policy is told by the caller).
 func (sh *shard) dropLocked(o *Object) {
-	sh.unlinkLocked(o)
+	o.pol.gone.Store(true)
 	vs := sh.byKey[o.Key]
 	if vs == nil {
 		return
 	}
-	for i, v := range vs.list {
-		if v == o {
-			vs.list = append(vs.list[:i], vs.list[i+1:]...)
-			break
-		}
+	if i := slices.Index(vs.list, o); i >= 0 {
+		vs.list = slices.Delete(vs.list, i, i+1)
 	}
 	if len(vs.list) == 0 {
 		delete(sh.byKey, o.Key)
@@ -265,53 +193,39 @@ func (sh *shard) dropLocked(o *Object) {
 func (s *store) remove(o *Object) {
 	sh := s.shardOf([]byte(o.Key))
 	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	if vs := sh.byKey[o.Key]; vs != nil {
-		for _, v := range vs.list {
-			if v == o {
-				sh.dropLocked(o)
-				return
-			}
-		}
-	}
+	sh.dropLocked(o)
+	sh.mu.Unlock()
+	s.pol.unlink(o)
 }
 
 // purge drops every variant of key and reports how many there were.
 func (s *store) purge(key []byte) int {
 	sh := s.shardOf(key)
 	sh.mu.Lock()
-	defer sh.mu.Unlock()
 	vs := sh.byKey[string(key)]
 	if vs == nil {
+		sh.mu.Unlock()
 		return 0
 	}
-	n := len(vs.list)
-	for len(vs.list) > 0 {
-		sh.dropLocked(vs.list[0])
+	gone := slices.Clone(vs.list)
+	for _, o := range gone {
+		sh.dropLocked(o)
 	}
-	return n
+	sh.mu.Unlock()
+	s.pol.unlink(gone...)
+	return len(gone)
 }
 
-// stats sums the shards.
+// stats is the objects and bytes stored.
 func (s *store) stats() (objects int, bytes int64) {
-	for i := range s.shards {
-		sh := &s.shards[i]
-		sh.mu.Lock()
-		objects += sh.objects
-		bytes += sh.size
-		sh.mu.Unlock()
-	}
-	return objects, bytes
+	s.pol.mu.Lock()
+	defer s.pol.mu.Unlock()
+	return s.pol.objects, s.pol.size
 }
 
 // hotBytes is the bytes of hot copies stored.
 func (s *store) hotBytes() int64 {
-	var n int64
-	for i := range s.shards {
-		sh := &s.shards[i]
-		sh.mu.RLock()
-		n += sh.hot
-		sh.mu.RUnlock()
-	}
-	return n
+	s.pol.mu.Lock()
+	defer s.pol.mu.Unlock()
+	return s.pol.hot
 }
