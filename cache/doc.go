@@ -11,9 +11,11 @@
 //     heuristic and refresh_patterns (build.go, object.go), validation
 //     and 304 refreshes, ranges (range.go), invalidation by unsafe
 //     methods, dates (date.go).
-//   - The memory store: a segmented LRU of our own, sharded 16 ways and
-//     bounded by bytes, whose []byte look-ups allocate nothing (store.go,
-//     lru.go); the root doc.go records the measurement that chose it.
+//   - The memory store: maps sharded 16 ways, whose []byte look-ups
+//     allocate nothing, under one policy bounded by bytes: a small FIFO
+//     and a ghost in front of a main region evicted by sampled GDSF
+//     (store.go, policy.go); the root doc.go records the measurement that
+//     chose it.
 //   - The disk store ([cache] disk): one file per object under objects/,
 //     an append-only journal of fixed-size records as the index, a lock
 //     file, and hot files kept open (disk*.go, fdcache.go).

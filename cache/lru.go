@@ -1,8 +1,9 @@
 package cache
 
-// This file holds the segmented LRU both stores keep (memory objects and
-// disk entries) and the intrusive doubly linked lists it is made of: the
-// links live in the element, so no operation allocates.
+// This file holds the segmented LRU the disk store keeps, and the
+// intrusive doubly linked lists it is made of (the memory store's small
+// FIFO is one too): the links live in the element, so no operation
+// allocates.
 
 // links are an element's place in a list, and which segment it is in.
 type links[P any] struct {
