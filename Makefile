@@ -5,7 +5,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 PREFIX  ?= /usr/local
 
-.PHONY: build run test check race e2e vet lint fuzz bench soak chaos cover ci install clean
+.PHONY: build run test check race e2e vet lint fuzz bench soak chaos cover ci install man clean
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/peerd
@@ -119,6 +119,11 @@ install: build
 	install -d -m 0755 $(DESTDIR)/lib/systemd/system
 	sed 's|/usr/local/bin/peerd|$(PREFIX)/bin/peerd|g' etc/peerd.service > $(DESTDIR)/lib/systemd/system/peerd.service
 	chmod 0644 $(DESTDIR)/lib/systemd/system/peerd.service
+
+# peerd.toml(5) is made from the configuration reference (a test checks it
+# is up to date).
+man:
+	$(GO) run ./internal/manpage/mkman docs/configuration.md man/peerd.toml.5
 
 clean:
 	rm -rf bin

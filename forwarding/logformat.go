@@ -58,14 +58,14 @@ var logCodes = map[string]logToken{
 	"<a": tokServer, "<A": tokServer, "mt": tokMime, ">h": tokReqHeader, "err_type": tokErr,
 }
 
+// logCodeList is every code, in the order the docs and errors give them
+// (a test checks it holds every key of logCodes, and that
+// docs/configuration.md gives the same list).
+var logCodeList = []string{"%ts", "%tu", "%tr", "%tl", "%tg", "%>a", "%>p", "%Ss", "%>Hs", "%<Hs", "%<st", "%>st",
+	"%rm", "%ru", "%rp", "%rv", "%un", "%[un", "%ul", "%ui", "%[ui", "%Sh", "%<a", "%<A", "%mt", "%{Header}>h", "%err_type"}
+
 // LogCodes lists the codes a logformat may use, for the docs and errors.
-func LogCodes() []string {
-	out := make([]string, 0, len(logCodes))
-	for c := range logCodes {
-		out = append(out, "%"+c)
-	}
-	return out
-}
+func LogCodes() []string { return slices.Clone(logCodeList) }
 
 // logPart is a literal or a code with its width and argument.
 type logPart struct {
@@ -146,7 +146,7 @@ func CompileLogFormat(s string) (*LogFormat, error) {
 			for end < len(s) && s[end] != ' ' && s[end] != '%' && s[end] != '"' {
 				end++
 			}
-			return nil, fmt.Errorf("%%%s is not a code peerd knows (it knows %s)", s[i:end], strings.Join(sortedCodes(), " "))
+			return nil, fmt.Errorf("%%%s is not a code peerd knows (it knows %s)", s[i:end], strings.Join(logCodeList, " "))
 		}
 		if (p.tok == tokReqHeader) != (p.arg != "") {
 			return nil, fmt.Errorf("%%%s needs a header name: %%{Name}>h", code)
@@ -155,12 +155,6 @@ func CompileLogFormat(s string) (*LogFormat, error) {
 		f.parts = append(f.parts, p)
 	}
 	return f, nil
-}
-
-func sortedCodes() []string {
-	cs := LogCodes()
-	slices.Sort(cs)
-	return cs
 }
 
 // appendLine formats tx's line in f.

@@ -1,6 +1,8 @@
 package forwarding
 
 import (
+	"os"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -20,5 +22,33 @@ func TestCompileLogFormat(t *testing.T) {
 		if _, err := CompileLogFormat(bad); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%q: %v; want an error with %q", bad, err, want)
 		}
+	}
+}
+
+// TestLogCodesAreOneList: the codes an unknown-code error lists are every
+// code the compiler knows, and docs/configuration.md gives the same list.
+func TestLogCodesAreOneList(t *testing.T) {
+	for c := range logCodes {
+		name := "%" + c
+		if c == ">h" {
+			name = "%{Header}>h"
+		}
+		if !slices.Contains(logCodeList, name) {
+			t.Errorf("%s compiles but is not in the list errors and docs give", name)
+		}
+	}
+	if len(logCodeList) != len(logCodes) {
+		t.Errorf("the list has %d codes, the compiler %d", len(logCodeList), len(logCodes))
+	}
+	_, err := CompileLogFormat("%ts %zz")
+	if err == nil || !strings.Contains(err.Error(), strings.Join(logCodeList, " ")) {
+		t.Errorf("an unknown code: %v; want the list", err)
+	}
+	doc, err := os.ReadFile("../docs/configuration.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(doc), "codes peerd knows: "+strings.Join(logCodeList, " ")+",") {
+		t.Errorf("docs/configuration.md does not give the codes as: %s", strings.Join(logCodeList, " "))
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/peerd/peerd/forwarding"
+	"github.com/peerd/peerd/internal/manpage"
 	"github.com/peerd/peerd/peers"
 	"github.com/peerd/peerd/selection"
 )
@@ -180,5 +181,25 @@ func TestEveryKeyIsExplained(t *testing.T) {
 		if l == ".TP" && i+2 < len(lines) && strings.TrimSpace(lines[i+2]) == "" {
 			t.Errorf("peerd.toml(5): %s has no meaning", lines[i+1])
 		}
+	}
+}
+
+// TestManPageIsMadeFromTheReference: man/peerd.toml.5 is what `make man`
+// makes of docs/configuration.md (one text, two forms).
+func TestManPageIsMadeFromTheReference(t *testing.T) {
+	md, err := os.ReadFile("../../../../docs/configuration.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, err := os.ReadFile("../../../../man/peerd.toml.5")
+	if err != nil {
+		t.Fatal(err)
+	}
+	date := regexp.MustCompile(`^\.TH PEERD\.TOML 5 "([^"]*)"`).FindSubmatch(page)
+	if date == nil {
+		t.Fatal("man/peerd.toml.5 does not open with its .TH line")
+	}
+	if want := manpage.FromMarkdown(md, string(date[1])); string(want) != string(page) {
+		t.Fatal("man/peerd.toml.5 is not what docs/configuration.md makes: run make man")
 	}
 }
