@@ -518,7 +518,7 @@ func TestAuthAndRules(t *testing.T) {
 		if resp, _ = c.do(t, "GET http://origin.test/ HTTP/1.1\r\nHost: origin.test\r\n\r\n"); resp.StatusCode != 403 || resp.Header.Get("X-Peerd-Error") != CodeAccessDenied {
 			t.Fatalf("a deny rule: %d", resp.StatusCode)
 		}
-		if d, rule := e.proxy.Refusal("GET", "http://origin.test/", "127.0.0.1", ""); rule != 0 || !strings.Contains(d, "refused by [[rule]] 0") {
+		if d, rule := e.proxy.Refusal("GET", "http://origin.test/", "127.0.0.1", ""); rule != 0 || !strings.Contains(d, "refused by [[rule]] #1") {
 			t.Fatalf("explained: %q %d", d, rule)
 		}
 		for _, tc := range []struct{ method, url, client, want string }{

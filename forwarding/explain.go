@@ -84,10 +84,10 @@ func (p *Proxy) refusal(method, rawURL, client, user string) (string, int) {
 	rule, e := walkRules(list, &r, g.auth != nil, login)
 	if e != nil {
 		if e.Code == CodeAccessDenied {
-			return fmt.Sprintf("%s: refused by [[rule]] %d", CodeAccessDenied, rule), rule
+			return fmt.Sprintf("%s: refused by %s", CodeAccessDenied, list[rule].name), rule
 		}
 		if rule >= 0 {
-			return fmt.Sprintf("%s: [[rule]] %d needs a user; pass &user=NAME", CodeAuthRequired, rule), rule
+			return fmt.Sprintf("%s: %s needs a user; pass &user=NAME", CodeAuthRequired, list[rule].name), rule
 		}
 		return CodeAuthRequired + ": [auth] needs a user; pass &user=NAME", rule
 	}

@@ -30,12 +30,30 @@ type RuleSpec struct {
 	Action string `toml:"action"`
 	// The match keys (domains, src, ports, methods, users, urls, dst).
 	match.Spec
+	// Line and File are where the rule is (its [[rule]] header), for
+	// refusals to name it; set by the config loader.
+	Line int    `toml:"-"`
+	File string `toml:"-"`
 }
 
 // Rule is a compiled RuleSpec.
 type Rule struct {
 	allow bool
 	m     *match.Matcher
+	name  string // as refusals name it: "[[rule]] #7, peerd.toml line 42"
+}
+
+// ruleName is how refusals name the rule at index i: its number in the
+// file, from 1, and its line.
+func ruleName(i int, s RuleSpec) string {
+	n := fmt.Sprintf("[[rule]] #%d", i+1)
+	switch {
+	case s.Line > 0 && s.File != "":
+		n += fmt.Sprintf(", %s line %d", s.File, s.Line)
+	case s.Line > 0:
+		n += fmt.Sprintf(", line %d", s.Line)
+	}
+	return n
 }
 
 // CompileRules checks and compiles the rules; errors name the rule.
@@ -54,7 +72,7 @@ func CompileRules(specs []RuleSpec) ([]Rule, error) {
 			bad("match", "%v", err)
 			continue
 		}
-		out = append(out, Rule{allow: s.Action == "allow", m: m})
+		out = append(out, Rule{allow: s.Action == "allow", m: m, name: ruleName(i, s)})
 	}
 	return out, es.Err()
 }
@@ -112,7 +130,7 @@ func walkRules(rs []Rule, r *match.Request, auth bool, login func() (string, *Er
 			}
 		}
 		if !rs[i].allow {
-			return i, errorf(http.StatusForbidden, CodeAccessDenied, "", "refused by [[rule]] %d", i)
+			return i, errorf(http.StatusForbidden, CodeAccessDenied, "", "refused by %s", rs[i].name)
 		}
 		return i, nil
 	}

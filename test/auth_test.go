@@ -174,8 +174,8 @@ domains = [".private.test"]
 		resp.Body.Close()
 		return resp.StatusCode, resp.Header.Get("X-Parent"), string(body)
 	}
-	if code, _, body := get("http://www.private.test/x", "erin", "s3cret-apr1"); code != 403 || !strings.Contains(body, "[[rule]] 0") {
-		t.Fatalf("erin to private.test: %d %q; want 403 by rule 0", code, body)
+	if code, _, body := get("http://www.private.test/x", "erin", "s3cret-apr1"); code != 403 || !strings.Contains(body, p.ruleRef(1)) {
+		t.Fatalf("erin to private.test: %d %q; want 403 by %s", code, body, p.ruleRef(1))
 	}
 	if code, from, _ := get("http://www.private.test/x", "carol", "s3cret-512"); code != 200 || from != "b" {
 		t.Fatalf("carol to private.test: %d from %q; want 200 from her route's parent b", code, from)

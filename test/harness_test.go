@@ -295,3 +295,23 @@ func tcpServer(t testing.TB, serve func(net.Conn)) string {
 	}()
 	return ln.Addr().String()
 }
+
+// ruleRef is how a refusal names the nth [[rule]] (from 1) of p's config
+// file: "[[rule]] #n, peerd.toml line L".
+func (p *peerd) ruleRef(n int) string {
+	p.t.Helper()
+	b, err := os.ReadFile(p.config)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	seen := 0
+	for i, l := range strings.Split(string(b), "\n") {
+		if strings.TrimSpace(l) == "[[rule]]" {
+			if seen++; seen == n {
+				return fmt.Sprintf("[[rule]] #%d, %s line %d", n, filepath.Base(p.config), i+1)
+			}
+		}
+	}
+	p.t.Fatalf("%s has no [[rule]] #%d", p.config, n)
+	return ""
+}

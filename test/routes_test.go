@@ -75,11 +75,11 @@ methods = ["DELETE"]
 	}
 	before := len(primary.records()) + len(backup.records()) + len(special.records())
 	r, body := get("GET", "http://ads.blocked.test/x")
-	if r.StatusCode != 403 || r.Header.Get("X-Peerd-Error") != "access-denied" || !strings.Contains(body, "[[rule]] 0") {
-		t.Fatalf("blocked domain: %d %q %q; want 403 access-denied naming rule 0", r.StatusCode, r.Header.Get("X-Peerd-Error"), body)
+	if r.StatusCode != 403 || r.Header.Get("X-Peerd-Error") != "access-denied" || !strings.Contains(body, p.ruleRef(1)) {
+		t.Fatalf("blocked domain: %d %q %q; want 403 access-denied naming %s", r.StatusCode, r.Header.Get("X-Peerd-Error"), body, p.ruleRef(1))
 	}
-	if r, body := get("DELETE", "http://o.test/x"); r.StatusCode != 403 || !strings.Contains(body, "[[rule]] 1") {
-		t.Fatalf("DELETE: %d %q; want 403 naming rule 1", r.StatusCode, body)
+	if r, body := get("DELETE", "http://o.test/x"); r.StatusCode != 403 || !strings.Contains(body, p.ruleRef(2)) {
+		t.Fatalf("DELETE: %d %q; want 403 naming %s", r.StatusCode, body, p.ruleRef(2))
 	}
 	if after := len(primary.records()) + len(backup.records()) + len(special.records()); after != before {
 		t.Fatalf("refused requests reached a parent (%d connections, was %d)", after, before)
@@ -143,8 +143,8 @@ methods = ["DELETE"]
 	if r, _ := get("GET", "http://ads.blocked.test/x"); r.StatusCode != 200 {
 		t.Fatalf("after the reload ads.blocked.test: %d; want 200", r.StatusCode)
 	}
-	if r, body := get("GET", "http://www.other.test/x"); r.StatusCode != 403 || !strings.Contains(body, "[[rule]] 0") {
-		t.Fatalf("after the reload www.other.test: %d %q; want 403 by rule 0", r.StatusCode, body)
+	if r, body := get("GET", "http://www.other.test/x"); r.StatusCode != 403 || !strings.Contains(body, p.ruleRef(1)) {
+		t.Fatalf("after the reload www.other.test: %d %q; want 403 by %s", r.StatusCode, body, p.ruleRef(1))
 	}
 }
 

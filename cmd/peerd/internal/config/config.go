@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"github.com/peerd/peerd/tracing"
 	"os"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"strconv"
@@ -216,6 +217,11 @@ func ParseFiles(src []byte, files bool) (*File, Problems) {
 			d.arrayTables(name, prim, &cfg.Routes)
 		case name == "rule":
 			d.arrayTables(name, prim, &cfg.Rules)
+			for i, t := range tableLines(src, "rule") {
+				if i < len(cfg.Rules) {
+					cfg.Rules[i].Line = t.header
+				}
+			}
 		case ok:
 			d.table(name, prim, target)
 		default:
@@ -476,6 +482,9 @@ func Load(path string) (*File, Problems) {
 	cfg, ps := Parse(src)
 	if cfg != nil {
 		cfg.path = path
+		for i := range cfg.Rules {
+			cfg.Rules[i].File = filepath.Base(path)
+		}
 	}
 	return cfg, ps
 }
