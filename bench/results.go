@@ -135,6 +135,14 @@ func (r *Results) markdown() string {
 		}
 		b.WriteString(".\n")
 	}
+	if tr := r.tp(targetPeerdTraced); p != nil && tr != nil && p.CPUusPerReq > 0 {
+		fmt.Fprintf(&b, "\nTracing 1 %% of requests (spans exported to a collector): CPU per request traced/untraced = %s at saturation",
+			ratio(tr.CPUusPerReq, p.CPUusPerReq))
+		if p.FixedCPUusPerReq > 0 {
+			fmt.Fprintf(&b, ", %s at %d req/s", ratio(tr.FixedCPUusPerReq, p.FixedCPUusPerReq), *rate)
+		}
+		b.WriteString(" (goal: at most 1.02).\n")
+	}
 	if p != nil && a != nil && len(p.Rounds) == len(a.Rounds) && len(p.Rounds) > 1 {
 		b.WriteString("\nPer round, peerd/ATS CPU per request:")
 		for i := range p.Rounds {

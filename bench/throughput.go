@@ -31,6 +31,9 @@ const (
 	// peerd with GOMAXPROCS set to one per core (-fixedthreads), beside
 	// the default, which sizes its threads to the load (internal/procs).
 	targetPeerdFixed = "client → peerd, fixed threads → parent"
+	// peerd exporting traces of 1 % of requests to a collector (a sink
+	// on loopback): the cost of tracing.
+	targetPeerdTraced = "client → peerd, traced 1 % → parent"
 	targetSquid      = "client → squid → parent"
 	targetATS        = "client → ats → parent"
 	// The floors (bench/floor): the least a Go proxy does per request in
@@ -50,6 +53,10 @@ func throughput(work, peerdBin, squidBin, atsBin string) []Throughput {
 	if *baseBin != "" {
 		targets = append(targets, tgt{name: targetPeerd + " (" + *baseBin + ")", start: func() *child { return startPeerd(work, *baseBin, hops, "") }})
 	}
+	sink := startSpanSink()
+	defer sink.Close()
+	traced := fmt.Sprintf("[trace]\notlp_endpoint = \"http://%s\"\nsample = 0.01\n", sink.Addr)
+	targets = append(targets, tgt{name: targetPeerdTraced, start: func() *child { return startPeerd(work, peerdBin, hops, "\n"+traced) }})
 	if *fixedThreads {
 		n := runtime.NumCPU()
 		targets = append(targets, tgt{name: targetPeerdFixed, start: func() *child { return startPeerdThreads(work, peerdBin, hops, "", "", n) }})
@@ -67,7 +74,9 @@ func throughput(work, peerdBin, squidBin, atsBin string) []Throughput {
 	for _, loop := range []struct{ name, mode string }{{targetFloorG, "goroutine"}, {targetFloorE, "epoll"}} {
 		targets = append(targets, tgt{name: loop.name, start: func() *child { return startFloor(floorBin, loop.mode, par.Addr) }})
 	}
-	return runRounds(targets, par.Addr, true)
+	rows := runRounds(targets, par.Addr, true)
+	fmt.Fprintf(os.Stderr, "   the span sink received %d batches of spans\n", sink.posts.Load())
+	return rows
 }
 
 type tgt struct {
