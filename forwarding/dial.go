@@ -30,15 +30,15 @@ import (
 // started in parallel; 0 turns hedging off. "auto" is max(50ms, 4 x the
 // peer's smoothed connect time), never above its connect timeout; DIRECT
 // is hedged only with an explicit delay.
-func (p *Proxy) hedgeDelay(c *runtimeConfig, hop selection.Hop) time.Duration {
-	if !c.ConnectHedgeDelay.Auto {
+func (p *Proxy) hedgeDelay(g *generation, hop selection.Hop) time.Duration {
+	if c := g.cfg; !c.ConnectHedgeDelay.Auto {
 		return c.ConnectHedgeDelay.Delay
 	}
 	if hop.Peer == nil {
 		return 0
 	}
 	d := max(50*time.Millisecond, 4*hop.Peer.ConnectTime())
-	return min(d, hop.Peer.ConnectTimeout())
+	return min(d, g.health.ConnectTimeout(hop.Peer))
 }
 
 // dialHop opens a new connection to hop: a peer through the instrumented
@@ -48,7 +48,9 @@ func (p *Proxy) hedgeDelay(c *runtimeConfig, hop selection.Hop) time.Duration {
 func (p *Proxy) dialHop(hop selection.Hop, o origin, g *generation) (net.Conn, error) {
 	if hop.Peer != nil {
 		defer hop.Peer.EndDial()
-		return p.dialer.DialPeer(context.Background(), hop.Peer, dialer.Traffic)
+		// Within the connect timeout of the request's generation.
+		ctx := dialer.WithConnectTimeout(context.Background(), g.health.ConnectTimeout(hop.Peer))
+		return p.dialer.DialPeer(ctx, hop.Peer, dialer.Traffic)
 	}
 	return p.dialOrigin(o, g)
 }

@@ -3,7 +3,7 @@ package forwarding
 // This file holds the config generation: everything a reload changes that
 // a request reads ([proxy] with its words parsed, the destination policy,
 // [[rule]], [auth], the planner's routes and peers, the cache, the access
-// log), built whole and put in force with one atomic store. A request
+// log, the [health] settings a walk reads), built whole and put in force with one atomic store. A request
 // loads the generation once, when its head has been read, and is served
 // under it to its end: a reload while it is in flight changes nothing it
 // sees.
@@ -16,6 +16,7 @@ import (
 
 	"github.com/peerd/peerd/access"
 	"github.com/peerd/peerd/cache"
+	"github.com/peerd/peerd/peers"
 	"github.com/peerd/peerd/selection"
 )
 
@@ -34,6 +35,10 @@ type generation struct {
 	// authenticated request pays for keeping them otherwise).
 	conns *connSet
 	users *userAddrs
+	// health is the [health] settings as the generation was made: a
+	// request reads its first-byte timeouts, hedge budget and connect
+	// timeouts here, not live.
+	health *peers.Settings
 }
 
 // Generation is what a reload puts in force in one step (the routes and
@@ -101,6 +106,7 @@ func (p *Proxy) store(g *generation) {
 		p.source.Set(out)
 	}
 	p.budget.setRatio(g.cfg.RetryBudget)
+	g.health = p.acct.Settings()
 	p.gen.Store(g)
 }
 

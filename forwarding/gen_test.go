@@ -143,3 +143,68 @@ func logLines(t *testing.T, path string) []string {
 	}
 	return strings.Split(strings.TrimSpace(string(b)), "\n")
 }
+
+// TestReloadMidRequestKeepsItsHealthSettings: [health] and a peer's
+// connect_timeout are read from the request's generation too. A GET with
+// a body has its generation once its head is read; while it waits for
+// the body, a reload shortens a's connect_timeout below a's connect time,
+// and first_byte_timeout below a's head time with hedge_budget at 100 %.
+// Under the old settings the request goes to a and waits for its answer;
+// read live, a's connect would time out, or the late head be hedged to b.
+func TestReloadMidRequestKeepsItsHealthSettings(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		log, _ := test.NewNullLogger()
+		h := peers.DefaultConfig()
+		h.ProbeInterval, h.ProbeMaxInterval = time.Hour, time.Hour
+		h.FirstByteTimeout = peers.FirstByteTimeout{D: 10 * time.Second}
+		h.HedgeBudget = 0
+		reg := twoAliveParents(t, h, log)
+		pn := newPipeNet()
+		defer pn.closeAll()
+		pn.delay[addrA] = 500 * time.Millisecond // a's connect
+		pn.answerDelay[addrA] = 3 * time.Second  // a's head
+		cfg := DefaultConfig()
+		cfg.Direct = selection.DirectNever
+		cfg.ConnectHedgeDelay = HedgeDelay{}
+		planner := selection.New(reg, selection.Options{Policy: selection.FirstUp, Direct: selection.DirectNever})
+		px, err := New(Options{Config: cfg, Planner: planner, Accounting: reg,
+			Dialer: &dialer.Dialer{Reporter: reg, Dial: pn.Dial, Log: log}, Log: log})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer px.CloseIdle()
+		client, server := net.Pipe()
+		defer client.Close()
+		px.conns.admit(1 << 20)
+		go newClientConn(px, fromLoopback{server}).serve()
+		io.WriteString(client, "GET http://origin.test/x HTTP/1.1\r\nHost: origin.test\r\nContent-Length: 4\r\n\r\n")
+		synctest.Wait() // the proxy has the head, and waits for the body
+
+		next := h
+		next.FirstByteTimeout = peers.FirstByteTimeout{D: time.Second}
+		next.HedgeBudget = 1
+		specs := []peers.Spec{{Name: "a", Host: "127.0.0.1", Port: 1, ConnectTimeout: 100 * time.Millisecond}, {Name: "b", Host: "127.0.0.1", Port: 2}}
+		if err := reg.Reconcile(peers.Options{Health: next, ConnectTimeout: time.Second, Log: log}, specs); err != nil {
+			t.Fatal(err)
+		}
+		px.Apply(cfg) // the reload's new generation
+		if a := reg.Get("a"); a.ConnectTimeout() != 100*time.Millisecond {
+			t.Fatalf("a's connect timeout after the reload: %v", a.ConnectTimeout())
+		}
+
+		start := time.Now()
+		io.WriteString(client, "body")
+		resp, err := http.ReadResponse(bufio.NewReader(client), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != 200 || string(body) != "from "+addrA || time.Since(start) < 3*time.Second {
+			t.Fatalf("in flight across the reload: %d %q after %v; want a's answer after its 3.5 s (the old settings)",
+				resp.StatusCode, body, time.Since(start))
+		}
+		if n := pn.get(pn.requests, addrB); n != 0 {
+			t.Fatalf("b was asked %d times; the old settings never hedge", n)
+		}
+	})
+}

@@ -70,11 +70,10 @@ type Accounting interface {
 	// to it whole (contract section 16), for an origin (peers.OriginHash
 	// of its host).
 	ObserveAnswerFrom(p *peers.Peer, class peers.AnswerClass, firstByte time.Duration, at time.Time, origin uint32)
-	// FirstByte is p's first_byte_timeout in force (0: off) and whether a
-	// late request to it is hedged.
-	FirstByte(p *peers.Peer) (timeout time.Duration, hedge bool)
-	// HedgeBudget is hedge_budget: the share of requests hedges may add.
-	HedgeBudget() float64
+	// Settings snapshots the health settings in force (first-byte
+	// timeouts, hedging and its budget, connect timeouts), for a
+	// generation: its requests read them there.
+	Settings() *peers.Settings
 	// SuspectLate hears that p's response head is past its first-byte
 	// timeout and the request could not be hedged.
 	SuspectLate(p *peers.Peer, fbt time.Duration)
@@ -173,7 +172,9 @@ type Proxy struct {
 
 // HedgesBudgetLeft is how many hedges hedge_budget allows now (GET
 // /peers hedges_budget_left).
-func (p *Proxy) HedgesBudgetLeft() int64 { return p.hedges.left(p.acct.HedgeBudget(), time.Now()) }
+func (p *Proxy) HedgesBudgetLeft() int64 {
+	return p.hedges.left(p.gen.Load().health.HedgeBudget(), time.Now())
+}
 
 // unsolicited counts and logs n connections to hop closed because the
 // hop sent bytes past its answer (a broken answer from that hop).
@@ -224,12 +225,7 @@ func New(o Options) (*Proxy, error) {
 	if err := o.Config.Validate(); err != nil {
 		return nil, err
 	}
-	p.gen.Store(&generation{cfg: p.runtime(o.Config), policy: o.Policy, routing: p.planner.Routing(), log: o.AccessLog, conns: &p.conns})
-	p.budget.setRatio(o.Config.RetryBudget)
-	if p.source != nil {
-		out, _ := netip.ParseAddr(o.Config.OutgoingAddress)
-		p.source.Set(out)
-	}
+	p.store(&generation{cfg: p.runtime(o.Config), policy: o.Policy, routing: p.planner.Routing(), log: o.AccessLog, conns: &p.conns})
 	return p, nil
 }
 

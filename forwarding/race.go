@@ -181,7 +181,7 @@ func (w *walker) raceConnects(hop selection.Hop, delay time.Duration) *attempt {
 		}
 		latest, stalls = h, p.stalls.Since(time.Now())
 		r.dial(h)
-		timer.Reset(p.hedgeDelay(w.rq.gen.cfg, h))
+		timer.Reset(p.hedgeDelay(w.rq.gen, h))
 		return nil, true
 	}
 	for {
@@ -242,7 +242,7 @@ func (w *walker) hedge(a *attempt) (sent, refused bool) {
 	p := w.p
 	// The budget is spent before the plan is touched: a refused hedge
 	// leaves the plan's next hop to a retry (when the wait is given up).
-	budget, now := p.acct.HedgeBudget(), time.Now()
+	budget, now := w.rq.gen.health.HedgeBudget(), time.Now()
 	spent := !(budget > 0 && unbudgeted(a.hop))
 	if spent && !p.hedges.take(budget, now) {
 		p.metrics.hedgeRefused()
@@ -315,7 +315,7 @@ func (w *walker) hedgeWon(a, s *attempt) {
 	p := w.p
 	fast := s.hop.Peer == nil
 	if !fast {
-		fbt, _ := p.acct.FirstByte(s.hop.Peer)
+		fbt, _ := w.rq.gen.health.FirstByte(s.hop.Peer)
 		fast = fbt <= 0 || s.firstByte <= fbt
 	}
 	if fast { // a was late by the time peerd ran: its deadline stretched by stalls (receive)

@@ -98,7 +98,7 @@ func (w *walker) walk() *attempt {
 					// and the wait is hedged after all once the parent
 					// fails an answer elsewhere (unbudgeted).
 					w.p.acct.SuspectLate(a.hop.Peer, fbt)
-					a.refused = w.p.acct.HedgeBudget() > 0
+					a.refused = w.rq.gen.health.HedgeBudget() > 0
 				}
 				a.await(w.rq, w.side)
 			}
@@ -174,7 +174,8 @@ func (w *walker) healthyLeft() bool {
 // away from a parent already failing its answers (unbudgeted), else when
 // hedge_budget allows it; a refusal is counted.
 func (w *walker) hedgeAllowed(a *attempt) bool {
-	if budget := w.p.acct.HedgeBudget(); budget > 0 && unbudgeted(a.hop) || w.p.hedges.left(w.p.acct.HedgeBudget(), time.Now()) > 0 {
+	budget := w.rq.gen.health.HedgeBudget()
+	if budget > 0 && unbudgeted(a.hop) || w.p.hedges.left(budget, time.Now()) > 0 {
 		return true
 	}
 	w.p.metrics.hedgeRefused()
@@ -198,7 +199,7 @@ func (w *walker) firstByte(a *attempt) (fbt time.Duration) {
 	if a.hop.Peer == nil || !w.rq.facts.hedgeable {
 		return 0
 	}
-	t, h := w.p.acct.FirstByte(a.hop.Peer)
+	t, h := w.rq.gen.health.FirstByte(a.hop.Peer)
 	if !h {
 		return 0
 	}
@@ -267,7 +268,7 @@ func (w *walker) connect(hop selection.Hop, pooled bool) *attempt {
 		if uc != nil {
 			return w.attemptOn(hop, uc, true)
 		}
-		if delay := p.hedgeDelay(w.rq.gen.cfg, hop); delay > 0 && (hop.Peer == nil || !hop.Peer.Member()) {
+		if delay := p.hedgeDelay(w.rq.gen, hop); delay > 0 && (hop.Peer == nil || !hop.Peer.Member()) {
 			return w.raceConnects(hop, delay)
 		}
 		nc, err := p.dialHop(hop, w.originFor(hop), w.rq.gen)

@@ -414,10 +414,13 @@ func (p *Peer) NoteHedged() { p.hedged.Add(1) }
 // first_byte_timeout in force (0: off) and whether a late request is
 // hedged to the next hop.
 func (r *Registry) FirstByte(p *Peer) (timeout time.Duration, hedge bool) {
-	if p.Type() != Parent {
+	return firstByte(p, p.settings(), r.opts.Load())
+}
+
+func firstByte(p *Peer, c *settings, o *Options) (time.Duration, bool) {
+	if c.typ != Parent {
 		return 0, false
 	}
-	o := r.opts.Load()
 	t := p.FirstByteTimeout(o.Health, o.ReadTimeout)
 	return t, t > 0 && o.Health.HedgeRequests
 }
