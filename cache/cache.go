@@ -320,7 +320,7 @@ func (c *Cache) Refresh(old *Object, r *Request, resp *h1.Response, reqTime, res
 		fields = append(fields, "\r\n"...)
 	}
 	o := &Object{
-		Key: old.Key, Status: old.Status, reason: old.reason, fields: fields, Body: old.Body, disk: old.disk, loadedFrom: old.loadedFrom,
+		Key: old.Key, Status: old.Status, reason: old.reason, fields: fields, Body: old.Body, disk: old.disk, loadedFrom: old.diskID(),
 		partial: old.partial, first: old.first, total: old.total,
 		requestTime: reqTime.UnixNano(), responseTime: respTime.UnixNano(),
 	}

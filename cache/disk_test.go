@@ -1058,3 +1058,46 @@ func TestDiskKeepsWhatItStoredBeforeItsLoad(t *testing.T) {
 		t.Fatalf("%d object files after the sweep; want the %d written while the store was held elsewhere", k, written)
 	}
 }
+
+// TestDiskRefreshNeverHeadsAnotherVersion: v1 is on disk; v2 replaces it
+// in memory while the disk store is paused (its disk write never
+// starts); a 304 then refreshes v2. Its head must not go to v1's entry
+// (v2's validator over v1's body, served after a restart): v2 is written
+// whole instead, or v1 stays as it was.
+func TestDiskRefreshNeverHeadsAnotherVersion(t *testing.T) {
+	dir := t.TempDir()
+	mut := func(c *Config) { c.MaxObjectInMemory = 8 << 20 }
+	c := diskCache(t, dir, mut)
+	u := "http://example.com/versions"
+	v1 := body(50000, 1)
+	storeOn(t, c, u, v1, int64(len(v1)))
+	c.disk.pausedUntil.Store(time.Now().Add(time.Hour).UnixNano())
+	v2 := body(50000, 2)
+	r := request(t, "GET", u)
+	w := c.Admit(r, response(t, "200 OK", "Cache-Control: max-age=1", "Date: {0}", `ETag: "v2"`), int64(len(v2)), t0, t0, nil)
+	w.Write(v2)
+	w.Finish(true)
+	c.disk.pausedUntil.Store(0)
+	at := t0.Add(10 * time.Second)
+	o, v, _ := c.Find(r, at)
+	if o == nil || v != Stale || !strings.Contains(string(o.AppendFields(nil)), `ETag: "v2"`) {
+		t.Fatalf("before the 304: %v; want v2, stale", v)
+	}
+	c.Refresh(o, r, response(t, "304 Not Modified", `ETag: "v2"`, "Cache-Control: max-age=3600", "Date: {10}"), at, at)
+	c.disk.writers.Wait()
+	c.Close()
+
+	c = diskCache(t, dir, mut)
+	o, _, _ = c.Find(r, at)
+	if o == nil {
+		return // nothing kept: no harm
+	}
+	head := string(o.AppendFields(nil))
+	_, _, got := servedAt(t, c, u, at)
+	switch {
+	case strings.Contains(head, `ETag: "v2"`) && !bytes.Equal(got, v2):
+		t.Fatalf("after a restart: v2's head over another body (v1's: %v)", bytes.Equal(got, v1))
+	case strings.Contains(head, `ETag: "v1"`) && !bytes.Equal(got, v1):
+		t.Fatal("after a restart: v1's head over another body")
+	}
+}

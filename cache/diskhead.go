@@ -160,16 +160,6 @@ func (d *disk) entryLocked(key keyHash, sec, id uint64) *diskEntry {
 	return nil
 }
 
-// variantLocked finds the entry of key's variant sec (nil: none).
-func (d *disk) variantLocked(key keyHash, sec uint64) *diskEntry {
-	for x := d.index[key]; x != nil; x = x.sib {
-		if x.sec == sec {
-			return x
-		}
-	}
-	return nil
-}
-
 // writeNew writes a new file whole (synced with disk_fsync), making its
 // directory when it is missing.
 func (d *disk) writeNew(path string, b []byte) error {

@@ -154,6 +154,7 @@ func (w *diskWriter) committed(ref *diskRef, f *Flight, diskOnly bool) {
 		return
 	}
 	if !diskOnly {
+		w.o.committed.Store(ref.id) // the object in memory knows its copy (a refresh writes its head there)
 		return
 	}
 	ho := w.o.headCopy()

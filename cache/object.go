@@ -62,8 +62,12 @@ type Object struct {
 	// disk is where the body is when it is on disk only (a disk-only
 	// object's head in memory); nil when Body holds it.
 	disk *diskRef
-	// loadedFrom is the disk id of an object promoted from disk to memory.
+	// loadedFrom is the disk id of an object promoted from disk to memory
+	// (or refreshed from one that had a disk copy).
 	loadedFrom uint64
+	// committed is the disk id of this object's own disk copy, once its
+	// write committed (an object stored in memory and on disk at once).
+	committed atomic.Uint64
 
 	// stream is how the body arrives while the response is relayed; nil
 	// for an object built complete. A stored object is always complete.

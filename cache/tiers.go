@@ -155,10 +155,13 @@ func (c *Cache) fromDisk(r *Request) (*Object, int) {
 }
 
 func (o *Object) diskID() uint64 {
-	if o.disk != nil {
+	switch {
+	case o.disk != nil:
 		return o.disk.id
+	case o.loadedFrom != 0:
+		return o.loadedFrom
 	}
-	return o.loadedFrom
+	return o.committed.Load()
 }
 
 // readEntry reads an entry's file: its head (from its head file when a
@@ -414,19 +417,19 @@ func (c *Cache) persistRefresh(o *Object) {
 	if d == nil {
 		return
 	}
+	// Only the object's own disk copy, by its id, takes its new head: the
+	// variant's entry may hold another version (an older one whose
+	// replacement never committed), and a head written over its body
+	// would be one version's validator over another's bytes.
 	key, sec := hashKey([]byte(o.Key)), hashSecondary(o.secondary)
-	d.mu.Lock()
-	var x *diskEntry
-	if id := o.diskID(); id != 0 {
-		x = d.entryLocked(key, sec, id)
-	} else {
-		x = d.variantLocked(key, sec)
-	}
 	var id uint64
-	if x != nil {
-		id = x.id
+	if want := o.diskID(); want != 0 {
+		d.mu.Lock()
+		if x := d.entryLocked(key, sec, want); x != nil {
+			id = x.id
+		}
+		d.mu.Unlock()
 	}
-	d.mu.Unlock()
 	if id != 0 {
 		if d.beginWrite() {
 			go d.refreshHead(o, key, sec, id, o.bodyLen())
