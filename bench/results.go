@@ -31,6 +31,7 @@ type Results struct {
 	Disk       *DiskResults  `json:"disk_cache,omitempty"`
 	Tunnel     []TunnelRow   `json:"connect_tunnels,omitempty"`
 	HitRatio   *HitRatios    `json:"hit_ratios,omitempty"`
+	Scale      []ScaleRow    `json:"scale,omitempty"`
 }
 
 // wrkBin is wrk's path ("": load by a Go client).
@@ -163,6 +164,7 @@ func (r *Results) markdown() string {
 	b.WriteString(r.goals())
 	b.WriteString(r.tunnelMarkdown())
 	b.WriteString(r.hitRatioMarkdown())
+	b.WriteString(r.scaleMarkdown())
 	b.WriteString(r.cacheSection())
 	b.WriteString(r.diskSection())
 	for _, sec := range []struct {

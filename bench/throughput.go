@@ -34,8 +34,8 @@ const (
 	// peerd exporting traces of 1 % of requests to a collector (a sink
 	// on loopback): the cost of tracing.
 	targetPeerdTraced = "client → peerd, traced 1 % → parent"
-	targetSquid      = "client → squid → parent"
-	targetATS        = "client → ats → parent"
+	targetSquid       = "client → squid → parent"
+	targetATS         = "client → ats → parent"
 	// The floors (bench/floor): the least a Go proxy does per request in
 	// peerd's I/O model and in an event loop's; references, not products.
 	targetFloorG = "client → Go floor, goroutines → parent"

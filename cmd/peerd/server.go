@@ -8,13 +8,12 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"github.com/peerd/peerd/cmd/peerd/internal/statefile"
-	"github.com/peerd/peerd/tracing"
 	"io"
 	"log"
 	"net"
 	"net/http"
 	"net/netip"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -29,6 +28,7 @@ import (
 	"github.com/peerd/peerd/cache"
 	"github.com/peerd/peerd/cmd/peerd/internal/config"
 	"github.com/peerd/peerd/cmd/peerd/internal/handover"
+	"github.com/peerd/peerd/cmd/peerd/internal/statefile"
 	"github.com/peerd/peerd/dialer"
 	"github.com/peerd/peerd/fleet"
 	"github.com/peerd/peerd/forwarding"
@@ -37,6 +37,7 @@ import (
 	"github.com/peerd/peerd/peers"
 	"github.com/peerd/peerd/probes"
 	"github.com/peerd/peerd/selection"
+	"github.com/peerd/peerd/tracing"
 )
 
 // debugLogger adapts l to a *log.Logger writing at debug level, for
@@ -149,7 +150,11 @@ func newServer(path string, cfg *config.File, stderr io.Writer) (*server, error)
 	reg.SetMatched(hashing(cfg))
 
 	promReg := prometheus.NewRegistry()
-	promReg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), admin.NewPeerCollector(reg))
+	// The Go collector's defaults, and GC pauses as runtime/metrics has
+	// them (go_gc_pauses_seconds: a histogram, where the default summary
+	// keeps only quantiles of the last few).
+	gc := collectors.WithGoCollectorRuntimeMetrics(collectors.GoRuntimeMetricsRule{Matcher: regexp.MustCompile(`^/gc/pauses:seconds$`)})
+	promReg.MustRegister(collectors.NewGoCollector(gc), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), admin.NewPeerCollector(reg))
 	timings := admin.NewPeerTimings()
 	promReg.MustRegister(timings.Collectors()...)
 	reg.SetTimings(timings)

@@ -1,0 +1,128 @@
+package main
+
+// This file holds the scale section: how the disk index's cost grows
+// with the objects it names. For each size, a generated journal of n
+// objects (cache.WriteSyntheticIndex: records only, no files) is loaded by
+// a peerd; the figures are its RSS beyond an empty store's, per object,
+// the time to the index loaded, and the GC pauses while it loaded and
+// served (go_gc_pauses_seconds, from runtime/metrics).
+
+import (
+	"bufio"
+	"flag"
+	"fmt"
+	"math"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/peerd/peerd/cache"
+	"github.com/peerd/peerd/internal/testbed"
+)
+
+var scaleSizes = flag.String("scale", "10000,1000000,10000000", "objects in the generated disk indexes of the scale section, comma-separated")
+
+// ScaleRow is the disk index at one size.
+type ScaleRow struct {
+	Objects        int     `json:"objects"`
+	RSSMiB         float64 `json:"rss_mib"`
+	BytesPerObject float64 `json:"ram_bytes_per_object"`
+	ServeMs        float64 `json:"start_to_serving_ms"`
+	LoadMs         float64 `json:"index_load_ms"`
+	GCPauseP99Ms   float64 `json:"gc_pause_p99_ms"`
+	GCPauses       int64   `json:"gc_pauses"`
+}
+
+func scaleRun(work, bin string) []ScaleRow {
+	empty := scaleOnce(work, bin, 0)
+	fmt.Fprintf(os.Stderr, "   an empty store: RSS %.1f MiB\n", empty.RSSMiB)
+	rows := []ScaleRow{}
+	for _, f := range strings.Split(*scaleSizes, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		must(err)
+		r := scaleOnce(work, bin, n)
+		r.BytesPerObject = (r.RSSMiB - empty.RSSMiB) * (1 << 20) / float64(n)
+		fmt.Fprintf(os.Stderr, "   %d objects: %.0f B each, loaded in %.0f ms, GC pause p99 %.2f ms\n", n, r.BytesPerObject, r.LoadMs, r.GCPauseP99Ms)
+		rows = append(rows, r)
+	}
+	return rows
+}
+
+// scaleOnce loads a generated index of n objects (0: an empty store).
+func scaleOnce(work, bin string, n int) ScaleRow {
+	store, _ := os.MkdirTemp(work, "scale-")
+	defer os.RemoveAll(store)
+	if n > 0 {
+		must(cache.WriteSyntheticIndex(store, n, 10<<10))
+	}
+	conf := fmt.Sprintf("\n[cache]\ndisk = %q\ndisk_size = \"1000000GiB\"\nmax_object = \"2GiB\"\n", store)
+	t0 := time.Now()
+	c := startPeerd(work, bin, nil, conf)
+	defer c.stop()
+	row := ScaleRow{Objects: n, ServeMs: ms(time.Since(t0))}
+	waitUntil(10*time.Minute, func() bool { return !peerdCache(c).IndexLoading })
+	row.LoadMs = ms(time.Since(t0))
+	if got := peerdCache(c).DiskObjects; n > 0 && got != int64(n) {
+		must(fmt.Errorf("scale: %d objects loaded of %d", got, n))
+	}
+	time.Sleep(2 * time.Second) // the loader's buffers are garbage by the next GC; RSS settles
+	row.RSSMiB = testbed.RSSMiB(c.pid)
+	row.GCPauseP99Ms, row.GCPauses = gcPauses(c.admin)
+	return row
+}
+
+// gcPauses reads go_gc_pauses_seconds (a histogram) from peerd's metrics:
+// its 99th percentile, as the upper bound of the bucket it falls in, in
+// ms, and the pauses counted.
+func gcPauses(admin string) (p99ms float64, count int64) {
+	resp, err := http.Get("http://" + admin + "/metrics")
+	must(err)
+	defer resp.Body.Close()
+	type bucket struct {
+		le float64
+		n  int64
+	}
+	var bs []bucket
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		l := sc.Text()
+		if !strings.HasPrefix(l, `go_gc_pauses_seconds_bucket{le="`) {
+			continue
+		}
+		rest := strings.TrimPrefix(l, `go_gc_pauses_seconds_bucket{le="`)
+		q := strings.IndexByte(rest, '"')
+		le, err1 := strconv.ParseFloat(rest[:q], 64)
+		if rest[:q] == "+Inf" {
+			le, err1 = math.Inf(1), nil
+		}
+		v, err2 := strconv.ParseFloat(strings.TrimSpace(rest[strings.IndexByte(rest, '}')+1:]), 64)
+		if err1 == nil && err2 == nil {
+			bs = append(bs, bucket{le, int64(v)})
+		}
+	}
+	if len(bs) == 0 {
+		return 0, 0
+	}
+	count = bs[len(bs)-1].n
+	for _, b := range bs {
+		if float64(b.n) >= 0.99*float64(count) {
+			return b.le * 1000, count
+		}
+	}
+	return 0, count
+}
+
+func (r *Results) scaleMarkdown() string {
+	if len(r.Scale) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString("\n## 6e. The disk index at scale: generated journals of n objects (records only)\n\n")
+	b.WriteString("| objects | RAM per object | RSS MiB | start to serving ms | index loaded ms | GC pause p99 ms | GC pauses |\n|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, s := range r.Scale {
+		fmt.Fprintf(&b, "| %d | %.0f B | %.1f | %.0f | %.0f | %.2f | %d |\n", s.Objects, s.BytesPerObject, s.RSSMiB, s.ServeMs, s.LoadMs, s.GCPauseP99Ms, s.GCPauses)
+	}
+	return b.String()
+}
