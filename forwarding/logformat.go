@@ -8,7 +8,6 @@ package forwarding
 
 import (
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -63,9 +62,6 @@ var logCodes = map[string]logToken{
 // docs/configuration.md gives the same list).
 var logCodeList = []string{"%ts", "%tu", "%tr", "%tl", "%tg", "%>a", "%>p", "%Ss", "%>Hs", "%<Hs", "%<st", "%>st",
 	"%rm", "%ru", "%rp", "%rv", "%un", "%[un", "%ul", "%ui", "%[ui", "%Sh", "%<a", "%<A", "%mt", "%{Header}>h", "%err_type"}
-
-// LogCodes lists the codes a logformat may use, for the docs and errors.
-func LogCodes() []string { return slices.Clone(logCodeList) }
 
 // logPart is a literal or a code with its width and argument.
 type logPart struct {
