@@ -2,8 +2,8 @@ package cache
 
 // This file holds the disk store ([cache] disk, contract section 17): one
 // file per object under objects/, an append-only journal that is the
-// index, a lock file that keeps a second peerd out, the segmented LRU
-// over the bytes on disk, and the pause that a full or failing disk puts
+// index, a lock file that keeps a second peerd out, CLOCK eviction over
+// the bytes on disk, and the pause that a full or failing disk puts
 // the store in.
 //
 // An object becomes visible in two steps, the second after the first is
@@ -45,18 +45,17 @@ func hashSecondary(s string) uint64 {
 	return binary.BigEndian.Uint64(h[:8])
 }
 
-// diskEntry is one stored object in the index.
+// diskEntry is one stored object in the index: 48 bytes, no pointers
+// (diskslab.go).
 type diskEntry struct {
-	key keyHash
-	sec uint64
-	id  uint64
+	key  keyHash
+	sec  uint64
+	id   uint64 // 0: a free slot
+	size int64  // the object file's bytes, and its head file's
 	// gen > 0: the object's head is the one in its head file of that
 	// generation (a 304 refreshed it), not the one in its object file.
-	gen  uint32
-	size int64 // the object file's bytes, and its head file's
-	//lint:ignore U1000 used through lruLinks
-	links links[*diskEntry] // in the LRU
-	sib   *diskEntry        // the next (newer) variant of the same key
+	gen uint32
+	sib slot // the next (newer) variant of the same key; a free slot's next free one
 }
 
 // disk is the disk store.
@@ -67,8 +66,7 @@ type disk struct {
 	lock *os.File
 
 	mu       sync.Mutex
-	index    map[keyHash]*diskEntry // the oldest variant; sib chains the rest
-	lru      slru[*diskEntry]
+	ix       diskIndex // the entries, by key, in CLOCK order (diskslab.go)
 	capacity int64
 	bytes    int64
 	objects  int
@@ -82,7 +80,7 @@ type disk struct {
 	// start; the loader drops their records. newer: entries committed
 	// since the start; the loader drops records of the same variant.
 	tomb    map[keyHash]struct{}
-	newer   map[*diskEntry]struct{}
+	newer   map[slot]struct{}
 	closing bool // close has begun: no new writers, the loader stops
 	closed  bool // the journal is closed
 
@@ -149,8 +147,8 @@ func openDisk(dir string, capacity int64, log logrus.FieldLogger, wait bool) (*d
 	if err != nil {
 		return nil, fmt.Errorf("cache disk %s: %w", dir, err)
 	}
-	d := &disk{dir: dir, log: log, lock: lock, index: map[keyHash]*diskEntry{}, tomb: map[keyHash]struct{}{},
-		newer:    map[*diskEntry]struct{}{},
+	d := &disk{dir: dir, log: log, lock: lock, tomb: map[keyHash]struct{}{},
+		newer:    map[slot]struct{}{},
 		capacity: capacity, stop: make(chan struct{}), ready: make(chan struct{}), swept: make(chan struct{}),
 		journalOpen: make(chan struct{})}
 	d.idsFrom = uint64(time.Now().UnixNano())
@@ -302,7 +300,7 @@ func (d *disk) appendLocked(rec []byte) error {
 func (d *disk) resize(capacity int64) {
 	d.mu.Lock()
 	d.capacity = capacity
-	var victims []*diskEntry
+	var victims []diskEntry
 	if !d.loading.Load() {
 		victims = d.evictLocked()
 	}

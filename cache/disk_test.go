@@ -315,7 +315,7 @@ func TestDiskPurge(t *testing.T) {
 	c.disk.mu.Unlock()
 	c.Purge(request(t, "GET", "http://example.com/p2").Key)
 	c.disk.mu.Lock()
-	c.disk.loadLocked(&diskEntry{key: hashKey(request(t, "GET", "http://example.com/p2").Key), id: 1, size: 10})
+	c.disk.loadLocked(diskEntry{key: hashKey(request(t, "GET", "http://example.com/p2").Key), id: 1, size: 10})
 	c.disk.loading.Store(false)
 	c.disk.mu.Unlock()
 	if v, _, _ := served(t, c, "http://example.com/p2"); v != Miss {
@@ -702,16 +702,17 @@ func TestDiskCloseCommitsWholeBodies(t *testing.T) {
 func TestDiskVariantChain(t *testing.T) {
 	log := logrus.New()
 	log.SetOutput(io.Discard)
-	d := &disk{index: map[keyHash]*diskEntry{}, capacity: 1 << 40, dir: t.TempDir(), log: log}
+	d := &disk{capacity: 1 << 40, dir: t.TempDir(), log: log}
 	k := hashKey([]byte("k"))
-	var dropped []*diskEntry
+	var dropped []diskEntry
 	for i := range maxVariants + 1 {
-		dropped = append(dropped, d.insertLocked(&diskEntry{key: k, sec: uint64(i), id: uint64(i + 1), size: 1})...)
+		_, got := d.insertLocked(diskEntry{key: k, sec: uint64(i), id: uint64(i + 1), size: 1})
+		dropped = append(dropped, got...)
 	}
 	if d.chainLen(k) != maxVariants || len(dropped) != 1 || dropped[0].sec != 0 || d.objects != maxVariants {
 		t.Fatalf("past maxVariants: %d variants, dropped %v", d.chainLen(k), dropped)
 	}
-	if got := d.insertLocked(&diskEntry{key: k, sec: 5, id: 100, size: 1}); len(got) != 1 || got[0].id != 6 {
+	if _, got := d.insertLocked(diskEntry{key: k, sec: 5, id: 100, size: 1}); len(got) != 1 || got[0].id != 6 {
 		t.Fatalf("the same variant did not replace the old: %v", got)
 	}
 	if !d.removeLocked(&diskEntry{key: k, id: 100}) || d.removeLocked(&diskEntry{key: k, id: 100}) {
@@ -726,7 +727,7 @@ func TestDiskVariantChain(t *testing.T) {
 			t.Fatal("the chain is not oldest first")
 		}
 	}
-	if d.purge(k) != maxVariants-1 || d.chainLen(k) != 0 || len(d.index) != 0 || d.objects != 0 {
+	if d.purge(k) != maxVariants-1 || d.chainLen(k) != 0 || d.ix.keys != 0 || d.objects != 0 {
 		t.Fatal("purge left entries")
 	}
 }

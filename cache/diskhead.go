@@ -152,12 +152,20 @@ func (d *disk) headFileSize(x *diskEntry) int64 {
 
 // entryLocked finds the entry of key's variant sec with id (nil: none).
 func (d *disk) entryLocked(key keyHash, sec, id uint64) *diskEntry {
-	for x := d.index[key]; x != nil; x = x.sib {
-		if x.sec == sec && x.id == id {
-			return x
-		}
+	if s := d.slotLocked(key, sec, id); s != 0 {
+		return d.ix.at(s)
 	}
 	return nil
+}
+
+// slotLocked is the slot of key's variant sec with id (0: none).
+func (d *disk) slotLocked(key keyHash, sec, id uint64) slot {
+	for s := d.ix.first(key); s != 0; s = d.ix.at(s).sib {
+		if x := d.ix.at(s); x.sec == sec && x.id == id {
+			return s
+		}
+	}
+	return 0
 }
 
 // writeNew writes a new file whole (synced with disk_fsync), making its
@@ -183,13 +191,14 @@ func (d *disk) writeNew(path string, b []byte) error {
 // it names takes its head generation and size, unless it was stored
 // anew since the start.
 func (d *disk) headLocked(e *diskEntry) {
-	x := d.entryLocked(e.key, e.sec, e.id)
-	if x == nil {
+	s := d.slotLocked(e.key, e.sec, e.id)
+	if s == 0 {
 		return
 	}
-	if _, ok := d.newer[x]; ok {
+	if _, ok := d.newer[s]; ok {
 		return
 	}
+	x := d.ix.at(s)
 	d.bytes += e.size - x.size
 	x.gen, x.size = e.gen, e.size
 }

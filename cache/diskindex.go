@@ -1,124 +1,85 @@
 package cache
 
-// This file holds the disk store's index in memory: the entries by key
-// hash (a chain per key), their segmented LRU, insertion, eviction and
-// removal.
+// This file holds the disk store's index operations: lookups, insertion
+// (a variant replaces the same variant, at most maxVariants per key),
+// eviction and removal, over the layout of diskslab.go. Entries leave
+// the index as copies: their slots are reused at once.
 
 import "os"
 
-// lookup returns the entries stored under key (a copy).
+// lookup returns the entries stored under key (copies), oldest first.
 func (d *disk) lookup(key keyHash) []diskEntry {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	var out []diskEntry
-	for e := d.index[key]; e != nil; e = e.sib {
-		out = append(out, *e)
+	for s := d.ix.first(key); s != 0; s = d.ix.at(s).sib {
+		out = append(out, *d.ix.at(s))
 	}
 	return out
 }
 
-// touch records a hit on the variant sec of key: the segmented LRU's
-// promotion.
+// touch records a hit on the variant sec of key: its CLOCK bit.
 func (d *disk) touch(key keyHash, sec uint64) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	for e := d.index[key]; e != nil; e = e.sib {
-		if e.sec == sec {
-			d.lru.touch(e, d.capacity*8/10)
+	for s := d.ix.first(key); s != 0; s = d.ix.at(s).sib {
+		if d.ix.at(s).sec == sec {
+			d.ix.setRef(s, true)
 			return
 		}
 	}
 }
 
-// The variants of a key are a chain from the map, oldest first: no
-// slice per key, so a million keys load without a million allocations.
-
-func (d *disk) chainAdd(e *diskEntry) {
-	e.sib = nil
-	x := d.index[e.key]
-	if x == nil {
-		d.index[e.key] = e
-		return
-	}
-	for x.sib != nil {
-		x = x.sib
-	}
-	x.sib = e
-}
-
-func (d *disk) chainRemove(e *diskEntry) {
-	x := d.index[e.key]
-	switch {
-	case x == e && e.sib == nil:
-		delete(d.index, e.key)
-	case x == e:
-		d.index[e.key] = e.sib
-	default:
-		for ; x != nil; x = x.sib {
-			if x.sib == e {
-				x.sib = e.sib
-				break
-			}
-		}
-	}
-	e.sib = nil
-}
-
 func (d *disk) chainLen(key keyHash) int {
 	n := 0
-	for x := d.index[key]; x != nil; x = x.sib {
+	for s := d.ix.first(key); s != 0; s = d.ix.at(s).sib {
 		n++
 	}
 	return n
 }
 
-// linkLocked adds e to the index and the LRU.
-func (d *disk) linkLocked(e *diskEntry) {
-	d.chainAdd(e)
-	d.lru.add(e)
-	d.bytes += e.size
-	d.objects++
-}
-
-// dropLocked takes x out of the index and the LRU.
-func (d *disk) dropLocked(x *diskEntry) {
-	d.unlinkLocked(x)
-	d.chainRemove(x)
+// dropLocked takes s out of the index and returns what it was.
+func (d *disk) dropLocked(s slot) diskEntry {
+	e := *d.ix.at(s)
+	d.bytes -= e.size
+	d.objects--
+	d.ix.remove(s)
+	delete(d.newer, s)
+	return e
 }
 
 // insertLocked puts e in the index; an entry of the same variant, and
 // the oldest beyond maxVariants, are dropped and returned.
-func (d *disk) insertLocked(e *diskEntry) (dropped []*diskEntry) {
-	for x := d.index[e.key]; x != nil; {
-		next := x.sib
-		if x.sec == e.sec {
-			dropped = append(dropped, x)
-			d.dropLocked(x)
+func (d *disk) insertLocked(e diskEntry) (slot, []diskEntry) {
+	var dropped []diskEntry
+	for s := d.ix.first(e.key); s != 0; {
+		next := d.ix.at(s).sib
+		if d.ix.at(s).sec == e.sec {
+			dropped = append(dropped, d.dropLocked(s))
 		}
-		x = next
+		s = next
 	}
 	if d.chainLen(e.key) >= maxVariants {
-		oldest := d.index[e.key]
-		dropped = append(dropped, oldest)
-		d.dropLocked(oldest)
+		dropped = append(dropped, d.dropLocked(d.ix.first(e.key)))
 	}
-	d.linkLocked(e)
-	return dropped
-}
-
-func (d *disk) unlinkLocked(e *diskEntry) {
-	d.lru.remove(e)
-	d.bytes -= e.size
-	d.objects--
+	if d.ix.full() {
+		// Every slot is taken (134M entries): the next victim makes room.
+		if v := d.ix.victim(); v != 0 {
+			dropped = append(dropped, d.dropLocked(v))
+		}
+	}
+	s := d.ix.add(e)
+	d.bytes += e.size
+	d.objects++
+	return s, dropped
 }
 
 // removeLocked takes the entry of e's key with e's id out of the index
 // (e learns its head generation, for its files to be removed).
 func (d *disk) removeLocked(e *diskEntry) bool {
-	for x := d.index[e.key]; x != nil; x = x.sib {
-		if x.id == e.id {
-			e.gen = x.gen
-			d.dropLocked(x)
+	for s := d.ix.first(e.key); s != 0; s = d.ix.at(s).sib {
+		if d.ix.at(s).id == e.id {
+			e.gen = d.dropLocked(s).gen
 			return true
 		}
 	}
@@ -126,26 +87,25 @@ func (d *disk) removeLocked(e *diskEntry) bool {
 }
 
 // evictLocked picks the victims that bring the bytes under capacity.
-func (d *disk) evictLocked() (victims []*diskEntry) {
+func (d *disk) evictLocked() (victims []diskEntry) {
 	for d.bytes > d.capacity {
-		v := d.lru.victim()
-		if v == nil {
+		s := d.ix.victim()
+		if s == 0 {
 			break
 		}
-		d.removeLocked(v)
-		victims = append(victims, v)
+		victims = append(victims, d.dropLocked(s))
 	}
 	return victims
 }
 
 // forget journals the removal of entries and deletes their files.
-func (d *disk) forget(es []*diskEntry) {
+func (d *disk) forget(es []diskEntry) {
 	if len(es) == 0 {
 		return
 	}
 	var rec []byte
-	for _, e := range es {
-		rec = appendRecord(rec, opDel, e)
+	for i := range es {
+		rec = appendRecord(rec, opDel, &es[i])
 	}
 	d.mu.Lock()
 	err := d.appendLocked(rec)
@@ -166,11 +126,11 @@ func (d *disk) forget(es []*diskEntry) {
 // purge of one object).
 func (d *disk) remove(key keyHash, id uint64) {
 	d.mu.Lock()
-	e := &diskEntry{key: key, id: id}
-	found := d.removeLocked(e)
+	e := diskEntry{key: key, id: id}
+	found := d.removeLocked(&e)
 	d.mu.Unlock()
 	if found {
-		d.forget([]*diskEntry{e})
+		d.forget([]diskEntry{e})
 	}
 }
 
@@ -188,16 +148,15 @@ func (d *disk) purge(key keyHash) int {
 }
 
 // dropWhereLocked takes the entries of key that match out of the index
-// and the LRU and returns them (for forget, once the lock is let go).
-func (d *disk) dropWhereLocked(key keyHash, match func(*diskEntry) bool) []*diskEntry {
-	var es []*diskEntry
-	for x := d.index[key]; x != nil; x = x.sib {
-		if match(x) {
-			es = append(es, x)
+// and returns them (for forget, once the lock is let go).
+func (d *disk) dropWhereLocked(key keyHash, match func(*diskEntry) bool) []diskEntry {
+	var es []diskEntry
+	for s := d.ix.first(key); s != 0; {
+		next := d.ix.at(s).sib
+		if match(d.ix.at(s)) {
+			es = append(es, d.dropLocked(s))
 		}
-	}
-	for _, e := range es {
-		d.dropLocked(e)
+		s = next
 	}
 	return es
 }

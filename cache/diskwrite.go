@@ -169,7 +169,7 @@ func (w *diskWriter) run() {
 	defer d.writers.Done()
 	defer close(w.done)
 	ref, err := w.writeFile()
-	var replaced []*diskEntry
+	var replaced []diskEntry
 	switch {
 	case err == nil:
 		w.tell(ref.bodyLen, true, false)
@@ -309,11 +309,10 @@ func (w *diskWriter) writeFile() (*diskRef, error) {
 
 // publish journals the written file: from here on it is a stored object.
 // It returns the entries it replaced or evicted, for the caller to forget.
-func (w *diskWriter) publish(ref *diskRef) (*diskRef, []*diskEntry, error) {
+func (w *diskWriter) publish(ref *diskRef) (*diskRef, []diskEntry, error) {
 	d := w.d
 	final := d.objectPath(w.e.id)
-	e := new(diskEntry)
-	*e = w.e
+	e := w.e
 	select { // the journal opens moments after start
 	case <-d.journalOpen:
 	case <-d.stop:
@@ -324,15 +323,15 @@ func (w *diskWriter) publish(ref *diskRef) (*diskRef, []*diskEntry, error) {
 		os.Remove(final)
 		return nil, nil, errAbandoned
 	}
-	if err := d.appendLocked(appendRecord(nil, opAdd, e)); err != nil {
+	if err := d.appendLocked(appendRecord(nil, opAdd, &e)); err != nil {
 		d.mu.Unlock()
 		os.Remove(final)
 		return nil, nil, err
 	}
 	journal := d.journal
-	dropped := d.insertLocked(e)
+	s, dropped := d.insertLocked(e)
 	if d.loading.Load() {
-		d.newer[e] = struct{}{} // newer than any record the loader has yet to read
+		d.newer[s] = struct{}{} // newer than any record the loader has yet to read
 	} else {
 		dropped = append(dropped, d.evictLocked()...)
 	}
