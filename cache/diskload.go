@@ -29,7 +29,6 @@ func (d *disk) load() {
 	d.mu.Lock()
 	d.loading.Store(false)
 	d.tomb, d.newer = map[keyHash]struct{}{}, map[slot]struct{}{}
-	d.ix.fit()
 	d.noJournal.Store(d.journal == nil) // never opened: the store is off
 	victims := d.evictLocked()
 	d.mu.Unlock()

@@ -120,24 +120,15 @@ func (x *diskIndex) first(key keyHash) slot {
 
 // reserve sizes the table for n keys at once (the loader knows how many
 // records the journal has: growing step by step cost a third of a load).
+// A journal of dead records as well (up to twice the live ones before a
+// compaction) leaves it at most half full: 8 bytes a key more, where
+// shrinking it after the load would hold lookups for a rehash.
 func (x *diskIndex) reserve(n int) {
 	size := max(len(x.table), 1024)
 	for size*4 < n*5 {
 		size *= 2
 	}
 	if size != len(x.table) {
-		x.rehash(size)
-	}
-}
-
-// fit shrinks a table reserved for more keys than came (a journal of
-// many dead records) to the size growth would have given it.
-func (x *diskIndex) fit() {
-	size := 1024
-	for size*4 < x.keys*5 {
-		size *= 2
-	}
-	if size < len(x.table) {
 		x.rehash(size)
 	}
 }
