@@ -530,21 +530,34 @@ func TestNonCanonicalHostsDenied(t *testing.T) {
 	}
 }
 
-// TestUnstorableNotReportedStored: a response larger than the store can
-// keep (its shard's share of [cache] memory) is relayed whole and not
-// said to be stored.
+// TestUnstorableNotReportedStored: a response over max_object is relayed
+// whole and never said to be stored; one of an eighth of [cache] memory
+// (over the sixteenth a shard of the store once had, which refused it) is
+// stored, and the next request is a hit.
 func TestUnstorableNotReportedStored(t *testing.T) {
 	t.Parallel()
-	body := strings.Repeat("b", 2<<20)
-	par := newRawParent(t, "a", func(r *http.Request) string { return okAnswer("Cache-Control: max-age=600\r\n", body) })
+	big, large := strings.Repeat("b", 5<<20), strings.Repeat("l", 2<<20)
+	par := newRawParent(t, "a", func(r *http.Request) string {
+		if strings.HasSuffix(r.URL.Path, "/big") {
+			return okAnswer("Cache-Control: max-age=600\r\n", big)
+		}
+		return okAnswer("Cache-Control: max-age=600\r\n", large)
+	})
 	p := startPeerd(t, baseConfig+"[cache]\nmemory = \"16MiB\"\nmax_object = \"4MiB\"\n"+peerBlock("", par))
 	for i := 0; i < 2; i++ {
 		resp, b := get(t, p.client(), "http://o.test/big")
-		if len(b) != len(body) {
-			t.Fatalf("got %d bytes of %d", len(b), len(body))
+		if len(b) != len(big) {
+			t.Fatalf("got %d bytes of %d", len(b), len(big))
 		}
 		if cs := resp.Header.Get("Cache-Status"); strings.Contains(cs, "stored") || strings.Contains(cs, "hit") {
-			t.Fatalf("Cache-Status %q for a response the store cannot keep", cs)
+			t.Fatalf("Cache-Status %q for a response over max_object", cs)
+		}
+	}
+	for i := 0; i < 2; i++ {
+		resp, b := get(t, p.client(), "http://o.test/large")
+		cs := resp.Header.Get("Cache-Status")
+		if len(b) != len(large) || i == 0 && !strings.Contains(cs, "stored") || i == 1 && !strings.Contains(cs, "hit") {
+			t.Fatalf("request %d for an eighth of memory: %d bytes, Cache-Status %q; want it stored, then a hit", i, len(b), cs)
 		}
 	}
 }
