@@ -44,22 +44,7 @@ func TestReloadMidRequestKeepsItsGeneration(t *testing.T) {
 		defer oldLog.Close()
 		cfg := DefaultConfig()
 		cfg.Name = "old-gen"
-		cfg.Direct = selection.DirectNever
-		cfg.ConnectHedgeDelay = HedgeDelay{}
-		planner := selection.New(reg, selection.Options{Policy: selection.FirstUp, Direct: selection.DirectNever})
-		px, err := New(Options{Config: cfg, Planner: planner, Accounting: reg, AccessLog: oldLog,
-			Dialer: &dialer.Dialer{Reporter: reg, Dial: pn.Dial, Log: log}, Log: log})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer px.CloseIdle()
-
-		client, server := net.Pipe()
-		defer client.Close()
-		px.conns.admit(1 << 20)
-		go newClientConn(px, fromLoopback{server}).serve()
-		io.WriteString(client, "POST http://origin.test/x HTTP/1.1\r\nHost: origin.test\r\nContent-Length: 7\r\n\r\n")
-		synctest.Wait() // the proxy has the head, and waits for the body
+		px, planner, client := waitingForBody(t, cfg, reg, pn, oldLog, "POST http://origin.test/x HTTP/1.1\r\nHost: origin.test\r\nContent-Length: 7\r\n\r\n")
 
 		// Every part of the config changes.
 		next := cfg
@@ -164,21 +149,7 @@ func TestReloadMidRequestKeepsItsHealthSettings(t *testing.T) {
 		pn.delay[addrA] = 500 * time.Millisecond // a's connect
 		pn.answerDelay[addrA] = 3 * time.Second  // a's head
 		cfg := DefaultConfig()
-		cfg.Direct = selection.DirectNever
-		cfg.ConnectHedgeDelay = HedgeDelay{}
-		planner := selection.New(reg, selection.Options{Policy: selection.FirstUp, Direct: selection.DirectNever})
-		px, err := New(Options{Config: cfg, Planner: planner, Accounting: reg,
-			Dialer: &dialer.Dialer{Reporter: reg, Dial: pn.Dial, Log: log}, Log: log})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer px.CloseIdle()
-		client, server := net.Pipe()
-		defer client.Close()
-		px.conns.admit(1 << 20)
-		go newClientConn(px, fromLoopback{server}).serve()
-		io.WriteString(client, "GET http://origin.test/x HTTP/1.1\r\nHost: origin.test\r\nContent-Length: 4\r\n\r\n")
-		synctest.Wait() // the proxy has the head, and waits for the body
+		px, _, client := waitingForBody(t, cfg, reg, pn, nil, "GET http://origin.test/x HTTP/1.1\r\nHost: origin.test\r\nContent-Length: 4\r\n\r\n")
 
 		next := h
 		next.FirstByteTimeout = peers.FirstByteTimeout{D: time.Second}
@@ -207,4 +178,29 @@ func TestReloadMidRequestKeepsItsHealthSettings(t *testing.T) {
 			t.Fatalf("b was asked %d times; the old settings never hedge", n)
 		}
 	})
+}
+
+// waitingForBody starts a proxy with cfg (first-up over reg's parents,
+// never direct, no connect hedging) on pn, and sends it head on a client
+// connection: when it returns, the proxy has read the head and waits for
+// the body. The proxy and the connection end with the test.
+func waitingForBody(t *testing.T, cfg Config, reg *peers.Registry, pn *pipeNet, al *AccessLog, head string) (*Proxy, *selection.Planner, net.Conn) {
+	t.Helper()
+	log, _ := test.NewNullLogger()
+	cfg.Direct = selection.DirectNever
+	cfg.ConnectHedgeDelay = HedgeDelay{}
+	planner := selection.New(reg, selection.Options{Policy: selection.FirstUp, Direct: selection.DirectNever})
+	px, err := New(Options{Config: cfg, Planner: planner, Accounting: reg, AccessLog: al,
+		Dialer: &dialer.Dialer{Reporter: reg, Dial: pn.Dial, Log: log}, Log: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(px.CloseIdle)
+	client, server := net.Pipe()
+	t.Cleanup(func() { client.Close() })
+	px.conns.admit(1 << 20)
+	go newClientConn(px, fromLoopback{server}).serve()
+	io.WriteString(client, head)
+	synctest.Wait() // the proxy has the head, and waits for the body
+	return px, planner, client
 }
