@@ -404,7 +404,7 @@ func (l *cacheLayer) revalidateInBackground(ch *cache.Cache) {
 		head = head[:n-2]
 	}
 	req := append(append([]byte{}, head...), "Cache-Control: no-cache\r\nConnection: close\r\n\r\n"...)
-	from := *rq.from
+	from, readTimeout := *rq.from, rq.gen.cfg.ReadTimeout
 	go func() {
 		defer p.background.done() // Shutdown waits for it
 		defer ch.EndBackground(key)
@@ -413,7 +413,7 @@ func (l *cacheLayer) revalidateInBackground(ch *cache.Cache) {
 		cc.from = from
 		done := make(chan struct{})
 		go func() { cc.serve(); close(done) }()
-		cli.SetDeadline(time.Now().Add(p.config().ReadTimeout))
+		cli.SetDeadline(time.Now().Add(readTimeout)) // the generation of the request that started it
 		cli.Write(req)
 		io.Copy(io.Discard, cli)
 		cli.Close()
