@@ -22,10 +22,9 @@ type Object struct {
 	hot       bool   // a hot copy of a fleet owner's answer (AdmitHot)
 	secondary string // the Vary selecting values of the request it answered
 	Size      int64
-	//lint:ignore U1000 used through lruLinks
-	links    links[*Object] // in the store's small FIFO (policy.go)
-	pol      pol            // its place in the store's policy
-	diskHits atomic.Uint32  // samples the disk tier's recency refreshes
+	fifo      fifoLinks     // in the store's small FIFO (policy.go)
+	pol       pol           // its place in the store's policy
+	diskHits  atomic.Uint32 // samples the disk tier's recency refreshes
 
 	// Status is the stored response's status code.
 	Status int

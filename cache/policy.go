@@ -51,12 +51,12 @@ type pol struct {
 	base atomic.Uint64 // the clock at the last one (float64 bits)
 }
 
-// policy is the store's accounting and eviction, one for every shard.
+// policy is the store's accounting and eviction, one for all its shards.
 type policy struct {
 	mu       sync.Mutex
 	capacity atomic.Int64
 	clock    atomic.Uint64 // GDSF's inflation L (float64 bits)
-	small    lruList[*Object]
+	small    objFIFO
 	main     []*Object
 	size     int64 // bytes linked (small and main)
 	objects  int
@@ -73,10 +73,13 @@ func (p *policy) init(capacity int64) {
 	p.ghost.in = map[uint64]uint32{}
 }
 
-// hit records a request answered by o: no lock.
+// hit records a request answered by o: no lock, and the clock written
+// only when it moved (hits on a hot object share its cache line).
 func (p *policy) hit(o *Object) {
 	o.pol.freq.Add(1)
-	o.pol.base.Store(p.clock.Load())
+	if c := p.clock.Load(); o.pol.base.Load() != c {
+		o.pol.base.Store(c)
+	}
 }
 
 // admit links o (unless it left its shard meanwhile, or is linked
@@ -90,9 +93,6 @@ func (p *policy) admit(o *Object, replaced []*Object, victims []*Object) []*Obje
 	// its requests and its region.
 	freq, wasMain := uint32(1), false
 	for _, r := range replaced {
-		if r == o {
-			continue // stored again: it keeps its place
-		}
 		if r.pol.linked {
 			freq, wasMain = max(freq, r.pol.freq.Load()), wasMain || r.pol.mainAt >= 0
 		}

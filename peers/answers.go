@@ -425,10 +425,6 @@ func firstByte(p *Peer, c *settings, o *Options) (time.Duration, bool) {
 	return t, t > 0 && o.Health.HedgeRequests
 }
 
-// HedgeBudget is hedge_budget in force: the share of the last 10 s of
-// requests that hedges may add.
-func (r *Registry) HedgeBudget() float64 { return float64(r.opts.Load().Health.HedgeBudget) }
-
 // CauseLateAnswer is the history cause of a parent turned suspect because
 // a response head was late and the request could not be hedged.
 const CauseLateAnswer = "late_answer"

@@ -39,7 +39,8 @@ func (s *Settings) FirstByte(p *Peer) (timeout time.Duration, hedge bool) {
 	return firstByte(p, s.of(p), s.opts)
 }
 
-// HedgeBudget is hedge_budget as of s.
+// HedgeBudget is hedge_budget as of s: the share of the last 10 s of
+// requests that hedges may add.
 func (s *Settings) HedgeBudget() float64 { return float64(s.opts.Health.HedgeBudget) }
 
 // ConnectTimeout is p's connect timeout as of s.
