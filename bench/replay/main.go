@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/peerd/peerd/bench/trace"
+	"github.com/peerd/peerd/internal/conf"
 )
 
 func main() {
@@ -90,8 +91,8 @@ func main() {
 	}
 }
 
-// capacity reads "5%" (of footprint) or a byte size ("4MiB", "512KiB",
-// "1048576").
+// capacity reads "5%" (of footprint) or a size as peerd's config reads
+// one ("4MiB", "512KiB", bytes; KB, MB and GB refused as ambiguous).
 func capacity(s string, footprint int64) (int64, error) {
 	s = strings.TrimSpace(s)
 	if p, ok := strings.CutSuffix(s, "%"); ok {
@@ -101,29 +102,14 @@ func capacity(s string, footprint int64) (int64, error) {
 		}
 		return int64(f / 100 * float64(footprint)), nil
 	}
-	for _, u := range []string{"KB", "MB", "GB"} {
-		if strings.HasSuffix(strings.ToUpper(s), u) {
-			return 0, fmt.Errorf("size %q is ambiguous: write KiB, MiB or GiB, or the bytes", s)
-		}
+	var b conf.ByteSize
+	if err := b.UnmarshalText([]byte(s)); err != nil {
+		return 0, fmt.Errorf("%v, or write a share of the footprint (5%%)", err)
 	}
-	units := []struct {
-		suffix string
-		mult   int64
-	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}}
-	for _, u := range units {
-		if v, ok := strings.CutSuffix(s, u.suffix); ok {
-			n, err := strconv.ParseFloat(v, 64)
-			if err != nil || n <= 0 {
-				return 0, fmt.Errorf("%q is not a positive size", s)
-			}
-			return int64(n * float64(u.mult)), nil
-		}
+	if b <= 0 {
+		return 0, fmt.Errorf("size %q must be positive", s)
 	}
-	n, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || n <= 0 {
-		return 0, fmt.Errorf("%q is not a size: write bytes with a unit (4MiB, 512KiB) or a share of the footprint (5%%)", s)
-	}
-	return n, nil
+	return int64(b), nil
 }
 
 func mib(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
