@@ -8,7 +8,6 @@ package main
 // served (go_gc_pauses_seconds, from runtime/metrics).
 
 import (
-	"bufio"
 	"flag"
 	"fmt"
 	"math"
@@ -17,6 +16,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 
 	"github.com/peerd/peerd/cache"
 	"github.com/peerd/peerd/internal/testbed"
@@ -67,8 +69,18 @@ func scaleOnce(work, bin string, n int) ScaleRow {
 	if got := peerdCache(c).DiskObjects; n > 0 && got != int64(n) {
 		must(fmt.Errorf("scale: %d objects loaded of %d", got, n))
 	}
-	time.Sleep(2 * time.Second) // the loader's buffers are garbage by the next GC; RSS settles
+	// The loader's buffers and the sweep's id list become garbage: RSS is
+	// read once two reads 250 ms apart agree within 0.5 MiB (10 s at most).
 	row.RSSMiB = testbed.RSSMiB(c.pid)
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
+		time.Sleep(250 * time.Millisecond)
+		now := testbed.RSSMiB(c.pid)
+		settled := math.Abs(now-row.RSSMiB) < 0.5
+		row.RSSMiB = now
+		if settled {
+			break
+		}
+	}
 	row.GCPauseP99Ms, row.GCPauses = gcPauses(c.admin)
 	return row
 }
@@ -80,38 +92,21 @@ func gcPauses(admin string) (p99ms float64, count int64) {
 	resp, err := http.Get("http://" + admin + "/metrics")
 	must(err)
 	defer resp.Body.Close()
-	type bucket struct {
-		le float64
-		n  int64
-	}
-	var bs []bucket
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		l := sc.Text()
-		if !strings.HasPrefix(l, `go_gc_pauses_seconds_bucket{le="`) {
-			continue
-		}
-		rest := strings.TrimPrefix(l, `go_gc_pauses_seconds_bucket{le="`)
-		q := strings.IndexByte(rest, '"')
-		le, err1 := strconv.ParseFloat(rest[:q], 64)
-		if rest[:q] == "+Inf" {
-			le, err1 = math.Inf(1), nil
-		}
-		v, err2 := strconv.ParseFloat(strings.TrimSpace(rest[strings.IndexByte(rest, '}')+1:]), 64)
-		if err1 == nil && err2 == nil {
-			bs = append(bs, bucket{le, int64(v)})
-		}
-	}
-	if len(bs) == 0 {
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(resp.Body)
+	must(err)
+	f := fams["go_gc_pauses_seconds"]
+	if f == nil || len(f.GetMetric()) == 0 {
 		return 0, 0
 	}
-	count = bs[len(bs)-1].n
-	for _, b := range bs {
-		if float64(b.n) >= 0.99*float64(count) {
-			return b.le * 1000, count
+	h := f.GetMetric()[0].GetHistogram()
+	count = int64(h.GetSampleCount())
+	for _, b := range h.GetBucket() {
+		if float64(b.GetCumulativeCount()) >= 0.99*float64(count) {
+			return b.GetUpperBound() * 1000, count
 		}
 	}
-	return 0, count
+	return math.Inf(1), count // in the +Inf bucket
 }
 
 func (r *Results) scaleMarkdown() string {
