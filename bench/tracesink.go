@@ -6,33 +6,28 @@ package main
 
 import (
 	"io"
-	"net"
 	"net/http"
+	"net/http/httptest"
+	"strings"
 	"sync/atomic"
-	"time"
 )
 
 type spanSink struct {
+	*httptest.Server
 	Addr  string
 	posts atomic.Int64
-	srv   *http.Server
 }
 
 func startSpanSink() *spanSink {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	must(err)
-	s := &spanSink{Addr: ln.Addr().String()}
-	s.srv = &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	s := &spanSink{}
+	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
 		if r.URL.Path == "/v1/traces" {
 			s.posts.Add(1)
 		}
 		w.Header().Set("Content-Type", "application/json")
 		io.WriteString(w, "{}")
-	})}
-	go s.srv.Serve(ln)
+	}))
+	s.Addr = strings.TrimPrefix(s.URL, "http://")
 	return s
 }
-
-// Close stops the sink.
-func (s *spanSink) Close() { s.srv.Close() }
