@@ -88,19 +88,29 @@ func (tx *txn) forward(to sink) outcome {
 		// parent to answer MISS.
 		sr.First, sr.FirstCode, sr.SkipICPSiblings, tx.icpTimedOut = p.icp.Query(context.Background(), rq.req.Target)
 	}
-	tx.wk.begin(rq.gen.routing.Plan(sr))
-	tx.ownerFirst(to)
 	if rq.member != "" {
 		// A fetch as the owner, for another member: its load.
 		tx.p.fleet.FetchBegin()
 		defer tx.p.fleet.FetchEnd()
 	}
-	a := tx.wk.walk()
-	if tx.w.gone {
-		return closeConn
-	}
-	if a != nil {
-		return tx.answer(a, to)
+	for {
+		tx.wk.begin(rq.gen.routing.Plan(sr))
+		tx.ownerFirst(to)
+		a := tx.wk.walk()
+		if tx.w.gone {
+			return closeConn
+		}
+		if a == nil {
+			break
+		}
+		out := tx.answer(a, to)
+		if !tx.cl.refetch || tx.w.gone {
+			return out
+		}
+		// A 304 selected nothing stored, and the copy is gone: the plan
+		// is walked once more, unconditionally (no next 304 can be the
+		// cache's: rq.stale is nil).
+		tx.cl.refetch = false
 	}
 	e := tx.wk.finalError()
 	if e == nil {

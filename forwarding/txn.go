@@ -152,14 +152,7 @@ func (tx *txn) serve() outcome {
 		}
 		return tx.after()
 	}
-	out := tx.forward(&tx.cl)
-	if tx.cl.refetch && !tx.w.gone {
-		// Once: the stored response is gone, so the next 304 can only
-		// answer the client's own conditional.
-		tx.cl.refetch = false
-		out = tx.forward(&tx.cl)
-	}
-	return out
+	return tx.forward(&tx.cl)
 }
 
 // closeIfStopping makes the answer being written the connection's last
