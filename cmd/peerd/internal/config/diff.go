@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/peerd/peerd/admin"
+	"github.com/peerd/peerd/forwarding"
 	"github.com/peerd/peerd/peers"
 )
 
@@ -46,7 +47,7 @@ func ReloadDiff(old, cfg *File) admin.ReloadDiff {
 	if !reflect.DeepEqual(old.Routes, cfg.Routes) {
 		d.Settings = append(d.Settings, "route")
 	}
-	if !reflect.DeepEqual(old.Rules, cfg.Rules) {
+	if !reflect.DeepEqual(rulesOnly(old.Rules), rulesOnly(cfg.Rules)) {
 		d.Settings = append(d.Settings, "rule")
 	}
 	oldSec, newSec := Sections(old), Sections(cfg)
@@ -72,6 +73,16 @@ func changedFields(a, b any) []string {
 		if !reflect.DeepEqual(va.Field(i).Interface(), vb.Field(i).Interface()) {
 			out = append(out, tag)
 		}
+	}
+	return out
+}
+
+// rulesOnly is the rules without where they are in the file: a rule that
+// moved down a line (a comment added above it) is the same rule.
+func rulesOnly(rs []forwarding.RuleSpec) []forwarding.RuleSpec {
+	out := slices.Clone(rs)
+	for i := range out {
+		out[i].Line, out[i].File = 0, ""
 	}
 	return out
 }

@@ -40,3 +40,27 @@ func TestReloadDiff(t *testing.T) {
 		t.Fatalf("a reload of the same file: %+v", same)
 	}
 }
+
+// TestReloadDiffRuleMovedIsNoChange: a comment added above the rules moves
+// them down a line (their refusals name the new line) but changes no rule.
+func TestReloadDiffRuleMovedIsNoChange(t *testing.T) {
+	body := "[[peer]]\nname = \"p\"\nhost = \"10.0.0.1\"\nport = 3128\n[[rule]]\naction = \"deny\"\ndomains = [\".x.test\"]\n"
+	old, ps := Parse([]byte(body))
+	if len(ps) > 0 {
+		t.Fatal(ps)
+	}
+	moved, ps := Parse([]byte("# a comment\n" + body))
+	if len(ps) > 0 {
+		t.Fatal(ps)
+	}
+	if old.Rules[0].Line == moved.Rules[0].Line {
+		t.Fatal("the rule did not move")
+	}
+	if d := ReloadDiff(old, moved); len(d.Settings) != 0 {
+		t.Fatalf("a rule moved down a line: settings %v changed; want none", d.Settings)
+	}
+	moved.Rules[0].Action = "allow"
+	if d := ReloadDiff(old, moved); len(d.Settings) != 1 || d.Settings[0] != "rule" {
+		t.Fatalf("a rule changed: settings %v; want [rule]", d.Settings)
+	}
+}
