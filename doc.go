@@ -208,7 +208,13 @@
 //     error; 1xx answers go to the client side it is given (as Caddy's
 //     Got1xxResponse). It has no pointer to the transaction.
 //   - The walker (walk.go) is the only part that advances the plan, and
-//     it owns every attempt in flight. decide (attempt.go) is the one
+//     it owns every attempt in flight. Neither it, its attempts nor the
+//     cache layer holds the Proxy: what they take from the process (the
+//     accounting, dialling, pools, budgets, hedges, stalls, metrics and
+//     the fleet) is the generation's hops value (hops.go), with that
+//     generation's [health] settings, so a request walks under one
+//     generation to its end, and a test drives the walker with a fake
+//     hops alone (walk_test.go). decide (attempt.go) is the one
 //     function that says what follows every step: a full peer, a connect
 //     that failed (alone or in a race), a sibling's miss, a late head
 //     (hedge or wait), a broken answer, a status retry, a CONNECT reply.

@@ -71,7 +71,7 @@ func (w *walker) judge(a *attempt, class failure) {
 	if c == peers.AnswerOK && !a.writtenAt.IsZero() {
 		// peerd's own stalls are not the parent's time (stall_guard); a
 		// timeout was already stretched by them (receive).
-		fb -= w.p.stalls.Stalled(a.writtenAt, at)
+		fb -= w.h.stalls.Stalled(a.writtenAt, at)
 	}
-	w.p.acct.ObserveAnswerFrom(pe, c, fb, at, peers.OriginHash(w.rq.req.Host))
+	w.h.acct.ObserveAnswerFrom(pe, c, fb, at, peers.OriginHash(w.rq.req.Host))
 }

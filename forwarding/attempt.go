@@ -41,7 +41,7 @@ func (p progress) String() string { return progressNames[p] }
 // to release, the response it reads there (resp, body), and the in-flight
 // slot it holds at its peer (begun).
 type attempt struct {
-	p   *Proxy
+	h   *hops // its request's generation's
 	hop selection.Hop
 	// span is this attempt's trace span, when its request is traced
 	// (trace.go).

@@ -278,7 +278,7 @@ func (l *cacheLayer) offer(a *attempt) (bool, outcome) {
 		length = resp.ContentLength
 	}
 	switch p := a.hop.Peer; {
-	case p != nil && p.ProxyOnly(), p != nil && p.Member() && !l.p.hotCopyDrawn():
+	case p != nil && p.ProxyOnly(), p != nil && p.Member() && !l.rq.gen.hops.hotCopyDrawn():
 		// The peer keeps what it answers (proxy_only, or the key's owner
 		// in the fleet): relayed, not stored, and the URL passes
 		// uncollapsed for a while, as for an answer the cache could not
@@ -287,7 +287,7 @@ func (l *cacheLayer) offer(a *attempt) (bool, outcome) {
 	case p != nil && p.Member():
 		// A hot copy (hot_copies), within an eighth of the memory.
 		if l.cw = ch.AdmitHot(cq, resp, length, rq.start, now, l.flight); l.cw != nil {
-			l.p.fleet.HotCopyKept()
+			l.rq.gen.hops.fleet.HotCopyKept()
 		}
 	default:
 		l.cw = ch.Admit(cq, resp, length, rq.start, now, l.flight)
@@ -391,12 +391,12 @@ func (l *cacheLayer) sameOriginKey(ref []byte) []byte {
 func (l *cacheLayer) revalidateInBackground(ch *cache.Cache) {
 	rq := l.rq
 	key := string(l.cq.Key)
-	p := l.p
-	if !p.background.add() {
+	bg := rq.gen.bg
+	if !bg.tasks.add() {
 		return // shutting down: the stale answer stands, no refresh
 	}
 	if !ch.StartBackground(l.cq.Key) {
-		p.background.done()
+		bg.tasks.done()
 		return
 	}
 	head := rq.head
@@ -406,19 +406,31 @@ func (l *cacheLayer) revalidateInBackground(ch *cache.Cache) {
 	req := append(append([]byte{}, head...), "Cache-Control: no-cache\r\nConnection: close\r\n\r\n"...)
 	from, readTimeout := *rq.from, rq.gen.cfg.ReadTimeout
 	go func() {
-		defer p.background.done() // Shutdown waits for it
+		defer bg.tasks.done() // Shutdown waits for it
 		defer ch.EndBackground(key)
 		srv, cli := net.Pipe()
-		cc := newClientConn(p, srv)
-		cc.from = from
 		done := make(chan struct{})
-		go func() { cc.serve(); close(done) }()
+		go func() { bg.serve(srv, from); close(done) }()
 		cli.SetDeadline(time.Now().Add(readTimeout)) // the generation of the request that started it
 		cli.Write(req)
 		io.Copy(io.Discard, cli)
 		cli.Close()
 		<-done
 	}()
+}
+
+// background runs the revalidations behind stale answers, through the
+// proxy itself on in-memory connections; Shutdown waits for its tasks.
+type background struct {
+	tasks taskGroup
+	serve func(nc net.Conn, from client) // serves nc as a client connection from from
+}
+
+// serveInternal serves an in-memory connection as one from from.
+func (p *Proxy) serveInternal(nc net.Conn, from client) {
+	cc := newClientConn(p, nc)
+	cc.from = from
+	cc.serve()
 }
 
 // icpRequests are the scratch requests ICPHit looks up with (the ICP

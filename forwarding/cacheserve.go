@@ -103,7 +103,7 @@ func (l *cacheLayer) serveObject(o *cache.Object, result string, from *selection
 		b = strconv.AppendInt(b, length, 10)
 		b = append(b, "\r\n"...)
 	}
-	if w.keepAlive && l.p.conns.closing() {
+	if w.keepAlive && l.rq.gen.conns.closing() {
 		w.keepAlive = false // stopping: this answer is the connection's last
 	}
 	if !w.keepAlive {

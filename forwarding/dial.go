@@ -30,7 +30,7 @@ import (
 // started in parallel; 0 turns hedging off. "auto" is max(50ms, 4 x the
 // peer's smoothed connect time), never above its connect timeout; DIRECT
 // is hedged only with an explicit delay.
-func (p *Proxy) hedgeDelay(g *generation, hop selection.Hop) time.Duration {
+func (h *hops) hedgeDelay(g *generation, hop selection.Hop) time.Duration {
 	if c := g.cfg; !c.ConnectHedgeDelay.Auto {
 		return c.ConnectHedgeDelay.Delay
 	}
@@ -38,28 +38,21 @@ func (p *Proxy) hedgeDelay(g *generation, hop selection.Hop) time.Duration {
 		return 0
 	}
 	d := max(50*time.Millisecond, 4*hop.Peer.ConnectTime())
-	return min(d, g.health.ConnectTimeout(hop.Peer))
+	return min(d, h.health.ConnectTimeout(hop.Peer))
 }
 
 // dialHop opens a new connection to hop: a peer through the instrumented
 // dialer (which reports the outcome to the registry), an origin directly
 // under generation g's timeout and policy. A peer's connect was claimed
 // by the walker's take (Peer.BeginDial); it ends here.
-func (p *Proxy) dialHop(hop selection.Hop, o origin, g *generation) (net.Conn, error) {
+func (h *hops) dialHop(hop selection.Hop, o origin, g *generation) (net.Conn, error) {
 	if hop.Peer != nil {
 		defer hop.Peer.EndDial()
 		// Within the connect timeout of the request's generation.
-		ctx := dialer.WithConnectTimeout(context.Background(), g.health.ConnectTimeout(hop.Peer))
-		return p.dialer.DialPeer(ctx, hop.Peer, dialer.Traffic)
+		ctx := dialer.WithConnectTimeout(context.Background(), h.health.ConnectTimeout(hop.Peer))
+		return h.dialer.DialPeer(ctx, hop.Peer, dialer.Traffic)
 	}
-	return p.dialOrigin(o, g)
-}
-
-// origin is where DIRECT goes for one request.
-type origin struct {
-	host string // name or literal address, for resolution and TLS
-	port uint16
-	tls  bool
+	return h.origins.dialOrigin(o, g)
 }
 
 // dialOrigin connects to an origin within connect_timeout, with TLS for
@@ -67,7 +60,7 @@ type origin struct {
 // destination policy before anything is dialled: a name that resolves to
 // the proxy host itself is refused (*access.Denied), whatever else it
 // resolves to.
-func (p *Proxy) dialOrigin(o origin, g *generation) (net.Conn, error) {
+func (d *originDialer) dialOrigin(o origin, g *generation) (net.Conn, error) {
 	c := g.cfg
 	pol := g.policy
 	ctx, cancel := context.WithTimeout(context.Background(), c.ConnectTimeout)
@@ -76,7 +69,7 @@ func (p *Proxy) dialOrigin(o origin, g *generation) (net.Conn, error) {
 	if a, err := netip.ParseAddr(o.host); err == nil {
 		addrs = []netip.Addr{a}
 	} else {
-		if addrs, err = p.resolver.LookupNetIP(ctx, "ip", o.host); err != nil {
+		if addrs, err = d.resolver.LookupNetIP(ctx, "ip", o.host); err != nil {
 			return nil, err
 		}
 		if len(addrs) == 0 {
@@ -94,11 +87,11 @@ func (p *Proxy) dialOrigin(o origin, g *generation) (net.Conn, error) {
 	var err error
 	for _, a := range addrs {
 		addr := netip.AddrPortFrom(a, o.port).String()
-		if p.directDial != nil {
-			conn, err = p.directDial(ctx, "tcp", addr)
+		if d.dial != nil {
+			conn, err = d.dial(ctx, "tcp", addr)
 		} else {
-			d := p.source.For(a)
-			conn, err = d.DialContext(ctx, "tcp", addr)
+			nd := d.source.For(a)
+			conn, err = nd.DialContext(ctx, "tcp", addr)
 		}
 		if err == nil || ctx.Err() != nil {
 			break
@@ -113,4 +106,11 @@ func (p *Proxy) dialOrigin(o origin, g *generation) (net.Conn, error) {
 		return nil, err
 	}
 	return tc, nil
+}
+
+// origin is where DIRECT goes for one request.
+type origin struct {
+	host string // name or literal address, for resolution and TLS
+	port uint16
+	tls  bool
 }

@@ -13,7 +13,6 @@ package forwarding
 
 import (
 	"bytes"
-	"math/rand/v2"
 	"net/http"
 	"net/netip"
 	"time"
@@ -130,7 +129,7 @@ func memberBinding(req *h1.Request, b []byte) []byte {
 // suspect for that key alone. An origin's 5xx it relayed is the answer, relayed once:
 // the plan's parents would ask the same origin again.
 func (w *walker) memberAnswered(a *attempt, failed bool) bool {
-	f := w.p.fleet
+	f := w.h.fleet
 	own := a.status >= 400 && a.resp.Get("X-Peerd-Error") != nil // a refusal or error the owner made
 	if !failed && a.final && !own {
 		a.hop.Code = codeFleetMiss
@@ -192,10 +191,4 @@ func ownerHit(resp *h1.Response) bool {
 		}
 	}
 	return false
-}
-
-// hotCopyDrawn draws whether an owner's answer is to be kept here
-// (hot_copies); the cache may still refuse it (AdmitHot).
-func (p *Proxy) hotCopyDrawn() bool {
-	return p.fleet != nil && rand.Float64() < p.fleet.HotCopies()
 }

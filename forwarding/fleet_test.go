@@ -151,7 +151,7 @@ func TestOwnerDeathMidBodyIsRetried(t *testing.T) {
 		const addrC = "127.0.0.1:3"
 		e := newEngine(t, selection.DirectNever, nil)
 		e.proxy.SetCache(newCache(t, 0))
-		e.proxy.fleet = ownerFleet{owner: peers.NewMember("c", "127.0.0.1", 3, time.Second)}
+		e.setFleet(ownerFleet{owner: peers.NewMember("c", "127.0.0.1", 3, time.Second)})
 		e.net.handle[addrC] = func(req *http.Request, br *bufio.Reader, s net.Conn) bool {
 			io.WriteString(s, "HTTP/1.1 200 OK\r\nCache-Control: max-age=60\r\nContent-Length: 1000\r\n\r\n")
 			s.Write(bytes.Repeat([]byte("c"), 500))
@@ -166,6 +166,13 @@ func TestOwnerDeathMidBodyIsRetried(t *testing.T) {
 			t.Fatalf("the owner was asked %d times; want 1", n)
 		}
 	})
+}
+
+// setFleet makes the engine's proxy a fleet member with f, from the
+// next request's generation on.
+func (e *engine) setFleet(f Fleet) {
+	e.proxy.fleet = f
+	e.proxy.change(func(*generation) {})
 }
 
 // failingFleet is ownerFleet that records the owner failures reported.
@@ -189,7 +196,7 @@ func TestOwnerRelaysOriginError(t *testing.T) {
 		e := newEngine(t, selection.DirectNever, nil)
 		e.proxy.SetCache(newCache(t, 0))
 		var failed []string
-		e.proxy.fleet = failingFleet{ownerFleet{owner: peers.NewMember("c", "127.0.0.1", 3, time.Second)}, &failed}
+		e.setFleet(failingFleet{ownerFleet{owner: peers.NewMember("c", "127.0.0.1", 3, time.Second)}, &failed})
 		e.net.handle[addrC] = func(req *http.Request, br *bufio.Reader, s net.Conn) bool {
 			if req.URL.Path == "/own" {
 				io.WriteString(s, "HTTP/1.1 503 Service Unavailable\r\nX-Peerd-Error: no-peers\r\nContent-Length: 0\r\n\r\n")

@@ -16,7 +16,6 @@ import (
 
 	"github.com/peerd/peerd/access"
 	"github.com/peerd/peerd/cache"
-	"github.com/peerd/peerd/peers"
 	"github.com/peerd/peerd/selection"
 )
 
@@ -35,10 +34,13 @@ type generation struct {
 	// authenticated request pays for keeping them otherwise).
 	conns *connSet
 	users *userAddrs
-	// health is the [health] settings as the generation was made: a
-	// request reads its first-byte timeouts, hedge budget and connect
-	// timeouts here, not live.
-	health *peers.Settings
+	// hops is the way to next hops under this generation, with the
+	// [health] settings as it was made (hops.go): a request reads its
+	// first-byte timeouts, hedge budget and connect timeouts there, not
+	// live.
+	hops hops
+	// bg runs revalidations behind stale answers (the proxy's own).
+	bg *background
 }
 
 // Generation is what a reload puts in force in one step (the routes and
@@ -106,7 +108,10 @@ func (p *Proxy) store(g *generation) {
 		p.source.Set(out)
 	}
 	p.budget.setRatio(g.cfg.RetryBudget)
-	g.health = p.acct.Settings()
+	g.hops = hops{acct: p.acct, dialer: p.dialer, origins: p.origins, pools: p.pools, budget: p.budget,
+		hedges: &p.hedges, stalls: p.stalls, metrics: p.metrics, fleet: p.fleet, health: p.acct.Settings(),
+		maxHeader: g.cfg.maxHeader, unsolicitedLog: &p.unsolicitedLog, log: p.log, tracer: &p.tracer}
+	g.bg = &p.background
 	p.gen.Store(g)
 }
 

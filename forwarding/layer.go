@@ -21,7 +21,6 @@ import (
 // found, the flight it leads or followed, the response it stores. It is
 // reused from request to request.
 type cacheLayer struct {
-	p    *Proxy
 	rq   *request
 	w    *clientWriter
 	side clientSide
@@ -41,8 +40,8 @@ type cacheLayer struct {
 	out       []byte            // the head of an answer from the cache
 }
 
-func (l *cacheLayer) init(p *Proxy, rq *request, w *clientWriter, side clientSide) {
-	l.p, l.rq, l.w, l.side = p, rq, w, side
+func (l *cacheLayer) init(rq *request, w *clientWriter, side clientSide) {
+	l.rq, l.w, l.side = rq, w, side
 }
 
 // before is the step before the forward: the request is looked up in the
@@ -56,7 +55,7 @@ func (l *cacheLayer) before() (e *Error, done bool) {
 
 // reset clears the layer for a new request, keeping its buffers.
 func (l *cacheLayer) reset() {
-	*l = cacheLayer{p: l.p, rq: l.rq, w: l.w, side: l.side, cq: l.cq, out: l.out[:0], ctype: l.ctype[:0]}
+	*l = cacheLayer{rq: l.rq, w: l.w, side: l.side, cq: l.cq, out: l.out[:0], ctype: l.ctype[:0]}
 }
 
 // The decorator's part of the sink (forward.go) beyond offer and fields

@@ -127,16 +127,15 @@ type Resolver interface {
 
 // Proxy is the forward proxy: Serve it on one or more listeners.
 type Proxy struct {
-	planner    Planner
-	acct       Accounting
-	dialer     PeerDialer
-	directDial func(ctx context.Context, network, addr string) (net.Conn, error)
-	source     *dialer.Source
-	resolver   Resolver
-	icp        ICP
-	metrics    *Metrics
-	log        logrus.FieldLogger
-	version    string
+	planner Planner
+	acct    Accounting
+	dialer  PeerDialer
+	origins originDialer
+	source  *dialer.Source
+	icp     ICP
+	metrics *Metrics
+	log     logrus.FieldLogger
+	version string
 
 	// gen is the config generation in force (gen.go); genMu orders the
 	// changes, and guards port, the plain listener's port as bound.
@@ -163,7 +162,7 @@ type Proxy struct {
 	stop        chan struct{} // closed by Shutdown
 	// background are the revalidations running behind stale answers;
 	// Shutdown waits for them as for requests in flight.
-	background taskGroup
+	background background
 
 	// unsolicitedLog spaces the warnings about next hops that send bytes
 	// nobody asked for: a hostile parent must not flood the log.
@@ -173,29 +172,15 @@ type Proxy struct {
 // HedgesBudgetLeft is how many hedges hedge_budget allows now (GET
 // /peers hedges_budget_left).
 func (p *Proxy) HedgesBudgetLeft() int64 {
-	return p.hedges.left(p.gen.Load().health.HedgeBudget(), time.Now())
-}
-
-// unsolicited counts and logs n connections to hop closed because the
-// hop sent bytes past its answer (a broken answer from that hop).
-func (p *Proxy) unsolicited(hop selection.Hop, n int) {
-	name := "DIRECT"
-	if hop.Peer != nil {
-		name = hop.Peer.Name()
-	}
-	if p.metrics != nil {
-		p.metrics.unsolicited.WithLabelValues(name).Add(float64(n))
-	}
-	p.unsolicitedLog.Do(func() {
-		p.log.WithField("peer", name).Warn("next hop sent bytes past the end of its answer; connection closed, not reused")
-	})
+	return p.hedges.left(p.gen.Load().hops.health.HedgeBudget(), time.Now())
 }
 
 // New returns a proxy.
 func New(o Options) (*Proxy, error) {
 	p := &Proxy{
-		planner: o.Planner, acct: o.Accounting, dialer: o.Dialer, directDial: o.DirectDial, source: o.Source, stalls: o.Stalls, fleet: o.Fleet,
-		metrics: o.Metrics, log: o.Log, version: o.Version, resolver: o.Resolver, icp: o.ICP,
+		planner: o.Planner, acct: o.Accounting, dialer: o.Dialer, source: o.Source, stalls: o.Stalls, fleet: o.Fleet,
+		metrics: o.Metrics, log: o.Log, version: o.Version, icp: o.ICP,
+		origins:        originDialer{dial: o.DirectDial, source: o.Source, resolver: o.Resolver},
 		budget:         newRetryBudget(o.Config.RetryBudget),
 		pools:          newPools(),
 		stop:           make(chan struct{}),
@@ -209,9 +194,10 @@ func New(o Options) (*Proxy, error) {
 		}
 		o.Policy = pol
 	}
-	if p.resolver == nil {
-		p.resolver = net.DefaultResolver
+	if p.origins.resolver == nil {
+		p.origins.resolver = net.DefaultResolver
 	}
+	p.background.serve = p.serveInternal
 	if p.log == nil {
 		p.log = logrus.StandardLogger()
 	}
@@ -350,7 +336,7 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 	}
 	t := time.NewTicker(10 * time.Millisecond)
 	defer t.Stop()
-	bg := p.background.close()
+	bg := p.background.tasks.close()
 	for {
 		if p.conns.closeIdle(time.Now()) == 0 {
 			select {

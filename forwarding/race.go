@@ -47,7 +47,7 @@ func (r *race) dial(hop selection.Hop) {
 	o, pl, g := w.originFor(hop), w.poolFor(hop), w.rq.gen
 	r.pending++
 	go func() {
-		nc, err := w.p.dialHop(hop, o, g)
+		nc, err := w.h.dialHop(hop, o, g)
 		if err != nil {
 			a.err = err
 		} else {
@@ -72,7 +72,7 @@ func (r *race) send(hop selection.Hop, uc *upConn) {
 	go func() {
 		if uc == nil {
 			a.progress = dialling
-			nc, err := w.p.dialHop(hop, o, rq.gen)
+			nc, err := w.h.dialHop(hop, o, rq.gen)
 			if err != nil {
 				a.err = err
 				r.report(&a)
@@ -121,7 +121,7 @@ func (r *race) dispose(a *attempt) {
 		a.conn = nil
 	}
 	if a.begun {
-		r.w.p.acct.EndRequest(a.hop.Peer)
+		r.w.h.acct.EndRequest(a.hop.Peer)
 		a.begun = false
 	}
 }
@@ -153,10 +153,10 @@ func (r *race) finish(won *attempt) {
 // raceConnects dials hop and, every hedge delay while no connection has
 // arrived, the next hop of the plan too; the first connection wins.
 func (w *walker) raceConnects(hop selection.Hop, delay time.Duration) *attempt {
-	p := w.p
+	wh := w.h
 	r := w.newRace()
 	latest := hop
-	stalls := p.stalls.Since(time.Now()) // of the hedge delay
+	stalls := wh.stalls.Since(time.Now()) // of the hedge delay
 	r.dial(hop)
 	timer := time.NewTimer(delay)
 	defer timer.Stop()
@@ -179,9 +179,9 @@ func (w *walker) raceConnects(hop selection.Hop, delay time.Duration) *attempt {
 			r.finish(nil)
 			return w.attemptOn(h, uc, true), true
 		}
-		latest, stalls = h, p.stalls.Since(time.Now())
+		latest, stalls = h, wh.stalls.Since(time.Now())
 		r.dial(h)
-		timer.Reset(p.hedgeDelay(w.rq.gen, h))
+		timer.Reset(wh.hedgeDelay(w.rq.gen, h))
 		return nil, true
 	}
 	for {
@@ -197,7 +197,7 @@ func (w *walker) raceConnects(hop selection.Hop, delay time.Duration) *attempt {
 				return nil
 			}
 			if r.pending == 0 {
-				p.metrics.retry(connectFailed.String())
+				wh.metrics.retry(connectFailed.String())
 				won, ok := next(false)
 				if won != nil {
 					return won
@@ -215,12 +215,12 @@ func (w *walker) raceConnects(hop selection.Hop, delay time.Duration) *attempt {
 				continue
 			}
 			if latest.Peer != nil {
-				p.acct.MarkSlow(latest.Peer)
+				wh.acct.MarkSlow(latest.Peer)
 			}
 			if r.pending >= maxRacing {
 				continue
 			}
-			p.metrics.hedge()
+			wh.metrics.hedge()
 			if won, _ := next(true); won != nil {
 				return won
 			}
@@ -239,13 +239,13 @@ func (w *walker) raceConnects(hop selection.Hop, delay time.Duration) *attempt {
 // fast (within that hop's own first-byte timeout): a slow origin behind
 // both is no parent's fault.
 func (w *walker) hedge(a *attempt) (sent, refused bool) {
-	p := w.p
+	wh := w.h
 	// The budget is spent before the plan is touched: a refused hedge
 	// leaves the plan's next hop to a retry (when the wait is given up).
-	budget, now := w.rq.gen.health.HedgeBudget(), time.Now()
+	budget, now := w.h.health.HedgeBudget(), time.Now()
 	spent := !(budget > 0 && unbudgeted(a.hop))
-	if spent && !p.hedges.take(budget, now) {
-		p.metrics.hedgeRefused()
+	if spent && !wh.hedges.take(budget, now) {
+		wh.metrics.hedgeRefused()
 		return false, true
 	}
 	h, ok := w.plan.NextHealthy()
@@ -255,12 +255,12 @@ func (w *walker) hedge(a *attempt) (sent, refused bool) {
 	}
 	if !ok {
 		if spent {
-			p.hedges.giveBack(now)
+			wh.hedges.giveBack(now)
 		}
 		return false, false
 	}
 	a.hop.Peer.NoteHedged()
-	p.metrics.hedgeRequest()
+	wh.metrics.hedgeRequest()
 	r := w.newRace()
 	r.send(h, uc)
 	// The original waits on beside the hedge, on a goroutine of its own.
@@ -312,26 +312,26 @@ func (w *walker) hedge(a *attempt) (sent, refused bool) {
 // hedgeWon makes the hedge s the walk's attempt a, the original having
 // been abandoned: it is judged late when the hedge was fast.
 func (w *walker) hedgeWon(a, s *attempt) {
-	p := w.p
+	wh := w.h
 	fast := s.hop.Peer == nil
 	if !fast {
-		fbt, _ := w.rq.gen.health.FirstByte(s.hop.Peer)
+		fbt, _ := w.h.health.FirstByte(s.hop.Peer)
 		fast = fbt <= 0 || s.firstByte <= fbt
 	}
 	if fast { // a was late by the time peerd ran: its deadline stretched by stalls (receive)
-		p.acct.ObserveAnswerFrom(a.hop.Peer, peers.AnswerLate, 0, time.Now(), 0)
+		wh.acct.ObserveAnswerFrom(a.hop.Peer, peers.AnswerLate, 0, time.Now(), 0)
 	}
 	a.conn.close()
 	a.conn = nil
 	if a.begun {
-		p.acct.EndRequest(a.hop.Peer)
+		wh.acct.EndRequest(a.hop.Peer)
 	}
-	a.restart(attempt{p: p, hop: s.hop, progress: s.progress, conn: s.conn, reused: s.reused, begun: s.begun,
+	a.restart(attempt{h: wh, hop: s.hop, progress: s.progress, conn: s.conn, reused: s.reused, begun: s.begun,
 		firstByte: s.firstByte, writtenAt: s.writtenAt, headAt: s.headAt, final: s.final, status: s.status,
 		gotBytes: true, tunnel: s.tunnel, headReq: s.headReq})
 	a.takeHead(s.head)
 	if s.hop.Peer != nil {
-		p.acct.ObserveAnswerFrom(s.hop.Peer, peers.AnswerOK, s.firstByte, a.headAt, peers.OriginHash(w.rq.req.Host))
+		wh.acct.ObserveAnswerFrom(s.hop.Peer, peers.AnswerOK, s.firstByte, a.headAt, peers.OriginHash(w.rq.req.Host))
 	}
 }
 

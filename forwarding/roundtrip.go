@@ -40,7 +40,7 @@ func (a *attempt) release() {
 		a.conn = nil
 	}
 	if a.begun {
-		a.p.acct.EndRequest(a.hop.Peer)
+		a.h.acct.EndRequest(a.hop.Peer)
 		a.begun = false
 	}
 }
@@ -66,7 +66,7 @@ func (a *attempt) repool(at time.Time) {
 	c := a.conn
 	if c.r.Buffered() > 0 {
 		c.close()
-		a.p.unsolicited(a.hop, 1)
+		a.h.unsolicited(a.hop, 1)
 		return
 	}
 	c.pool.put(c, at)
@@ -83,7 +83,7 @@ func (a *attempt) drain() bool {
 	c := a.conn
 	c.r.Release(a.head)
 	a.head = nil
-	a.body.Reset(c.r, kind, resp.ContentLength, a.p.config().maxHeader)
+	a.body.Reset(c.r, kind, resp.ContentLength, a.h.maxHeader)
 	c.dl.readIn(time.Now(), time.Second)
 	_, err := io.Copy(io.Discard, &a.body)
 	return err == nil
@@ -274,7 +274,7 @@ func (a *attempt) receive(rq *request, side clientSide, sent, late time.Time) {
 	// stretch moves the deadlines on by the time peerd itself was stalled
 	// since the request went out (stall_guard), counted once: a deadline
 	// that fired because peerd did not run is no parent's lateness.
-	stalls := a.p.stalls.Since(sent)
+	stalls := a.h.stalls.Since(sent)
 	stretch := func(now time.Time) bool {
 		s := stalls.More(now)
 		if s == 0 {

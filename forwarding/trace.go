@@ -48,7 +48,7 @@ func (a *attempt) endSpan() {
 		return
 	}
 	a.span = nil
-	e := a.p.tracer.Load()
+	e := a.h.tracer.Load()
 	if e == nil {
 		return
 	}

@@ -45,8 +45,8 @@ type txn struct {
 func (tx *txn) init(cc *clientConn) {
 	tx.cc, tx.p, tx.w = cc, cc.p, &cc.w
 	tx.rq.body.dl, tx.rq.body.w = &cc.dl, &cc.w
-	tx.wk.init(cc.p, &tx.rq, cc)
-	tx.cl.init(cc.p, &tx.rq, &cc.w, cc)
+	tx.wk.init(&tx.rq, cc, &cc.w)
+	tx.cl.init(&tx.rq, &cc.w, cc)
 }
 
 // begin starts a transaction for a request head (nil when the head could

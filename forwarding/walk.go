@@ -23,7 +23,7 @@ import (
 
 // walker walks one request's plan.
 type walker struct {
-	p    *Proxy
+	h    *hops // the request's generation's (begin)
 	rq   *request
 	side clientSide
 	cw   *clientWriter // read for whether the client is gone
@@ -40,12 +40,15 @@ type walker struct {
 	ownerKey []byte
 }
 
-func (w *walker) init(p *Proxy, rq *request, cc *clientConn) {
-	w.p, w.rq, w.side, w.cw = p, rq, cc, &cc.w
+// init binds the walker to its request, the client side interim
+// answers go to, and the client writer it reads for a client gone.
+func (w *walker) init(rq *request, side clientSide, cw *clientWriter) {
+	w.rq, w.side, w.cw = rq, side, cw
 }
 
 // begin starts a walk over plan.
 func (w *walker) begin(plan selection.Plan) {
+	w.h = &w.rq.gen.hops
 	w.plan, w.lastErr, w.denied, w.origin, w.oKey, w.first, w.ownerKey = plan, nil, nil, origin{}, w.oKey[:0], nil, nil
 }
 
@@ -55,7 +58,7 @@ func (w *walker) begin(plan selection.Plan) {
 // client's answer. nil when no hop is left (finalError says why), or when
 // the client went away.
 func (w *walker) walk() *attempt {
-	p := w.p
+	h := w.h
 	f := w.rq.facts
 	var hop selection.Hop
 	ok := true
@@ -97,8 +100,8 @@ func (w *walker) walk() *attempt {
 					// it: the late parent gets no new requests meanwhile,
 					// and the wait is hedged after all once the parent
 					// fails an answer elsewhere (unbudgeted).
-					w.p.acct.SuspectLate(a.hop.Peer, fbt)
-					a.refused = w.rq.gen.health.HedgeBudget() > 0
+					h.acct.SuspectLate(a.hop.Peer, fbt)
+					a.refused = h.health.HedgeBudget() > 0
 				}
 				a.await(w.rq, w.side)
 			}
@@ -113,7 +116,7 @@ func (w *walker) walk() *attempt {
 			a.own = a.final && ownError(a)
 			retry = w.blame(a, w.rq.gen.cfg.retryStatus[a.status])
 		}
-		if pe := a.hop.Peer; pe != nil && pe.Member() && w.p.fleet != nil {
+		if pe := a.hop.Peer; pe != nil && pe.Member() && h.fleet != nil {
 			// The key's owner: only its own failures send the request on
 			// to the plan's hops; an origin's 5xx it relayed is the answer.
 			retry = w.memberAnswered(a, a.err != nil)
@@ -126,16 +129,16 @@ func (w *walker) walk() *attempt {
 		// An owner asked before the plan (the fleet) is no retry when it
 		// fails: the plan's hops are the request's first try.
 		costs := costsBudget(class, f) && (a.hop.Peer == nil || !a.hop.Peer.Member())
-		switch decide(class, f, !costs || p.budget.available()) {
+		switch decide(class, f, !costs || h.budget.available()) {
 		case nextHop:
 			next, more := w.plan.Next()
-			if more && costs && !p.budget.withdraw() {
-				p.metrics.budgetExhausted()
+			if more && costs && !h.budget.withdraw() {
+				h.metrics.budgetExhausted()
 				more = false
 			}
 			if more {
 				if class != siblingMissed {
-					p.metrics.retry(class.String())
+					h.metrics.retry(class.String())
 				}
 				a.release()
 				hop = next
@@ -148,7 +151,7 @@ func (w *walker) walk() *attempt {
 				return nil
 			}
 		case sameFresh:
-			p.metrics.retry(class.String())
+			h.metrics.retry(class.String())
 			a.release()
 			hop, pooled = a.hop, false
 			continue
@@ -162,7 +165,7 @@ func (w *walker) walk() *attempt {
 // taking it (a copy of the plan is walked; for a peer set over 256 the
 // copy would share the plan's seen set, and the answer is yes).
 func (w *walker) healthyLeft() bool {
-	if len(w.p.current().routing.Peers()) > 256 {
+	if len(w.rq.gen.routing.Peers()) > 256 {
 		return true
 	}
 	c := w.plan
@@ -174,11 +177,11 @@ func (w *walker) healthyLeft() bool {
 // away from a parent already failing its answers (unbudgeted), else when
 // hedge_budget allows it; a refusal is counted.
 func (w *walker) hedgeAllowed(a *attempt) bool {
-	budget := w.rq.gen.health.HedgeBudget()
-	if budget > 0 && unbudgeted(a.hop) || w.p.hedges.left(budget, time.Now()) > 0 {
+	budget := w.h.health.HedgeBudget()
+	if budget > 0 && unbudgeted(a.hop) || w.h.hedges.left(budget, time.Now()) > 0 {
 		return true
 	}
-	w.p.metrics.hedgeRefused()
+	w.h.metrics.hedgeRefused()
 	return false
 }
 
@@ -199,8 +202,8 @@ func (w *walker) firstByte(a *attempt) (fbt time.Duration) {
 	if a.hop.Peer == nil || !w.rq.facts.hedgeable {
 		return 0
 	}
-	t, h := w.rq.gen.health.FirstByte(a.hop.Peer)
-	if !h {
+	t, on := w.h.health.FirstByte(a.hop.Peer)
+	if !on {
 		return 0
 	}
 	return t
@@ -213,9 +216,9 @@ func (w *walker) firstByte(a *attempt) (fbt time.Duration) {
 // to it when the request may ride one; without one, the connect is
 // claimed (dialHop ends the claim).
 func (w *walker) take(hop selection.Hop, pooled bool) (selection.Hop, *upConn, bool) {
-	p := w.p
+	h := w.h
 	for {
-		for hop.Peer != nil && !p.acct.BeginRequest(hop.Peer, w.rq.start) {
+		for hop.Peer != nil && !h.acct.BeginRequest(hop.Peer, w.rq.start) {
 			var ok bool
 			if hop, ok = w.skip(); !ok {
 				return hop, nil, false
@@ -225,7 +228,7 @@ func (w *walker) take(hop selection.Hop, pooled bool) (selection.Hop, *upConn, b
 		if pooled && w.rq.facts.retriable() {
 			uc, extra := w.poolFor(hop).get(w.rq.start, w.rq.gen.cfg.PconnTimeout)
 			if extra > 0 {
-				p.unsolicited(hop, extra)
+				h.unsolicited(hop, extra)
 			}
 			if uc != nil {
 				return hop, uc, true
@@ -234,7 +237,7 @@ func (w *walker) take(hop selection.Hop, pooled bool) (selection.Hop, *upConn, b
 		if hop.Peer == nil || hop.Peer.BeginDial() {
 			return hop, nil, true
 		}
-		p.acct.EndRequest(hop.Peer)
+		h.acct.EndRequest(hop.Peer)
 		var ok bool
 		if hop, ok = w.skip(); !ok {
 			return hop, nil, false
@@ -257,7 +260,7 @@ func (w *walker) skip() (selection.Hop, bool) {
 // pooled=false forces a new connection to the first hop (after a stale
 // pooled one).
 func (w *walker) connect(hop selection.Hop, pooled bool) *attempt {
-	p := w.p
+	h := w.h
 	for {
 		var uc *upConn
 		var ok bool
@@ -268,10 +271,10 @@ func (w *walker) connect(hop selection.Hop, pooled bool) *attempt {
 		if uc != nil {
 			return w.attemptOn(hop, uc, true)
 		}
-		if delay := p.hedgeDelay(w.rq.gen, hop); delay > 0 && (hop.Peer == nil || !hop.Peer.Member()) {
+		if delay := h.hedgeDelay(w.rq.gen, hop); delay > 0 && (hop.Peer == nil || !hop.Peer.Member()) {
 			return w.raceConnects(hop, delay)
 		}
-		nc, err := p.dialHop(hop, w.originFor(hop), w.rq.gen)
+		nc, err := h.dialHop(hop, w.originFor(hop), w.rq.gen)
 		if err == nil {
 			return w.attemptOn(hop, newUpConn(nc, w.poolFor(hop)), false)
 		}
@@ -282,7 +285,7 @@ func (w *walker) connect(hop selection.Hop, pooled bool) *attempt {
 		if hop, more = w.plan.Next(); !more {
 			return nil
 		}
-		p.metrics.retry(connectFailed.String())
+		h.metrics.retry(connectFailed.String())
 		pooled = true
 	}
 }
@@ -296,7 +299,7 @@ func (w *walker) attemptOn(hop selection.Hop, uc *upConn, reused bool) *attempt 
 
 // newAttempt is an attempt of this request at hop, its slot there held.
 func (w *walker) newAttempt(hop selection.Hop, at progress, uc *upConn, reused bool) attempt {
-	return attempt{p: w.p, hop: hop, progress: at, reused: reused, conn: uc, begun: hop.Peer != nil,
+	return attempt{h: w.h, hop: hop, progress: at, reused: reused, conn: uc, begun: hop.Peer != nil,
 		tunnel: w.rq.facts.tunnel, headReq: w.rq.method == http.MethodHead}
 }
 
@@ -307,10 +310,10 @@ func (w *walker) dialFailed(hop selection.Hop, err error) verdict {
 	class := a.class(false)
 	w.noteFailure(&a, class)
 	if hop.Peer != nil {
-		w.p.acct.EndRequest(hop.Peer)
-		if hop.Peer.Member() && w.p.fleet != nil {
-			w.p.fleet.Asked("failed")
-			w.p.fleet.OwnerFailed(hop.Peer.Name(), nil)
+		w.h.acct.EndRequest(hop.Peer)
+		if hop.Peer.Member() && w.h.fleet != nil {
+			w.h.fleet.Asked("failed")
+			w.h.fleet.OwnerFailed(hop.Peer.Name(), nil)
 		}
 	}
 	return decide(class, w.rq.facts, false)
@@ -377,9 +380,9 @@ func (w *walker) originFor(hop selection.Hop) origin {
 
 // poolFor is the idle list of a hop for this request.
 func (w *walker) poolFor(hop selection.Hop) *pool {
-	p := w.p
+	pl := w.h.pools
 	if hop.Peer != nil {
-		return p.pools.forPeer(hop.Peer)
+		return pl.forPeer(hop.Peer)
 	}
 	if len(w.oKey) == 0 {
 		req := &w.rq.req
@@ -390,5 +393,5 @@ func (w *walker) poolFor(hop selection.Hop) *pool {
 		w.oKey = append(w.oKey, req.Host...)
 		w.oKey = append(append(w.oKey, ':'), req.Port...)
 	}
-	return p.pools.forOrigin(w.oKey)
+	return pl.forOrigin(w.oKey)
 }
