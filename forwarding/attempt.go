@@ -127,7 +127,7 @@ func (f failure) String() string { return failureReasons[f] }
 // reports whether its final status is in retry_on_status.
 func (a *attempt) class(retryStatus bool) failure {
 	switch {
-	case a.final && a.hop.Peer != nil && a.hop.Peer.Type() == peers.Sibling && !a.hop.Peer.Member() && siblingMiss(a.status):
+	case a.final && a.hop.Peer != nil && a.hop.Peer.Type() == peers.Sibling && !a.hop.Leads() && siblingMiss(a.status):
 		// A sibling never fetches for us: its 504 (or any refusal) to
 		// only-if-cached means "not here". (A fleet member asked as a
 		// key's owner fetches: its answer is an answer.)

@@ -10,6 +10,12 @@ package forwarding
 // verify. An owner that fails (connect, answer, its own 5xx) is not asked
 // again for a while, and the request goes on to the plan's hops at once.
 // The owner's answer is relayed and kept here only as a hot copy.
+//
+// The fleet is a plan source, not a branch of the walk: share marks a
+// request the fleet may ask of its owner, the fleet's routing (the
+// generation's, fleet.Routing) leads its plan with the owner's hop, which
+// carries the signature and the key (selection.Hop.Leads), and the walker
+// walks it as any hop; what differs for an owner is read from the hop.
 
 import (
 	"bytes"
@@ -18,20 +24,17 @@ import (
 	"time"
 
 	"github.com/peerd/peerd/internal/h1"
-	"github.com/peerd/peerd/peers"
 	"github.com/peerd/peerd/selection"
 )
 
 // Fleet is the fleet as one cache; *fleet.Fleet is one.
 type Fleet interface {
-	// Owner is the owner of key: this member (self), another one and the
-	// hop to ask it (nil while it is suspected for ownership), or ok
-	// false when the fleet does not share its caches.
-	Owner(key []byte) (node string, hop *peers.Peer, self, ok bool)
-	// Sign is the signature field's value for a request to the owner
-	// to, over binding (memberBinding); Verify checks one, from the
-	// address from, and names the member that sent it.
-	Sign(to string, binding []byte) []byte
+	// Routing is rt with its plans led by the owner of a shared
+	// request's key (Request.Shared), signed over Request.Binding
+	// (memberBinding).
+	Routing(rt selection.Routing) selection.Router
+	// Verify checks a member request's signature field, from the address
+	// from, and names the member that sent it.
 	Verify(value, binding []byte, from netip.Addr) (string, bool)
 	// OwnerFailed marks a member that failed a request for a key it
 	// owns: for every key (key nil: it could not be reached, or broke
@@ -67,7 +70,7 @@ func (tx *txn) verifyMember() *Error {
 	if v == nil {
 		return nil
 	}
-	f := tx.p.fleet
+	f := rq.gen.hops.fleet
 	if f == nil {
 		return errorf(http.StatusForbidden, CodeAccessDenied, "", "a fleet member request, and this peerd is in no fleet")
 	}
@@ -79,34 +82,24 @@ func (tx *txn) verifyMember() *Error {
 	return nil
 }
 
-// ownerFirst makes the key's owner the walk's first hop, when the
-// request is one the fleet shares: a cacheable GET or HEAD missed here,
-// not itself from a member, without credentials of its own.
-func (tx *txn) ownerFirst(to sink) {
+// share marks sr as a request the fleet may ask of its key's owner
+// (Request.Shared: the fleet's routing leads its plan with the owner): a
+// cacheable GET or HEAD missed here, not itself from a member, without
+// credentials of its own.
+func (tx *txn) share(to sink, sr *selection.Request) {
 	rq := &tx.rq
 	l := &tx.cl
-	f := tx.p.fleet
-	if f == nil || rq.member != "" || to == sink(tx.w) || !l.keyed || rq.upgrade != nil {
+	sr.Shared, sr.Binding = nil, nil
+	if rq.gen.hops.fleet == nil || rq.member != "" || to == sink(tx.w) || !l.keyed || rq.upgrade != nil {
 		return
 	}
 	if l.fwd != fwdURIMiss && l.fwd != fwdStale && l.fwd != fwdVary {
 		return
 	}
-	if rq.method != http.MethodGet && rq.method != http.MethodHead {
+	if rq.method != http.MethodGet && rq.method != http.MethodHead || rq.req.Get("Authorization") != nil {
 		return
 	}
-	// Owner first: it answers at once when the fleet does not share its
-	// caches, so the field scan below costs the others nothing.
-	node, hop, self, ok := f.Owner(l.cq.Key)
-	if !ok || self || rq.req.Get("Authorization") != nil {
-		return
-	}
-	if hop == nil {
-		f.Asked("failed") // suspected for ownership: fetched here
-		return
-	}
-	rq.memberSig = f.Sign(node, memberBinding(&rq.req, nil))
-	tx.wk.first, tx.wk.ownerKey = &selection.Hop{Peer: hop, Code: codeFleetMiss}, l.cq.Key
+	sr.Shared, sr.Binding = l.cq.Key, memberBinding(&rq.req, nil)
 }
 
 // memberBinding appends to b what a member request's signature binds
@@ -144,7 +137,7 @@ func (w *walker) memberAnswered(a *attempt, failed bool) bool {
 	f.Asked("failed")
 	var key []byte
 	if !failed && a.final {
-		key = w.ownerKey
+		key = a.hop.Key
 	}
 	f.OwnerFailed(a.hop.Peer.Name(), key)
 	return a.final
@@ -157,7 +150,7 @@ func (w *walker) memberAnswered(a *attempt, failed bool) bool {
 // hops, instead of cutting an answer already begun. Larger bodies, and
 // those of unknown length, stream as they come.
 func (w *walker) memberWhole(a *attempt) {
-	if a.err != nil || !a.final || a.hop.Peer == nil || !a.hop.Peer.Member() {
+	if a.err != nil || !a.final || !a.hop.Leads() {
 		return
 	}
 	ch := w.rq.gen.cache

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/peerd/peerd/dialer"
+	"github.com/peerd/peerd/fleet"
 	"github.com/peerd/peerd/internal/h1"
 	"github.com/peerd/peerd/peers"
 	"github.com/peerd/peerd/selection"
@@ -55,6 +56,7 @@ type memberFleet struct{}
 
 func (memberFleet) Owner([]byte) (string, *peers.Peer, bool, bool)  { return "", nil, false, false }
 func (memberFleet) Sign(string, []byte) []byte                      { return []byte("sig") }
+func (f memberFleet) Routing(rt selection.Routing) selection.Router { return fleet.NewRouting(rt, f) }
 func (memberFleet) Verify(_, _ []byte, _ netip.Addr) (string, bool) { return "m1", true }
 func (memberFleet) OwnerFailed(string, []byte)                      {}
 func (memberFleet) Asked(string)                                    {}
@@ -141,6 +143,8 @@ type ownerFleet struct {
 func (f ownerFleet) Owner([]byte) (string, *peers.Peer, bool, bool) {
 	return f.owner.Name(), f.owner, false, true
 }
+
+func (f ownerFleet) Routing(rt selection.Routing) selection.Router { return fleet.NewRouting(rt, f) }
 
 // TestOwnerDeathMidBodyIsRetried: the key's owner sends a head and half
 // the body, then dies. The client gets the object whole from the plan's

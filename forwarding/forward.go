@@ -90,12 +90,12 @@ func (tx *txn) forward(to sink) outcome {
 	}
 	if rq.member != "" {
 		// A fetch as the owner, for another member: its load.
-		tx.p.fleet.FetchBegin()
-		defer tx.p.fleet.FetchEnd()
+		rq.gen.hops.fleet.FetchBegin()
+		defer rq.gen.hops.fleet.FetchEnd()
 	}
 	for {
+		tx.share(to, &sr)
 		tx.wk.begin(rq.gen.routing.Plan(sr))
-		tx.ownerFirst(to)
 		a := tx.wk.walk()
 		if tx.w.gone {
 			return closeConn

@@ -25,10 +25,10 @@ type generation struct {
 	cfg     *runtimeConfig
 	policy  *access.Policy
 	rules   []Rule
-	auth    Authenticator // nil: [auth] is off
-	routing selection.Routing
-	cache   *cache.Cache // nil: the cache is off
-	log     *AccessLog   // nil: no access log
+	auth    Authenticator    // nil: [auth] is off
+	routing selection.Router // the planner's routes and peers, led by the fleet's owners in a fleet
+	cache   *cache.Cache     // nil: the cache is off
+	log     *AccessLog       // nil: no access log
 	// conns and users are the proxy's own, for the rules' max_conn and
 	// max_user_ip; users is nil unless a rule has max_user_ip (no
 	// authenticated request pays for keeping them otherwise).
@@ -87,22 +87,28 @@ func (p *Proxy) Reconfigure(g Generation) {
 		p.port = g.Port
 	}
 	p.store(&generation{cfg: p.runtime(g.Config), policy: g.Policy, rules: g.Rules, auth: g.Auth,
-		routing: p.planner.Routing(), cache: g.Cache, log: g.AccessLog, conns: &p.conns, users: p.usersFor(g.Rules)})
+		cache: g.Cache, log: g.AccessLog, conns: &p.conns, users: p.usersFor(g.Rules)})
 }
 
 // change builds the next generation from the one in force, with set
-// applied to a copy, and stores it. The planner's routes are taken anew.
+// applied to a copy, and stores it. The planner's routes are taken anew
+// (store).
 func (p *Proxy) change(set func(g *generation)) {
 	p.genMu.Lock()
 	defer p.genMu.Unlock()
 	g := *p.gen.Load()
-	g.routing = p.planner.Routing()
 	set(&g)
 	p.store(&g)
 }
 
-// store puts g in force, with what follows from it outside the requests.
+// store puts g in force, with the planner's routes in force now and what
+// follows from it outside the requests.
 func (p *Proxy) store(g *generation) {
+	if rt := p.planner.Routing(); p.fleet != nil {
+		g.routing = p.fleet.Routing(rt)
+	} else {
+		g.routing = rt
+	}
 	if p.source != nil {
 		out, _ := netip.ParseAddr(g.cfg.OutgoingAddress) // validated; "" clears it
 		p.source.Set(out)

@@ -42,9 +42,9 @@ func (rq *request) appendHead(b []byte, hop selection.Hop, span *attemptSpan) []
 		b = append(append(b, ':'), req.Port...)
 	}
 	b = append(b, "\r\n"...)
-	sibling := hop.Peer != nil && hop.Peer.Type() == peers.Sibling && !hop.Peer.Member()
-	if hop.Peer != nil && hop.Peer.Member() && len(rq.memberSig) > 0 {
-		b = append(append(append(b, memberField+": "...), rq.memberSig...), "\r\n"...)
+	sibling := hop.Peer != nil && hop.Peer.Type() == peers.Sibling && !hop.Leads()
+	if hop.Leads() {
+		b = append(append(append(b, memberField+": "...), hop.Sig...), "\r\n"...) // the fleet's owner
 	}
 	stale := rq.stale
 	var via, xff, cc bool

@@ -50,10 +50,8 @@ type request struct {
 	stale *cache.Object
 	body  reqBody
 	// member is the fleet member that sent the request (its signature
-	// verified: fleet.go); memberSig the signature this one's request to
-	// an owner carries.
-	member    string
-	memberSig []byte
+	// verified: fleet.go).
+	member string
 }
 
 // body states of a request.

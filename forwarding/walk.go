@@ -34,10 +34,6 @@ type walker struct {
 	lastErr, denied *Error
 	origin          origin
 	oKey            []byte // the DIRECT pool key, scheme://host:port
-	// first, when set, is walked before the plan: the key's owner in the
-	// fleet (fleet.go), asked for ownerKey.
-	first    *selection.Hop
-	ownerKey []byte
 }
 
 // init binds the walker to its request, the client side interim
@@ -49,7 +45,7 @@ func (w *walker) init(rq *request, side clientSide, cw *clientWriter) {
 // begin starts a walk over plan.
 func (w *walker) begin(plan selection.Plan) {
 	w.h = &w.rq.gen.hops
-	w.plan, w.lastErr, w.denied, w.origin, w.oKey, w.first, w.ownerKey = plan, nil, nil, origin{}, w.oKey[:0], nil, nil
+	w.plan, w.lastErr, w.denied, w.origin, w.oKey = plan, nil, nil, origin{}, w.oKey[:0]
 }
 
 // walk runs attempts along the plan until decide says to answer, and
@@ -60,13 +56,7 @@ func (w *walker) begin(plan selection.Plan) {
 func (w *walker) walk() *attempt {
 	h := w.h
 	f := w.rq.facts
-	var hop selection.Hop
-	ok := true
-	if w.first != nil {
-		hop, w.first = *w.first, nil
-	} else {
-		hop, ok = w.plan.Next()
-	}
+	hop, ok := w.plan.Next()
 	pooled := true // the next attempt may ride an idle connection
 	for ok {
 		a := w.connect(hop, pooled)
@@ -116,7 +106,7 @@ func (w *walker) walk() *attempt {
 			a.own = a.final && ownError(a)
 			retry = w.blame(a, w.rq.gen.cfg.retryStatus[a.status])
 		}
-		if pe := a.hop.Peer; pe != nil && pe.Member() && h.fleet != nil {
+		if a.hop.Leads() {
 			// The key's owner: only its own failures send the request on
 			// to the plan's hops; an origin's 5xx it relayed is the answer.
 			retry = w.memberAnswered(a, a.err != nil)
@@ -126,9 +116,9 @@ func (w *walker) walk() *attempt {
 			w.judge(a, class)
 		}
 		w.noteFailure(a, class)
-		// An owner asked before the plan (the fleet) is no retry when it
-		// fails: the plan's hops are the request's first try.
-		costs := costsBudget(class, f) && (a.hop.Peer == nil || !a.hop.Peer.Member())
+		// A hop that leads the plan (the fleet's owner) is no retry when
+		// it fails: the plan's own hops are the request's first try.
+		costs := costsBudget(class, f) && !a.hop.Leads()
 		switch decide(class, f, !costs || h.budget.available()) {
 		case nextHop:
 			next, more := w.plan.Next()
@@ -271,7 +261,7 @@ func (w *walker) connect(hop selection.Hop, pooled bool) *attempt {
 		if uc != nil {
 			return w.attemptOn(hop, uc, true)
 		}
-		if delay := h.hedgeDelay(w.rq.gen, hop); delay > 0 && (hop.Peer == nil || !hop.Peer.Member()) {
+		if delay := h.hedgeDelay(w.rq.gen, hop); delay > 0 && !hop.Leads() {
 			return w.raceConnects(hop, delay)
 		}
 		nc, err := h.dialHop(hop, w.originFor(hop), w.rq.gen)
@@ -311,7 +301,7 @@ func (w *walker) dialFailed(hop selection.Hop, err error) verdict {
 	w.noteFailure(&a, class)
 	if hop.Peer != nil {
 		w.h.acct.EndRequest(hop.Peer)
-		if hop.Peer.Member() && w.h.fleet != nil {
+		if hop.Leads() {
 			w.h.fleet.Asked("failed")
 			w.h.fleet.OwnerFailed(hop.Peer.Name(), nil)
 		}

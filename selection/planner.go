@@ -57,6 +57,10 @@ type Request struct {
 	Host string
 	Port int
 	User string
+	// Shared, when set, is the request's cache key: the request may be
+	// asked of the key's owner in a fleet (a Router that leads plans),
+	// with Binding what the owner's signature covers.
+	Shared, Binding []byte
 }
 
 // Hop is one next hop. Peer nil means DIRECT to the origin.
@@ -64,6 +68,9 @@ type Hop struct {
 	Peer *peers.Peer
 	// Code is the Squid hierarchy code for the access log.
 	Code string
+	// Sig and Key are a lead hop's (lead.go): the signature its request
+	// carries, and the cache key it is asked for.
+	Sig, Key []byte
 }
 
 // IsDirect reports whether the hop goes straight to the origin.
@@ -202,6 +209,9 @@ type Plan struct {
 	// below 1 takes this request in the healthy pass (keeps).
 	seed uint64
 
+	lead    Hop // returned first when leading (Lead)
+	leading bool
+
 	seen     [4]uint64 // peers already returned (first 256 indices)
 	seenMore []uint64  // the rest, allocated only for large peer sets
 }
@@ -288,6 +298,10 @@ func (p *Plan) NextHealthy() (Hop, bool) {
 // preferred, parents by policy (healthy ones first, then suspect ones),
 // default parents, DIRECT when allowed.
 func (p *Plan) Next() (Hop, bool) {
+	if p.leading {
+		p.leading = false
+		return p.lead, true
+	}
 	if p.v == nil || p.tries >= p.opts.MaxTries {
 		return Hop{}, false
 	}
