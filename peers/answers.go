@@ -72,18 +72,18 @@ const (
 // FirstByteTimeout is the first_byte_timeout in force for p: the
 // configured one, or from its own recent head times (the 95th
 // percentile, doubled, at least 200 ms, at most readTimeout); 0 when off.
-func (p *Peer) FirstByteTimeout(h Config, readTimeout time.Duration) time.Duration {
+func (t *Traffic) FirstByteTimeout(h Config, readTimeout time.Duration) time.Duration {
 	if !h.FirstByteTimeout.Auto {
 		return h.FirstByteTimeout.D
 	}
-	t := time.Duration(p.answers.timeout.Load())
-	if t == 0 {
-		t = unknownFirstByte
+	d := time.Duration(t.answers.timeout.Load())
+	if d == 0 {
+		d = unknownFirstByte
 	}
 	if readTimeout > 0 {
-		t = min(t, readTimeout)
+		d = min(d, readTimeout)
 	}
-	return t
+	return d
 }
 
 // recordHead adds a response-head time that came at at and, every
@@ -386,29 +386,29 @@ func (r *Registry) HTTPProbeTimeout(p *Peer) time.Duration {
 }
 
 // AnswerFailures is the consecutive answer failures.
-func (p *Peer) AnswerFailures() int64 { return p.answerConsec.Load() }
+func (t *Traffic) AnswerFailures() int64 { return t.answerConsec.Load() }
 
 // AnswerFailuresByClass returns the answer failures by class.
-func (p *Peer) AnswerFailuresByClass() map[string]int64 {
+func (t *Traffic) AnswerFailuresByClass() map[string]int64 {
 	out := make(map[string]int64, answerClasses-1)
 	for c := AnswerLate; c < answerClasses; c++ {
-		out[c.String()] = p.answerByClass[c].Load()
+		out[c.String()] = t.answerByClass[c].Load()
 	}
 	return out
 }
 
 // FirstByteMs is the smoothed response-head time, ms (0 before any).
-func (p *Peer) FirstByteMs() float64 {
-	p.answers.mu.Lock()
-	defer p.answers.mu.Unlock()
-	return p.answers.smooth
+func (t *Traffic) FirstByteMs() float64 {
+	t.answers.mu.Lock()
+	defer t.answers.mu.Unlock()
+	return t.answers.smooth
 }
 
 // Hedged counts the requests hedged away from p.
-func (p *Peer) Hedged() int64 { return p.hedged.Load() }
+func (t *Traffic) Hedged() int64 { return t.hedged.Load() }
 
 // NoteHedged counts one request of p's that was also sent to another hop.
-func (p *Peer) NoteHedged() { p.hedged.Add(1) }
+func (t *Traffic) NoteHedged() { t.hedged.Add(1) }
 
 // FirstByte is what the forwarder needs to judge p's answers: the
 // first_byte_timeout in force (0: off) and whether a late request is

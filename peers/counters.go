@@ -15,7 +15,7 @@ type ICPCounters struct {
 }
 
 // ICP returns the peer's ICP counters.
-func (p *Peer) ICP() *ICPCounters { return &p.icp }
+func (t *Traffic) ICP() *ICPCounters { return &t.icp }
 
 // Query counts one query sent.
 func (c *ICPCounters) Query() { c.queries.Add(1) }
@@ -61,10 +61,10 @@ func (c *ICPCounters) snapshot() ICPSnapshot {
 
 // AddBytes counts the bytes of one request sent to p and of its answer
 // relayed to the client.
-func (p *Peer) AddBytes(sent, received int64) {
-	p.bytesSent.Add(sent)
-	p.bytesReceived.Add(received)
+func (t *Traffic) AddBytes(sent, received int64) {
+	t.bytesSent.Add(sent)
+	t.bytesReceived.Add(received)
 }
 
 // Bytes are the bytes sent to p and received from it so far.
-func (p *Peer) Bytes() (sent, received int64) { return p.bytesSent.Load(), p.bytesReceived.Load() }
+func (t *Traffic) Bytes() (sent, received int64) { return t.bytesSent.Load(), t.bytesReceived.Load() }

@@ -54,8 +54,8 @@ type matching struct{ on atomic.Bool }
 func (r *Registry) SetMatched(on bool) { r.matching.on.Store(on) }
 
 // byOrigin is p's times at or after since, by origin (known origins only).
-func (p *Peer) byOrigin(since int64) map[uint32][]int64 {
-	a := &p.answers
+func (t *Traffic) byOrigin(since int64) map[uint32][]int64 {
+	a := &t.answers
 	out := map[uint32][]int64{}
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -104,14 +104,14 @@ func matchedRatio(p *Peer, mine map[uint32][]int64, peers []map[uint32][]int64) 
 // markedRecently reports whether p was marked an outlier outlierMarks
 // times within outlierMarkWindow before now; if not, now is noted as a
 // mark. Judge alone calls it.
-func (p *Peer) markedRecently(now time.Time) bool {
-	oldest := &p.recent.marks[0]
-	for i := range p.recent.marks {
-		if p.recent.marks[i].Load() < oldest.Load() {
-			oldest = &p.recent.marks[i]
+func (t *Traffic) markedRecently(now time.Time) bool {
+	oldest := &t.recent.marks[0]
+	for i := range t.recent.marks {
+		if t.recent.marks[i].Load() < oldest.Load() {
+			oldest = &t.recent.marks[i]
 		}
 	}
-	if t := oldest.Load(); t != 0 && now.UnixNano()-t < int64(outlierMarkWindow) {
+	if at := oldest.Load(); at != 0 && now.UnixNano()-at < int64(outlierMarkWindow) {
 		return true
 	}
 	oldest.Store(now.UnixNano())

@@ -95,10 +95,10 @@ func (p *Peer) UpstreamErrors() map[string]int64 {
 }
 
 // FailuresByClass returns the connect failures by class.
-func (p *Peer) FailuresByClass() map[string]int64 {
+func (t *Traffic) FailuresByClass() map[string]int64 {
 	out := make(map[string]int64, failClasses)
 	for i, n := range FailureClassNames {
-		out[n] = p.failures[i].Load()
+		out[n] = t.failures[i].Load()
 	}
 	return out
 }

@@ -182,6 +182,10 @@ type liveness struct {
 // package and survives reloads as long as the peer keeps its name and
 // address. Its questions (State, Eligible, ...) are lock-free and
 // allocation-free; it changes only through the Registry.
+//
+// It is two parts: the registry's row (its settings, its liveness and
+// admin state, what operators read of its history) and its Traffic,
+// what every request and connect to it counts (traffic.go).
 type Peer struct {
 	// Read by every request and written seldom, these sit on a cache line
 	// of their own, away from the counters every request writes: sharing
@@ -193,59 +197,11 @@ type Peer struct {
 	timings timingsSlot              // the metrics' histograms (timings.go)
 	_       cacheLinePad
 
-	// Written by every request sent to the peer. lastUsed is in Unix
-	// nanoseconds, 0 for never.
-	requests atomic.Int64
-	inFlight atomic.Int64
-	lastUsed atomic.Int64
-	_        cacheLinePad
+	// Traffic is what requests, connects and probes to the peer count.
+	Traffic
 
-	// Connect and probe counters: atomics, never written to a row.
-	// dialing counts live connects pending; hung is set by a connect that
-	// timed out or was pending past its hedge delay, and cleared by one
-	// that succeeded (trial.go).
-	dialing         atomic.Int32
-	hung            atomic.Bool
-	consecutive     atomic.Int64
-	connects        atomic.Int64
-	connectFailures atomic.Int64
-	probes          atomic.Int64
-	probeFailures   atomic.Int64
-
-	// Times in Unix nanoseconds; 0 means never.
-	lastFailure atomic.Int64
-	lastSuccess atomic.Int64
-	nextProbe   atomic.Int64
-
-	lastError atomic.Pointer[string]
-	// reached is the address of the last successful connect.
-	reached atomic.Pointer[netip.Addr]
-
-	// Smoothed connect time and its mean deviation, float64 bits of
-	// milliseconds (RFC 6298 style). Updates may race; they are statistics.
-	srtt      atomic.Uint64
-	rttvar    atomic.Uint64
-	lastProbe atomic.Uint64 // RTT of the last successful probe, ms
-
-	failures [failClasses]atomic.Int64 // connect failures by class
-	// Answers (answers.go): consecutive failures, by class, hedges, and
-	// the response-head times.
-	answerConsec  atomic.Int64
-	answerByClass [answerClasses]atomic.Int64
-	hedged        atomic.Int64
-	_             cacheLinePad
-	answers       answerStats // locked by every answer
-	_             cacheLinePad
-	icp           ICPCounters
-	rampUntil     atomic.Int64 // slow start ends (Unix ns); 0: not ramping
-	// bytesSent and bytesReceived are the bytes of the requests sent to
-	// the peer and of its answers relayed (peerd_peer_bytes_total).
-	bytesSent, bytesReceived atomic.Int64
-	// series is the last 15 minutes of requests, errors and head times.
-	series series
-	// recent are the head times of the last 10 s, judged against the
-	// other parents' (relative.go).
-	recent recentHeads
+	nextProbe atomic.Int64 // Unix nanoseconds; 0: none scheduled
+	rampUntil atomic.Int64 // slow start ends (Unix ns); 0: not ramping
 
 	// opsMu guards what operators read: history, upstream errors, deaths,
 	// and the spacing of suspicion log lines.
@@ -284,8 +240,8 @@ func (p *Peer) Addr() string { return p.settings().spec.Addr() }
 // Reached is the IP address the last successful connect to the peer
 // reached (its host resolved); zero before any. ICP sends its queries
 // there instead of resolving the host itself.
-func (p *Peer) Reached() netip.Addr {
-	if a := p.reached.Load(); a != nil {
+func (t *Traffic) Reached() netip.Addr {
+	if a := t.reached.Load(); a != nil {
 		return *a
 	}
 	return netip.Addr{}
@@ -360,31 +316,31 @@ func (p *Peer) Suspect() bool {
 func (p *Peer) Deaths() int64 { return p.live.Load().deaths }
 
 // ConsecutiveFailures is the current run of connect failures.
-func (p *Peer) ConsecutiveFailures() int64 { return p.consecutive.Load() }
+func (t *Traffic) ConsecutiveFailures() int64 { return t.consecutive.Load() }
 
 // InFlight is the number of requests being forwarded to the peer.
-func (p *Peer) InFlight() int64 { return p.inFlight.Load() }
+func (t *Traffic) InFlight() int64 { return t.inFlight.Load() }
 
 // LastUsed is when the peer last got a request (zero if never).
-func (p *Peer) LastUsed() time.Time { return unixTime(p.lastUsed.Load()) }
+func (t *Traffic) LastUsed() time.Time { return unixTime(t.lastUsed.Load()) }
 
 // LastFailure is the time of the last failed connect.
-func (p *Peer) LastFailure() time.Time { return unixTime(p.lastFailure.Load()) }
+func (t *Traffic) LastFailure() time.Time { return unixTime(t.lastFailure.Load()) }
 
 // LastSuccess is the time of the last successful connect.
-func (p *Peer) LastSuccess() time.Time { return unixTime(p.lastSuccess.Load()) }
+func (t *Traffic) LastSuccess() time.Time { return unixTime(t.lastSuccess.Load()) }
 
 // DeadSince is when the peer last died (zero if alive or never died).
 func (p *Peer) DeadSince() time.Time { return unixTime(p.live.Load().since) }
 
 // ConnectTime is the smoothed connect time (0 before the first connect).
-func (p *Peer) ConnectTime() time.Duration {
-	return time.Duration(loadFloat(&p.srtt) * float64(time.Millisecond))
+func (t *Traffic) ConnectTime() time.Duration {
+	return time.Duration(loadFloat(&t.srtt) * float64(time.Millisecond))
 }
 
 // ConnectTimeVar is the smoothed mean deviation of the connect time.
-func (p *Peer) ConnectTimeVar() time.Duration {
-	return time.Duration(loadFloat(&p.rttvar) * float64(time.Millisecond))
+func (t *Traffic) ConnectTimeVar() time.Duration {
+	return time.Duration(loadFloat(&t.rttvar) * float64(time.Millisecond))
 }
 
 // Snapshot is one read of a peer: its committed liveness (taken whole)

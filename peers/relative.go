@@ -90,17 +90,17 @@ type recentHeads struct {
 
 // clearRecent forgets p's recent times (a parent back from being an
 // outlier starts afresh).
-func (p *Peer) clearRecent() {
-	p.answers.mu.Lock()
-	p.answers.timed.n, p.answers.timed.next = 0, 0
-	p.answers.mu.Unlock()
-	p.recent.median.Store(0)
+func (t *Traffic) clearRecent() {
+	t.answers.mu.Lock()
+	t.answers.timed.n, t.answers.timed.next = 0, 0
+	t.answers.mu.Unlock()
+	t.recent.median.Store(0)
 }
 
 // medianSince is the median of p's times at or after since, and their
 // count; 0 with fewer than relMinSamples.
-func (p *Peer) medianSince(since int64, buf []int64) (int64, int, []int64) {
-	a := &p.answers
+func (t *Traffic) medianSince(since int64, buf []int64) (int64, int, []int64) {
+	a := &t.answers
 	a.mu.Lock()
 	buf = buf[:0]
 	for i := 0; i < min(a.timed.n, relRing); i++ {
@@ -118,8 +118,8 @@ func (p *Peer) medianSince(since int64, buf []int64) (int64, int, []int64) {
 
 // LatencyShare is the factor p's share of new requests is scaled by (1:
 // normal).
-func (p *Peer) LatencyShare() float64 {
-	b := p.recent.share.Load()
+func (t *Traffic) LatencyShare() float64 {
+	b := t.recent.share.Load()
 	if b == 0 {
 		return 1
 	}
@@ -131,8 +131,8 @@ func (p *Peer) Outlier() bool { return p.live.Load().outlier }
 
 // RecentHeadMs is p's median response-head time of the last window, ms
 // (0: too few answers to tell).
-func (p *Peer) RecentHeadMs() float64 {
-	return float64(p.recent.median.Load()) / float64(time.Millisecond)
+func (t *Traffic) RecentHeadMs() float64 {
+	return float64(t.recent.median.Load()) / float64(time.Millisecond)
 }
 
 // SetGroups gives the registry the groups its parents are compared
@@ -426,7 +426,7 @@ func (r *Registry) clearOutlier(p *Peer, at time.Time, how string) {
 
 // outlierHeld reports whether an outlier's revival is held back at at
 // (markOutlier's strikes).
-func (p *Peer) outlierHeld(at time.Time) bool { return at.UnixNano() < p.recent.holdUntil.Load() }
+func (t *Traffic) outlierHeld(at time.Time) bool { return at.UnixNano() < t.recent.holdUntil.Load() }
 
 // OutlierBound is how fast an outlier's HTTP probe must answer to count
 // as back within outlier_factor (0: p is no outlier).

@@ -23,8 +23,8 @@ func (p *Peer) BeginDial() bool {
 }
 
 // EndDial ends a live connect BeginDial allowed.
-func (p *Peer) EndDial() { p.dialing.Add(-1) }
+func (t *Traffic) EndDial() { t.dialing.Add(-1) }
 
 // Hung reports whether p's latest connect hung (it timed out, or was
 // pending past its hedge delay) and no connect has succeeded since.
-func (p *Peer) Hung() bool { return p.hung.Load() }
+func (t *Traffic) Hung() bool { return t.hung.Load() }
