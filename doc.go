@@ -193,45 +193,10 @@
 //
 // The engine's shape (issues 21 and 42).
 //
-//   - forwarding keeps one transaction per request (txn.go) as the one
-//     place that knows every part; no part points back at it. A request
-//     (request.go) is what every part reads: its parsed head, its body,
-//     its facts, and the config generation it is served under (gen.go:
-//     [proxy], policy, rules, auth, routes and peers, cache, access log,
-//     built whole by a reload and stored with one atomic pointer; a
-//     request loads it once). Before, a reload swapped about ten pieces
-//     one at a time and one request read the policy three times
-//     (TestReloadMidRequestKeepsItsGeneration fails on d42dd92).
-//   - The attempt (attempt.go, roundtrip.go) is a round trip: it gets the
-//     request, a hop and a connection, owns the connection to its release,
-//     and ends with a response head and a body reader or a classified
-//     error; 1xx answers go to the client side it is given (as Caddy's
-//     Got1xxResponse). It has no pointer to the transaction.
-//   - The walker (walk.go) is the only part that advances the plan, and
-//     it owns every attempt in flight. Neither it, its attempts nor the
-//     cache layer holds the Proxy: what they take from the process (the
-//     accounting, dialling, pools, budgets, hedges, stalls, metrics and
-//     the fleet) is the generation's hops value (hops.go), with that
-//     generation's [health] settings, so a request walks under one
-//     generation to its end, and a test drives the walker with a fake
-//     hops alone (walk_test.go). decide (attempt.go) is the one
-//     function that says what follows every step: a full peer, a connect
-//     that failed (alone or in a race), a sibling's miss, a late head
-//     (hedge or wait), a broken answer, a status retry, a CONNECT reply.
-//     The connect race and the request hedge are one race (race.go): its
-//     racers report on one channel, and what reports after it is over is
-//     disposed of in one place.
-//   - The client writer (clientwrite.go) is the only way to the client:
-//     every write to the client connection, the tunnel's included, is in
-//     that file. It writes one final head per request (a second is an
-//     error the caller handles: TestHeadGuardRace), and whether the client
-//     is gone is one field, set in one place.
-//   - The cache is not hooks: its steps come before the forward (a lookup
-//     that may answer), during it (the sink the answer is relayed through:
-//     a decorator of the client writer that stores what passes, and may
-//     answer from the store instead) and after it (stale_if_dead). It
-//     reads the request and writes to the client writer; it has no
-//     pointer to the transaction either.
+//   - forwarding/doc.go describes the engine's parts (the transaction,
+//     the request and its generation, the attempt, the walker and the
+//     generation's hops, the client writer, the cache layer, the fleet as
+//     a plan source); what follows departs from the map.
 //   - forwarding stays one package. The walls are the types above, which
 //     the compiler keeps (no *txn field outside txn.go's type): splitting
 //     the upstream side and the client side into packages would export

@@ -1,29 +1,7 @@
-// Package forwarding is peerd's forward proxy: its own HTTP/1.1 engine on
-// the proxy port (client connections, keep-alive, pipelining, limits and
-// timeouts), the cache as a layer in front of the forwarder, the one walk
-// over a selection plan with one explicit attempt per hop (which owns its
-// connection), the per-hop connection pools, CONNECT and Upgrade tunnels,
-// error answers and the access log.
-//
-// An attempt's progress (dialling, connected, head written, body written,
-// response head read, first byte sent to the client) is a plain field set
-// where each step happens; one pure function, decide, turns the class of a
-// failed attempt and the request's facts into "answer", "next hop" or "same
-// hop on a fresh connection":
-//
-//	connect failure   no connection; counted against the peer by the
-//	                  dialer; always retried on the next hop.
-//	stale connection  a pooled connection the peer had closed: nothing
-//	                  reached it; redone on a fresh connection, for free.
-//	before write      a connection, but the head was not written whole:
-//	                  nothing usable reached the hop; retried, free.
-//	after write       written, no (whole) response: retried only when the
-//	                  request is idempotent with a buffered body, within the
-//	                  retry budget.
-//	timeout           written, no response byte within read_timeout:
-//	                  retriable exactly when 504 is (retry_on_status).
-//	committed         a response byte reached the client: never redone.
 package forwarding
+
+// This file holds the Proxy: its options and the interfaces it is wired
+// with, New, and serving listeners, the janitor and Shutdown.
 
 import (
 	"context"

@@ -1,5 +1,8 @@
-// Package probes revives dead peers by background TCP probes: connect, send
-// nothing, close. It also gives unknown peers their first verdict and, with
+// Package probes revives dead peers by background probes: a TCP probe
+// (connect, send nothing, close) for a peer dead by its connects, and an
+// HTTP probe (by default OPTIONS with Max-Forwards: 0, which the parent
+// answers itself, its head timed) for a
+// parent dead or suspect by its answers. It also gives unknown peers their first verdict and, with
 // idle_probe, checks live peers that carried no traffic for a while. It never
 // sends client traffic and never decides a state itself: it reports each
 // probe's outcome to the registry, which decides.
