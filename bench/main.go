@@ -25,7 +25,7 @@ var (
 	conns        = flag.Int("c", 16, "connections for the throughput runs")
 	size         = flag.Int("size", 512, "response body bytes of the throughput runs")
 	lowRate      = flag.Int("lowrate", 100, "requests per second for the low-rate latency run through real Squid parents")
-	sections     = flag.String("run", "throughput,tunnel,cache,disk,hitratio,scale,lowrate,failover,memory,fleet,shared,icp,gray,relative,tls,auth", "sections to run, comma-separated")
+	sections     = flag.String("run", "throughput,tunnel,cache,disk,smallstore,hitratio,scale,lowrate,failover,memory,fleet,shared,icp,gray,relative,tls,auth", "sections to run, comma-separated")
 	threads      = flag.Int("threads", 0, "worker threads of each child (peerd GOMAXPROCS, ATS exec threads; Squid has one); 0: each child's default (one per core)")
 	rounds       = flag.Int("rounds", 3, "interleaved rounds of the throughput runs; figures are the medians")
 	tunnels      = flag.Int("tunnels", 2000, "idle CONNECT tunnels for the memory run")
@@ -81,6 +81,10 @@ func main() {
 	if want("disk") {
 		fmt.Fprintln(os.Stderr, "== disk cache: disk hits beside Squid's ufs, restarts, a 1 GiB object")
 		res.Disk = diskRun(work, peerdBin, squidBin)
+	}
+	if want("smallstore") {
+		fmt.Fprintln(os.Stderr, "== small objects: 4 KiB misses stored in memory only, and on disk too")
+		res.SmallStore = smallStoreRun(work, peerdBin)
 	}
 	if want("hitratio") {
 		fmt.Fprintln(os.Stderr, "== hit ratios: a real trace through peerd's memory cache and Squid's three policies, beside simulated LRU, GDSF and S3-FIFO")

@@ -9,29 +9,30 @@ import (
 )
 
 type Results struct {
-	When       string        `json:"when"`
-	Machine    string        `json:"machine"`
-	Squid      string        `json:"squid"`
-	ATS        string        `json:"ats"`
-	Loader     string        `json:"loader"`
-	Seconds    float64       `json:"seconds"`
-	Throughput []Throughput  `json:"throughput"`
-	LowRate    []Throughput  `json:"low_rate_via_squid_parents"`
-	Failover   []Failover    `json:"failover"`
-	Blackhole  []Failover    `json:"blackhole"`
-	Memory     []Memory      `json:"memory"`
-	Cache      []Throughput  `json:"cache"`
-	Fleet      []FleetRow    `json:"fleet"`
-	ICP        []ICPRow      `json:"icp"`
-	Gray       []GrayRow     `json:"gray"`
-	Relative   []RelativeRow `json:"relative_latency,omitempty"`
-	Shared     []SharedRow   `json:"shared_cache,omitempty"`
-	TLS        []Throughput  `json:"tls_parent"`
-	Auth       []Throughput  `json:"basic_auth"`
-	Disk       *DiskResults  `json:"disk_cache,omitempty"`
-	Tunnel     []TunnelRow   `json:"connect_tunnels,omitempty"`
-	HitRatio   *HitRatios    `json:"hit_ratios,omitempty"`
-	Scale      []ScaleRow    `json:"scale,omitempty"`
+	When       string             `json:"when"`
+	Machine    string             `json:"machine"`
+	Squid      string             `json:"squid"`
+	ATS        string             `json:"ats"`
+	Loader     string             `json:"loader"`
+	Seconds    float64            `json:"seconds"`
+	Throughput []Throughput       `json:"throughput"`
+	LowRate    []Throughput       `json:"low_rate_via_squid_parents"`
+	Failover   []Failover         `json:"failover"`
+	Blackhole  []Failover         `json:"blackhole"`
+	Memory     []Memory           `json:"memory"`
+	Cache      []Throughput       `json:"cache"`
+	Fleet      []FleetRow         `json:"fleet"`
+	ICP        []ICPRow           `json:"icp"`
+	Gray       []GrayRow          `json:"gray"`
+	Relative   []RelativeRow      `json:"relative_latency,omitempty"`
+	Shared     []SharedRow        `json:"shared_cache,omitempty"`
+	TLS        []Throughput       `json:"tls_parent"`
+	Auth       []Throughput       `json:"basic_auth"`
+	Disk       *DiskResults       `json:"disk_cache,omitempty"`
+	Tunnel     []TunnelRow        `json:"connect_tunnels,omitempty"`
+	HitRatio   *HitRatios         `json:"hit_ratios,omitempty"`
+	Scale      []ScaleRow         `json:"scale,omitempty"`
+	SmallStore *SmallStoreResults `json:"small_store,omitempty"`
 }
 
 // wrkBin is wrk's path ("": load by a Go client).
@@ -167,6 +168,7 @@ func (r *Results) markdown() string {
 	b.WriteString(r.scaleMarkdown())
 	b.WriteString(r.cacheSection())
 	b.WriteString(r.diskSection())
+	b.WriteString(r.smallStoreSection())
 	for _, sec := range []struct {
 		title string
 		rows  []Failover

@@ -84,6 +84,23 @@ type disk struct {
 	closing bool // close has begun: no new writers, the loader stops
 	closed  bool // the journal is closed
 
+	// The segments of small objects (diskseg.go): their figures, the
+	// bytes in them no entry names (counted against disk_size beside
+	// the live bytes), the next one's number, the one being written,
+	// and those reclaimed whose files are yet to be removed.
+	segs      map[uint32]*segment
+	dead      int64
+	segNext   uint32
+	segActive uint32
+	segFile   *os.File // the segment being written (nil: none yet)
+	segGone   []uint32
+	segReady  atomic.Bool // the index is loaded: small objects go to segments
+	// segQ hands records to the appender (diskappend.go), which runs
+	// from the load's end (appenderOn) to the store's close.
+	segQ         chan *segAppend
+	appenderOn   bool
+	appenderDone chan struct{}
+
 	nextID atomic.Uint64
 	// idsFrom is where this process's ids start (they are above it): set
 	// before any is issued, so the sweep never takes one of this
@@ -148,7 +165,8 @@ func openDisk(dir string, capacity int64, log logrus.FieldLogger, wait bool) (*d
 		return nil, fmt.Errorf("cache disk %s: %w", dir, err)
 	}
 	d := &disk{dir: dir, log: log, lock: lock, tomb: map[keyHash]struct{}{},
-		newer:    map[slot]struct{}{},
+		newer: map[slot]struct{}{}, segs: map[uint32]*segment{}, segNext: 1,
+		segQ: make(chan *segAppend, 256), appenderDone: make(chan struct{}),
 		capacity: capacity, stop: make(chan struct{}), ready: make(chan struct{}), swept: make(chan struct{}),
 		journalOpen: make(chan struct{})}
 	d.idsFrom = uint64(time.Now().UnixNano())
@@ -203,6 +221,10 @@ func (d *disk) start() {
 	d.checkObjectDirs()
 	d.lock.Truncate(0)
 	d.lock.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	if err := d.listSegments(); err != nil {
+		d.log.WithError(err).WithField("disk", d.dir).Warn("cache disk: cannot list the segments; the small objects in them are not loaded")
+		d.errors.Add(1)
+	}
 	d.load()
 }
 
@@ -362,6 +384,10 @@ func (d *disk) close() {
 	close(d.stop)
 	d.mu.Unlock()
 	d.writers.Wait()
+	close(d.segQ) // no writer is left to hand it a record
+	if d.appenderOn {
+		<-d.appenderDone
+	}
 	// The sweep stops at its next directory: once the store is let go,
 	// a sweep still running would delete the files of the process that
 	// takes it next (an upgrade's new peerd, a restart).
@@ -369,6 +395,10 @@ func (d *disk) close() {
 	d.open.closeAll()
 	d.mu.Lock()
 	d.closed = true
+	if d.segFile != nil {
+		d.segFile.Close()
+		d.segFile = nil
+	}
 	if d.journal != nil {
 		d.journal.Close()
 		d.journal = nil

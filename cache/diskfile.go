@@ -222,19 +222,24 @@ func appendTail(b []byte, crcs []uint32, t tail) []byte {
 // fileSize is the size of a file with a head of h bytes and a body of n.
 func fileSize(h, n int64) int64 { return bodyOffset(h) + n + 4*blocksOf(n) + tailSize }
 
-// readObject reads an object file's head and checksums (not its body)
-// and checks them: the object, and where its body is.
+// readObject reads an object's own file (readObjectAt).
 func readObject(f *os.File) (*Object, *diskRef, error) {
 	st, err := f.Stat()
 	if err != nil {
 		return nil, nil, err
 	}
-	size := st.Size()
+	return readObjectAt(f, 0, st.Size())
+}
+
+// readObjectAt reads the head and checksums (not the body) of the object
+// file of size bytes at base in r (a file of its own at 0, or a record in
+// a segment) and checks them: the object, and where its body is in r.
+func readObjectAt(f io.ReaderAt, base, size int64) (*Object, *diskRef, error) {
 	if size < prefixSize+tailSize {
 		return nil, nil, errCorrupt
 	}
 	var tb [tailSize]byte
-	if _, err := f.ReadAt(tb[:], size-tailSize); err != nil {
+	if _, err := f.ReadAt(tb[:], base+size-tailSize); err != nil {
 		return nil, nil, readErr(err)
 	}
 	if string(tb[24:]) != tailMagic {
@@ -248,7 +253,7 @@ func readObject(f *os.File) (*Object, *diskRef, error) {
 		return nil, nil, errCorrupt
 	}
 	head := make([]byte, prefixSize+int(t.headLen))
-	if _, err := f.ReadAt(head, 0); err != nil {
+	if _, err := f.ReadAt(head, base); err != nil {
 		return nil, nil, readErr(err)
 	}
 	if string(head[:len(fileMagic)]) != fileMagic || binary.BigEndian.Uint32(head[len(fileMagic):]) != t.headLen ||
@@ -257,7 +262,7 @@ func readObject(f *os.File) (*Object, *diskRef, error) {
 	}
 	// The block checksums and the tail up to its own checksum.
 	cb := make([]byte, 4*int(t.blocks)+tailSize-len(tailMagic))
-	if _, err := f.ReadAt(cb, size-int64(len(cb))-int64(len(tailMagic))); err != nil {
+	if _, err := f.ReadAt(cb, base+size-int64(len(cb))-int64(len(tailMagic))); err != nil {
 		return nil, nil, readErr(err)
 	}
 	if crc32.Checksum(cb[:len(cb)-4], castagnoli) != binary.BigEndian.Uint32(cb[len(cb)-4:]) {
@@ -274,7 +279,7 @@ func readObject(f *os.File) (*Object, *diskRef, error) {
 	if o.partial && (o.first < 0 || o.total < o.first+t.bodyLen) {
 		return nil, nil, errCorrupt
 	}
-	return o, &diskRef{bodyOff: bodyOffset(int64(t.headLen)), bodyLen: t.bodyLen, crcs: crcs}, nil
+	return o, &diskRef{bodyOff: base + bodyOffset(int64(t.headLen)), bodyLen: t.bodyLen, crcs: crcs}, nil
 }
 
 func readErr(err error) error {
@@ -286,7 +291,7 @@ func readErr(err error) error {
 
 // readBlock reads body block i of ref into buf (at least blockSize long)
 // and checks it: the block's bytes.
-func (ref *diskRef) readBlock(f *os.File, i int64, buf []byte) ([]byte, error) {
+func (ref *diskRef) readBlock(f io.ReaderAt, i int64, buf []byte) ([]byte, error) {
 	off := i * blockSize
 	n := min(blockSize, ref.bodyLen-off)
 	if i < 0 || n <= 0 || int(i) >= len(ref.crcs) {
@@ -303,7 +308,7 @@ func (ref *diskRef) readBlock(f *os.File, i int64, buf []byte) ([]byte, error) {
 }
 
 // readBody reads and checks a whole body (one that is promoted to memory).
-func (ref *diskRef) readBody(f *os.File) ([]byte, error) {
+func (ref *diskRef) readBody(f io.ReaderAt) ([]byte, error) {
 	body := make([]byte, ref.bodyLen)
 	if _, err := f.ReadAt(body, ref.bodyOff); err != nil && !(errors.Is(err, io.EOF) && ref.bodyLen == 0) {
 		return nil, readErr(err)

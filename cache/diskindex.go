@@ -41,8 +41,10 @@ func (d *disk) chainLen(key keyHash) int {
 // dropLocked takes s out of the index and returns what it was.
 func (d *disk) dropLocked(s slot) diskEntry {
 	e := *d.ix.at(s)
-	d.bytes -= e.size
-	d.objects--
+	if !isSeg(e.id) || d.segDropLocked(&e) {
+		d.bytes -= e.size
+		d.objects--
+	}
 	d.ix.remove(s)
 	delete(d.newer, s)
 	return e
@@ -69,8 +71,10 @@ func (d *disk) insertLocked(e diskEntry) (slot, []diskEntry) {
 		}
 	}
 	s := d.ix.add(e)
-	d.bytes += e.size
-	d.objects++
+	if !isSeg(e.id) || d.segAddLocked(&e) {
+		d.bytes += e.size
+		d.objects++
+	}
 	return s, dropped
 }
 
@@ -86,9 +90,14 @@ func (d *disk) removeLocked(e *diskEntry) bool {
 	return false
 }
 
-// evictLocked picks the victims that bring the bytes under capacity.
+// evictLocked picks the victims that bring the bytes under capacity,
+// with the segments' dead space: past a quarter of it, the emptiest
+// segment is reclaimed first.
 func (d *disk) evictLocked() (victims []diskEntry) {
-	for d.bytes > d.capacity {
+	for d.bytes+d.dead > d.capacity {
+		if d.dead > d.capacity/4 && d.reclaimLocked() {
+			continue
+		}
 		s := d.ix.victim()
 		if s == 0 {
 			break
@@ -100,6 +109,7 @@ func (d *disk) evictLocked() (victims []diskEntry) {
 
 // forget journals the removal of entries and deletes their files.
 func (d *disk) forget(es []diskEntry) {
+	d.removeSegments()
 	if len(es) == 0 {
 		return
 	}
@@ -114,8 +124,10 @@ func (d *disk) forget(es []diskEntry) {
 		d.fault("journal", err)
 	}
 	for _, e := range es {
-		d.open.drop(e.id)
-		os.Remove(d.objectPath(e.id))
+		if !isSeg(e.id) {
+			d.open.drop(e.id)
+			os.Remove(d.objectPath(e.id))
+		}
 		if e.gen > 0 {
 			os.Remove(d.headPath(e.id, e.gen))
 		}

@@ -42,6 +42,7 @@ func (d *disk) load() {
 	}
 	d.journalOpened()
 	d.forget(victims)
+	d.segsLoaded()
 	d.maybeCompact()
 	close(d.ready)
 	d.sweep(start)
@@ -171,6 +172,14 @@ func (d *disk) readJournal(rd *os.File, end int64) error {
 			d.ix.prefetch(win)
 			for i := range win {
 				r := &win[i]
+				if isSeg(r.e.id) {
+					// Numbered above every segment a record names; a
+					// record of a segment that is gone is no object.
+					d.segNext = max(d.segNext, segNo(r.e.id)+1)
+					if d.segs[segNo(r.e.id)] == nil {
+						continue
+					}
+				}
 				switch r.op {
 				case opDel:
 					d.removeLocked(&r.e)
@@ -213,8 +222,10 @@ func (d *disk) loadLocked(e diskEntry) (victims []diskEntry) {
 		d.ix.grow()
 		if pos, head := d.ix.find(e.key); head == 0 {
 			d.ix.place(pos, d.ix.alloc(e))
-			d.bytes += e.size
-			d.objects++
+			if !isSeg(e.id) || d.segAddLocked(&e) {
+				d.bytes += e.size
+				d.objects++
+			}
 			return nil
 		}
 	}
@@ -261,8 +272,8 @@ func (d *disk) compactLocked() error {
 	b = append(b, journalHdr...)
 	for _, hit := range []bool{false, true} {
 		d.ix.each(func(s slot, e *diskEntry) {
-			if d.ix.ref(s) != hit {
-				return
+			if d.ix.ref(s) != hit || isSeg(e.id) && d.segs[segNo(e.id)] == nil {
+				return // (an entry of a reclaimed segment is no object)
 			}
 			b = appendRecord(b, opAdd, e)
 			if e.gen > 0 {

@@ -48,6 +48,13 @@ type diskWriter struct {
 	// followed: followers read the file as it is written (set before
 	// the first chunk is queued); written counts the body bytes in it.
 	followed *stream
+	// seg: a small object, built in rec and handed whole to the appender
+	// (diskappend.go) at its end: no goroutine or queue of its own, and
+	// no file; crcs are its body's block checksums.
+	seg      bool
+	rec      []byte
+	crcs     []uint32
+	doneOnce sync.Once // closes done (a small object's: given up, or sealed)
 
 	// The end: whoever comes second of the goroutine ending and finish
 	// calls committed.
@@ -58,15 +65,20 @@ type diskWriter struct {
 	diskOnly bool
 }
 
-// startWriter begins storing o (its head is final) on disk; nil when the
-// store does not take objects now.
-func (d *disk) startWriter(o *Object, c *Cache) *diskWriter {
+// startWriter begins storing o (its head is final; its body length
+// bytes, -1 when not known) on disk; nil when the store does not take
+// objects now. A small object goes to a segment (segWriter).
+func (d *disk) startWriter(o *Object, c *Cache, length int64) *diskWriter {
+	head := encodeHead(o)
+	if d.small(len(head), length) {
+		return d.segWriter(o, c, head, length)
+	}
 	if !d.beginWrite() {
 		return nil
 	}
 	w := &diskWriter{
 		d: d, e: diskEntry{key: hashKey([]byte(o.Key)), sec: hashSecondary(o.secondary), id: d.nextID.Add(1)},
-		head: encodeHead(o), q: make(chan chunk, writeQueue), end: make(chan bool, 1),
+		head: head, q: make(chan chunk, writeQueue), end: make(chan bool, 1),
 		abort: make(chan struct{}), done: make(chan struct{}), c: c, o: o,
 	}
 	go w.run()
@@ -77,6 +89,9 @@ func (d *disk) startWriter(o *Object, c *Cache) *diskWriter {
 func (w *diskWriter) write(p []byte) bool {
 	if w.gaveUp.Load() {
 		return false
+	}
+	if w.seg {
+		return w.segWrite(p)
 	}
 	var t *time.Timer
 	defer func() {
@@ -110,9 +125,17 @@ func (w *diskWriter) write(p []byte) bool {
 
 // giveUp abandons the copy to disk.
 func (w *diskWriter) giveUp() {
-	if w.gaveUp.CompareAndSwap(false, true) {
-		close(w.abort)
+	if !w.gaveUp.CompareAndSwap(false, true) {
+		return
 	}
+	if !w.seg {
+		close(w.abort)
+		return
+	}
+	// A small object has no goroutine to end: its followers and waiters
+	// are told here.
+	w.tell(0, false, true)
+	w.doneOnce.Do(func() { close(w.done) })
 }
 
 // follow has the writer tell s how far the body in its file has got.
@@ -134,6 +157,10 @@ func (w *diskWriter) tell(n int64, done, failed bool) {
 // the object is put there as a head whose body is on disk, and flight
 // (its followers) lands with it, once it is committed.
 func (w *diskWriter) finish(f *Flight, diskOnly bool) {
+	if w.seg {
+		w.seal(f, diskOnly)
+		return
+	}
 	w.mu.Lock()
 	if w.ended {
 		w.mu.Unlock()

@@ -171,16 +171,16 @@ func (o *Object) diskID() uint64 {
 // files, a permission) is a miss and is kept.
 func (c *Cache) readEntry(e diskEntry, body func(o *Object, bodyLen int64) bool) (*Object, error) {
 	d := c.disk
-	f, err := openNoFollow(d.objectPath(e.id), os.O_RDONLY)
+	f, base, size, release, err := d.openObject(e.id)
 	if err != nil {
-		if gone(err) {
+		if gone(err) || errors.Is(err, errCorrupt) {
 			d.remove(e.key, e.id)
 		}
 		d.fault("read", err)
 		return nil, err
 	}
-	defer f.Close()
-	o, ref, err := readObject(f)
+	defer release()
+	o, ref, err := readObjectAt(f, base, size)
 	if err == nil && e.gen > 0 {
 		var fresh *Object
 		if fresh, err = readHeadFile(d.headPath(e.id, e.gen), ref.bodyLen); err == nil && (fresh.Key != o.Key || fresh.secondary != o.secondary) {
@@ -274,7 +274,7 @@ func gone(err error) bool {
 func (o *Object) OpenBody() (*BodyReader, error) {
 	ref := o.disk
 	d := ref.c.disk
-	of, err := d.open.get(ref.id, d.objectPath(ref.id))
+	of, err := d.openBody(ref.id)
 	if err != nil {
 		if gone(err) {
 			ref.c.Drop(o)
@@ -347,9 +347,10 @@ func (br *BodyReader) Serves(o *Object) bool { return o.disk != nil && o.disk.id
 // memory, or from the file of a disk-only object its writer is still
 // writing (collapsed requests follow a large download that way).
 type BodyStream struct {
-	o   *Object
-	f   *os.File
-	buf *[]byte
+	o    *Object
+	f    *os.File
+	base int64 // where the object's file starts in f
+	buf  *[]byte
 }
 
 // FromDiskWriter reports an object whose body is read from the file its
@@ -378,15 +379,21 @@ func (b *BodyStream) Next(off int64) (p []byte, done, failed bool) {
 	}
 	w := s.disk
 	if b.f == nil {
-		f, err := openNoFollow(w.d.objectPath(w.e.id), os.O_RDONLY)
+		// The writer's file, or its segment once the record is written
+		// (a small object's followers hear of it only then).
+		path, base := w.d.objectPath(w.e.id), int64(0)
+		if isSeg(w.e.id) {
+			path, base = w.d.segPath(segNo(w.e.id)), segOff(w.e.id)+segHeader
+		}
+		f, err := openNoFollow(path, os.O_RDONLY)
 		if err != nil {
 			return nil, false, true
 		}
-		b.f, b.buf = f, chunkPool.Get().(*[]byte)
+		b.f, b.base, b.buf = f, base, chunkPool.Get().(*[]byte)
 	}
 	k := min(n-off, int64(len(*b.buf)))
 	p = (*b.buf)[:k]
-	if _, err := b.f.ReadAt(p, bodyOffset(int64(len(w.head)))+off); err != nil {
+	if _, err := b.f.ReadAt(p, b.base+bodyOffset(int64(len(w.head)))+off); err != nil {
 		return nil, false, true
 	}
 	return p, done && off+k >= n, false
@@ -439,7 +446,7 @@ func (c *Cache) persistRefresh(o *Object) {
 	if o.partial || o.disk != nil || o.bodyLen() > maxRefreshCopy {
 		return
 	}
-	if dw := d.startWriter(o, c); dw != nil {
+	if dw := d.startWriter(o, c, o.bodyLen()); dw != nil {
 		go func() {
 			if dw.write(o.Body) {
 				dw.finish(nil, false)

@@ -78,7 +78,7 @@ func (c *Cache) admit(r *Request, resp *h1.Response, length int64, reqTime, resp
 		(length < 0 || c.store.fits(o.Key, o.sizeWith(length))) &&
 		(length <= 0 || w.reserve(length))
 	if c.disk != nil && !hot {
-		w.dw = c.disk.startWriter(o, c)
+		w.dw = c.disk.startWriter(o, c, length)
 	}
 	switch {
 	case !w.mem && w.dw == nil:
