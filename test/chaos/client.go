@@ -180,7 +180,7 @@ func (c *client) exchange(cc *clientConn, e exchange) (v verdict, reusedEmpty bo
 	if e.kind == tunnel {
 		v = c.tunnelEcho(cc, e, resp)
 		c.drop(e, cc)
-		if v.outcome == "violation" && c.rec.killedBetween(resp.Header.Get("X-Chaos-Parent"), began, time.Now()) {
+		if v.outcome == "violation" && c.rec.killedBetween(c.rec.tunnelParent(e.id), began, time.Now()) {
 			v = verdict{outcome: "origin_cut"} // the parent died under the tunnel
 		}
 		return v, false
@@ -335,7 +335,7 @@ func (c *client) tunnelEcho(cc *clientConn, e exchange, resp *http.Response) ver
 	back := make([]byte, len(msg))
 	if _, err := io.ReadFull(cc.br, back); err != nil {
 		return violation("I2", "CONNECT: reading the echo at %s: %v (%s; kills of that parent at %v)", time.Now().Format("15:04:05.000"),
-			err, answerFacts(resp, nil), c.rec.killTimes(resp.Header.Get("X-Chaos-Parent")))
+			err, answerFacts(resp, nil)+", tunnel through "+c.rec.tunnelParent(e.id), c.rec.killTimes(c.rec.tunnelParent(e.id)))
 	}
 	if !bytes.Equal(back, msg) {
 		return violation("I1", "CONNECT: the echo differs from what was sent")

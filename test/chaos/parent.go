@@ -29,11 +29,14 @@ type record struct {
 	posts    map[uint64]int
 	faults   map[string][]time.Time // the parent's own faults (parentsFault), by parent
 	kills    map[string][]time.Time // when each parent was killed
+	// tunnels names the parent that opened each exchange's tunnel: peerd
+	// answers a CONNECT with a 200 of its own, which does not say.
+	tunnels map[uint64]string
 	injected [faultKinds]int
 }
 
 func newRecord() *record {
-	return &record{arrivals: map[uint64]int{}, posts: map[uint64]int{}, faults: map[string][]time.Time{}, kills: map[string][]time.Time{}}
+	return &record{arrivals: map[uint64]int{}, posts: map[uint64]int{}, faults: map[string][]time.Time{}, kills: map[string][]time.Time{}, tunnels: map[uint64]string{}}
 }
 
 // arrive counts an arrival of exchange id and returns its number (0 first).
@@ -59,6 +62,20 @@ func (r *record) blameable(parent string, at time.Time) {
 	r.mu.Lock()
 	r.faults[parent] = append(r.faults[parent], at)
 	r.mu.Unlock()
+}
+
+// tunneled notes that parent opened exchange id's tunnel.
+func (r *record) tunneled(id uint64, parent string) {
+	r.mu.Lock()
+	r.tunnels[id] = parent
+	r.mu.Unlock()
+}
+
+// tunnelParent is the parent that opened exchange id's tunnel ("": none).
+func (r *record) tunnelParent(id uint64) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.tunnels[id]
 }
 
 // killedBetween reports whether parent was killed between from and to.
@@ -248,6 +265,9 @@ func (p *parent) answer(c net.Conn, br *bufio.Reader, req *http.Request) bool {
 		p.rec.posted(id) // it reached the origin
 	}
 	if req.Method == http.MethodConnect {
+		if ours && f != own503 {
+			p.rec.tunneled(id, p.name)
+		}
 		return p.tunnel(c, br, f)
 	}
 	status, fields, b := p.content(req, id, reqBody, now)
