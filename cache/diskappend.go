@@ -164,7 +164,10 @@ func (d *disk) writeBatch(batch []*segAppend, buf []byte) []byte {
 	s := d.segs[d.segActive]
 	no, f, off := d.segActive, d.segFile, s.size
 	s.size += total
-	d.dead += total // until the journal names them
+	if s.size > s.alloc { // dead until the journal names them
+		d.dead += s.size - s.alloc
+		s.alloc = s.size
+	}
 	d.mu.Unlock()
 	for _, a := range batch {
 		binary.BigEndian.PutUint32(a.rec, uint32(len(a.rec)-segHeader))

@@ -42,14 +42,15 @@ func ownFiles(t testing.TB, dir string) int {
 	return n
 }
 
-// recordStarts are the offsets of a segment's records, by their headers.
-func recordStarts(seg []byte) []int {
-	var out []int
-	for off := 0; off+segHeader <= len(seg); {
-		out = append(out, off)
-		off += segHeader + int(binary.BigEndian.Uint32(seg[off:]))
+// recordStarts are the offsets of a segment's records, by their headers
+// (up to one that does not check: the preallocated rest), and where the
+// last one ends.
+func recordStarts(seg []byte) (starts []int, end int) {
+	for end+segHeader <= len(seg) && crcOf(seg[end:end+4]) == binary.BigEndian.Uint32(seg[end+4:]) {
+		starts = append(starts, end)
+		end += segHeader + int(binary.BigEndian.Uint32(seg[end:]))
 	}
-	return out
+	return starts, end
 }
 
 func smallURL(i int) string { return fmt.Sprintf("http://example.com/small/%d", i) }
@@ -110,11 +111,11 @@ func TestSegmentRecordTornNeverServed(t *testing.T) {
 		t.Fatal(err)
 	}
 	journal, _ := os.ReadFile(filepath.Join(dir, "journal"))
-	starts := recordStarts(whole)
+	starts, end := recordStarts(whole)
 	if len(starts) != 3 {
 		t.Fatalf("%d records in the segment; want 3", len(starts))
 	}
-	for n := starts[2]; n < len(whole); n += 7 {
+	for n := starts[2]; n < end; n += 7 {
 		os.WriteFile(seg, whole[:n], 0o640)
 		os.WriteFile(filepath.Join(dir, "journal"), journal, 0o640)
 		c := diskCache(t, dir, fromDisk)
