@@ -31,7 +31,7 @@ type record struct {
 	kills    map[string][]time.Time // when each parent was killed
 	// tunnels names the parent that opened each exchange's tunnel: peerd
 	// answers a CONNECT with a 200 of its own, which does not say.
-	tunnels map[uint64]string
+	tunnels  map[uint64]string
 	injected [faultKinds]int
 }
 
