@@ -14,6 +14,7 @@ package cache
 // never waits for the disk.
 
 import (
+	"runtime"
 	"encoding/binary"
 	"errors"
 	"hash/crc32"
@@ -112,6 +113,13 @@ func (d *disk) runAppender() {
 	var batch []*segAppend
 	var buf []byte
 	for a := range d.segQ {
+		// The relays that are runnable now finish their records before
+		// the batch is taken: without this yield a batch was 1.07
+		// records on average, with 16 clients storing 4 KiB objects,
+		// and the store cost 1.35-1.54x memory-only against 1.12-1.21x
+		// with it (bench smallstore, two A/B pairs). Nothing waits on
+		// a timer.
+		runtime.Gosched()
 		batch = append(batch[:0], a)
 		n := len(a.rec)
 	more:
