@@ -14,10 +14,10 @@ package cache
 // never waits for the disk.
 
 import (
-	"runtime"
 	"encoding/binary"
 	"errors"
 	"hash/crc32"
+	"runtime"
 )
 
 // segAppend is one record handed to the appender, and what came of it.
