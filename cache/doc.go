@@ -16,9 +16,12 @@
 //     and a ghost in front of a main region evicted by sampled GDSF
 //     (store.go, policy.go); the root doc.go records the measurement that
 //     chose it.
-//   - The disk store ([cache] disk): one file per object under objects/,
-//     an append-only journal of fixed-size records as the index, a lock
-//     file, and hot files kept open (disk*.go, fdcache.go).
+//   - The disk store ([cache] disk): small objects (a file of at most
+//     64 KiB, length known) as records in segment files written and
+//     journaled in batches by one appender and reclaimed a segment at a
+//     time (diskseg.go, diskappend.go), larger ones a file each under
+//     objects/; an append-only journal of fixed-size records as the
+//     index, a lock file, and hot files kept open (disk*.go, fdcache.go).
 //   - Tiers (tiers.go): Find looks in memory, then on disk; Admit decides
 //     where a response goes (memory, disk, both or neither) and returns a
 //     Writer that stores its body as it is relayed (writer.go), bounded by
