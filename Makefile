@@ -57,6 +57,7 @@ FUZZ_TARGETS := \
 	cache:FuzzCacheControl \
 	cache:FuzzStoredResponse \
 	cache:FuzzObjectFile \
+	cache:FuzzSegment \
 	cache:FuzzHeadFile \
 	cache:FuzzJournalRecord \
 	cache:FuzzDecodeHead \

@@ -273,12 +273,22 @@ func (d *disk) openSegRecord(id uint64) (of *openFile, base, length int64, err e
 		d.open.put(of)
 		return nil, 0, 0, readErr(err)
 	}
-	n := binary.BigEndian.Uint32(hdr[:])
-	if crc32.Checksum(hdr[:4], castagnoli) != binary.BigEndian.Uint32(hdr[4:]) || n > segObject {
+	n, ok := parseSegHeader(hdr[:])
+	if !ok {
 		d.open.put(of)
 		return nil, 0, 0, errCorrupt
 	}
-	return of, off + segHeader, int64(n), nil
+	return of, off + segHeader, n, nil
+}
+
+// parseSegHeader reads a record's header: the length of the object file
+// behind it; ok false for one whose checksum fails or that is too long.
+func parseSegHeader(hdr []byte) (n int64, ok bool) {
+	if len(hdr) < segHeader || crcOf(hdr[:4]) != binary.BigEndian.Uint32(hdr[4:]) {
+		return 0, false
+	}
+	n = int64(binary.BigEndian.Uint32(hdr))
+	return n, n <= segObject-segHeader
 }
 
 // openObject opens object id's file for reading: r holds its object file
