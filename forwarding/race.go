@@ -24,7 +24,10 @@ import (
 
 // race is one request's racing attempts.
 type race struct {
-	w       *walker
+	w *walker
+	// h is the walk's hops, taken when the race starts: its racers may
+	// outlive the walk, and the walker's field is the next request's.
+	h       *hops
 	results chan *attempt
 	pending int
 	mu      sync.Mutex // guards over and the racers' connections
@@ -37,7 +40,7 @@ const maxRacing = 8
 
 var errHedgeAbandoned = errors.New("hedge abandoned: the other attempt answered first")
 
-func (w *walker) newRace() *race { return &race{w: w, results: make(chan *attempt, maxRacing)} }
+func (w *walker) newRace() *race { return &race{w: w, h: w.h, results: make(chan *attempt, maxRacing)} }
 
 // dial starts a connect to hop (its slot taken); the attempt comes back
 // connected, or failed at dialling.
@@ -47,7 +50,7 @@ func (r *race) dial(hop selection.Hop) {
 	o, pl, g := w.originFor(hop), w.poolFor(hop), w.rq.gen
 	r.pending++
 	go func() {
-		nc, err := w.h.dialHop(hop, o, g)
+		nc, err := r.h.dialHop(hop, o, g)
 		if err != nil {
 			a.err = err
 		} else {
@@ -64,7 +67,7 @@ func (r *race) dial(hop selection.Hop) {
 func (r *race) send(hop selection.Hop, uc *upConn) {
 	w := r.w
 	a := w.newAttempt(hop, planned, uc, uc != nil)
-	o, pl, rq := w.originFor(hop), w.poolFor(hop), w.rq
+	o, pl, rq, g := w.originFor(hop), w.poolFor(hop), w.rq, w.rq.gen
 	r.pending++
 	r.mu.Lock()
 	r.sending = append(r.sending, &a)
@@ -72,7 +75,7 @@ func (r *race) send(hop selection.Hop, uc *upConn) {
 	go func() {
 		if uc == nil {
 			a.progress = dialling
-			nc, err := w.h.dialHop(hop, o, rq.gen)
+			nc, err := r.h.dialHop(hop, o, g)
 			if err != nil {
 				a.err = err
 				r.report(&a)
@@ -121,7 +124,7 @@ func (r *race) dispose(a *attempt) {
 		a.conn = nil
 	}
 	if a.begun {
-		r.w.h.acct.EndRequest(a.hop.Peer)
+		r.h.acct.EndRequest(a.hop.Peer)
 		a.begun = false
 	}
 }
