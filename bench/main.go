@@ -25,7 +25,7 @@ var (
 	conns        = flag.Int("c", 16, "connections for the throughput runs")
 	size         = flag.Int("size", 512, "response body bytes of the throughput runs")
 	lowRate      = flag.Int("lowrate", 100, "requests per second for the low-rate latency run through real Squid parents")
-	sections     = flag.String("run", "throughput,tunnel,cache,disk,smallstore,hitratio,scale,lowrate,failover,memory,fleet,shared,icp,gray,relative,tls,auth", "sections to run, comma-separated")
+	sections     = flag.String("run", "throughput,tunnel,cache,disk,smallstore,hitratio,scale,cost,lowrate,failover,memory,fleet,shared,icp,gray,relative,tls,auth", "sections to run, comma-separated")
 	threads      = flag.Int("threads", 0, "worker threads of each child (peerd GOMAXPROCS, ATS exec threads; Squid has one); 0: each child's default (one per core)")
 	rounds       = flag.Int("rounds", 3, "interleaved rounds of the throughput runs; figures are the medians")
 	tunnels      = flag.Int("tunnels", 2000, "idle CONNECT tunnels for the memory run")
@@ -93,6 +93,10 @@ func main() {
 	if want("scale") {
 		fmt.Fprintln(os.Stderr, "== scale: the disk index's RAM, load time and GC pauses at 10k, 1M and 10M objects")
 		res.Scale = scaleRun(work, peerdBin)
+	}
+	if want("cost") {
+		fmt.Fprintln(os.Stderr, "== cost: CPU per memory hit, disk hit, stored miss and eviction with 10k, 1M and 10M objects stored")
+		res.Cost = costRun(work, peerdBin)
 	}
 	if squidBin != "" && want("lowrate") {
 		fmt.Fprintf(os.Stderr, "== latency at %d req/s through two real Squid parents\n", *lowRate)

@@ -33,6 +33,7 @@ type Results struct {
 	HitRatio   *HitRatios         `json:"hit_ratios,omitempty"`
 	Scale      []ScaleRow         `json:"scale,omitempty"`
 	SmallStore *SmallStoreResults `json:"small_store,omitempty"`
+	Cost       []CostRow          `json:"cost,omitempty"`
 }
 
 // wrkBin is wrk's path ("": load by a Go client).
@@ -169,6 +170,7 @@ func (r *Results) markdown() string {
 	b.WriteString(r.cacheSection())
 	b.WriteString(r.diskSection())
 	b.WriteString(r.smallStoreSection())
+	b.WriteString(r.costSection())
 	for _, sec := range []struct {
 		title string
 		rows  []Failover
