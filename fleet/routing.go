@@ -21,7 +21,7 @@ const CodeOwnerMiss = "FLEET_MISS"
 type Owners interface {
 	Owner(key []byte) (node string, hop *peers.Peer, self, ok bool)
 	Sign(to string, binding []byte) []byte
-	Asked(result string)
+	OwnerSkipped()
 }
 
 // Routing is rt with its plans led by the key's owner.
@@ -49,7 +49,7 @@ func (r Routing) Plan(sr selection.Request) selection.Plan {
 		return p
 	}
 	if hop == nil {
-		r.o.Asked("failed") // suspected for ownership: fetched here
+		r.o.OwnerSkipped() // suspected for ownership: fetched here
 		return p
 	}
 	p.Lead(selection.Hop{Peer: hop, Code: CodeOwnerMiss, Sig: r.o.Sign(node, sr.Binding), Key: sr.Shared})

@@ -159,7 +159,7 @@ func (f *Fleet) Owner(key []byte) (node string, hop *peers.Peer, self, ok bool) 
 		return node, nil, false, true
 	}
 	if len(s.keySuspects) > 0 {
-		if until, bad := s.keySuspects[node+"\x00"+string(key)]; bad && now.Before(until) {
+		if until, bad := s.keySuspects[keySuspect(node, KeyHash(key))]; bad && now.Before(until) {
 			return node, nil, false, true
 		}
 	}
@@ -253,25 +253,27 @@ func (s *shared) dropMember(node string) {
 	s.view = nil
 }
 
-// OwnerFailed marks node suspected for ownership after it failed a
-// request for a key it owns, for ownerSuspectFor: with key nil (it could
-// not be reached, or broke its answer) for all its keys, with a key (an
-// error answer of its own) for that key alone, so that one URL that
-// fails at its owner does not send the owner's other keys to the
-// parents. The members that own it those keys fetch them themselves
-// meanwhile (no client waits on it twice); its keys move only when
-// memberlist declares it dead. A change is logged once.
-func (f *Fleet) OwnerFailed(node string, key []byte) {
+// ownerFailed marks node suspected for ownership after it failed a
+// request for a key it owns, for ownerSuspectFor, and counts the request
+// as failed: for all its keys (it could not be reached, or broke its
+// answer), or with one (an error answer of its own) for the key that
+// about hashes alone, so that one URL that fails at its owner does not
+// send the owner's other keys to the parents. The members that own it
+// those keys fetch them themselves meanwhile (no client waits on it
+// twice); its keys move only when memberlist declares it dead. A change
+// is logged once.
+func (f *Fleet) ownerFailed(node string, about uint32, one bool) {
 	s := &f.shared
+	s.asked[2].Add(1)
 	now := time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if key != nil {
+	if one {
 		if s.keySuspects == nil || len(s.keySuspects) >= maxKeySuspects {
 			s.keySuspects = pruneUntil(s.keySuspects, now)
 		}
 		if len(s.keySuspects) < maxKeySuspects {
-			s.keySuspects[node+"\x00"+string(key)] = now.Add(ownerSuspectFor)
+			s.keySuspects[keySuspect(node, about)] = now.Add(ownerSuspectFor)
 		}
 		return
 	}
@@ -302,18 +304,20 @@ func pruneUntil(m map[string]time.Time, now time.Time) map[string]time.Time {
 	return m
 }
 
-// Asked counts a request asked of its owner, by what came of it: "hit"
-// (the owner had it), "miss" (the owner fetched it) or "failed".
-func (f *Fleet) Asked(result string) {
-	switch result {
-	case "hit":
+// OwnerAnswered counts a request its owner answered, by whether the
+// owner had it (hit) or fetched it (miss); failures are counted by
+// Accounting.
+func (f *Fleet) OwnerAnswered(hit bool) {
+	if hit {
 		f.shared.asked[0].Add(1)
-	case "miss":
+	} else {
 		f.shared.asked[1].Add(1)
-	default:
-		f.shared.asked[2].Add(1)
 	}
 }
+
+// OwnerSkipped counts a request fetched here because its owner is
+// suspected for ownership (as a failed request to it).
+func (f *Fleet) OwnerSkipped() { f.shared.asked[2].Add(1) }
 
 // Served counts a member request this member answered as the owner.
 func (f *Fleet) Served() { f.shared.served.Add(1) }

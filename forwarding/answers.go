@@ -15,9 +15,13 @@ import (
 // ownError reports a final 5xx a parent blames on itself: the last
 // Proxy-Status member (the parent's own) with proxy_internal_error,
 // proxy_configuration_error or proxy_internal_response, or Squid's
-// X-Squid-Error: ERR_SHUTTING_DOWN.
+// X-Squid-Error: ERR_SHUTTING_DOWN. A key's owner (a peerd) marks an
+// error or refusal of its own, 4xx or 5xx, with X-Peerd-Error.
 func ownError(a *attempt) bool {
 	resp := &a.resp
+	if a.hop.Leads() {
+		return a.status >= 400 && resp.Get("X-Peerd-Error") != nil
+	}
 	if a.status < 500 || a.hop.Peer == nil || a.hop.Peer.Type() != peers.Parent {
 		return false
 	}
@@ -31,14 +35,16 @@ func ownError(a *attempt) bool {
 	return false
 }
 
-// judge reports how a parent answered a request written to it whole: an
-// answer failure (closed, reset, timeout, own_5xx; late is judged by the
-// hedge) or a complete answer, which resets its count. What is not the
-// parent's doing — a stale pooled connection, a client that left, an
-// answer the parent gave about its own next hop — is neither.
+// judge reports how a parent, or a key's owner, answered a request
+// written to it whole: an answer failure (closed, reset, timeout,
+// own_5xx; late is judged by the hedge) or a complete answer, which
+// resets its count. What is not the hop's doing — a stale pooled
+// connection, a client that left, an answer the parent gave about its
+// own next hop — is neither. An answer is about its origin (its host's
+// hash), an owner's about its key.
 func (w *walker) judge(a *attempt, class failure) {
 	pe := a.hop.Peer
-	if pe == nil || pe.Type() != peers.Parent || w.cw.gone || a.clientBody {
+	if pe == nil || pe.Type() != peers.Parent && !a.hop.Leads() || w.cw.gone || a.clientBody {
 		return
 	}
 	if a.progress < headWritten || (w.rq.body.state != noBody && a.progress < bodyWritten && !a.final) {
@@ -73,5 +79,9 @@ func (w *walker) judge(a *attempt, class failure) {
 		// timeout was already stretched by them (receive).
 		fb -= w.h.stalls.Stalled(a.writtenAt, at)
 	}
-	w.h.acct.ObserveAnswerFrom(pe, c, fb, at, peers.OriginHash(w.rq.req.Host))
+	about := w.rq.req.Host
+	if a.hop.Leads() {
+		about = a.hop.Key
+	}
+	w.h.acct.ObserveAnswerFrom(pe, c, fb, at, peers.OriginHash(about))
 }

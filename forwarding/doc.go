@@ -71,7 +71,10 @@
 //     is marked (selection.Request.Shared), the generation's routing
 //     (fleet.Routing around the planner's) leads its plan with the key's
 //     owner, and the owner's hop carries its signature and key
-//     (selection.Hop.Leads). The walker walks it as any hop; an owner's
-//     answer is judged from the hop (memberAnswered), and only the
-//     cache's hot-copy admission asks whether a peer is a member.
+//     (selection.Hop.Leads). The walker walks it as any hop: an owner's
+//     connect and answer go to the accounting every hop goes to (judge;
+//     fleet.Accounting, wrapped around the registry, keeps the members'
+//     part), member requests are verified by the generation's
+//     authenticator of members (Members), and only the cache's hot-copy
+//     admission asks whether a peer is a member.
 package forwarding

@@ -27,29 +27,41 @@ import (
 	"github.com/peerd/peerd/selection"
 )
 
-// Fleet is the fleet as one cache; *fleet.Fleet is one.
+// The fleet reaches the engine in four parts, each where it belongs
+// (*fleet.Fleet is all four): its routing is the generation's plan
+// source (PlanSource), member verification its authenticator of member
+// requests (Members), an owner's connects and answers go through the
+// accounting of every hop (fleet.Accounting wraps the registry), and
+// Fleet is what the cache layer tells it.
+
+// Fleet is what the cache layer tells the fleet: an owner's answer, hit
+// or miss, and the hot copies kept of them.
 type Fleet interface {
-	// Routing is rt with its plans led by the owner of a shared
-	// request's key (Request.Shared), signed over Request.Binding
-	// (memberBinding).
+	// OwnerAnswered counts an answer from a key's owner: it had the
+	// object (hit) or fetched it.
+	OwnerAnswered(hit bool)
+	// HotCopies is the share of owners' answers kept here.
+	HotCopies() float64
+	HotCopyKept()
+}
+
+// PlanSource wraps a generation's routing: the fleet's leads the plan of
+// a shared request (Request.Shared) with its key's owner, signed over
+// Request.Binding (memberBinding).
+type PlanSource interface {
 	Routing(rt selection.Routing) selection.Router
+}
+
+// Members authenticates the fleet's member requests.
+type Members interface {
 	// Verify checks a member request's signature field, from the address
 	// from, and names the member that sent it.
 	Verify(value, binding []byte, from netip.Addr) (string, bool)
-	// OwnerFailed marks a member that failed a request for a key it
-	// owns: for every key (key nil: it could not be reached, or broke
-	// its answer) or for that key alone (its own error answer).
-	OwnerFailed(node string, key []byte)
-	// Asked counts a request asked of its owner: "hit", "miss", "failed".
-	Asked(result string)
 	// Served counts a member request answered here as the owner;
 	// FetchBegin and FetchEnd bracket its fetch from a next hop.
 	Served()
 	FetchBegin()
 	FetchEnd()
-	// HotCopies is the share of owners' answers kept here.
-	HotCopies() float64
-	HotCopyKept()
 }
 
 // memberField is the signature field of a member request.
@@ -70,7 +82,7 @@ func (tx *txn) verifyMember() *Error {
 	if v == nil {
 		return nil
 	}
-	f := rq.gen.hops.fleet
+	f := rq.gen.members
 	if f == nil {
 		return errorf(http.StatusForbidden, CodeAccessDenied, "", "a fleet member request, and this peerd is in no fleet")
 	}
@@ -90,7 +102,7 @@ func (tx *txn) share(to sink, sr *selection.Request) {
 	rq := &tx.rq
 	l := &tx.cl
 	sr.Shared, sr.Binding = nil, nil
-	if rq.gen.hops.fleet == nil || rq.member != "" || to == sink(tx.w) || !l.keyed || rq.upgrade != nil {
+	if rq.gen.members == nil || rq.member != "" || to == sink(tx.w) || !l.keyed || rq.upgrade != nil {
 		return
 	}
 	if l.fwd != fwdURIMiss && l.fwd != fwdStale && l.fwd != fwdVary {
@@ -114,33 +126,22 @@ func memberBinding(req *h1.Request, b []byte) []byte {
 	return append(b, req.Get("Range")...)
 }
 
-// memberAnswered notes what came of a request to an owner — its code in
-// the access log (FLEET_HIT when the owner had it), or the owner's
-// failure — and reports whether the request goes on to the plan's hops.
-// Only the owner's own failures count: no connection, a broken answer,
-// or an error or refusal it made itself (X-Peerd-Error), which makes it
-// suspect for that key alone. An origin's 5xx it relayed is the answer, relayed once:
-// the plan's parents would ask the same origin again.
-func (w *walker) memberAnswered(a *attempt, failed bool) bool {
-	f := w.h.fleet
-	own := a.status >= 400 && a.resp.Get("X-Peerd-Error") != nil // a refusal or error the owner made
-	if !failed && a.final && !own {
-		a.hop.Code = codeFleetMiss
-		if ownerHit(&a.resp) {
-			a.hop.Code = codeFleetHit
-			f.Asked("hit")
-		} else {
-			f.Asked("miss")
-		}
-		return false
+// ownerAnswered notes an answer of a key's owner that is the request's
+// answer — not a failure of its own (ownError; those, like a broken
+// answer, go to the accounting: judge) — in the access log (FLEET_HIT
+// when the owner had it) and the fleet's counts. An origin's 5xx it
+// relayed is such an answer, relayed once: the plan's parents would ask
+// the same origin again.
+func (w *walker) ownerAnswered(a *attempt) {
+	if a.err != nil || !a.final || a.own || w.h.fleet == nil {
+		return
 	}
-	f.Asked("failed")
-	var key []byte
-	if !failed && a.final {
-		key = a.hop.Key
+	hit := ownerHit(&a.resp)
+	a.hop.Code = codeFleetMiss
+	if hit {
+		a.hop.Code = codeFleetHit
 	}
-	f.OwnerFailed(a.hop.Peer.Name(), key)
-	return a.final
+	w.h.fleet.OwnerAnswered(hit)
 }
 
 // memberWhole reads the whole body of an owner's answer before anything

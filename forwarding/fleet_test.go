@@ -58,8 +58,8 @@ func (memberFleet) Owner([]byte) (string, *peers.Peer, bool, bool)  { return "",
 func (memberFleet) Sign(string, []byte) []byte                      { return []byte("sig") }
 func (f memberFleet) Routing(rt selection.Routing) selection.Router { return fleet.NewRouting(rt, f) }
 func (memberFleet) Verify(_, _ []byte, _ netip.Addr) (string, bool) { return "m1", true }
-func (memberFleet) OwnerFailed(string, []byte)                      {}
-func (memberFleet) Asked(string)                                    {}
+func (memberFleet) OwnerSkipped()                                   {}
+func (memberFleet) OwnerAnswered(bool)                              {}
 func (memberFleet) Served()                                         {}
 func (memberFleet) FetchBegin()                                     {}
 func (memberFleet) FetchEnd()                                       {}
@@ -90,7 +90,7 @@ func TestClosedConnectionIsFlushed(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Direct = selection.DirectNever
 	planner := selection.New(reg, selection.Options{Policy: selection.FirstUp, Direct: selection.DirectNever})
-	px, err := New(Options{Config: cfg, Planner: planner, Accounting: reg, Fleet: memberFleet{},
+	px, err := New(Options{Config: cfg, Planner: planner, Accounting: reg, Fleet: memberFleet{}, Plans: memberFleet{}, Members: memberFleet{},
 		Dialer: &dialer.Dialer{Reporter: reg, Dial: pn.Dial, Log: log}, Log: log})
 	if err != nil {
 		t.Fatal(err)
@@ -172,21 +172,30 @@ func TestOwnerDeathMidBodyIsRetried(t *testing.T) {
 	})
 }
 
-// setFleet makes the engine's proxy a fleet member with f, from the
-// next request's generation on.
-func (e *engine) setFleet(f Fleet) {
-	e.proxy.fleet = f
+// setFleet makes the engine's proxy a fleet member with f (its plan
+// source, member authenticator and cache part), from the next request's
+// generation on.
+func (e *engine) setFleet(f interface {
+	Fleet
+	PlanSource
+	Members
+}) {
+	e.proxy.fleet, e.proxy.plans, e.proxy.members = f, f, f
 	e.proxy.change(func(*generation) {})
 }
 
-// failingFleet is ownerFleet that records the owner failures reported.
-type failingFleet struct {
-	ownerFleet
+// failuresOf is the engine's accounting, recording the answer failures
+// reported of fleet members, as "node class about".
+type failuresOf struct {
+	Accounting
 	failed *[]string
 }
 
-func (f failingFleet) OwnerFailed(node string, key []byte) {
-	*f.failed = append(*f.failed, fmt.Sprintf("%s %q", node, key))
+func (a failuresOf) ObserveAnswerFrom(p *peers.Peer, class peers.AnswerClass, fb time.Duration, at time.Time, about uint32) {
+	if p.Member() && class != peers.AnswerOK {
+		*a.failed = append(*a.failed, fmt.Sprintf("%s %s %d", p.Name(), class, about))
+	}
+	a.Accounting.ObserveAnswerFrom(p, class, fb, at, about)
 }
 
 // TestOwnerRelaysOriginError: an origin's 500 that the key's owner
@@ -200,7 +209,8 @@ func TestOwnerRelaysOriginError(t *testing.T) {
 		e := newEngine(t, selection.DirectNever, nil)
 		e.proxy.SetCache(newCache(t, 0))
 		var failed []string
-		e.setFleet(failingFleet{ownerFleet{owner: peers.NewMember("c", "127.0.0.1", 3, time.Second)}, &failed})
+		e.proxy.acct = failuresOf{e.proxy.acct, &failed}
+		e.setFleet(ownerFleet{owner: peers.NewMember("c", "127.0.0.1", 3, time.Second)})
 		e.net.handle[addrC] = func(req *http.Request, br *bufio.Reader, s net.Conn) bool {
 			if req.URL.Path == "/own" {
 				io.WriteString(s, "HTTP/1.1 503 Service Unavailable\r\nX-Peerd-Error: no-peers\r\nContent-Length: 0\r\n\r\n")
@@ -217,7 +227,7 @@ func TestOwnerRelaysOriginError(t *testing.T) {
 				resp.StatusCode, body, e.net.get(e.net.requests, addrA), failed)
 		}
 		resp, body = c.do(t, "GET http://origin.test/own HTTP/1.1\r\nHost: origin.test\r\n\r\n")
-		if resp.StatusCode != 200 || body != "from a" || len(failed) != 1 || failed[0] != `c "http://origin.test/own"` {
+		if want := fmt.Sprintf("c own_5xx %d", fleet.KeyHash([]byte("http://origin.test/own"))); resp.StatusCode != 200 || body != "from a" || len(failed) != 1 || failed[0] != want {
 			t.Fatalf("%d %q, owner failures %v; want a's answer and c suspected for that key alone", resp.StatusCode, body, failed)
 		}
 	})

@@ -90,8 +90,8 @@ func (tx *txn) forward(to sink) outcome {
 	}
 	if rq.member != "" {
 		// A fetch as the owner, for another member: its load.
-		rq.gen.hops.fleet.FetchBegin()
-		defer rq.gen.hops.fleet.FetchEnd()
+		rq.gen.members.FetchBegin()
+		defer rq.gen.members.FetchEnd()
 	}
 	for {
 		tx.share(to, &sr)

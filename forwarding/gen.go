@@ -26,6 +26,7 @@ type generation struct {
 	policy  *access.Policy
 	rules   []Rule
 	auth    Authenticator    // nil: [auth] is off
+	members Members          // the fleet's member requests' authenticator; nil: in no fleet
 	routing selection.Router // the planner's routes and peers, led by the fleet's owners in a fleet
 	cache   *cache.Cache     // nil: the cache is off
 	log     *AccessLog       // nil: no access log
@@ -104,11 +105,12 @@ func (p *Proxy) change(set func(g *generation)) {
 // store puts g in force, with the planner's routes in force now and what
 // follows from it outside the requests.
 func (p *Proxy) store(g *generation) {
-	if rt := p.planner.Routing(); p.fleet != nil {
-		g.routing = p.fleet.Routing(rt)
+	if rt := p.planner.Routing(); p.plans != nil {
+		g.routing = p.plans.Routing(rt)
 	} else {
 		g.routing = rt
 	}
+	g.members = p.members
 	if p.source != nil {
 		out, _ := netip.ParseAddr(g.cfg.OutgoingAddress) // validated; "" clears it
 		p.source.Set(out)

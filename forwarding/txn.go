@@ -85,7 +85,7 @@ func (tx *txn) serve() outcome {
 		return tx.after()
 	}
 	if rq.member != "" {
-		rq.gen.hops.fleet.Served() // answered here as the owner
+		rq.gen.members.Served() // answered here as the owner
 	}
 	if rq.member == "" && (!cc.from.ok || !c.allowed(cc.from.addr)) {
 		tx.fail(errorf(http.StatusForbidden, CodeAccessDenied, "", "client %s is not in [proxy] allow", cc.from.str))

@@ -109,7 +109,8 @@ func (w *walker) walk() *attempt {
 		if a.hop.Leads() {
 			// The key's owner: only its own failures send the request on
 			// to the plan's hops; an origin's 5xx it relayed is the answer.
-			retry = w.memberAnswered(a, a.err != nil)
+			retry = a.own
+			w.ownerAnswered(a)
 		}
 		class := a.class(retry)
 		if !f.tunnel {
@@ -301,10 +302,6 @@ func (w *walker) dialFailed(hop selection.Hop, err error) verdict {
 	w.noteFailure(&a, class)
 	if hop.Peer != nil {
 		w.h.acct.EndRequest(hop.Peer)
-		if hop.Leads() {
-			w.h.fleet.Asked("failed")
-			w.h.fleet.OwnerFailed(hop.Peer.Name(), nil)
-		}
 	}
 	return decide(class, w.rq.facts, false)
 }

@@ -143,7 +143,11 @@ func newServer(path string, cfg *config.File, stderr io.Writer) (*server, error)
 	source := new(dialer.Source) // [proxy] outgoing_address, set by the proxy's config
 	s.stalls = stall.New(nil)
 	s.stalls.SetOn(cfg.Health.StallGuard)
-	d := &dialer.Dialer{Reporter: reg, Log: lg, TLS: s.tlsFor, Source: source, Stalls: s.stalls}
+	// The fleet's members are accounted beside the registry's peers: an
+	// owner's failed connect or answer makes it suspect (fleet.Accounting).
+	s.fleet = fleet.New(reg, lg)
+	acct := s.fleet.Accounting(reg)
+	d := &dialer.Dialer{Reporter: acct, Log: lg, TLS: s.tlsFor, Source: source, Stalls: s.stalls}
 	s.prober = probes.New(probes.Options{Registry: reg, Dialer: d, Log: lg, Stalls: s.stalls})
 	s.planner = selection.New(reg, cfg.PlannerOptions())
 	reg.SetGroups(routeGroups(cfg))
@@ -186,11 +190,10 @@ func newServer(path string, cfg *config.File, stderr io.Writer) (*server, error)
 		s.icpQ.SetDeadPeerTimeout(cfg.ICP.DeadPeerTimeout)
 		icpQuerier = s.icpQ
 	}
-	s.fleet = fleet.New(reg, lg)
 	s.proxy, err = forwarding.New(forwarding.Options{
-		Config: cfg.Proxy, Planner: s.planner, Accounting: reg, Dialer: d,
+		Config: cfg.Proxy, Planner: s.planner, Accounting: acct, Dialer: d,
 		AccessLog: s.access, Metrics: metrics, Log: lg, Version: version, Policy: pol, ICP: icpQuerier,
-		Source: source, Stalls: s.stalls, Fleet: s.fleet,
+		Source: source, Stalls: s.stalls, Fleet: s.fleet, Plans: s.fleet, Members: s.fleet,
 	})
 	if err != nil {
 		return nil, err

@@ -1,0 +1,75 @@
+package fleet
+
+// This file holds the fleet's part of the next hops' accounting. The
+// engine reports what came of a request asked of a key's owner through
+// the same calls as for any next hop — its connect through the dialer's
+// reporter, its answer through ObserveAnswerFrom — and Accounting,
+// wrapped around the registry, keeps the members' part here: an owner's
+// own failures make it suspect for ownership, for every key or, for an
+// error answer of its own, for that key alone (the answer's subject is
+// then the key's hash); everything else is the registry's.
+
+import (
+	"encoding/binary"
+	"time"
+
+	"github.com/peerd/peerd/peers"
+)
+
+// Registry is the accounting of next hops that Accounting wraps;
+// *peers.Registry is one.
+type Registry interface {
+	BeginRequest(p *peers.Peer, now time.Time) bool
+	EndRequest(p *peers.Peer)
+	MarkSlow(p *peers.Peer)
+	ObserveAnswerFrom(p *peers.Peer, class peers.AnswerClass, firstByte time.Duration, at time.Time, about uint32)
+	Settings() *peers.Settings
+	SuspectLate(p *peers.Peer, fbt time.Duration)
+	Observe(p *peers.Peer, o peers.Observation)
+}
+
+// Accounting is r with the fleet's members accounted here.
+type Accounting struct {
+	Registry
+	f *Fleet
+}
+
+// Accounting wraps r: what the engine reports of a member goes to this
+// fleet, the rest to r.
+func (f *Fleet) Accounting(r Registry) Accounting { return Accounting{r, f} }
+
+// Observe hears a connect: one to an owner that failed (for a client,
+// not a probe) makes it suspect for all its keys.
+func (a Accounting) Observe(p *peers.Peer, o peers.Observation) {
+	if p.Member() && o.Err != nil && !o.Probe {
+		a.f.ownerFailed(p.Name(), 0, false)
+	}
+	a.Registry.Observe(p, o)
+}
+
+// ObserveAnswerFrom hears an answer: an owner's own error (AnswerOwn5xx)
+// makes it suspect for the key that about hashes; a broken or timed-out
+// answer, for every key. A complete answer is no failure (an origin's
+// 5xx the owner relayed is one).
+func (a Accounting) ObserveAnswerFrom(p *peers.Peer, class peers.AnswerClass, firstByte time.Duration, at time.Time, about uint32) {
+	if !p.Member() {
+		a.Registry.ObserveAnswerFrom(p, class, firstByte, at, about)
+		return
+	}
+	switch class {
+	case peers.AnswerOK:
+	case peers.AnswerOwn5xx:
+		a.f.ownerFailed(p.Name(), about, true)
+	default:
+		a.f.ownerFailed(p.Name(), 0, false)
+	}
+}
+
+// KeyHash is the subject of an answer about key, as the engine reports
+// an owner's (peers.OriginHash of the key).
+func KeyHash(key []byte) uint32 { return peers.OriginHash(key) }
+
+// keySuspect is the keySuspects entry of node's key hashed to about.
+func keySuspect(node string, about uint32) string {
+	return node + "\x00" + string(binary.BigEndian.AppendUint32(nil, about))
+}
