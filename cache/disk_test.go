@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -1101,4 +1102,91 @@ func TestDiskRefreshNeverHeadsAnotherVersion(t *testing.T) {
 	case strings.Contains(head, `ETag: "v1"`) && !bytes.Equal(got, v1):
 		t.Fatal("after a restart: v1's head over another body")
 	}
+}
+
+// BenchmarkDiskEviction is the CPU of one eviction from a full store of
+// N generated objects (10k and 1M; PEERD_BENCH_OBJECTS sets other sizes,
+// "10000,1000000,10000000"): CLOCK's pick, the index's drop, the journal's
+// record and the unlink (which finds no file: generated objects have
+// none); cpu-ns/op is the process's CPU, user and system, over the
+// evictions. The store is reloaded, off the clock, when it runs out; the
+// load's sweep and garbage are done before the clock runs.
+func BenchmarkDiskEviction(b *testing.B) {
+	sizes := []int{10_000, 1_000_000}
+	if s := os.Getenv("PEERD_BENCH_OBJECTS"); s != "" {
+		sizes = sizes[:0]
+		for _, f := range strings.Split(s, ",") {
+			n, err := strconv.Atoi(f)
+			if err != nil {
+				b.Fatalf("PEERD_BENCH_OBJECTS: %v", err)
+			}
+			sizes = append(sizes, n)
+		}
+	}
+	const size = 10 << 10
+	for _, n := range sizes {
+		b.Run(strconv.Itoa(n), func(b *testing.B) {
+			gen := b.TempDir()
+			if err := WriteSyntheticIndex(gen, n, size); err != nil {
+				b.Fatal(err)
+			}
+			journal, err := os.ReadFile(filepath.Join(gen, "journal"))
+			if err != nil {
+				b.Fatal(err)
+			}
+			dir := b.TempDir()
+			var c *Cache
+			left := 0
+			load := func() {
+				if c != nil {
+					c.Close()
+				}
+				if err := os.WriteFile(filepath.Join(dir, "journal"), journal, 0o640); err != nil {
+					b.Fatal(err)
+				}
+				cfg := DefaultConfig()
+				cfg.Disk, cfg.DiskSize = dir, conf.ByteSize(int64(n)*size)
+				if c, err = Open(cfg, Options{}); err != nil {
+					b.Fatal(err)
+				}
+				<-c.disk.ready
+				<-c.disk.swept
+				if got := c.Stats().DiskObjects; got != int64(n) {
+					b.Fatalf("%d objects loaded, want %d", got, n)
+				}
+				left = n
+				runtime.GC() // the load's garbage is not the eviction's
+			}
+			b.StopTimer()
+			load()
+			b.StartTimer()
+			var cpu time.Duration
+			start := processCPU()
+			for range b.N {
+				if left == 0 {
+					cpu += processCPU() - start
+					b.StopTimer()
+					load()
+					b.StartTimer()
+					start = processCPU()
+				}
+				c.disk.resize(int64(left-1) * size)
+				left--
+			}
+			cpu += processCPU() - start
+			b.StopTimer()
+			b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/op")
+			if got := c.Stats().DiskObjects; got != int64(left) {
+				b.Fatalf("%d objects left, want %d: each resize evicts one", got, left)
+			}
+			c.Close()
+		})
+	}
+}
+
+// processCPU is the CPU time this process has used, user and system.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
