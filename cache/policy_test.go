@@ -182,3 +182,26 @@ func BenchmarkStoreHit(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkStoreLookupAndAdmitStoreOnly is BenchmarkStoreLookupAndAdmit
+// without the Object's allocation, which the fetch makes whether or not
+// the store keeps it: each key's object is made once and stored again
+// after each eviction, the way a new fetch of it would be.
+func BenchmarkStoreLookupAndAdmitStoreOnly(b *testing.B) {
+	s := newStore(64 << 20)
+	objs := make([]*Object, 1<<16)
+	keys := make([][]byte, len(objs))
+	for i := range objs {
+		keys[i] = fmt.Appendf(nil, "http://example.com/%d", i)
+		objs[i] = obj(string(keys[i]), 4<<10)
+	}
+	r := &Request{}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		k := i & (len(keys) - 1)
+		if o, _ := s.get(keys[k], r); o == nil {
+			s.put(objs[k])
+		}
+	}
+}
