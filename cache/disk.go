@@ -169,7 +169,6 @@ func openDisk(dir string, capacity int64, log logrus.FieldLogger, wait bool) (*d
 		segQ: make(chan *segAppend, 256), appenderDone: make(chan struct{}),
 		capacity: capacity, stop: make(chan struct{}), ready: make(chan struct{}), swept: make(chan struct{}),
 		journalOpen: make(chan struct{})}
-	d.ix.mem = newOffHeap(d)
 	d.idsFrom = uint64(time.Now().UnixNano())
 	d.nextID.Store(d.idsFrom)
 	d.loading.Store(true)

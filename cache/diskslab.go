@@ -37,10 +37,6 @@ type diskIndex struct {
 	hand   int           // CLOCK: the next slab index to look at
 	// prefetched is where prefetch leaves the sum of what it read.
 	prefetched slot
-	// mem maps the big table and the chunks past heapChunks, from arena
-	// (offheap.go); nil: everything is on the heap.
-	mem   *offHeap
-	arena []diskEntry
 }
 
 func (x *diskIndex) at(s slot) *diskEntry {
@@ -139,13 +135,7 @@ func (x *diskIndex) reserve(n int) {
 
 func (x *diskIndex) rehash(size int) {
 	old := x.table
-	x.table = nil
-	if x.mem != nil && size >= bigTable {
-		x.table = mapped[slot](x.mem, size)
-	}
-	if x.table == nil {
-		x.table = make([]slot, size)
-	}
+	x.table = make([]slot, size)
 	mask := size - 1
 	for _, v := range old {
 		if v == 0 {
@@ -157,7 +147,6 @@ func (x *diskIndex) rehash(size int) {
 		}
 		x.table[i] = v
 	}
-	unmap(x.mem, old)
 }
 
 // add puts e at the end of its key's chain and returns its slot.
@@ -232,7 +221,7 @@ func (x *diskIndex) alloc(e diskEntry) slot {
 		i := x.used
 		x.used++
 		if i>>chunkBits == len(x.chunks) {
-			x.chunks = append(x.chunks, x.newChunk())
+			x.chunks = append(x.chunks, make([]diskEntry, chunkLen))
 			x.refs = append(x.refs, make([]uint64, chunkLen/64))
 		}
 		s = slot(i + 1)
@@ -241,22 +230,6 @@ func (x *diskIndex) alloc(e diskEntry) slot {
 	*x.at(s) = e
 	x.setRef(s, false)
 	return s
-}
-
-// newChunk is a chunk of the slab: from the heap for the first
-// heapChunks, then cut from a mapped arena.
-func (x *diskIndex) newChunk() []diskEntry {
-	if x.mem != nil && len(x.chunks) >= heapChunks {
-		if len(x.arena) == 0 {
-			x.arena = mapped[diskEntry](x.mem, arenaChunks*chunkLen)
-		}
-		if len(x.arena) > 0 {
-			c := x.arena[:chunkLen:chunkLen]
-			x.arena = x.arena[chunkLen:]
-			return c
-		}
-	}
-	return make([]diskEntry, chunkLen)
 }
 
 func (x *diskIndex) release(s slot) {

@@ -5,9 +5,6 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"testing"
-	"time"
-
-	"github.com/peerd/peerd/internal/conf"
 )
 
 // TestDiskIndexAgreesWithAMap: adds and removes at random, with keys made
@@ -128,53 +125,4 @@ func TestDiskIndexMemoryPerObject(t *testing.T) {
 		t.Fatal("lost keys")
 	}
 	runtime.KeepAlive(x)
-}
-
-// TestDiskIndexMapsItsBigMemory: an index past the heap's chunks and the
-// big table's size is mapped off the heap and works there as on the heap
-// (every object loaded and found, evicted down to half), and the
-// mappings are given back once the store is gone.
-func TestDiskIndexMapsItsBigMemory(t *testing.T) {
-	dir := t.TempDir()
-	n := (heapChunks + arenaChunks + 1) * chunkLen
-	if err := WriteSyntheticIndex(dir, n, 1000); err != nil {
-		t.Fatal(err)
-	}
-	cfg := DefaultConfig()
-	cfg.Disk, cfg.DiskSize = dir, conf.ByteSize(int64(n)*1000)
-	c, err := Open(cfg, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	<-c.disk.ready
-	d := c.disk
-	mem := d.ix.mem
-	if got := c.Stats().DiskObjects; got != int64(n) {
-		t.Fatalf("%d objects loaded, want %d", got, n)
-	}
-	// The table (2M places) and two arenas of the slab.
-	if got := mem.live.Load(); got != 3 {
-		t.Fatalf("%d mappings, want 3: the table and two arenas", got)
-	}
-	d.mu.Lock()
-	for _, i := range []int{0, n / 2, n - 1} {
-		if d.ix.first(hashKey(fmt.Appendf(nil, "http://synthetic.test/%d", i))) == 0 {
-			t.Errorf("object %d of %d is not found", i, n)
-		}
-	}
-	d.mu.Unlock()
-	d.resize(int64(n/2) * 1000)
-	if got := c.Stats().DiskObjects; got != int64(n/2) {
-		t.Fatalf("%d objects after halving the store, want %d", got, n/2)
-	}
-	c.Close()
-	c, d = nil, nil
-	deadline := time.Now().Add(10 * time.Second)
-	for mem.live.Load() != 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d mappings still there after the store was closed and collected", mem.live.Load())
-		}
-		runtime.GC()
-		time.Sleep(time.Millisecond)
-	}
 }
