@@ -139,15 +139,25 @@ func (d *disk) readJournal(rd *os.File, end int64) error {
 	// The table is sized once for the journal's records. The index is
 	// read under the lock: requests that miss are storing objects in it
 	// already.
+	records := int((end - off) / recordSize)
+	spare := make(chan []diskEntry, 4)
 	d.mu.Lock()
-	d.ix.reserve(d.ix.keys + int((end-off)/recordSize))
+	d.ix.reserve(d.ix.keys + records)
+	d.ix.spare = spare
+	chunks := (d.ix.used+records+chunkLen-1)/chunkLen - len(d.ix.chunks)
 	d.mu.Unlock()
 	batches, free := make(chan loadBatch, 1), make(chan []loadRec, 2)
 	free <- make([]loadRec, 0, loadBatchSize)
 	free <- make([]loadRec, 0, loadBatchSize)
 	done := make(chan struct{})
-	defer close(done)
+	defer func() {
+		close(done)
+		d.mu.Lock()
+		d.ix.spare = nil
+		d.mu.Unlock()
+	}()
 	go readBatches(rd, off, end, batches, free, done)
+	go makeChunks(chunks, spare, done)
 	for b := range batches {
 		if b.err != nil {
 			return b.err
@@ -220,6 +230,18 @@ func readBatches(rd *os.File, off, end int64, out chan<- loadBatch, free <-chan 
 		}
 	}
 	send(loadBatch{bad: bad})
+}
+
+// makeChunks makes n slab chunks with their pages touched, for the
+// index to take as it grows, until done closes.
+func makeChunks(n int, out chan<- []diskEntry, done <-chan struct{}) {
+	for range n {
+		select {
+		case out <- touchedChunk():
+		case <-done:
+			return
+		}
+	}
 }
 
 // applyBatch applies one batch of records under the lock, then forgets
