@@ -15,6 +15,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/common/expfmt"
@@ -58,6 +59,9 @@ func scaleOnce(work, bin string, n int) ScaleRow {
 	defer os.RemoveAll(store)
 	if n > 0 {
 		must(cache.WriteSyntheticIndex(store, n, 10<<10))
+		// A restart reads a journal written long before: the kernel is
+		// not still writing this one back while peerd loads it.
+		syscall.Sync()
 	}
 	conf := fmt.Sprintf("\n[cache]\ndisk = %q\ndisk_size = \"1000000GiB\"\nmax_object = \"2GiB\"\n", store)
 	t0 := time.Now()
