@@ -16,8 +16,10 @@ import (
 	"github.com/peerd/peerd/peers"
 )
 
-// Registry is the accounting of next hops that Accounting wraps;
-// *peers.Registry is one.
+// Registry is the accounting of next hops that Accounting wraps: the
+// methods of forwarding.Accounting and dialer.Reporter, written out
+// because the fleet sits below both (the admin API and the CLI link it
+// without the engine); *peers.Registry is one.
 type Registry interface {
 	BeginRequest(p *peers.Peer, now time.Time) bool
 	EndRequest(p *peers.Peer)
