@@ -48,7 +48,12 @@ func (t *recordingTransport) RoundTrip(req *http.Request) (*http.Response, error
 		// through a sibling that stored another parent's answer).
 		ex.xParent = resp.Header.Get("X-Parent")
 	}
-	if ps := resp.Header.Values("Proxy-Status"); len(ps) > 0 {
+	// An answer from this peerd's cache (its X-Cache, the last, says HIT)
+	// went to no next hop: a Proxy-Status member it carries was stored
+	// with it (a fleet owner's, a sibling's), not this peerd's.
+	xc := resp.Header.Values("X-Cache")
+	hit := len(xc) > 0 && strings.HasPrefix(xc[len(xc)-1], "HIT ")
+	if ps := resp.Header.Values("Proxy-Status"); len(ps) > 0 && !hit {
 		last := ps[len(ps)-1]
 		if i := strings.LastIndex(last, ","); i >= 0 {
 			last = last[i+1:]

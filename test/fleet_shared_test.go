@@ -87,10 +87,18 @@ func TestFleetSharedCache(t *testing.T) {
 
 	t.Run("one fetch", func(t *testing.T) {
 		before := p1.requests("GET")
+		// A client each, kept: its connection is reused, as a browser's
+		// would be (a new client a request leaves one more idle
+		// connection open each time, and max_connections_per_source
+		// closes the 1,025th).
+		clients := make([]*http.Client, len(ms))
+		for k, m := range ms {
+			clients[k] = m.client()
+		}
 		for i := 0; i < 150; i++ {
-			for k, m := range ms {
+			for k := range ms {
 				u := fmt.Sprintf("http://origin.test/shared/%d", i)
-				if r := do(m.client(), "GET", u, ""); r.status != 200 {
+				if r := do(clients[k], "GET", u, ""); r.status != 200 {
 					t.Fatalf("GET %s through member %d: %s", u, k, r)
 				}
 			}
@@ -227,17 +235,18 @@ func TestFleetSharedCache(t *testing.T) {
 			wg.Add(1)
 			go func(m *peerd) {
 				defer wg.Done()
+				cl := m.client() // one kept: see "one fetch"
 				for i := 0; ; i++ {
 					select {
 					case <-stop:
 						return
 					default:
 					}
-					r := do(m.client(), "GET", fmt.Sprintf("http://origin.test/death/%d/%d", time.Now().UnixNano(), i), "")
+					r := do(cl, "GET", fmt.Sprintf("http://origin.test/death/%d/%d", time.Now().UnixNano(), i), "")
 					n.Add(1)
 					if r.status != 200 {
 						errs.Add(1)
-						first.CompareAndSwap(nil, r.String())
+						first.CompareAndSwap(nil, fmt.Sprintf("%v, %v", r, r.err))
 					}
 					time.Sleep(5 * time.Millisecond)
 				}
