@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/peerd/peerd/internal/conf"
+	"github.com/peerd/peerd/internal/procs"
 	"github.com/sirupsen/logrus"
 )
 
@@ -1161,19 +1162,19 @@ func BenchmarkDiskEviction(b *testing.B) {
 			load()
 			b.StartTimer()
 			var cpu time.Duration
-			start := processCPU()
+			start := procs.ProcessCPU()
 			for range b.N {
 				if left == 0 {
-					cpu += processCPU() - start
+					cpu += procs.ProcessCPU() - start
 					b.StopTimer()
 					load()
 					b.StartTimer()
-					start = processCPU()
+					start = procs.ProcessCPU()
 				}
 				c.disk.resize(int64(left-1) * size)
 				left--
 			}
-			cpu += processCPU() - start
+			cpu += procs.ProcessCPU() - start
 			b.StopTimer()
 			b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/op")
 			if got := c.Stats().DiskObjects; got != int64(left) {
@@ -1182,11 +1183,4 @@ func BenchmarkDiskEviction(b *testing.B) {
 			c.Close()
 		})
 	}
-}
-
-// processCPU is the CPU time this process has used, user and system.
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -41,7 +41,8 @@ type diskIndex struct {
 	// prefetched is where prefetch leaves the sum of what it read.
 	prefetched slot
 	// spare hands over chunks made, and their pages touched, ahead of
-	// need by the loader's reader (diskload.go); nil but while loading.
+	// need by the loader (makeChunks, diskload.go); nil but while
+	// loading.
 	spare chan []diskEntry
 }
 

@@ -17,16 +17,9 @@ import (
 )
 
 // Registry is the accounting of next hops that Accounting wraps: the
-// methods of forwarding.Accounting and dialer.Reporter, written out
-// because the fleet sits below both (the admin API and the CLI link it
-// without the engine); *peers.Registry is one.
+// engine's, and the dialer's report of connects; *peers.Registry is one.
 type Registry interface {
-	BeginRequest(p *peers.Peer, now time.Time) bool
-	EndRequest(p *peers.Peer)
-	MarkSlow(p *peers.Peer)
-	ObserveAnswerFrom(p *peers.Peer, class peers.AnswerClass, firstByte time.Duration, at time.Time, about uint32)
-	Settings() *peers.Settings
-	SuspectLate(p *peers.Peer, fbt time.Duration)
+	peers.Accounting
 	Observe(p *peers.Peer, o peers.Observation)
 }
 

@@ -187,7 +187,7 @@ func (e *engine) setFleet(f interface {
 // failuresOf is the engine's accounting, recording the answer failures
 // reported of fleet members, as "node class about".
 type failuresOf struct {
-	Accounting
+	peers.Accounting
 	failed *[]string
 }
 

@@ -27,7 +27,7 @@ import (
 // process's (one set of pools, budgets and counters for every
 // generation); health and maxHeader are the generation's own.
 type hops struct {
-	acct    Accounting
+	acct    peers.Accounting
 	dialer  PeerDialer
 	origins originDialer
 	pools   *pools

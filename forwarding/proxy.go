@@ -38,25 +38,6 @@ type Authenticator interface {
 	Realm() string
 }
 
-// Accounting tracks in-flight requests per peer and hears of slow
-// connects; *peers.Registry is one.
-type Accounting interface {
-	BeginRequest(p *peers.Peer, now time.Time) bool
-	EndRequest(p *peers.Peer)
-	MarkSlow(p *peers.Peer)
-	// ObserveAnswerFrom reports how a parent answered a request written
-	// to it whole (contract section 16), for an origin (peers.OriginHash
-	// of its host).
-	ObserveAnswerFrom(p *peers.Peer, class peers.AnswerClass, firstByte time.Duration, at time.Time, origin uint32)
-	// Settings snapshots the health settings in force (first-byte
-	// timeouts, hedging and its budget, connect timeouts), for a
-	// generation: its requests read them there.
-	Settings() *peers.Settings
-	// SuspectLate hears that p's response head is past its first-byte
-	// timeout and the request could not be hedged.
-	SuspectLate(p *peers.Peer, fbt time.Duration)
-}
-
 // PeerDialer connects to peers and reports outcomes; *dialer.Dialer is one.
 type PeerDialer interface {
 	DialPeer(ctx context.Context, p *peers.Peer, why dialer.Purpose) (net.Conn, error)
@@ -72,7 +53,7 @@ type ICP interface {
 type Options struct {
 	Config     Config
 	Planner    Planner
-	Accounting Accounting
+	Accounting peers.Accounting
 	Dialer     PeerDialer
 	// DirectDial dials origins; nil means a net.Dialer.
 	DirectDial func(ctx context.Context, network, addr string) (net.Conn, error)
@@ -110,7 +91,7 @@ type Resolver interface {
 // Proxy is the forward proxy: Serve it on one or more listeners.
 type Proxy struct {
 	planner Planner
-	acct    Accounting
+	acct    peers.Accounting
 	dialer  PeerDialer
 	origins originDialer
 	source  *dialer.Source

@@ -126,7 +126,7 @@ func New() *Sizer {
 	if top <= 1 {
 		return nil
 	}
-	return &Sizer{Max: top, CPU: processCPU, Set: func(n int) { runtime.GOMAXPROCS(n) }, Every: Every}
+	return &Sizer{Max: top, CPU: ProcessCPU, Set: func(n int) { runtime.GOMAXPROCS(n) }, Every: Every}
 }
 
 // Run samples and resizes until ctx ends, starting from Max: a process
@@ -164,8 +164,8 @@ func (s *Sizer) Run(ctx context.Context) {
 	}
 }
 
-// processCPU is the user and system time of every thread of the process.
-func processCPU() time.Duration {
+// ProcessCPU is the user and system time of every thread of the process.
+func ProcessCPU() time.Duration {
 	var ru syscall.Rusage
 	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
 		return 0

@@ -184,14 +184,14 @@ func TestNewLeavesAnOperatorsGOMAXPROCS(t *testing.T) {
 // TestProcessCPUCounts: the sizer's reading of the process's CPU time
 // grows with work done, and never runs backwards.
 func TestProcessCPUCounts(t *testing.T) {
-	before, deadline := processCPU(), time.Now().Add(10*time.Second)
+	before, deadline := ProcessCPU(), time.Now().Add(10*time.Second)
 	x := 0
-	for i := 0; processCPU()-before < 20*time.Millisecond && time.Now().Before(deadline); i++ {
+	for i := 0; ProcessCPU()-before < 20*time.Millisecond && time.Now().Before(deadline); i++ {
 		for j := range 100_000 {
 			x += j ^ i
 		}
 	}
-	after := processCPU()
+	after := ProcessCPU()
 	if after-before < 20*time.Millisecond {
 		t.Errorf("process CPU grew by %v over a busy loop (x=%d); want at least 20ms", after-before, x)
 	}
