@@ -27,7 +27,8 @@ type report struct {
 	violations []string
 	byInv      map[string]int
 	events     []string
-	marks      int // parent marks (dead, suspect, outlier) checked for I4
+	marks      int      // parent marks (dead, suspect, outlier) checked for I4
+	resources  []string // each member's resources after the load (I6)
 }
 
 // maxListed bounds the violations printed in full.
@@ -166,7 +167,10 @@ func baselines(ms []*member) []baseline {
 }
 
 // Slack over the baseline once the load is over: a connection or two to
-// the fleet's members and their goroutines may be new.
+// the fleet's members and their goroutines may be new. The store's
+// segment files are not counted (member.descriptors): their number
+// follows what was stored, and a 60 s run on a fast machine stores
+// enough to open more segments than any slack would allow.
 const fdSlack, goroutineSlack = 6, 20
 
 // checkResources: I6, polled for up to 30s after the load (idle
@@ -178,12 +182,17 @@ func (r *report) checkResources(ms []*member, base []baseline) {
 		for {
 			f, g = m.resources()
 			if f <= base[i].fds+fdSlack && g <= base[i].goroutines+goroutineSlack && f > 0 {
+				r.mu.Lock()
+				_, segs := m.descriptors()
+				r.resources = append(r.resources, fmt.Sprintf("member %s: %d descriptors and %d goroutines, %d and %d before the load (and %d store segments open)",
+					m.name, f, g, base[i].fds, base[i].goroutines, segs))
+				r.mu.Unlock()
 				break
 			}
 			if time.Now().After(deadline) {
 				r.mu.Lock()
-				r.violate("I6", fmt.Sprintf("seed %d: member %s holds %d descriptors and %d goroutines 30s after the load; %d and %d before it",
-					r.seed, m.name, f, g, base[i].fds, base[i].goroutines))
+				r.violate("I6", fmt.Sprintf("seed %d: member %s holds %d descriptors and %d goroutines 30s after the load; %d and %d before it (its descriptors: %s)",
+					r.seed, m.name, f, g, base[i].fds, base[i].goroutines, m.descriptorKinds()))
 				r.mu.Unlock()
 				break
 			}
@@ -198,14 +207,11 @@ func (r *report) failed() bool {
 	return len(r.byInv) > 0
 }
 
-// print writes the violations and the table.
+// print writes the events, the table and then the violations.
 func (r *report) print(w io.Writer, took time.Duration) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for _, v := range r.violations {
-		fmt.Fprintln(w, "VIOLATION", v)
-	}
-	fmt.Fprintf(w, "\nchaos: seed %d, %s\n\nevents:\n", r.seed, took.Round(time.Second))
+	fmt.Fprintf(w, "chaos: seed %d, %s\n\nevents:\n", r.seed, took.Round(time.Second))
 	for _, e := range r.events {
 		fmt.Fprintln(w, "  "+e)
 	}
@@ -246,6 +252,17 @@ func (r *report) print(w io.Writer, took time.Duration) {
 	}
 	sort.Strings(invs)
 	fmt.Fprintf(w, "\nparent marks (dead, suspect, outlier) checked against the faults: %d\n", r.marks)
+	for _, l := range r.resources {
+		fmt.Fprintln(w, l)
+	}
+	// The violations come last, next to their count: a log cut to its
+	// tail keeps them.
+	if len(r.violations) > 0 {
+		fmt.Fprintln(w)
+	}
+	for _, v := range r.violations {
+		fmt.Fprintln(w, "VIOLATION", v)
+	}
 	total := 0
 	for _, n := range r.byInv {
 		total += n

@@ -18,8 +18,9 @@
 // descriptors and goroutines return to their baseline.
 //
 // Usage: go run ./test/chaos -seed 7 -d 60s (make chaos SEED=7
-// DURATION=60s). It prints each violation with its seed, exchange and
-// schedule, then a table, and exits 1 on any violation.
+// DURATION=60s). It prints a table, then each violation with its seed,
+// exchange and schedule (last, so a log cut to its tail keeps them), and
+// exits 1 on any violation.
 package main
 
 import (
@@ -137,11 +138,15 @@ func run() int {
 	r.checkPosts()
 	r.checkBlame(ms, parents)
 	r.checkResources(ms[:2], base)
-	r.print(os.Stdout, time.Since(start))
+	// The members' logs go first and the report last: a CI log that keeps
+	// only its tail keeps the violations.
 	if r.failed() {
 		for _, m := range ms {
 			fmt.Fprintf(os.Stderr, "--- member %s's log, last lines:\n%s\n", m.name, m.logTail(30))
 		}
+	}
+	r.print(os.Stdout, time.Since(start))
+	if r.failed() {
 		return 1
 	}
 	return 0

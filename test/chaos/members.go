@@ -16,6 +16,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -272,13 +273,66 @@ func (m *member) fleetSize() int {
 
 // resources are the serving process's open descriptors and goroutines.
 func (m *member) resources() (fds, goroutines int) {
-	if es, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", m.pid())); err == nil {
-		fds = len(es)
+	fds, _ = m.descriptors()
+	goroutines = m.goroutines()
+	return fds, goroutines
+}
+
+// descriptors counts the serving process's open descriptors, less the
+// disk store's segment files (segments): the store holds each segment
+// open while it has objects in it, and their number grows with what is
+// stored (a segment is a sixteenth of disk_size), not with connections.
+func (m *member) descriptors() (fds, segments int) {
+	dir := fmt.Sprintf("/proc/%d/fd", m.pid())
+	es, err := os.ReadDir(dir)
+	if err != nil {
+		return 0, 0
 	}
+	segDir := filepath.Join(m.dir, "cache", "objects", "segments") + string(filepath.Separator)
+	for _, e := range es {
+		if t, err := os.Readlink(filepath.Join(dir, e.Name())); err == nil && strings.HasPrefix(t, segDir) {
+			segments++
+			continue
+		}
+		fds++
+	}
+	return fds, segments
+}
+
+// descriptorKinds names what the serving process's descriptors are, for
+// a report: "socket 12, /dev/null 2, ..." (sockets and pipes by kind,
+// files by path).
+func (m *member) descriptorKinds() string {
+	dir := fmt.Sprintf("/proc/%d/fd", m.pid())
+	es, err := os.ReadDir(dir)
+	if err != nil {
+		return err.Error()
+	}
+	n := map[string]int{}
+	for _, e := range es {
+		t, err := os.Readlink(filepath.Join(dir, e.Name()))
+		if err != nil {
+			continue
+		}
+		if k, _, ok := strings.Cut(t, ":["); ok {
+			t = k
+		}
+		n[t]++
+	}
+	var out []string
+	for t, c := range n {
+		out = append(out, fmt.Sprintf("%s %d", t, c))
+	}
+	sort.Strings(out)
+	return strings.Join(out, ", ")
+}
+
+// goroutines reads go_goroutines from the member's metrics.
+func (m *member) goroutines() (goroutines int) {
 	c := http.Client{Timeout: 5 * time.Second}
 	resp, err := c.Get("http://" + m.admin + "/metrics")
 	if err != nil {
-		return fds, 0
+		return 0
 	}
 	defer resp.Body.Close()
 	var b strings.Builder
@@ -296,5 +350,5 @@ func (m *member) resources() (fds, goroutines int) {
 			goroutines = int(f)
 		}
 	}
-	return fds, goroutines
+	return goroutines
 }
