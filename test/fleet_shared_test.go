@@ -254,7 +254,13 @@ func TestFleetSharedCache(t *testing.T) {
 		}
 		time.Sleep(500 * time.Millisecond) // traffic through a and b before c dies
 		ms[2].Signal(syscall.SIGKILL)
-		waitFor(t, "c gone from a's view", 15*time.Second, func() bool {
+		// memberlist declares c dead when its suspicion times out: 3 s
+		// with another member's confirmation, up to 18 s without one
+		// (loopback settings: SuspicionMult 3, SuspicionMaxTimeoutMult
+		// 6, ProbeInterval 1 s). A confirmation lost under load (seen:
+		// b marked c dead at 5 s, a never heard b's gossip) leaves a on
+		// the long timer.
+		waitFor(t, "c gone from a's view", 30*time.Second, func() bool {
 			return ownerOf(ms[0], "http://origin.test/death/x") != "" && len(ms[0].fleet().Members) == 2
 		})
 		time.Sleep(500 * time.Millisecond) // and traffic after
