@@ -1,20 +1,19 @@
 package forwarding
 
 // This file holds an attempt at one next hop: how far it got (progress),
-// the class of how it ended, the request's facts, and decide, the one
-// function that says what follows. The attempt is a round trip
+// the classes of how it ended, its trace span, the request's facts, and
+// decide, the one function that says what follows. The attempt is a round trip
 // (roundtrip.go): it gets a request, a hop and a connection, and ends
 // with a response head and a body reader, or a classified error. It owns
 // its connection from dial (or pool) to release; it knows nothing of the
 // transaction it serves.
 
 import (
-	"errors"
 	"time"
 
 	"github.com/peerd/peerd/internal/h1"
-	"github.com/peerd/peerd/peers"
 	"github.com/peerd/peerd/selection"
+	"github.com/peerd/peerd/tracing"
 )
 
 // progress is how far one attempt at one next hop got. It only moves
@@ -123,51 +122,6 @@ var failureReasons = [...]string{"none", "connect_failed", "stale_connection", "
 
 func (f failure) String() string { return failureReasons[f] }
 
-// class says what kind of failure a finished attempt is. retryStatus
-// reports whether its final status is in retry_on_status.
-func (a *attempt) class(retryStatus bool) failure {
-	switch {
-	case a.final && a.hop.Peer != nil && a.hop.Peer.Type() == peers.Sibling && !a.hop.Leads() && siblingMiss(a.status):
-		// A sibling never fetches for us: its 504 (or any refusal) to
-		// only-if-cached means "not here". (A fleet member asked as a
-		// key's owner fetches: its answer is an answer.)
-		return siblingMissed
-	case a.final:
-		switch {
-		case a.progress == sentToClient:
-			return notFailed
-		case a.own:
-			return ownFailure
-		case retryStatus:
-			return statusRetry
-		}
-		return notFailed
-	case a.progress == sentToClient, a.clientBody:
-		// An interim response reached the client, or the client's own
-		// body broke: nothing can be redone.
-		return committed
-	case a.late && a.err == nil:
-		return lateHead
-	case a.err == nil:
-		return notFailed
-	case errors.Is(a.err, errGivenUp):
-		return givenUp
-	case a.progress <= dialling:
-		return connectFailed
-	case a.reused && !a.gotBytes && !a.timedOut:
-		// The peer closed the idle connection before our request reached
-		// it (the write succeeded into the kernel, the read saw EOF or a
-		// reset with no byte of answer). Only retriable requests ride
-		// pooled connections, so redoing it is safe.
-		return staleConn
-	case a.progress == connected:
-		return beforeWrite
-	case a.timedOut:
-		return timedOut
-	}
-	return afterWrite
-}
-
 // facts are what the retry decision needs to know about the request.
 type facts struct {
 	// idempotent: the method may be repeated (RFC 9110 9.2.2).
@@ -254,4 +208,11 @@ func decide(c failure, f facts, budget bool) verdict {
 		}
 	}
 	return answer // conservatively
+}
+
+// attemptSpan is a traced attempt's span while it runs.
+type attemptSpan struct {
+	trace *tracing.Request
+	id    tracing.SpanID
+	start time.Time
 }

@@ -1,6 +1,7 @@
 package forwarding
 
-// This file holds the cache layer's work (layer.go has its shape): lookups,
+// This file holds the cache layer's work (layer.go has its shape): the
+// step before the forward, lookups,
 // collapsing, serving stored responses, admission of a relayed response,
 // stale answers and invalidation.
 
@@ -419,13 +420,6 @@ func (l *cacheLayer) revalidateInBackground(ch *cache.Cache) {
 	}()
 }
 
-// background runs the revalidations behind stale answers, through the
-// proxy itself on in-memory connections; Shutdown waits for its tasks.
-type background struct {
-	tasks taskGroup
-	serve func(nc net.Conn, from client) // serves nc as a client connection from from
-}
-
 // serveInternal serves an in-memory connection as one from from.
 func (p *Proxy) serveInternal(nc net.Conn, from client) {
 	cc := newClientConn(p, nc)
@@ -456,4 +450,13 @@ func (p *Proxy) ICPHit(u []byte) bool {
 	_, v := c.Lookup(r, time.Now())
 	icpRequests.Put(r)
 	return v == cache.Hit
+}
+
+// before is the step before the forward: the request is looked up in the
+// generation's cache. done means the client was answered (or must be, with
+// e: only-if-cached that cannot be met); otherwise the request is
+// forwarded, with l as its sink.
+func (l *cacheLayer) before() (e *Error, done bool) {
+	l.ch = l.rq.gen.cache
+	return l.lookup()
 }

@@ -1,8 +1,8 @@
 package forwarding
 
 // This file holds the checks a request meets before it is forwarded:
-// [proxy] allow, Basic credentials, the host made canonical, the
-// destination policy ([[rule]]s in rules.go, then [access]) and
+// [proxy] allow, the host made canonical, the destination policy
+// ([[rule]]s and Basic credentials in rules.go, then [access]) and
 // Max-Forwards.
 
 import (
@@ -10,33 +10,8 @@ import (
 	"strconv"
 
 	"github.com/peerd/peerd/access"
-	"github.com/peerd/peerd/auth"
 	"github.com/peerd/peerd/internal/h1"
 )
-
-// authenticate checks the request's Basic credentials ([auth]): the user
-// for the access log, or the answer — 407 with a challenge for a missing
-// or wrong credential, 429 for a source that keeps failing (a right
-// credential is never refused).
-func (rq *request) authenticate(a Authenticator) *Error {
-	user, v := a.Check(rq.req.Get("Proxy-Authorization"), rq.from.str, rq.start)
-	if v == auth.Allowed {
-		rq.user = user
-		if u := rq.gen.users; u != nil {
-			u.seen(user, rq.from.addr, rq.start)
-		}
-		return nil
-	}
-	rq.claimed = user // for the access log only: it was not proven
-	if v == auth.Slowed {
-		e := errorf(http.StatusTooManyRequests, CodeAuthSlowed, "", "too many wrong credentials from %s", rq.from.str)
-		e.Fields = "Retry-After: 1\r\n"
-		return e
-	}
-	e := errorf(http.StatusProxyAuthRequired, CodeAuthRequired, "", "proxy authentication required")
-	e.Fields = "Proxy-Authenticate: Basic realm=\"" + a.Realm() + "\"\r\n"
-	return e
-}
 
 // canonicalHost gives the request its host's one spelling (see
 // access.CanonicalHost) before anything checks it: the target and Host

@@ -440,3 +440,5 @@ func closeWrite(c net.Conn) {
 	}
 	c.Close()
 }
+
+var errClientGone = errors.New("the client went away")

@@ -1,8 +1,9 @@
 package forwarding
 
-// This file holds a client connection: its loop over requests, the wait
-// for each head, the refusal of heads that cannot be read, and the
-// watcher that notices a client leaving while peerd waits on a next hop.
+// This file holds a client connection: its acceptance from a listener,
+// its loop over requests (each begins a transaction), the wait for each
+// head, the refusal of heads that cannot be read, and the watcher that
+// notices a client leaving while peerd waits on a next hop.
 
 import (
 	"errors"
@@ -253,4 +254,53 @@ func (w *watcher) stop() bool {
 		w.cc.w.lost()
 	}
 	return w.gone.Load()
+}
+
+// accept admits a new client connection. A source outside [proxy] allow
+// is refused before it is counted against max_connections or the per
+// source cap: it gets its 403 from a small bounded set of goroutines, or
+// a close when those are busy, so refused addresses can never use up the
+// slots of allowed clients.
+func (p *Proxy) accept(nc net.Conn) {
+	c := p.config()
+	remote, ok := remoteAddr(nc)
+	if !ok || !c.allowed(remote) {
+		if p.conns.refusing.Add(1) > maxRefusing {
+			p.conns.refusing.Add(-1)
+			p.metrics.connRefused()
+			nc.Close()
+			return
+		}
+		cc := newClientConn(p, nc)
+		cc.refusal = true
+		go cc.serve()
+		return
+	}
+	if !p.conns.admit(c.MaxConnections) {
+		p.metrics.connRefused()
+		nc.Close()
+		return
+	}
+	if !p.conns.admitSource(remote, c.MaxConnectionsPerSource) {
+		p.conns.release()
+		p.metrics.connRefused()
+		nc.Close()
+		return
+	}
+	cc := newClientConn(p, nc)
+	cc.counted = true
+	go cc.serve()
+}
+
+// begin starts a transaction for a request head (nil when the head could
+// not be read) under generation g. head is copied: the connection's
+// buffer moves on.
+func (tx *txn) begin(g *generation, start time.Time, head []byte) {
+	tx.rq.reset(g, &tx.cc.from, start)
+	tx.rq.head = append(tx.rq.head, head...)
+	tx.w.begin(g.cfg.WriteTimeout)
+	tx.reply = reply{}
+	tx.cl.reset()
+	tx.ctype, tx.target, tx.out, tx.logBuf = tx.ctype[:0], tx.target[:0], tx.out[:0], tx.logBuf[:0]
+	tx.icpTimedOut = false
 }

@@ -205,7 +205,3 @@ func (s *connSet) closeAll() {
 		c.nc.Close()
 	}
 }
-
-// OpenConnections is the client connections open now, tunnels included
-// (what max_connections counts).
-func (p *Proxy) OpenConnections() int64 { return p.conns.open.Load() }

@@ -1,10 +1,12 @@
 package forwarding
 
-// This file holds the forward: a plain request's body read, its plan
-// walked (walk.go), and the answer relayed to the client through a sink —
-// the client writer itself, or the cache's decorator in front of it —
-// with the body copied as it arrives and the upstream connection pooled
-// when it stays usable.
+// This file holds a transaction's flow and the forward. serve runs the
+// checks (checks.go) and hands the request to the cache's steps
+// (layer.go) and the forward: a plain request's body read, its plan
+// walked (walk.go), and the answer relayed to the client through a sink
+// (heads.go) — the client writer itself, or the cache's decorator in
+// front of it — under the response head made here, with the body copied
+// as it arrives and the upstream connection pooled when it stays usable.
 
 import (
 	"context"
@@ -12,41 +14,13 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"sync"
 	"time"
 
 	"github.com/peerd/peerd/internal/h1"
 	"github.com/peerd/peerd/selection"
 )
-
-// sink is where a relayed response goes: the client writer, or the
-// cache's decorator around it, which stores what passes and may answer
-// instead.
-type sink interface {
-	// offer is given a final response head before any of it is written:
-	// handled means the sink answered the client itself (a 304 that
-	// refreshed a stored response, a stale one standing in for a 5xx) and
-	// released the attempt.
-	offer(a *attempt) (handled bool, out outcome)
-	// fields appends the sink's own fields to the head (Cache-Status).
-	fields(b []byte, status int) []byte
-	// body writes a piece of the body (last: the body is whole with it);
-	// with the client gone a storing sink still keeps it.
-	body(p []byte, last bool) error
-	// keepOnAbort says whether a body goes on to its end after the client
-	// left, having got bytes of length (-1: not known).
-	keepOnAbort(got, length int64) bool
-	// end says the relay is over (whole: the body arrived complete). It
-	// reports whether the sink must settle after the client has the whole
-	// answer, which must then be flushed, not left buffered.
-	end(whole bool) (settle bool)
-	// settle waits (briefly) for what end started: a response kept on
-	// disk only is visible once it is committed.
-	settle()
-	// passThrough: the sink keeps nothing of the body (it may be moved
-	// by the kernel, never seen).
-	passThrough() bool
-}
 
 // The client writer is the sink of a request no cache sees.
 func (w *clientWriter) offer(*attempt) (bool, outcome)    { return false, 0 }
@@ -333,4 +307,121 @@ func (tx *txn) spliceBody(a *attempt, to sink) (moved bool, err error) {
 	n, err := tx.w.spliceFrom(up, &c.dl, a.body.Left(), tx.rq.gen.cfg.ReadTimeout)
 	a.body.Moved(n)
 	return true, err
+}
+
+// serve handles one parsed request head.
+func (tx *txn) serve() outcome {
+	defer tx.finish()
+	rq := &tx.rq
+	c := rq.gen.cfg
+	cc := tx.cc
+	req := &rq.req
+	canonicalMethod(rq.head)
+	if err := h1.ParseRequest(rq.head, req); err != nil {
+		e := errorf(h1.Status(err), CodeBadRequest, "", "%v", err)
+		e.Close = true
+		tx.fail(e)
+		return closeConn
+	}
+	rq.method = methodString(req.Method)
+	tx.beginTrace()
+	tx.w.keepAlive = req.KeepAlive
+	rq.body.done = !rq.hasBody()
+	if e := tx.verifyMember(); e != nil {
+		tx.fail(e)
+		return tx.after()
+	}
+	if rq.member != "" {
+		rq.gen.members.Served() // answered here as the owner
+	}
+	if rq.member == "" && (!cc.from.ok || !c.allowed(cc.from.addr)) {
+		tx.fail(errorf(http.StatusForbidden, CodeAccessDenied, "", "client %s is not in [proxy] allow", cc.from.str))
+		return tx.after()
+	}
+	if e := c.loopError(req.Fields); e != nil {
+		tx.fail(e)
+		return tx.after()
+	}
+	if e := tx.canonicalHost(); e != nil {
+		tx.fail(e)
+		return tx.after()
+	}
+	if req.Form == h1.AuthorityForm {
+		rq.port = h1.PortNumber(req.Port)
+		if e := rq.checkDestination(true); e != nil {
+			if e.Code != CodeAuthRequired && e.Code != CodeAuthSlowed {
+				e.Close = true // a refused tunnel ends its connection
+				tx.fail(e)
+				return closeConn
+			}
+			tx.fail(e) // the client may answer the challenge on it
+			return tx.after()
+		}
+		return tx.serveConnect()
+	}
+	if req.Form != h1.AbsoluteForm {
+		tx.fail(errorf(http.StatusBadRequest, CodeBadRequest, "",
+			"%s %s: peerd is a forward proxy; send an absolute URI (GET http://host/path) or CONNECT host:port", rq.method, req.Target))
+		return tx.after()
+	}
+	if !h1.EqualFold(req.Scheme, "http") && !h1.EqualFold(req.Scheme, "https") {
+		tx.fail(errorf(http.StatusBadRequest, CodeBadRequest, "", "unsupported URL scheme %q", req.Scheme))
+		return tx.after()
+	}
+	switch {
+	case len(req.Port) > 0:
+		rq.port = h1.PortNumber(req.Port)
+	case rq.https():
+		rq.port = 443
+	default:
+		rq.port = 80
+	}
+	if e := rq.checkDestination(false); e != nil {
+		tx.fail(e)
+		return tx.after()
+	}
+	if req.Upgrade != nil {
+		if v := rq.gen.policy.Upgrade(string(req.Upgrade)); v != "" {
+			rq.upgrade = req.Upgrade
+		}
+	}
+	if done := tx.maxForwards(); done {
+		return tx.after()
+	}
+	if rq.gen.cache == nil {
+		return tx.forward(tx.w)
+	}
+	// The cache's steps: before the forward (a lookup that may answer),
+	// the forward through its decorator, and after (stale_if_dead).
+	if e, done := tx.cl.before(); done {
+		if e != nil {
+			tx.fail(e)
+		}
+		return tx.after()
+	}
+	return tx.forward(&tx.cl)
+}
+
+// responseHead builds the head the client gets for resp, relayed from
+// hop; to adds its fields (the cache's Cache-Status).
+func (tx *txn) responseHead(b []byte, resp *h1.Response, kind h1.Body, chunked bool, to sink) []byte {
+	b = appendStatusLine(b, resp)
+	b = tx.rq.appendResponseFields(b, resp, tx.hop)
+	switch {
+	case kind == h1.LengthBody:
+		b = append(b, "Content-Length: "...)
+		b = strconv.AppendInt(b, resp.ContentLength, 10)
+		b = append(b, "\r\n"...)
+	case chunked:
+		b = append(b, "Transfer-Encoding: chunked\r\n"...)
+	case kind == h1.NoBody && resp.ContentLength >= 0 && resp.Status != http.StatusNoContent && resp.Status >= 200:
+		// HEAD and 304 keep the length of the body they stand for.
+		b = append(b, "Content-Length: "...)
+		b = strconv.AppendInt(b, resp.ContentLength, 10)
+		b = append(b, "\r\n"...)
+	}
+	b = to.fields(b, resp.Status)
+	b = append(b, tx.xCache()...)
+	b = tx.appendProxyStatus(b, resp.Status)
+	return tx.appendConnection(b)
 }

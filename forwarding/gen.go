@@ -3,7 +3,8 @@ package forwarding
 // This file holds the config generation: everything a reload changes that
 // a request reads ([proxy] with its words parsed, the destination policy,
 // [[rule]], [auth], the planner's routes and peers, the cache, the access
-// log, the [health] settings a walk reads), built whole and put in force with one atomic store. A request
+// log, the [health] settings a walk reads, the revalidations in the
+// background), built whole and put in force with one atomic store. A request
 // loads the generation once, when its head has been read, and is served
 // under it to its end: a reload while it is in flight changes nothing it
 // sees.
@@ -125,8 +126,6 @@ func (p *Proxy) store(g *generation) {
 
 // current is the generation in force now.
 func (p *Proxy) current() *generation { return p.gen.Load() }
-
-func (p *Proxy) config() *runtimeConfig { return p.gen.Load().cfg }
 
 // Update applies a new [proxy] config after validating it.
 func (p *Proxy) Update(c Config) error {
@@ -266,4 +265,11 @@ func (c *runtimeConfig) allowed(a netip.Addr) bool {
 		}
 	}
 	return false
+}
+
+// background runs the revalidations behind stale answers, through the
+// proxy itself on in-memory connections; Shutdown waits for its tasks.
+type background struct {
+	tasks taskGroup
+	serve func(nc net.Conn, from client) // serves nc as a client connection from from
 }

@@ -1,7 +1,8 @@
 package forwarding
 
-// This file holds loop detection on Via, the login sent to a parent, and
-// small predicates on methods and statuses (idempotent, sibling miss).
+// This file holds loop detection on Via, the login sent to a parent, the
+// one field writer the heads use (appendField), and small predicates on
+// methods and statuses (idempotent, sibling miss).
 
 import (
 	"bytes"
@@ -116,4 +117,11 @@ func siblingMiss(status int) bool {
 		return true
 	}
 	return status >= 500
+}
+
+func appendField(b, name, value []byte) []byte {
+	b = append(b, name...)
+	b = append(b, ": "...)
+	b = append(b, value...)
+	return append(b, "\r\n"...)
 }

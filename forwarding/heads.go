@@ -2,8 +2,9 @@ package forwarding
 
 // This file holds the message heads peerd writes: the request head for a
 // hop (absolute URI or origin form, hop-by-hop fields removed, Via and
-// X-Forwarded-For, the peer's login) and the response heads to the client
-// (with Squid's X-Cache fields).
+// X-Forwarded-For, the peer's login), the fields of the response heads to
+// the client (Connection, Squid's X-Cache), and the sink a response is
+// relayed through.
 
 import (
 	"net/http"
@@ -147,30 +148,6 @@ func (rq *request) appendConnect(b []byte, hop selection.Hop) []byte {
 	return append(b, "\r\n"...)
 }
 
-// responseHead builds the head the client gets for resp, relayed from
-// hop; to adds its fields (the cache's Cache-Status).
-func (tx *txn) responseHead(b []byte, resp *h1.Response, kind h1.Body, chunked bool, to sink) []byte {
-	b = appendStatusLine(b, resp)
-	b = tx.rq.appendResponseFields(b, resp, tx.hop)
-	switch {
-	case kind == h1.LengthBody:
-		b = append(b, "Content-Length: "...)
-		b = strconv.AppendInt(b, resp.ContentLength, 10)
-		b = append(b, "\r\n"...)
-	case chunked:
-		b = append(b, "Transfer-Encoding: chunked\r\n"...)
-	case kind == h1.NoBody && resp.ContentLength >= 0 && resp.Status != http.StatusNoContent && resp.Status >= 200:
-		// HEAD and 304 keep the length of the body they stand for.
-		b = append(b, "Content-Length: "...)
-		b = strconv.AppendInt(b, resp.ContentLength, 10)
-		b = append(b, "\r\n"...)
-	}
-	b = to.fields(b, resp.Status)
-	b = append(b, tx.xCache()...)
-	b = tx.appendProxyStatus(b, resp.Status)
-	return tx.appendConnection(b)
-}
-
 // appendConnection appends the Connection field the answer needs: close
 // when the connection ends after it (or peerd is stopping), keep-alive
 // to an HTTP/1.0 client that keeps it.
@@ -302,13 +279,6 @@ func appendOwn(b []byte, name string, fields []h1.Field, k h1.Kind, has bool) []
 	return append(appendValues(b, fields, k), "\r\n"...)
 }
 
-func appendField(b, name, value []byte) []byte {
-	b = append(b, name...)
-	b = append(b, ": "...)
-	b = append(b, value...)
-	return append(b, "\r\n"...)
-}
-
 // appendJoined appends one field named name: the values of the message's
 // fields of kind k (when it has any), then last, joined by ", " — how Via
 // and X-Forwarded-For grow by a hop.
@@ -335,4 +305,33 @@ func appendValues(b []byte, fields []h1.Field, k h1.Kind) []byte {
 		}
 	}
 	return b
+}
+
+// sink is where a relayed response goes: the client writer, or the
+// cache's decorator around it, which stores what passes and may answer
+// instead.
+type sink interface {
+	// offer is given a final response head before any of it is written:
+	// handled means the sink answered the client itself (a 304 that
+	// refreshed a stored response, a stale one standing in for a 5xx) and
+	// released the attempt.
+	offer(a *attempt) (handled bool, out outcome)
+	// fields appends the sink's own fields to the head (Cache-Status).
+	fields(b []byte, status int) []byte
+	// body writes a piece of the body (last: the body is whole with it);
+	// with the client gone a storing sink still keeps it.
+	body(p []byte, last bool) error
+	// keepOnAbort says whether a body goes on to its end after the client
+	// left, having got bytes of length (-1: not known).
+	keepOnAbort(got, length int64) bool
+	// end says the relay is over (whole: the body arrived complete). It
+	// reports whether the sink must settle after the client has the whole
+	// answer, which must then be flushed, not left buffered.
+	end(whole bool) (settle bool)
+	// settle waits (briefly) for what end started: a response kept on
+	// disk only is visible once it is committed.
+	settle()
+	// passThrough: the sink keeps nothing of the body (it may be moved
+	// by the kernel, never seen).
+	passThrough() bool
 }

@@ -44,15 +44,6 @@ func (l *cacheLayer) init(rq *request, w *clientWriter, side clientSide) {
 	l.rq, l.w, l.side = rq, w, side
 }
 
-// before is the step before the forward: the request is looked up in the
-// generation's cache. done means the client was answered (or must be, with
-// e: only-if-cached that cannot be met); otherwise the request is
-// forwarded, with l as its sink.
-func (l *cacheLayer) before() (e *Error, done bool) {
-	l.ch = l.rq.gen.cache
-	return l.lookup()
-}
-
 // reset clears the layer for a new request, keeping its buffers.
 func (l *cacheLayer) reset() {
 	*l = cacheLayer{rq: l.rq, w: l.w, side: l.side, cq: l.cq, out: l.out[:0], ctype: l.ctype[:0]}

@@ -1,19 +1,21 @@
 package forwarding
 
 // This file holds the Proxy: its options and the interfaces it is wired
-// with, New, and serving listeners, the janitor and Shutdown.
+// with, the sets it keeps (users by address, open tunnels), New, and
+// serving listeners, the janitor and Shutdown.
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/peerd/peerd/tracing"
 	"math/rand/v2"
 	"net"
 	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/peerd/peerd/tracing"
 
 	"github.com/peerd/peerd/access"
 	"github.com/peerd/peerd/auth"
@@ -243,42 +245,6 @@ func (p *Proxy) Serve(ln net.Listener) error {
 // that are being answered 403 at once; past it they are closed unanswered.
 const maxRefusing = 64
 
-// accept admits a new client connection. A source outside [proxy] allow
-// is refused before it is counted against max_connections or the per
-// source cap: it gets its 403 from a small bounded set of goroutines, or
-// a close when those are busy, so refused addresses can never use up the
-// slots of allowed clients.
-func (p *Proxy) accept(nc net.Conn) {
-	c := p.config()
-	remote, ok := remoteAddr(nc)
-	if !ok || !c.allowed(remote) {
-		if p.conns.refusing.Add(1) > maxRefusing {
-			p.conns.refusing.Add(-1)
-			p.metrics.connRefused()
-			nc.Close()
-			return
-		}
-		cc := newClientConn(p, nc)
-		cc.refusal = true
-		go cc.serve()
-		return
-	}
-	if !p.conns.admit(c.MaxConnections) {
-		p.metrics.connRefused()
-		nc.Close()
-		return
-	}
-	if !p.conns.admitSource(remote, c.MaxConnectionsPerSource) {
-		p.conns.release()
-		p.metrics.connRefused()
-		nc.Close()
-		return
-	}
-	cc := newClientConn(p, nc)
-	cc.counted = true
-	go cc.serve()
-}
-
 // remoteAddr is a connection's client address.
 func remoteAddr(nc net.Conn) (netip.Addr, bool) {
 	if ta, ok := nc.RemoteAddr().(*net.TCPAddr); ok {
@@ -320,4 +286,27 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 		case <-t.C:
 		}
 	}
+}
+
+// OpenConnections is the client connections open now, tunnels included
+// (what max_connections counts).
+func (p *Proxy) OpenConnections() int64 { return p.conns.open.Load() }
+
+func (p *Proxy) config() *runtimeConfig { return p.gen.Load().cfg }
+
+// tunnelSet tracks open tunnels so shutdown can wait for them and, past
+// shutdown_timeout, close them.
+type tunnelSet struct {
+	mu    sync.Mutex
+	conns map[net.Conn]struct{}
+	n     int
+	zero  chan struct{} // closed when n drops to 0; nil when nobody waits
+}
+
+// userAddrs remembers the addresses each proven user was seen from
+// within userAddrTTL (Squid's authenticate_ip_ttl default), for the
+// rules' max_user_ip.
+type userAddrs struct {
+	mu sync.Mutex
+	m  map[string]map[netip.Addr]time.Time
 }

@@ -1,11 +1,11 @@
 package forwarding
 
-// This file holds Proxy-Status (RFC 9209): error types, and the blame of an
-// error on a next hop or the origin.
+// This file holds Proxy-Status (RFC 9209): error types, and the members
+// written for an error of a next hop's or of peerd's own (the blame is
+// the walker's, walk.go).
 
 import (
 	"errors"
-	"net/http"
 	"strconv"
 
 	"github.com/peerd/peerd/internal/h1"
@@ -258,27 +258,4 @@ func skipBareItem(v []byte, i int) (int, bool) {
 		return j, true
 	}
 	return i, false
-}
-
-// blame reads a peer's Proxy-Status on a 5xx answer: an error about the
-// peer's own next hop is counted as the peer's upstream error, and says
-// whether another parent could do better. retry is the retry_on_status
-// decision, adjusted.
-func (w *walker) blame(a *attempt, retry bool) bool {
-	p := a.hop.Peer
-	if p == nil || a.status < http.StatusInternalServerError || !a.final || p.Type() == peers.Sibling {
-		return retry // (a sibling's error to only-if-cached is a miss)
-	}
-	t := upstreamError(a.resp.Fields)
-	if t == "" {
-		return retry
-	}
-	p.CountUpstreamError(t)
-	switch t {
-	case psDestinationNotFound, psRequestDenied:
-		return false // the same through any parent
-	case psConnectionRefused, psConnectionTimeout:
-		return true // the parent's path to the origin: another may have one
-	}
-	return retry
 }

@@ -3,7 +3,8 @@ package forwarding
 // This file holds the round trip an attempt makes on the connection it
 // owns: the request written (head and body), the response head read
 // (interim answers relayed through the client side), a CONNECT's reply,
-// and the connection pooled, drained or closed at the end (release, end).
+// and the connection pooled, drained or closed at the end (release, end);
+// and the class of how it ended (class).
 
 import (
 	"errors"
@@ -19,7 +20,6 @@ import (
 var (
 	errUnexpected101  = errors.New("101 Switching Protocols to a request that asked for no upgrade")
 	errTooManyInterim = errors.New("more than 8 interim (1xx) responses")
-	errClientGone     = errors.New("the client went away")
 	// errClientBody: the client's request body broke while it was relayed.
 	errClientBody = errors.New("the client's request body broke off")
 	// errGivenUp: a late wait on a parent that died meanwhile.
@@ -427,4 +427,49 @@ func (a *attempt) finalHead(maxHeader int) (head []byte, gotBytes bool, err erro
 		c.r.Release(head)
 	}
 	return nil, true, errTooManyInterim
+}
+
+// class says what kind of failure a finished attempt is. retryStatus
+// reports whether its final status is in retry_on_status.
+func (a *attempt) class(retryStatus bool) failure {
+	switch {
+	case a.final && a.hop.Peer != nil && a.hop.Peer.Type() == peers.Sibling && !a.hop.Leads() && siblingMiss(a.status):
+		// A sibling never fetches for us: its 504 (or any refusal) to
+		// only-if-cached means "not here". (A fleet member asked as a
+		// key's owner fetches: its answer is an answer.)
+		return siblingMissed
+	case a.final:
+		switch {
+		case a.progress == sentToClient:
+			return notFailed
+		case a.own:
+			return ownFailure
+		case retryStatus:
+			return statusRetry
+		}
+		return notFailed
+	case a.progress == sentToClient, a.clientBody:
+		// An interim response reached the client, or the client's own
+		// body broke: nothing can be redone.
+		return committed
+	case a.late && a.err == nil:
+		return lateHead
+	case a.err == nil:
+		return notFailed
+	case errors.Is(a.err, errGivenUp):
+		return givenUp
+	case a.progress <= dialling:
+		return connectFailed
+	case a.reused && !a.gotBytes && !a.timedOut:
+		// The peer closed the idle connection before our request reached
+		// it (the write succeeded into the kernel, the read saw EOF or a
+		// reset with no byte of answer). Only retriable requests ride
+		// pooled connections, so redoing it is safe.
+		return staleConn
+	case a.progress == connected:
+		return beforeWrite
+	case a.timedOut:
+		return timedOut
+	}
+	return afterWrite
 }

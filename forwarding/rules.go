@@ -8,7 +8,7 @@ package forwarding
 // as Squid asks: only by a rule that needs the user, when a request
 // reaches it, so a deny that comes first is 403 whatever the password
 // (a 407 for a wrong one and a 403 for a right one would tell an
-// outsider which passwords are right).
+// outsider which passwords are right); authenticate checks them.
 
 import (
 	"context"
@@ -17,10 +17,10 @@ import (
 	"net/http"
 	"net/netip"
 	"strings"
-	"sync"
 	"time"
 	"unsafe"
 
+	"github.com/peerd/peerd/auth"
 	"github.com/peerd/peerd/internal/conf"
 	"github.com/peerd/peerd/internal/match"
 )
@@ -192,14 +192,6 @@ func (p *Proxy) usersFor(rs []Rule) *userAddrs {
 	return nil
 }
 
-// userAddrs remembers the addresses each proven user was seen from
-// within userAddrTTL (Squid's authenticate_ip_ttl default), for the
-// rules' max_user_ip.
-type userAddrs struct {
-	mu sync.Mutex
-	m  map[string]map[netip.Addr]time.Time
-}
-
 const (
 	userAddrTTL   = time.Second
 	maxUsersKnown = 1 << 16 // at it, users not seen within the TTL are forgotten (all, if none is)
@@ -309,4 +301,28 @@ func OnLoopback(listen string) bool {
 	}
 	a, err := netip.ParseAddr(host)
 	return host == "localhost" || err == nil && a.IsLoopback()
+}
+
+// authenticate checks the request's Basic credentials ([auth]): the user
+// for the access log, or the answer — 407 with a challenge for a missing
+// or wrong credential, 429 for a source that keeps failing (a right
+// credential is never refused).
+func (rq *request) authenticate(a Authenticator) *Error {
+	user, v := a.Check(rq.req.Get("Proxy-Authorization"), rq.from.str, rq.start)
+	if v == auth.Allowed {
+		rq.user = user
+		if u := rq.gen.users; u != nil {
+			u.seen(user, rq.from.addr, rq.start)
+		}
+		return nil
+	}
+	rq.claimed = user // for the access log only: it was not proven
+	if v == auth.Slowed {
+		e := errorf(http.StatusTooManyRequests, CodeAuthSlowed, "", "too many wrong credentials from %s", rq.from.str)
+		e.Fields = "Retry-After: 1\r\n"
+		return e
+	}
+	e := errorf(http.StatusProxyAuthRequired, CodeAuthRequired, "", "proxy authentication required")
+	e.Fields = "Proxy-Authenticate: Basic realm=\"" + a.Realm() + "\"\r\n"
+	return e
 }

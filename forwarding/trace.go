@@ -3,24 +3,17 @@ package forwarding
 // This file holds the proxy's side of tracing ([trace], package
 // tracing): the sampling decision when a request is read, one span per
 // attempt at a next hop (its ID sent on as traceparent, so the parent's
-// spans hang under it), and the request's own span when it is logged.
+// spans hang under it; the span's type is in attempt.go), and the
+// request's own span (ended by finishTrace in txn.go).
 // An untraced request costs a nil test at each of these points.
 
 import (
 	"math/rand/v2"
-	"net/http"
 	"strconv"
 	"time"
 
 	"github.com/peerd/peerd/tracing"
 )
-
-// attemptSpan is a traced attempt's span while it runs.
-type attemptSpan struct {
-	trace *tracing.Request
-	id    tracing.SpanID
-	start time.Time
-}
 
 // SetTracer puts e in force for new requests (nil: tracing off).
 func (p *Proxy) SetTracer(e *tracing.Exporter) { p.tracer.Store(e) }
@@ -68,26 +61,4 @@ func (a *attempt) endSpan() {
 	}
 	e.Export(tracing.Span{Trace: s.trace.Trace, ID: s.id, Parent: s.trace.ID, Name: "attempt " + attrs[0].Str,
 		Kind: tracing.KindClient, Start: s.start, End: time.Now(), Attrs: attrs, Error: failed})
-}
-
-// finishTrace exports the request's span.
-func (tx *txn) finishTrace(end time.Time, hier string) {
-	rq := &tx.rq
-	e := tx.p.tracer.Load()
-	if rq.trace == nil || e == nil {
-		return
-	}
-	st := tx.w.status
-	attrs := []tracing.Attr{
-		tracing.String("http.request.method", rq.method),
-		tracing.String("url.full", urlString(rq.req.Target)),
-		tracing.Int("http.response.status_code", int64(st)),
-		tracing.String("client.address", rq.from.str),
-		tracing.String("peerd.hierarchy", hier),
-	}
-	failed := ""
-	if st >= 500 {
-		failed = http.StatusText(st)
-	}
-	e.Export(rq.trace.Span(rq.method, end, attrs, failed))
 }

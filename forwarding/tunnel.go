@@ -1,14 +1,13 @@
 package forwarding
 
 // This file holds CONNECT: the tunnel through a parent or DIRECT, and
-// upgraded connections; and the set of open tunnels that shutdown waits
-// for.
+// upgraded connections; and the work of the set of open tunnels that
+// shutdown waits for (the set is the Proxy's, proxy.go).
 
 import (
 	"context"
 	"net"
 	"net/http"
-	"sync"
 	"time"
 
 	"github.com/peerd/peerd/selection"
@@ -127,15 +126,6 @@ func (tx *txn) tunnel(a *attempt, status int, hello []byte) outcome {
 		tx.tunnelIn, tx.tunnelOut = in, out
 	}
 	return closeConn
-}
-
-// tunnelSet tracks open tunnels so shutdown can wait for them and, past
-// shutdown_timeout, close them.
-type tunnelSet struct {
-	mu    sync.Mutex
-	conns map[net.Conn]struct{}
-	n     int
-	zero  chan struct{} // closed when n drops to 0; nil when nobody waits
 }
 
 func (t *tunnelSet) add(a, b net.Conn) (release func()) {

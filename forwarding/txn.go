@@ -1,17 +1,17 @@
 package forwarding
 
 // This file holds a transaction: one client request from its head to its
-// access-log line. serve runs the checks (checks.go) and hands the
-// request to the cache's steps and the forwarder (forward.go); fail
-// answers with peerd's own error; finish writes the log line and the
-// metrics. The transaction is the one place that knows all the parts;
-// none of them points back at it.
+// access-log line, and its ends. A connection begins it (conn.go), serve
+// runs it (forward.go); fail answers with peerd's own error; finish
+// writes the log line, the metrics and the trace's last span. The
+// transaction is the one place that knows all the parts; none of them
+// points back at it.
 
 import (
 	"net/http"
 	"time"
 
-	"github.com/peerd/peerd/internal/h1"
+	"github.com/peerd/peerd/tracing"
 )
 
 // outcome says what becomes of the client connection after a request.
@@ -47,112 +47,6 @@ func (tx *txn) init(cc *clientConn) {
 	tx.rq.body.dl, tx.rq.body.w = &cc.dl, &cc.w
 	tx.wk.init(&tx.rq, cc, &cc.w)
 	tx.cl.init(&tx.rq, &cc.w, cc)
-}
-
-// begin starts a transaction for a request head (nil when the head could
-// not be read) under generation g. head is copied: the connection's
-// buffer moves on.
-func (tx *txn) begin(g *generation, start time.Time, head []byte) {
-	tx.rq.reset(g, &tx.cc.from, start)
-	tx.rq.head = append(tx.rq.head, head...)
-	tx.w.begin(g.cfg.WriteTimeout)
-	tx.reply = reply{}
-	tx.cl.reset()
-	tx.ctype, tx.target, tx.out, tx.logBuf = tx.ctype[:0], tx.target[:0], tx.out[:0], tx.logBuf[:0]
-	tx.icpTimedOut = false
-}
-
-// serve handles one parsed request head.
-func (tx *txn) serve() outcome {
-	defer tx.finish()
-	rq := &tx.rq
-	c := rq.gen.cfg
-	cc := tx.cc
-	req := &rq.req
-	canonicalMethod(rq.head)
-	if err := h1.ParseRequest(rq.head, req); err != nil {
-		e := errorf(h1.Status(err), CodeBadRequest, "", "%v", err)
-		e.Close = true
-		tx.fail(e)
-		return closeConn
-	}
-	rq.method = methodString(req.Method)
-	tx.beginTrace()
-	tx.w.keepAlive = req.KeepAlive
-	rq.body.done = !rq.hasBody()
-	if e := tx.verifyMember(); e != nil {
-		tx.fail(e)
-		return tx.after()
-	}
-	if rq.member != "" {
-		rq.gen.members.Served() // answered here as the owner
-	}
-	if rq.member == "" && (!cc.from.ok || !c.allowed(cc.from.addr)) {
-		tx.fail(errorf(http.StatusForbidden, CodeAccessDenied, "", "client %s is not in [proxy] allow", cc.from.str))
-		return tx.after()
-	}
-	if e := c.loopError(req.Fields); e != nil {
-		tx.fail(e)
-		return tx.after()
-	}
-	if e := tx.canonicalHost(); e != nil {
-		tx.fail(e)
-		return tx.after()
-	}
-	if req.Form == h1.AuthorityForm {
-		rq.port = h1.PortNumber(req.Port)
-		if e := rq.checkDestination(true); e != nil {
-			if e.Code != CodeAuthRequired && e.Code != CodeAuthSlowed {
-				e.Close = true // a refused tunnel ends its connection
-				tx.fail(e)
-				return closeConn
-			}
-			tx.fail(e) // the client may answer the challenge on it
-			return tx.after()
-		}
-		return tx.serveConnect()
-	}
-	if req.Form != h1.AbsoluteForm {
-		tx.fail(errorf(http.StatusBadRequest, CodeBadRequest, "",
-			"%s %s: peerd is a forward proxy; send an absolute URI (GET http://host/path) or CONNECT host:port", rq.method, req.Target))
-		return tx.after()
-	}
-	if !h1.EqualFold(req.Scheme, "http") && !h1.EqualFold(req.Scheme, "https") {
-		tx.fail(errorf(http.StatusBadRequest, CodeBadRequest, "", "unsupported URL scheme %q", req.Scheme))
-		return tx.after()
-	}
-	switch {
-	case len(req.Port) > 0:
-		rq.port = h1.PortNumber(req.Port)
-	case rq.https():
-		rq.port = 443
-	default:
-		rq.port = 80
-	}
-	if e := rq.checkDestination(false); e != nil {
-		tx.fail(e)
-		return tx.after()
-	}
-	if req.Upgrade != nil {
-		if v := rq.gen.policy.Upgrade(string(req.Upgrade)); v != "" {
-			rq.upgrade = req.Upgrade
-		}
-	}
-	if done := tx.maxForwards(); done {
-		return tx.after()
-	}
-	if rq.gen.cache == nil {
-		return tx.forward(tx.w)
-	}
-	// The cache's steps: before the forward (a lookup that may answer),
-	// the forward through its decorator, and after (stale_if_dead).
-	if e, done := tx.cl.before(); done {
-		if e != nil {
-			tx.fail(e)
-		}
-		return tx.after()
-	}
-	return tx.forward(&tx.cl)
 }
 
 // closeIfStopping makes the answer being written the connection's last
@@ -252,4 +146,26 @@ func (tx *txn) hierarchy() string {
 		return "HIER_NONE"
 	}
 	return tx.hop.Code
+}
+
+// finishTrace exports the request's span.
+func (tx *txn) finishTrace(end time.Time, hier string) {
+	rq := &tx.rq
+	e := tx.p.tracer.Load()
+	if rq.trace == nil || e == nil {
+		return
+	}
+	st := tx.w.status
+	attrs := []tracing.Attr{
+		tracing.String("http.request.method", rq.method),
+		tracing.String("url.full", urlString(rq.req.Target)),
+		tracing.Int("http.response.status_code", int64(st)),
+		tracing.String("client.address", rq.from.str),
+		tracing.String("peerd.hierarchy", hier),
+	}
+	failed := ""
+	if st >= 500 {
+		failed = http.StatusText(st)
+	}
+	e.Export(rq.trace.Span(rq.method, end, attrs, failed))
 }

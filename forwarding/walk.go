@@ -4,8 +4,8 @@ package forwarding
 // plan. It is the only part that advances the plan, and it owns every
 // attempt in flight: it takes each hop (skipping a full peer), gets a
 // connection (an idle one, a connect, or a race of connects: race.go),
-// has the attempt make its round trip, and after each step asks decide
-// (attempt.go) what follows — the next hop, the same hop fresh, a hedge
+// has the attempt make its round trip, blames a failure on the hop or
+// the origin, and after each step asks decide (attempt.go) what follows — the next hop, the same hop fresh, a hedge
 // when the head is late, or the answer. It knows nothing of the
 // transaction: it gets the request and the client side, and returns the
 // attempt to answer with.
@@ -381,4 +381,27 @@ func (w *walker) poolFor(hop selection.Hop) *pool {
 		w.oKey = append(append(w.oKey, ':'), req.Port...)
 	}
 	return pl.forOrigin(w.oKey)
+}
+
+// blame reads a peer's Proxy-Status on a 5xx answer: an error about the
+// peer's own next hop is counted as the peer's upstream error, and says
+// whether another parent could do better. retry is the retry_on_status
+// decision, adjusted.
+func (w *walker) blame(a *attempt, retry bool) bool {
+	p := a.hop.Peer
+	if p == nil || a.status < http.StatusInternalServerError || !a.final || p.Type() == peers.Sibling {
+		return retry // (a sibling's error to only-if-cached is a miss)
+	}
+	t := upstreamError(a.resp.Fields)
+	if t == "" {
+		return retry
+	}
+	p.CountUpstreamError(t)
+	switch t {
+	case psDestinationNotFound, psRequestDenied:
+		return false // the same through any parent
+	case psConnectionRefused, psConnectionTimeout:
+		return true // the parent's path to the origin: another may have one
+	}
+	return retry
 }
