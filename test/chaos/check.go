@@ -160,7 +160,7 @@ type baseline struct{ fds, goroutines int }
 func baselines(ms []*member) []baseline {
 	var out []baseline
 	for _, m := range ms {
-		f, g := m.resources()
+		f, _, g := m.resources()
 		out = append(out, baseline{f, g})
 	}
 	return out
@@ -168,22 +168,22 @@ func baselines(ms []*member) []baseline {
 
 // Slack over the baseline once the load is over: a connection or two to
 // the fleet's members and their goroutines may be new. The store's
-// segment files are not counted (member.descriptors): their number
-// follows what was stored, and a 60 s run on a fast machine stores
-// enough to open more segments than any slack would allow.
+// segment files are not counted (member.resources): their number grows
+// with what was stored (a segment is a sixteenth of disk_size) and with
+// each start of the process (an upgrade opens a new one), not with
+// connections.
 const fdSlack, goroutineSlack = 6, 20
 
 // checkResources: I6, polled for up to 30s after the load (idle
 // connections close after pconn_timeout).
 func (r *report) checkResources(ms []*member, base []baseline) {
 	for i, m := range ms {
-		var f, g int
+		var f, segs, g int
 		deadline := time.Now().Add(30 * time.Second)
 		for {
-			f, g = m.resources()
+			f, segs, g = m.resources()
 			if f <= base[i].fds+fdSlack && g <= base[i].goroutines+goroutineSlack && f > 0 {
 				r.mu.Lock()
-				_, segs := m.descriptors()
 				r.resources = append(r.resources, fmt.Sprintf("member %s: %d descriptors and %d goroutines, %d and %d before the load (and %d store segments open)",
 					m.name, f, g, base[i].fds, base[i].goroutines, segs))
 				r.mu.Unlock()

@@ -271,49 +271,46 @@ func (m *member) fleetSize() int {
 	return n
 }
 
-// resources are the serving process's open descriptors and goroutines.
-func (m *member) resources() (fds, goroutines int) {
-	fds, _ = m.descriptors()
-	goroutines = m.goroutines()
-	return fds, goroutines
+// resources are the serving process's open descriptors, less the disk
+// store's segment files (segments, counted apart: the store holds each
+// segment open while it has objects in it, and their number follows
+// what was stored and how often the process started, not connections),
+// and its goroutines.
+func (m *member) resources() (fds, segments, goroutines int) {
+	segDir := filepath.Join(m.dir, "cache", "objects", "segments") + string(filepath.Separator)
+	for _, t := range m.descriptorTargets() {
+		if strings.HasPrefix(t, segDir) {
+			segments++
+		} else {
+			fds++
+		}
+	}
+	return fds, segments, m.goroutines()
 }
 
-// descriptors counts the serving process's open descriptors, less the
-// disk store's segment files (segments): the store holds each segment
-// open while it has objects in it, and their number grows with what is
-// stored (a segment is a sixteenth of disk_size), not with connections.
-func (m *member) descriptors() (fds, segments int) {
+// descriptorTargets are what the serving process's descriptors point at:
+// a file's path, or "socket:[inode]", "pipe:[inode]" and the like.
+func (m *member) descriptorTargets() []string {
 	dir := fmt.Sprintf("/proc/%d/fd", m.pid())
 	es, err := os.ReadDir(dir)
 	if err != nil {
-		return 0, 0
+		return nil
 	}
-	segDir := filepath.Join(m.dir, "cache", "objects", "segments") + string(filepath.Separator)
+	var out []string
 	for _, e := range es {
-		if t, err := os.Readlink(filepath.Join(dir, e.Name())); err == nil && strings.HasPrefix(t, segDir) {
-			segments++
-			continue
+		if t, err := os.Readlink(filepath.Join(dir, e.Name())); err == nil {
+			out = append(out, t)
 		}
-		fds++
 	}
-	return fds, segments
+	return out
 }
 
 // descriptorKinds names what the serving process's descriptors are, for
 // a report: "socket 12, /dev/null 2, ..." (sockets and pipes by kind,
 // files by path).
 func (m *member) descriptorKinds() string {
-	dir := fmt.Sprintf("/proc/%d/fd", m.pid())
-	es, err := os.ReadDir(dir)
-	if err != nil {
-		return err.Error()
-	}
 	n := map[string]int{}
-	for _, e := range es {
-		t, err := os.Readlink(filepath.Join(dir, e.Name()))
-		if err != nil {
-			continue
-		}
+	for _, t := range m.descriptorTargets() {
 		if k, _, ok := strings.Cut(t, ":["); ok {
 			t = k
 		}
