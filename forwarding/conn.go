@@ -256,6 +256,20 @@ func (w *watcher) stop() bool {
 	return w.gone.Load()
 }
 
+// maxRefusing bounds the connections from sources outside [proxy] allow
+// that are being answered 403 at once; past it they are closed unanswered.
+const maxRefusing = 64
+
+// remoteAddr is a connection's client address.
+func remoteAddr(nc net.Conn) (netip.Addr, bool) {
+	if ta, ok := nc.RemoteAddr().(*net.TCPAddr); ok {
+		a, ok := netip.AddrFromSlice(ta.IP)
+		return a.Unmap(), ok
+	}
+	ap, err := netip.ParseAddrPort(nc.RemoteAddr().String())
+	return ap.Addr().Unmap(), err == nil
+}
+
 // accept admits a new client connection. A source outside [proxy] allow
 // is refused before it is counted against max_connections or the per
 // source cap: it gets its 403 from a small bounded set of goroutines, or

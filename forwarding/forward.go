@@ -31,6 +31,99 @@ func (w *clientWriter) settle()                           {}
 func (w *clientWriter) passThrough() bool                 { return true }
 func (w *clientWriter) body(p []byte, _ bool) (err error) { return w.bodyBytes(p) }
 
+// serve handles one parsed request head.
+func (tx *txn) serve() outcome {
+	defer tx.finish()
+	rq := &tx.rq
+	c := rq.gen.cfg
+	cc := tx.cc
+	req := &rq.req
+	canonicalMethod(rq.head)
+	if err := h1.ParseRequest(rq.head, req); err != nil {
+		e := errorf(h1.Status(err), CodeBadRequest, "", "%v", err)
+		e.Close = true
+		tx.fail(e)
+		return closeConn
+	}
+	rq.method = methodString(req.Method)
+	tx.beginTrace()
+	tx.w.keepAlive = req.KeepAlive
+	rq.body.done = !rq.hasBody()
+	if e := tx.verifyMember(); e != nil {
+		tx.fail(e)
+		return tx.after()
+	}
+	if rq.member != "" {
+		rq.gen.members.Served() // answered here as the owner
+	}
+	if rq.member == "" && (!cc.from.ok || !c.allowed(cc.from.addr)) {
+		tx.fail(errorf(http.StatusForbidden, CodeAccessDenied, "", "client %s is not in [proxy] allow", cc.from.str))
+		return tx.after()
+	}
+	if e := c.loopError(req.Fields); e != nil {
+		tx.fail(e)
+		return tx.after()
+	}
+	if e := tx.canonicalHost(); e != nil {
+		tx.fail(e)
+		return tx.after()
+	}
+	if req.Form == h1.AuthorityForm {
+		rq.port = h1.PortNumber(req.Port)
+		if e := rq.checkDestination(true); e != nil {
+			if e.Code != CodeAuthRequired && e.Code != CodeAuthSlowed {
+				e.Close = true // a refused tunnel ends its connection
+				tx.fail(e)
+				return closeConn
+			}
+			tx.fail(e) // the client may answer the challenge on it
+			return tx.after()
+		}
+		return tx.serveConnect()
+	}
+	if req.Form != h1.AbsoluteForm {
+		tx.fail(errorf(http.StatusBadRequest, CodeBadRequest, "",
+			"%s %s: peerd is a forward proxy; send an absolute URI (GET http://host/path) or CONNECT host:port", rq.method, req.Target))
+		return tx.after()
+	}
+	if !h1.EqualFold(req.Scheme, "http") && !h1.EqualFold(req.Scheme, "https") {
+		tx.fail(errorf(http.StatusBadRequest, CodeBadRequest, "", "unsupported URL scheme %q", req.Scheme))
+		return tx.after()
+	}
+	switch {
+	case len(req.Port) > 0:
+		rq.port = h1.PortNumber(req.Port)
+	case rq.https():
+		rq.port = 443
+	default:
+		rq.port = 80
+	}
+	if e := rq.checkDestination(false); e != nil {
+		tx.fail(e)
+		return tx.after()
+	}
+	if req.Upgrade != nil {
+		if v := rq.gen.policy.Upgrade(string(req.Upgrade)); v != "" {
+			rq.upgrade = req.Upgrade
+		}
+	}
+	if done := tx.maxForwards(); done {
+		return tx.after()
+	}
+	if rq.gen.cache == nil {
+		return tx.forward(tx.w)
+	}
+	// The cache's steps: before the forward (a lookup that may answer),
+	// the forward through its decorator, and after (stale_if_dead).
+	if e, done := tx.cl.before(); done {
+		if e != nil {
+			tx.fail(e)
+		}
+		return tx.after()
+	}
+	return tx.forward(&tx.cl)
+}
+
 // forward sends a plain request along its plan and relays the answer
 // through to.
 func (tx *txn) forward(to sink) outcome {
@@ -307,99 +400,6 @@ func (tx *txn) spliceBody(a *attempt, to sink) (moved bool, err error) {
 	n, err := tx.w.spliceFrom(up, &c.dl, a.body.Left(), tx.rq.gen.cfg.ReadTimeout)
 	a.body.Moved(n)
 	return true, err
-}
-
-// serve handles one parsed request head.
-func (tx *txn) serve() outcome {
-	defer tx.finish()
-	rq := &tx.rq
-	c := rq.gen.cfg
-	cc := tx.cc
-	req := &rq.req
-	canonicalMethod(rq.head)
-	if err := h1.ParseRequest(rq.head, req); err != nil {
-		e := errorf(h1.Status(err), CodeBadRequest, "", "%v", err)
-		e.Close = true
-		tx.fail(e)
-		return closeConn
-	}
-	rq.method = methodString(req.Method)
-	tx.beginTrace()
-	tx.w.keepAlive = req.KeepAlive
-	rq.body.done = !rq.hasBody()
-	if e := tx.verifyMember(); e != nil {
-		tx.fail(e)
-		return tx.after()
-	}
-	if rq.member != "" {
-		rq.gen.members.Served() // answered here as the owner
-	}
-	if rq.member == "" && (!cc.from.ok || !c.allowed(cc.from.addr)) {
-		tx.fail(errorf(http.StatusForbidden, CodeAccessDenied, "", "client %s is not in [proxy] allow", cc.from.str))
-		return tx.after()
-	}
-	if e := c.loopError(req.Fields); e != nil {
-		tx.fail(e)
-		return tx.after()
-	}
-	if e := tx.canonicalHost(); e != nil {
-		tx.fail(e)
-		return tx.after()
-	}
-	if req.Form == h1.AuthorityForm {
-		rq.port = h1.PortNumber(req.Port)
-		if e := rq.checkDestination(true); e != nil {
-			if e.Code != CodeAuthRequired && e.Code != CodeAuthSlowed {
-				e.Close = true // a refused tunnel ends its connection
-				tx.fail(e)
-				return closeConn
-			}
-			tx.fail(e) // the client may answer the challenge on it
-			return tx.after()
-		}
-		return tx.serveConnect()
-	}
-	if req.Form != h1.AbsoluteForm {
-		tx.fail(errorf(http.StatusBadRequest, CodeBadRequest, "",
-			"%s %s: peerd is a forward proxy; send an absolute URI (GET http://host/path) or CONNECT host:port", rq.method, req.Target))
-		return tx.after()
-	}
-	if !h1.EqualFold(req.Scheme, "http") && !h1.EqualFold(req.Scheme, "https") {
-		tx.fail(errorf(http.StatusBadRequest, CodeBadRequest, "", "unsupported URL scheme %q", req.Scheme))
-		return tx.after()
-	}
-	switch {
-	case len(req.Port) > 0:
-		rq.port = h1.PortNumber(req.Port)
-	case rq.https():
-		rq.port = 443
-	default:
-		rq.port = 80
-	}
-	if e := rq.checkDestination(false); e != nil {
-		tx.fail(e)
-		return tx.after()
-	}
-	if req.Upgrade != nil {
-		if v := rq.gen.policy.Upgrade(string(req.Upgrade)); v != "" {
-			rq.upgrade = req.Upgrade
-		}
-	}
-	if done := tx.maxForwards(); done {
-		return tx.after()
-	}
-	if rq.gen.cache == nil {
-		return tx.forward(tx.w)
-	}
-	// The cache's steps: before the forward (a lookup that may answer),
-	// the forward through its decorator, and after (stale_if_dead).
-	if e, done := tx.cl.before(); done {
-		if e != nil {
-			tx.fail(e)
-		}
-		return tx.after()
-	}
-	return tx.forward(&tx.cl)
 }
 
 // responseHead builds the head the client gets for resp, relayed from

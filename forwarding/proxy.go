@@ -136,6 +136,30 @@ type Proxy struct {
 	unsolicitedLog rate.Sometimes
 }
 
+// OpenConnections is the client connections open now, tunnels included
+// (what max_connections counts).
+func (p *Proxy) OpenConnections() int64 { return p.conns.open.Load() }
+
+// config is the [proxy] section of the generation in force.
+func (p *Proxy) config() *runtimeConfig { return p.gen.Load().cfg }
+
+// tunnelSet tracks open tunnels so shutdown can wait for them and, past
+// shutdown_timeout, close them.
+type tunnelSet struct {
+	mu    sync.Mutex
+	conns map[net.Conn]struct{}
+	n     int
+	zero  chan struct{} // closed when n drops to 0; nil when nobody waits
+}
+
+// userAddrs remembers the addresses each proven user was seen from
+// within userAddrTTL (Squid's authenticate_ip_ttl default), for the
+// rules' max_user_ip.
+type userAddrs struct {
+	mu sync.Mutex
+	m  map[string]map[netip.Addr]time.Time
+}
+
 // HedgesBudgetLeft is how many hedges hedge_budget allows now (GET
 // /peers hedges_budget_left).
 func (p *Proxy) HedgesBudgetLeft() int64 {
@@ -241,20 +265,6 @@ func (p *Proxy) Serve(ln net.Listener) error {
 	}
 }
 
-// maxRefusing bounds the connections from sources outside [proxy] allow
-// that are being answered 403 at once; past it they are closed unanswered.
-const maxRefusing = 64
-
-// remoteAddr is a connection's client address.
-func remoteAddr(nc net.Conn) (netip.Addr, bool) {
-	if ta, ok := nc.RemoteAddr().(*net.TCPAddr); ok {
-		a, ok := netip.AddrFromSlice(ta.IP)
-		return a.Unmap(), ok
-	}
-	ap, err := netip.ParseAddrPort(nc.RemoteAddr().String())
-	return ap.Addr().Unmap(), err == nil
-}
-
 // Shutdown stops accepting, closes idle client connections, and waits for
 // requests in flight to finish; when ctx ends first it closes the rest.
 // Tunnels are waited for by WaitTunnels.
@@ -286,27 +296,4 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 		case <-t.C:
 		}
 	}
-}
-
-// OpenConnections is the client connections open now, tunnels included
-// (what max_connections counts).
-func (p *Proxy) OpenConnections() int64 { return p.conns.open.Load() }
-
-func (p *Proxy) config() *runtimeConfig { return p.gen.Load().cfg }
-
-// tunnelSet tracks open tunnels so shutdown can wait for them and, past
-// shutdown_timeout, close them.
-type tunnelSet struct {
-	mu    sync.Mutex
-	conns map[net.Conn]struct{}
-	n     int
-	zero  chan struct{} // closed when n drops to 0; nil when nobody waits
-}
-
-// userAddrs remembers the addresses each proven user was seen from
-// within userAddrTTL (Squid's authenticate_ip_ttl default), for the
-// rules' max_user_ip.
-type userAddrs struct {
-	mu sync.Mutex
-	m  map[string]map[netip.Addr]time.Time
 }
