@@ -13,9 +13,15 @@ package peers
 // decides. Without the gate every live request paid the connect timeout
 // in turn until the peer reached connect_fail_limit. A true answer is
 // followed by EndDial when the connect is over.
+//
+// A peer that is not alive is never dialled: a plan hands out a peer it
+// saw alive, and a probe may find it dead before the request connects;
+// a live connect then would be a live request finding out whether the
+// peer is back.
 func (p *Peer) BeginDial() bool {
 	n := p.dialing.Add(1)
-	if p.Suspect() && (p.hung.Load() || n > 1 && p.consecutive.Load() > 0) {
+	l := p.live.Load()
+	if l.state != Alive || l.suspect && (p.hung.Load() || n > 1 && p.consecutive.Load() > 0) {
 		p.dialing.Add(-1)
 		return false
 	}
