@@ -488,8 +488,10 @@ func TestAllDeadAnswersFast(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	if first > 1200*time.Millisecond {
-		t.Fatalf("first answer after %v; want within about one connect timeout (1s)", first)
+	// Its three connects run in parallel (50ms apart): about 1.1s. Dialled
+	// one after another they would take 3s.
+	if first > 1900*time.Millisecond {
+		t.Fatalf("first answer after %v; want within about one connect timeout (1s), not one per parent", first)
 	}
 	for _, n := range []string{"a", "b", "c"} {
 		if st := p.peer(n); st.State != "dead" {
