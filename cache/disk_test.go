@@ -581,6 +581,42 @@ func TestDiskSweepsOrphans(t *testing.T) {
 	}
 }
 
+// The sweep reads the index a slab chunk at a time: on an index of
+// several chunks, the files of entries in every chunk stay, and only the
+// one the journal does not name goes.
+func TestDiskSweepReadsEveryChunk(t *testing.T) {
+	dir := t.TempDir()
+	n := 3*chunkLen + 10
+	if err := WriteSyntheticIndex(dir, n, 100); err != nil {
+		t.Fatal(err)
+	}
+	d := &disk{dir: dir}
+	write := func(id uint64) string {
+		p := d.objectPath(id)
+		os.MkdirAll(filepath.Dir(p), 0o750)
+		os.WriteFile(p, []byte("object"), 0o640)
+		return p
+	}
+	var named []string
+	for _, id := range []uint64{1, chunkLen + 1, 2*chunkLen + 8, uint64(n)} {
+		named = append(named, write(id))
+	}
+	orphan := write(uint64(n) + 100)
+	c := diskCache(t, dir, nil)
+	<-c.disk.swept
+	if got := c.Stats().DiskObjects; got != int64(n) {
+		t.Fatalf("%d objects loaded of %d", got, n)
+	}
+	for _, p := range named {
+		if _, err := os.Stat(p); err != nil {
+			t.Errorf("the named file %s was swept: %v", filepath.Base(p), err)
+		}
+	}
+	if _, err := os.Stat(orphan); !os.IsNotExist(err) {
+		t.Errorf("the orphan is still there: %v", err)
+	}
+}
+
 // refresh_ims: a conditional request for a matching URL is revalidated
 // even when the stored response is fresh; other requests are hits.
 func TestRefreshIMS(t *testing.T) {

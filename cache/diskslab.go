@@ -312,10 +312,18 @@ func (x *diskIndex) victim() slot {
 
 // each calls f for every entry, in slab order.
 func (x *diskIndex) each(f func(s slot, e *diskEntry)) {
-	for i := 0; i < x.used; i++ {
+	x.eachIn(0, x.used, f)
+}
+
+// eachIn calls f for every entry of the n slab places from index i, in
+// slab order, and returns the index after them.
+func (x *diskIndex) eachIn(i, n int, f func(s slot, e *diskEntry)) int {
+	end := min(i+n, x.used)
+	for ; i < end; i++ {
 		s := slot(i + 1)
 		if e := x.at(s); e.id != 0 {
 			f(s, e)
 		}
 	}
+	return end
 }
