@@ -18,6 +18,7 @@ import (
 	"errors"
 	"hash/crc32"
 	"runtime"
+	"sync"
 )
 
 // segAppend is one record handed to the appender, and what came of it.
@@ -37,8 +38,30 @@ func (d *disk) segWriter(o *Object, c *Cache, head []byte, length int64) *diskWr
 	}
 	w := &diskWriter{d: d, e: diskEntry{key: hashKey([]byte(o.Key)), sec: hashSecondary(o.secondary)},
 		head: head, done: make(chan struct{}), c: c, o: o, seg: true}
-	w.rec = appendPrefix(make([]byte, segHeader, segHeader+fileSize(int64(len(head)), length)), head)
+	w.rec = appendPrefix(recBuf(int(segHeader + fileSize(int64(len(head)), length)))[:segHeader], head)
 	return w
+}
+
+// recBufs are record buffers the appender is done with, for the next
+// small objects: a store taking thousands a second allocated (and the GC
+// swept) one of each object's size each time.
+var recBufs sync.Pool
+
+// recBuf is a buffer for a record of about n bytes, from recBufs when
+// one there is large enough.
+func recBuf(n int) []byte {
+	if b, ok := recBufs.Get().(*[]byte); ok && cap(*b) >= n {
+		return (*b)[:0]
+	}
+	return make([]byte, 0, n)
+}
+
+// freeRec gives a record buffer back once nothing reads it.
+func freeRec(b []byte) {
+	if cap(b) > 0 && cap(b) <= 2*segObject {
+		b = b[:0]
+		recBufs.Put(&b)
+	}
 }
 
 // segWrite copies relayed body bytes into the record.
@@ -92,7 +115,11 @@ func (w *diskWriter) sealed(a *segAppend, err error) {
 			w.d.fault("write", err)
 		}
 	}
+	freeRec(w.rec)
 	w.rec = nil
+	if a != nil {
+		a.rec = nil
+	}
 	w.committed(ref, w.flight, w.diskOnly)
 	w.doneOnce.Do(func() { close(w.done) })
 	if a != nil {
@@ -177,13 +204,21 @@ func (d *disk) writeBatch(batch []*segAppend, buf []byte) []byte {
 		s.alloc = s.size
 	}
 	d.mu.Unlock()
+	at := off
 	for _, a := range batch {
 		binary.BigEndian.PutUint32(a.rec, uint32(len(a.rec)-segHeader))
 		binary.BigEndian.PutUint32(a.rec[4:], crcOf(a.rec[:4]))
-		a.e.id, a.e.size = segID(no, off+int64(len(buf))), int64(len(a.rec))
-		buf = append(buf, a.rec...)
+		a.e.id, a.e.size = segID(no, at), int64(len(a.rec))
+		at += int64(len(a.rec))
 	}
-	if _, err := f.WriteAt(buf, off); err != nil {
+	out := batch[0].rec // one record (most batches) is written as it is
+	if len(batch) > 1 {
+		for _, a := range batch {
+			buf = append(buf, a.rec...)
+		}
+		out = buf
+	}
+	if _, err := f.WriteAt(out, off); err != nil {
 		return fail(err)
 	}
 	if d.fsync.Load() {
