@@ -79,8 +79,12 @@ type disk struct {
 	// have been set back between runs). tomb: keys purged since the
 	// start; the loader drops their records. newer: entries committed
 	// since the start; the loader drops records of the same variant.
-	tomb    map[keyHash]struct{}
-	newer   map[slot]struct{}
+	tomb  map[keyHash]struct{}
+	newer map[slot]struct{}
+	// fresh: the objects whose heads a 304 refreshed (or is refreshing)
+	// since the load ended, for the sweep not to take the new head
+	// file for a dead one (disksweep.go); nil once the sweep is done.
+	fresh   map[uint64]struct{}
 	closing bool // close has begun: no new writers, the loader stops
 	closed  bool // the journal is closed
 

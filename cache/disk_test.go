@@ -617,6 +617,44 @@ func TestDiskSweepReadsEveryChunk(t *testing.T) {
 	}
 }
 
+// A 304 that refreshes an earlier process's object while the sweep runs
+// writes a head file the sweep's list of names has not seen: the sweep
+// keeps it, and the object stays whole with its new head. (The sweep is
+// run here by hand, the refresh falling between its two steps.)
+func TestDiskSweepKeepsAHeadRefreshedMeanwhile(t *testing.T) {
+	dir := t.TempDir()
+	const u = "http://example.com/refreshed-while-swept"
+	want := body(200<<10, 3)
+	c := diskCache(t, dir, nil)
+	storeOn(t, c, u, want, int64(len(want)))
+	c.Close()
+	c = diskCache(t, dir, nil)
+	<-c.disk.swept
+	d := c.disk
+	d.mu.Lock()
+	d.fresh = map[uint64]struct{}{} // a sweep begins, as load starts one
+	d.mu.Unlock()
+	known := d.sweepIDs()
+	later := t0.Add(2 * time.Hour)
+	r := request(t, "GET", u)
+	o, v, _ := c.Find(r, later)
+	if o == nil || v != Stale {
+		t.Fatalf("before the refresh: %v; want the stale object", v)
+	}
+	c.Refresh(o, r, response(t, "304 Not Modified", "Cache-Control: max-age=3600", "X-Refresh: 1", "Date: {7200}"), later, later)
+	d.writers.Wait()
+	d.sweepFiles(d.idsFrom, known)
+	c.Close()
+	c = diskCache(t, dir, nil)
+	o, v, _ = c.Find(request(t, "GET", u), later)
+	if o == nil || v != Hit || !strings.Contains(string(o.AppendFields(nil)), "X-Refresh: 1\r\n") {
+		t.Fatalf("after the sweep and a restart: %v; want fresh by the refreshed head", v)
+	}
+	if v, _, got := servedAt(t, c, u, later); v != Hit || !bytes.Equal(got, want) {
+		t.Fatalf("after the sweep and a restart: %v, %d bytes; want the whole body", v, len(got))
+	}
+}
+
 // refresh_ims: a conditional request for a matching URL is revalidated
 // even when the stored response is fresh; other requests are hits.
 func TestRefreshIMS(t *testing.T) {

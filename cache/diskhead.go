@@ -105,6 +105,9 @@ func (d *disk) refreshHead(o *Object, key keyHash, sec, id uint64, bodyLen int64
 	}
 	old := x.gen
 	gen := old%maxGen + 1
+	if d.fresh != nil {
+		d.fresh[id] = struct{}{}
+	}
 	d.mu.Unlock()
 	path := d.headPath(id, gen)
 	b := appendHeadFile(nil, encodeHead(o), bodyLen)

@@ -11,13 +11,10 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/peerd/peerd/internal/atomicfile"
-	"github.com/sirupsen/logrus"
 )
 
 // load opens the journal and reads the index from it. A failure is
@@ -29,6 +26,7 @@ func (d *disk) load() {
 	d.mu.Lock()
 	d.loading.Store(false)
 	d.tomb, d.newer = map[keyHash]struct{}{}, map[slot]struct{}{}
+	d.fresh = map[uint64]struct{}{}     // (before any refresh can run)
 	d.noJournal.Store(d.journal == nil) // never opened: the store is off
 	victims := d.evictLocked()
 	d.mu.Unlock()
@@ -376,79 +374,4 @@ func (d *disk) compactLocked() error {
 	d.journal, d.jsize = app, int64(len(b))
 	d.records = int64(d.objects)
 	return nil
-}
-
-// sweep removes the object files of earlier processes that the journal
-// does not name: one a process was writing (or had written, but not yet
-// journaled) when it died, or one whose delete did not finish. It runs once the
-// index is loaded, a directory at a time. Earlier processes' files are
-// told from this one's by id, on either side of this process's range
-// (a clock set back leaves ids above it).
-func (d *disk) sweep(before uint64) {
-	defer close(d.swept)
-	// The ids the index names, sorted (8 bytes an object for the sweep's
-	// time), and the head generations of the few a 304 refreshed. They
-	// are read a chunk of the slab at a time, so that lookups wait for
-	// one chunk at most, not for the whole index (a tenth of a second at
-	// 10M objects): an entry of an earlier process does not move while
-	// it stays, and what takes a freed slot meanwhile is this process's.
-	var ids []uint64
-	gens := map[uint64]uint32{}
-	for i, more := 0, true; more; {
-		d.mu.Lock()
-		if ids == nil {
-			ids = make([]uint64, 0, d.objects)
-		}
-		i = d.ix.eachIn(i, chunkLen, func(_ slot, e *diskEntry) {
-			ids = append(ids, e.id)
-			if e.gen > 0 {
-				gens[e.id] = e.gen
-			}
-		})
-		more = i < d.ix.used
-		d.mu.Unlock()
-	}
-	slices.Sort(ids)
-	genOf := func(id uint64) (uint32, bool) {
-		if _, ok := slices.BinarySearch(ids, id); !ok {
-			return 0, false
-		}
-		return gens[id], true
-	}
-	removed := 0
-	for i := range 256 {
-		select {
-		case <-d.stop:
-			return
-		default:
-		}
-		dir := filepath.Join(d.dir, "objects", fmt.Sprintf("%02x", i))
-		if st, err := os.Lstat(dir); err != nil || !st.IsDir() {
-			continue // never listed through a link
-		}
-		names, _ := readNames(dir)
-		// This process's files have ids in (before, issued]: read after
-		// the listing, issued covers every one of them listed.
-		issued := d.nextID.Load()
-		for _, n := range names {
-			idPart, genPart, isHead := strings.Cut(n, ".")
-			id, err := strconv.ParseUint(idPart, 16, 64)
-			if err != nil || id > before && id <= issued {
-				continue
-			}
-			gen, known := genOf(id)
-			if isHead {
-				// A head file: kept only while its object names its generation.
-				g, err := strconv.ParseUint(genPart, 16, 32)
-				known = known && err == nil && uint32(g) == gen
-			}
-			if !known {
-				os.Remove(filepath.Join(dir, n))
-				removed++
-			}
-		}
-	}
-	if removed > 0 {
-		d.log.WithFields(logrus.Fields{"disk": d.dir, "files": removed}).Info("cache disk: removed object files the journal does not name")
-	}
 }
