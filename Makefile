@@ -58,6 +58,7 @@ FUZZ_TARGETS := \
 	cache:FuzzStoredResponse \
 	cache:FuzzObjectFile \
 	cache:FuzzSegment \
+	cache:FuzzDiskImage \
 	cache:FuzzHeadFile \
 	cache:FuzzJournalRecord \
 	cache:FuzzDecodeHead \

@@ -5,7 +5,9 @@ package main
 // objects (cache.WriteSyntheticIndex: records only, no files) is loaded by
 // a peerd; the figures are its RSS beyond an empty store's, per object,
 // the time to the index loaded, and the GC pauses while it loaded and
-// served (go_gc_pauses_seconds, from runtime/metrics).
+// served (go_gc_pauses_seconds, from runtime/metrics). Then the same
+// after a clean stop, which leaves the index's image: the restart reads
+// it instead of the journal.
 
 import (
 	"flag"
@@ -13,6 +15,7 @@ import (
 	"math"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -36,6 +39,13 @@ type ScaleRow struct {
 	LoadMs         float64 `json:"index_load_ms"`
 	GCPauseP99Ms   float64 `json:"gc_pause_p99_ms"`
 	GCPauses       int64   `json:"gc_pauses"`
+	// Then peerd is stopped (it writes the index's image) and started
+	// again on the same store: the stop's time, and the restart's.
+	StopMs              float64 `json:"clean_stop_ms"`
+	ImageServeMs        float64 `json:"restart_to_serving_ms"`
+	ImageLoadMs         float64 `json:"restart_index_load_ms"`
+	ImageRSSMiB         float64 `json:"restart_rss_mib"`
+	ImageBytesPerObject float64 `json:"restart_ram_bytes_per_object"`
 }
 
 func scaleRun(work, bin string) []ScaleRow {
@@ -47,7 +57,9 @@ func scaleRun(work, bin string) []ScaleRow {
 		must(err)
 		r := scaleOnce(work, bin, n)
 		r.BytesPerObject = (r.RSSMiB - empty.RSSMiB) * (1 << 20) / float64(n)
-		fmt.Fprintf(os.Stderr, "   %d objects: %.0f B each, loaded in %.0f ms, GC pause p99 %.2f ms\n", n, r.BytesPerObject, r.LoadMs, r.GCPauseP99Ms)
+		r.ImageBytesPerObject = (r.ImageRSSMiB - empty.ImageRSSMiB) * (1 << 20) / float64(n)
+		fmt.Fprintf(os.Stderr, "   %d objects: %.0f B each, loaded in %.0f ms, GC pause p99 %.2f ms; stopped in %.0f ms, loaded again (image) in %.0f ms, %.0f B each\n",
+			n, r.BytesPerObject, r.LoadMs, r.GCPauseP99Ms, r.StopMs, r.ImageLoadMs, r.ImageBytesPerObject)
 		rows = append(rows, r)
 	}
 	return rows
@@ -64,29 +76,47 @@ func scaleOnce(work, bin string, n int) ScaleRow {
 		syscall.Sync()
 	}
 	conf := fmt.Sprintf("\n[cache]\ndisk = %q\ndisk_size = \"1000000GiB\"\nmax_object = \"2GiB\"\n", store)
+	row := ScaleRow{Objects: n}
+	var c *child
+	row.ServeMs, row.LoadMs, row.RSSMiB, c = loadIndex(work, bin, conf, n)
+	row.GCPauseP99Ms, row.GCPauses = gcPauses(c.admin)
+	t1 := time.Now()
+	c.stop()
+	row.StopMs = ms(time.Since(t1))
+	if _, err := os.Stat(filepath.Join(store, "index")); err != nil {
+		must(fmt.Errorf("scale: no index image after a clean stop: %w", err))
+	}
+	syscall.Sync() // (as the journal: written long before the restart)
+	row.ImageServeMs, row.ImageLoadMs, row.ImageRSSMiB, c = loadIndex(work, bin, conf, n)
+	c.stop()
+	return row
+}
+
+// loadIndex starts peerd on the store of conf, which holds n objects,
+// and reports when its port opened and its index was loaded, and its
+// RSS once settled.
+func loadIndex(work, bin, conf string, n int) (serveMs, loadMs, rssMiB float64, c *child) {
 	t0 := time.Now()
-	c := startPeerd(work, bin, nil, conf)
-	defer c.stop()
-	row := ScaleRow{Objects: n, ServeMs: ms(time.Since(t0))}
+	c = startPeerd(work, bin, nil, conf)
+	serveMs = ms(time.Since(t0))
 	waitUntil(10*time.Minute, func() bool { return !peerdCache(c).IndexLoading })
-	row.LoadMs = ms(time.Since(t0))
+	loadMs = ms(time.Since(t0))
 	if got := peerdCache(c).DiskObjects; n > 0 && got != int64(n) {
 		must(fmt.Errorf("scale: %d objects loaded of %d", got, n))
 	}
 	// The loader's buffers and the sweep's id list become garbage: RSS is
 	// read once two reads 250 ms apart agree within 0.5 MiB (10 s at most).
-	row.RSSMiB = testbed.RSSMiB(c.pid)
+	rssMiB = testbed.RSSMiB(c.pid)
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
 		time.Sleep(250 * time.Millisecond)
 		now := testbed.RSSMiB(c.pid)
-		settled := math.Abs(now-row.RSSMiB) < 0.5
-		row.RSSMiB = now
+		settled := math.Abs(now-rssMiB) < 0.5
+		rssMiB = now
 		if settled {
 			break
 		}
 	}
-	row.GCPauseP99Ms, row.GCPauses = gcPauses(c.admin)
-	return row
+	return serveMs, loadMs, rssMiB, c
 }
 
 // gcPauses reads go_gc_pauses_seconds (a histogram) from peerd's metrics:
@@ -119,9 +149,10 @@ func (r *Results) scaleMarkdown() string {
 	}
 	var b strings.Builder
 	b.WriteString("\n## 6e. The disk index at scale: generated journals of n objects (records only)\n\n")
-	b.WriteString("| objects | RAM per object | RSS MiB | start to serving ms | index loaded ms | GC pause p99 ms | GC pauses |\n|---:|---:|---:|---:|---:|---:|---:|\n")
+	b.WriteString("| objects | RAM per object | RSS MiB | start to serving ms | index loaded ms | GC pause p99 ms | GC pauses | clean stop ms | restart to serving ms | index loaded (image) ms | RAM per object (image) |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, s := range r.Scale {
-		fmt.Fprintf(&b, "| %d | %.0f B | %.1f | %.0f | %.0f | %.2f | %d |\n", s.Objects, s.BytesPerObject, s.RSSMiB, s.ServeMs, s.LoadMs, s.GCPauseP99Ms, s.GCPauses)
+		fmt.Fprintf(&b, "| %d | %.0f B | %.1f | %.0f | %.0f | %.2f | %d | %.0f | %.0f | %.0f | %.0f B |\n", s.Objects, s.BytesPerObject, s.RSSMiB, s.ServeMs, s.LoadMs,
+			s.GCPauseP99Ms, s.GCPauses, s.StopMs, s.ImageServeMs, s.ImageLoadMs, s.ImageBytesPerObject)
 	}
 	return b.String()
 }

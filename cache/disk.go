@@ -87,6 +87,9 @@ type disk struct {
 	fresh   map[uint64]struct{}
 	closing bool // close has begun: no new writers, the loader stops
 	closed  bool // the journal is closed
+	whole   bool // the index holds the whole journal: close writes its image (diskimage.go)
+	// fromImage: the index was read from its image, not the journal.
+	fromImage bool
 
 	// The segments of small objects (diskseg.go): their figures, the
 	// bytes in them no entry names (counted against disk_size beside
@@ -396,12 +399,18 @@ func (d *disk) close() {
 	// a sweep still running would delete the files of the process that
 	// takes it next (an upgrade's new peerd, a restart).
 	<-d.swept
+	d.removeSegments() // (the image names the segments that stay)
 	d.open.closeAll()
 	d.mu.Lock()
 	d.closed = true
 	if d.segFile != nil {
 		d.segFile.Close()
 		d.segFile = nil
+	}
+	if d.journal != nil && d.whole {
+		if err := d.writeImageLocked(); err != nil {
+			d.log.WithError(err).WithField("disk", d.dir).Warn("cache disk: cannot write the index image; the next start reads the journal")
+		}
 	}
 	if d.journal != nil {
 		d.journal.Close()

@@ -14,6 +14,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/sirupsen/logrus"
+
 	"github.com/peerd/peerd/internal/atomicfile"
 )
 
@@ -22,12 +24,14 @@ import (
 // sees it.
 func (d *disk) load() {
 	start := d.idsFrom // this process's ids are above it (read here, an object stored before the load began was taken for an earlier process's and swept)
+	t0 := time.Now()
 	err := d.openJournal(true)
 	d.mu.Lock()
 	d.loading.Store(false)
 	d.tomb, d.newer = map[keyHash]struct{}{}, map[slot]struct{}{}
 	d.fresh = map[uint64]struct{}{}     // (before any refresh can run)
 	d.noJournal.Store(d.journal == nil) // never opened: the store is off
+	d.whole = err == nil && d.journal != nil
 	victims := d.evictLocked()
 	d.mu.Unlock()
 	if err != nil {
@@ -40,6 +44,13 @@ func (d *disk) load() {
 	}
 	d.journalOpened()
 	d.forget(victims)
+	if err == nil && !d.noJournal.Load() {
+		from := "journal"
+		if d.fromImage {
+			from = "image"
+		}
+		d.log.WithFields(logrus.Fields{"disk": d.dir, "objects": d.loaded.Load(), "from": from, "took": time.Since(t0).Round(time.Millisecond).String()}).Info("cache disk: index loaded")
+	}
 	d.segsLoaded()
 	d.maybeCompact()
 	close(d.ready)
@@ -103,6 +114,10 @@ func (d *disk) openJournal(first bool) error {
 		}
 	}
 	f.Close()
+	img, ih, ihlen := d.takeImage(path, whole)
+	if img != nil {
+		defer img.Close()
+	}
 	app, err := openNoFollow(path, os.O_WRONLY|os.O_APPEND)
 	if err != nil {
 		return err
@@ -122,6 +137,15 @@ func (d *disk) openJournal(first bool) error {
 	d.journal, d.jsize = app, whole
 	d.mu.Unlock()
 	d.journalOpened()
+	if img != nil {
+		err := d.loadImage(img, ih, ihlen, whole-int64(len(journalHdr)))
+		if err == nil || errors.Is(err, errImageClosing) {
+			d.fromImage = err == nil
+			return nil
+		}
+		d.log.WithError(err).WithField("disk", d.dir).Warn("cache disk: the index image does not check out; the journal is read instead")
+		d.errors.Add(1)
+	}
 	return d.readJournal(rd, whole)
 }
 

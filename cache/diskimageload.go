@@ -1,0 +1,307 @@
+package cache
+
+// This file holds the reading of the index image (diskimage.go): its
+// pieces are read and checked by a goroutine per core into a new index,
+// which then takes the place of what was stored since the start (that
+// goes back into it, newer than anything in the image).
+
+import (
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"math/bits"
+	"os"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"unsafe"
+)
+
+// imageSum is what the checks of the pieces add up.
+type imageSum struct {
+	heads   uint64 // the mix of every entry's slot and fingerprint (less the links' targets, later)
+	table   uint64 // the mix of every table value
+	taken   int    // table values
+	entries int    // entries in use
+	free    int    // free entries
+	links   []slot // the entries whose sib names the next variant
+	objects int
+	bytes   int64
+}
+
+func (s *imageSum) add(o *imageSum) {
+	s.heads += o.heads
+	s.table += o.table
+	s.taken += o.taken
+	s.entries += o.entries
+	s.free += o.free
+	s.links = append(s.links, o.links...)
+	s.objects += o.objects
+	s.bytes += o.bytes
+}
+
+// mix spreads a table value over 64 bits (splitmix64's finalizer), for
+// the sums that compare the table with the chains' first entries.
+func mix(v slot) uint64 {
+	z := uint64(v) + 0x9e3779b97f4a7c15
+	z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
+	z = (z ^ z>>27) * 0x94d049bb133111eb
+	return z ^ z>>31
+}
+
+// loadImage reads the image in f (header h, hlen bytes) into the index;
+// the journal it stands for is records bytes past its header.
+func (d *disk) loadImage(f *os.File, h *imageHeader, hlen int64, records int64) error {
+	x, segs, sum, err := d.readImage(f, h, hlen)
+	if err != nil {
+		return err
+	}
+	var victims []diskEntry
+	d.mu.Lock()
+	if d.closing {
+		d.mu.Unlock()
+		return errImageClosing
+	}
+	// What was stored since the start is newer than the image's.
+	var since []diskEntry
+	d.ix.each(func(_ slot, e *diskEntry) { since = append(since, *e) })
+	d.ix, d.bytes, d.objects = *x, sum.bytes, sum.objects
+	d.dead = 0
+	for no, s := range d.segs {
+		is := segs[no]
+		s.live, s.count = int64(is.live), int(is.count)
+		d.dead += s.alloc - s.live
+	}
+	d.segNext = max(d.segNext, uint32(h.segNext))
+	d.records += records / recordSize
+	for _, e := range since {
+		_, dropped := d.insertLocked(e)
+		victims = append(victims, dropped...)
+	}
+	for k := range d.tomb {
+		victims = append(victims, d.dropWhereLocked(k, func(*diskEntry) bool { return true })...)
+	}
+	d.loaded.Store(int64(d.objects))
+	d.mu.Unlock()
+	d.forget(victims)
+	return nil
+}
+
+// readImage reads and checks the image's body into a new index.
+func (d *disk) readImage(f *os.File, h *imageHeader, hlen int64) (*diskIndex, map[uint32]imageSeg, *imageSum, error) {
+	nchunks := (h.used + chunkLen - 1) / chunkLen
+	switch {
+	case h.order != imageOrder || h.entry != uint64(entrySize) || h.chunk != chunkLen:
+		return nil, nil, nil, errors.New("written by a build of another layout")
+	case h.used > maxSlots || h.free > h.used || h.hand > h.used:
+		return nil, nil, nil, fmt.Errorf("slab figures out of range (%d used, free %d, hand %d)", h.used, h.free, h.hand)
+	case h.tab == 0 && (h.used > 0 || h.keys > 0), // (a store that never held an object has no table)
+		h.tab != 0 && (h.tab < 1024 || h.tab > 1<<31 || bits.OnesCount64(h.tab) != 1), h.keys*5 > h.tab*4:
+		return nil, nil, nil, fmt.Errorf("table of %d places for %d keys", h.tab, h.keys)
+	case uint64(len(h.crcs)) != (h.tab+tablePiece-1)/tablePiece+nchunks:
+		return nil, nil, nil, errors.New("pieces do not match the figures")
+	}
+	if st, err := f.Stat(); err != nil || st.Size() != hlen+int64(h.tab)*4+int64(nchunks)*int64(chunkBytes+refsBytes) {
+		return nil, nil, nil, errors.New("cut short, or longer than its figures")
+	}
+	segs := map[uint32]imageSeg{}
+	for _, s := range h.segs {
+		segs[uint32(s.no)] = s
+	}
+	d.mu.Lock()
+	same := len(segs) == len(d.segs)
+	for no, s := range d.segs {
+		is, ok := segs[no]
+		same = same && ok && is.alloc == uint64(s.alloc) && is.live <= is.alloc && is.count <= h.used
+	}
+	d.mu.Unlock()
+	if !same {
+		return nil, nil, nil, errors.New("its segments are not the ones on disk")
+	}
+	x := &diskIndex{used: int(h.used), free: slot(h.free), keys: int(h.keys), hand: int(h.hand), table: make([]slot, h.tab)}
+	if nchunks > 0 {
+		// One mapping, its pages taken at once (a fault each, taken one
+		// at a time, cost a third of a replay in a VM). It is never let
+		// go: the slab does not shrink.
+		mem, err := syscall.Mmap(-1, 0, int(nchunks)*chunkBytes, syscall.PROT_READ|syscall.PROT_WRITE,
+			syscall.MAP_ANON|syscall.MAP_PRIVATE|syscall.MAP_POPULATE)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		for c := range int(nchunks) {
+			x.chunks = append(x.chunks, unsafe.Slice((*diskEntry)(unsafe.Pointer(&mem[c*chunkBytes])), chunkLen))
+			x.refs = append(x.refs, make([]uint64, chunkLen/64))
+		}
+	}
+	pieces := imagePieces(x)
+	offs := make([]int64, len(pieces))
+	off := hlen
+	for i, p := range pieces {
+		offs[i] = off
+		for _, b := range p {
+			off += int64(len(b))
+		}
+	}
+	tablePieces := len(pieces) - int(nchunks)
+	var next atomic.Int64
+	var mu sync.Mutex
+	var sum imageSum
+	var bad error
+	var wg sync.WaitGroup
+	for range max(1, min(runtime.GOMAXPROCS(0), 4)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var my imageSum
+			var err error
+			for err == nil {
+				i := int(next.Add(1) - 1)
+				if i >= len(pieces) {
+					break
+				}
+				err = readPiece(f, offs[i], pieces[i], h.crcs[i])
+				switch {
+				case err != nil:
+				case i < tablePieces:
+					err = my.checkTable(pieces[i][0], h.used)
+				default:
+					c := i - tablePieces
+					err = my.checkChunk(x, c, segs)
+				}
+			}
+			mu.Lock()
+			sum.add(&my)
+			bad = errors.Join(bad, err)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	if bad != nil {
+		return nil, nil, nil, bad
+	}
+	if err := x.checkLinks(&sum); err != nil {
+		return nil, nil, nil, err
+	}
+	if sum.taken != int(h.keys) || sum.taken != sum.entries-len(sum.links) || sum.table != sum.heads {
+		return nil, nil, nil, errors.New("the table does not name each chain's first entry once")
+	}
+	if n, ok := x.freeLen(sum.free); !ok {
+		return nil, nil, nil, fmt.Errorf("the free list does not hold the %d free entries (%d reached)", sum.free, n)
+	}
+	return x, segs, &sum, nil
+}
+
+// readPiece reads a piece at off into its views and checks it.
+func readPiece(f *os.File, off int64, views [][]byte, want uint32) error {
+	c := uint32(0)
+	for _, b := range views {
+		if _, err := f.ReadAt(b, off); err != nil {
+			return fmt.Errorf("cut short: %w", err)
+		}
+		off += int64(len(b))
+		c = crc32.Update(c, castagnoli, b)
+	}
+	if c != want {
+		return fmt.Errorf("a piece at byte %d does not check out", off)
+	}
+	return nil
+}
+
+// checkTable adds up a piece of the table: every value names a slot in
+// the slab.
+func (s *imageSum) checkTable(b []byte, used uint64) error {
+	t := unsafe.Slice((*slot)(unsafe.Pointer(&b[0])), len(b)/4)
+	for _, v := range t {
+		if v == 0 {
+			continue
+		}
+		if uint64(v&slotMask) > used || v&slotMask == 0 {
+			return fmt.Errorf("the table names slot %d of %d", v&slotMask, used)
+		}
+		s.taken++
+		s.table += mix(v)
+	}
+	return nil
+}
+
+// checkChunk adds up chunk c's entries in use (its entries past the
+// slab's high water are not read).
+func (s *imageSum) checkChunk(x *diskIndex, c int, segs map[uint32]imageSeg) error {
+	ch := x.chunks[c]
+	n := min(chunkLen, x.used-c*chunkLen)
+	for i := range n {
+		e := &ch[i]
+		if int(e.sib) > x.used {
+			return fmt.Errorf("entry %d names slot %d of %d", c*chunkLen+i+1, e.sib, x.used)
+		}
+		if e.id == 0 {
+			s.free++
+			continue
+		}
+		if e.size < 0 {
+			return fmt.Errorf("entry %d has a negative size", c*chunkLen+i+1)
+		}
+		sl := slot(c*chunkLen + i + 1)
+		s.entries++
+		s.heads += mix(sl | fingerprint(e.key))
+		if e.sib != 0 {
+			s.links = append(s.links, sl)
+		}
+		if _, ok := segs[segNo(e.id)]; !isSeg(e.id) || ok {
+			s.objects++
+			s.bytes += e.size
+		}
+	}
+	return nil
+}
+
+// checkLinks checks the chains of variants: each link joins two entries
+// in use of one key, no entry is the next of two, and every chain ends
+// within maxVariants. The links' targets are no chain's first entry:
+// they come out of the heads' sum.
+func (x *diskIndex) checkLinks(sum *imageSum) error {
+	if len(sum.links) == 0 {
+		return nil
+	}
+	target := make(map[slot]bool, len(sum.links))
+	for _, s := range sum.links {
+		e := x.at(s)
+		t := x.at(e.sib)
+		if t.id == 0 || t.key != e.key || target[e.sib] {
+			return fmt.Errorf("entry %d's next variant, %d, is not one", s, e.sib)
+		}
+		target[e.sib] = true
+		sum.heads -= mix(e.sib | fingerprint(t.key))
+	}
+	walked := 0
+	for _, s := range sum.links {
+		if target[s] {
+			continue // inside a chain, walked from its first
+		}
+		n := 0
+		for t := x.at(s).sib; t != 0; t = x.at(t).sib {
+			if n++; n >= maxVariants {
+				return fmt.Errorf("entry %d's chain is longer than %d", s, maxVariants)
+			}
+		}
+		walked += n
+	}
+	if walked != len(sum.links) {
+		return errors.New("a chain of variants loops")
+	}
+	return nil
+}
+
+// freeLen walks the free list, at most want steps: its length, and
+// whether it holds exactly the want free entries.
+func (x *diskIndex) freeLen(want int) (int, bool) {
+	n := 0
+	for s := x.free; s != 0; s = x.at(s).sib {
+		if n == want || x.at(s).id != 0 {
+			return n, false
+		}
+		n++
+	}
+	return n, n == want
+}
