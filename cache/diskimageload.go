@@ -120,30 +120,14 @@ func (d *disk) readImage(f *os.File, h *imageHeader, hlen int64) (*diskIndex, ma
 		return nil, nil, nil, errors.New("its segments are not the ones on disk")
 	}
 	x := &diskIndex{used: int(h.used), free: slot(h.free), keys: int(h.keys), hand: int(h.hand), table: make([]slot, h.tab)}
-	if nchunks > 0 {
-		// One mapping, its pages taken at once (a fault each, taken one
-		// at a time, cost a third of a replay in a VM). It is never let
-		// go: the slab does not shrink.
-		mem, err := syscall.Mmap(-1, 0, int(nchunks)*chunkBytes, syscall.PROT_READ|syscall.PROT_WRITE,
-			syscall.MAP_ANON|syscall.MAP_PRIVATE|syscall.MAP_POPULATE)
-		if err != nil {
-			return nil, nil, nil, err
-		}
-		for c := range int(nchunks) {
-			x.chunks = append(x.chunks, unsafe.Slice((*diskEntry)(unsafe.Pointer(&mem[c*chunkBytes])), chunkLen))
-			x.refs = append(x.refs, make([]uint64, chunkLen/64))
-		}
+	x.chunks, x.refs = make([][]diskEntry, nchunks), make([][]uint64, nchunks)
+	tb := tableBytes(x.table)
+	var tablePieces [][]byte
+	for i := 0; i < len(tb); i += tablePiece * 4 {
+		tablePieces = append(tablePieces, tb[i:min(i+tablePiece*4, len(tb))])
 	}
-	pieces := imagePieces(x)
-	offs := make([]int64, len(pieces))
-	off := hlen
-	for i, p := range pieces {
-		offs[i] = off
-		for _, b := range p {
-			off += int64(len(b))
-		}
-	}
-	tablePieces := len(pieces) - int(nchunks)
+	pieces := len(tablePieces) + int(nchunks)
+	chunksAt := hlen + int64(len(tb))
 	var next atomic.Int64
 	var mu sync.Mutex
 	var sum imageSum
@@ -157,16 +141,22 @@ func (d *disk) readImage(f *os.File, h *imageHeader, hlen int64) (*diskIndex, ma
 			var err error
 			for err == nil {
 				i := int(next.Add(1) - 1)
-				if i >= len(pieces) {
+				if i >= pieces {
 					break
 				}
-				err = readPiece(f, offs[i], pieces[i], h.crcs[i])
-				switch {
-				case err != nil:
-				case i < tablePieces:
-					err = my.checkTable(pieces[i][0], h.used)
-				default:
-					c := i - tablePieces
+				if i < len(tablePieces) {
+					if err = readPiece(f, hlen+int64(i)*tablePiece*4, [][]byte{tablePieces[i]}, h.crcs[i]); err == nil {
+						err = my.checkTable(tablePieces[i], h.used)
+					}
+					continue
+				}
+				c := i - len(tablePieces)
+				if x.chunks[c], err = mapChunk(); err != nil {
+					continue
+				}
+				x.refs[c] = make([]uint64, chunkLen/64)
+				off := chunksAt + int64(c)*int64(chunkBytes+refsBytes)
+				if err = readPiece(f, off, [][]byte{chunkView(x.chunks[c]), refsView(x.refs[c])}, h.crcs[i]); err == nil {
 					err = my.checkChunk(x, c, segs)
 				}
 			}
@@ -177,19 +167,42 @@ func (d *disk) readImage(f *os.File, h *imageHeader, hlen int64) (*diskIndex, ma
 		}()
 	}
 	wg.Wait()
-	if bad != nil {
-		return nil, nil, nil, bad
+	err := bad
+	if err == nil {
+		err = x.checkLinks(&sum)
 	}
-	if err := x.checkLinks(&sum); err != nil {
+	if err == nil && (sum.taken != int(h.keys) || sum.taken != sum.entries-len(sum.links) || sum.table != sum.heads) {
+		err = errors.New("the table does not name each chain's first entry once")
+	}
+	if err == nil {
+		if n, ok := x.freeLen(sum.free); !ok {
+			err = fmt.Errorf("the free list does not hold the %d free entries (%d reached)", sum.free, n)
+		}
+	}
+	if err != nil {
+		for _, c := range x.chunks {
+			if c != nil {
+				syscall.Munmap(chunkView(c))
+			}
+		}
 		return nil, nil, nil, err
 	}
-	if sum.taken != int(h.keys) || sum.taken != sum.entries-len(sum.links) || sum.table != sum.heads {
-		return nil, nil, nil, errors.New("the table does not name each chain's first entry once")
-	}
-	if n, ok := x.freeLen(sum.free); !ok {
-		return nil, nil, nil, fmt.Errorf("the free list does not hold the %d free entries (%d reached)", sum.free, n)
-	}
 	return x, segs, &sum, nil
+}
+
+// mapChunk maps a chunk for the slab with its pages taken at once: a
+// page fault each, taken one at a time, cost a third of a journal replay
+// in a VM. A mapping a chunk long holds the process's memory map for
+// that long only (one for the whole slab held it, and any thread that
+// grew the heap, for a quarter of a second at 20M entries). It is never
+// let go once the index is in use: the slab does not shrink.
+func mapChunk() ([]diskEntry, error) {
+	mem, err := syscall.Mmap(-1, 0, chunkBytes, syscall.PROT_READ|syscall.PROT_WRITE,
+		syscall.MAP_ANON|syscall.MAP_PRIVATE|syscall.MAP_POPULATE)
+	if err != nil {
+		return nil, err
+	}
+	return unsafe.Slice((*diskEntry)(unsafe.Pointer(&mem[0])), chunkLen), nil
 }
 
 // readPiece reads a piece at off into its views and checks it.
