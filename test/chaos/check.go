@@ -75,7 +75,7 @@ func describe(ev planned) string {
 	switch ev.event {
 	case killParent:
 		return fmt.Sprintf("%s p%d for %v", ev.event, ev.target+1, ev.hold)
-	case stallPeerd, killMember:
+	case stallPeerd, killMember, stopMember:
 		return fmt.Sprintf("%s for %v", ev.event, ev.hold)
 	}
 	return ev.event.String()

@@ -210,6 +210,10 @@ func apply(ev planned, ms []*member, parents []*parent, bin string) error {
 		ms[2].kill()
 		time.Sleep(ev.hold)
 		return ms[2].start()
+	case stopMember:
+		ms[2].stop()
+		time.Sleep(ev.hold)
+		return ms[2].start()
 	}
 	return nil
 }

@@ -3,7 +3,7 @@ package main
 // This file holds the fleet under test: three peerd processes (a, b, c)
 // sharing their caches in front of the three parents. Member a is the
 // one stalled, reloaded and upgraded (its serving process is read from
-// its pid file, which an upgrade changes); member c is the one killed and
+// its pid file, which an upgrade changes); member c is the one killed (or stopped) and
 // started again. Each member's stderr goes to a log file in its folder.
 
 import (

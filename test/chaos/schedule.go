@@ -3,7 +3,7 @@ package main
 // This file holds the seeded schedule: which fault each exchange meets at
 // the parents, which request each exchange is, and which run-level events
 // (a parent killed, peerd stalled, reloaded, upgraded, a fleet member
-// killed) happen when. Every choice is a pure function of the seed and an
+// killed or stopped) happen when. Every choice is a pure function of the seed and an
 // exchange's number, so a failing seed names the same faults again.
 
 import (
@@ -158,10 +158,11 @@ const (
 	reload                  // SIGHUP with a changed config
 	upgrade                 // SIGUSR2 with a new binary at the path
 	killMember              // a fleet member is SIGKILLed, then started again
+	stopMember              // a fleet member is stopped (SIGTERM: it writes its disk index's image), then started again
 	events
 )
 
-var eventNames = [events]string{"kill_parent", "stall_peerd", "reload", "upgrade", "kill_member"}
+var eventNames = [events]string{"kill_parent", "stall_peerd", "reload", "upgrade", "kill_member", "stop_member"}
 
 func (e event) String() string { return eventNames[e] }
 
@@ -170,7 +171,7 @@ type planned struct {
 	at     time.Duration
 	event  event
 	target int           // which parent (killParent)
-	hold   time.Duration // how long the fault lasts (killParent, stallPeerd, killMember)
+	hold   time.Duration // how long the fault lasts (killParent, stallPeerd, killMember, stopMember)
 }
 
 // timeline is the run's events: every kind once in a seeded order, then
@@ -192,7 +193,7 @@ func timeline(seed uint64, d time.Duration) []planned {
 			p.hold = time.Duration(1500+r.IntN(2500)) * time.Millisecond
 		case stallPeerd:
 			p.hold = time.Duration(200+r.IntN(700)) * time.Millisecond
-		case killMember:
+		case killMember, stopMember:
 			p.hold = time.Duration(2000+r.IntN(2000)) * time.Millisecond
 		}
 		out = append(out, p)
