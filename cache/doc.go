@@ -22,6 +22,8 @@
 //     time (diskseg.go, diskappend.go), larger ones a file each under
 //     objects/; an append-only journal of fixed-size records as the
 //     index, a lock file, and hot files kept open (disk*.go, fdcache.go).
+//     A clean close writes the index's image beside the journal, which
+//     the next start reads instead of replaying it (diskimage*.go).
 //   - Tiers (tiers.go): Find looks in memory, then on disk; Admit decides
 //     where a response goes (memory, disk, both or neither) and returns a
 //     Writer that stores its body as it is relayed (writer.go), bounded by
