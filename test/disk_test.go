@@ -116,6 +116,25 @@ func waitDiskObjects(t *testing.T, p *peerd, n int64) {
 	})
 }
 
+// indexFrom checks that p's log says its disk index was read from
+// where ("image" or "journal"), with no warning about the image.
+func indexFrom(t *testing.T, p *peerd, where string) {
+	t.Helper()
+	var line string
+	waitFor(t, "the index loaded line", 10*time.Second, func() bool {
+		for _, l := range strings.Split(p.Logs(), "\n") {
+			if strings.Contains(l, "cache disk: index loaded") {
+				line = l
+				return true
+			}
+		}
+		return false
+	})
+	if !strings.Contains(line, "from="+where) || strings.Contains(p.Logs(), "index image") {
+		t.Fatalf("want the index read from the %s:\n%s", where, p.Logs())
+	}
+}
+
 // TestDiskCacheSurvivesRestarts: thousands of objects are hits after a
 // SIGTERM restart, and after a kill -9; the origin never sees a second
 // request for one.
@@ -143,6 +162,7 @@ func TestDiskCacheSurvivesRestarts(t *testing.T) {
 
 	p = startPeerd(t, cfg)
 	waitDiskObjects(t, p, int64(len(paths)))
+	indexFrom(t, p, "image") // the stop wrote it
 	if hits := fetchAll(t, p.client(), o.addr, paths, sizes); hits != len(paths) {
 		t.Fatalf("after SIGTERM: %d hits of %d", hits, len(paths))
 	}
@@ -163,6 +183,7 @@ func TestDiskCacheSurvivesRestarts(t *testing.T) {
 	p = startPeerd(t, cfg)
 	all, allSizes := append(paths, more...), append(sizes, moreSizes...)
 	waitDiskObjects(t, p, int64(len(all)))
+	indexFrom(t, p, "journal") // kill -9 leaves no image
 	if hits := fetchAll(t, p.client(), o.addr, all, allSizes); hits != len(all) {
 		t.Fatalf("after kill -9: %d hits of %d", hits, len(all))
 	}
