@@ -292,7 +292,7 @@ func editImage(t *testing.T, dir string, edit func(b []byte, x *diskIndex, hlen 
 
 // An image whose checksums hold but whose structure does not is refused
 // before it is used: a table naming a free entry, a chain of variants
-// that loops, a free list lost, a slot past the slab.
+// that loops, a free list lost, an object counted in no segment's figures, a slot past the slab.
 func TestDiskImageChecksStructure(t *testing.T) {
 	cases := []struct {
 		name string
@@ -323,6 +323,19 @@ func TestDiskImageChecksStructure(t *testing.T) {
 			}
 		}},
 		{"free list loops", func(b []byte, x *diskIndex, _ int) { x.at(x.free).sib = x.free }},
+		{"an object moved into a segment", func(b []byte, x *diskIndex, _ int) {
+			var seg, file *diskEntry
+			for i := 1; i <= x.used; i++ {
+				switch e := x.at(slot(i)); {
+				case e.id == 0:
+				case isSeg(e.id):
+					seg = e
+				default:
+					file = e
+				}
+			}
+			file.id = segID(segNo(seg.id), 1<<20)
+		}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -28,6 +28,7 @@ type imageSum struct {
 	links   []slot // the entries whose sib names the next variant
 	objects int
 	bytes   int64
+	segs    map[uint32]imageSeg // per segment: its entries (count) and their bytes (live)
 }
 
 func (s *imageSum) add(o *imageSum) {
@@ -39,6 +40,15 @@ func (s *imageSum) add(o *imageSum) {
 	s.links = append(s.links, o.links...)
 	s.objects += o.objects
 	s.bytes += o.bytes
+	for no, g := range o.segs {
+		if s.segs == nil {
+			s.segs = map[uint32]imageSeg{}
+		}
+		t := s.segs[no]
+		t.count += g.count
+		t.live += g.live
+		s.segs[no] = t
+	}
 }
 
 // mix spreads a table value over 64 bits (splitmix64's finalizer), for
@@ -174,6 +184,13 @@ func (d *disk) readImage(f *os.File, h *imageHeader, hlen int64) (*diskIndex, ma
 	if err == nil && (sum.taken != int(h.keys) || sum.taken != sum.entries-len(sum.links) || sum.table != sum.heads) {
 		err = errors.New("the table does not name each chain's first entry once")
 	}
+	for no, is := range segs {
+		// A segment's live bytes are its records', which a refreshed
+		// head's file makes less than its entries' sizes, never more.
+		if g := sum.segs[uint32(no)]; err == nil && (g.count != is.count || is.live > g.live) {
+			err = fmt.Errorf("segment %d's figures (%d objects, %d bytes) do not match its entries (%d, %d)", no, is.count, is.live, g.count, g.live)
+		}
+	}
 	if err == nil {
 		if n, ok := x.freeLen(sum.free); !ok {
 			err = fmt.Errorf("the free list does not hold the %d free entries (%d reached)", sum.free, n)
@@ -264,6 +281,15 @@ func (s *imageSum) checkChunk(x *diskIndex, c int, segs map[uint32]imageSeg) err
 		if _, ok := segs[segNo(e.id)]; !isSeg(e.id) || ok {
 			s.objects++
 			s.bytes += e.size
+		}
+		if _, ok := segs[segNo(e.id)]; isSeg(e.id) && ok {
+			if s.segs == nil {
+				s.segs = map[uint32]imageSeg{}
+			}
+			g := s.segs[segNo(e.id)]
+			g.count++
+			g.live += uint64(e.size)
+			s.segs[segNo(e.id)] = g
 		}
 	}
 	return nil

@@ -54,7 +54,7 @@ func (d *disk) sweepIDs() *named {
 	for i, more := 0, true; more; {
 		d.mu.Lock()
 		if n.ids == nil {
-			n.ids = make([]uint64, 0, d.objects)
+			n.ids = make([]uint64, 0, max(d.objects, 0))
 		}
 		i = d.ix.eachIn(i, chunkLen, func(_ slot, e *diskEntry) {
 			n.ids = append(n.ids, e.id)
