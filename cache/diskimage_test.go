@@ -95,6 +95,27 @@ func varCount(c *Cache) int {
 	return c.disk.chainLen(hashKey([]byte(varURL)))
 }
 
+// servesAll checks that every URL of want is a hit on its bytes in c.
+func servesAll(t *testing.T, c *Cache, want map[string][]byte, when string) {
+	t.Helper()
+	for u, b := range want {
+		if v, _, got := served(t, c, u); v != Hit || !bytes.Equal(got, b) {
+			t.Fatalf("%s %s: %v, %d bytes", u, when, v, len(got))
+		}
+	}
+}
+
+// journalRead opens the store in dir, checks that its index came from the
+// journal after a warning about the image, and that it serves want.
+func journalRead(t *testing.T, dir string, want map[string][]byte) {
+	t.Helper()
+	c, from, warns := imageCache(t, dir, 2<<20)
+	if from != "journal" || len(warns) == 0 {
+		t.Fatalf("the index came from %q with warnings %q; want the journal, and a warning", from, warns)
+	}
+	servesAll(t, c, want, "after the journal")
+}
+
 // storeState is what a restart must give back: figures and the index.
 func storeState(c *Cache) string {
 	d := c.disk
@@ -129,11 +150,7 @@ func TestDiskImageRestart(t *testing.T) {
 		t.Fatalf("%d variants after the image, want 3", varCount(c))
 	}
 	fromImage := storeState(c)
-	for u, b := range want {
-		if v, _, got := served(t, c, u); v != Hit || !bytes.Equal(got, b) {
-			t.Fatalf("%s after the image: %v, %d bytes", u, v, len(got))
-		}
-	}
+	servesAll(t, c, want, "after the image")
 	if s := c.Stats(); s.DiskObjects != int64(len(want)+3) || s.DiskErrors != 0 {
 		t.Fatalf("after the image: %d objects, %d errors; want %d, 0", s.DiskObjects, s.DiskErrors, len(want)+3)
 	}
@@ -148,11 +165,7 @@ func TestDiskImageRestart(t *testing.T) {
 	if got := storeState(c); got != fromImage {
 		t.Fatalf("the journal gives\n%s\nthe image gave\n%s", got, fromImage)
 	}
-	for u, b := range want {
-		if v, _, got := served(t, c, u); v != Hit || !bytes.Equal(got, b) {
-			t.Fatalf("%s after the journal: %v, %d bytes", u, v, len(got))
-		}
-	}
+	servesAll(t, c, want, "after the journal")
 }
 
 // A store that never held an object restarts from its image too, with
@@ -213,15 +226,7 @@ func TestDiskImageMismatchReadsTheJournal(t *testing.T) {
 			dir := t.TempDir()
 			want := imageStore(t, dir)
 			tc.edit(t, dir)
-			c, from, warns := imageCache(t, dir, 2<<20)
-			if from != "journal" || len(warns) == 0 {
-				t.Fatalf("the index came from %q with warnings %q; want the journal, and a warning", from, warns)
-			}
-			for u, b := range want {
-				if v, _, got := served(t, c, u); v != Hit || !bytes.Equal(got, b) {
-					t.Fatalf("%s: %v, %d bytes", u, v, len(got))
-				}
-			}
+			journalRead(t, dir, want)
 		})
 	}
 }
@@ -342,15 +347,7 @@ func TestDiskImageChecksStructure(t *testing.T) {
 			dir := t.TempDir()
 			want := imageStore(t, dir)
 			editImage(t, dir, tc.edit)
-			c, from, warns := imageCache(t, dir, 2<<20)
-			if from != "journal" || len(warns) == 0 {
-				t.Fatalf("the index came from %q with warnings %q; want the journal, and a warning", from, warns)
-			}
-			for u, b := range want {
-				if v, _, got := served(t, c, u); v != Hit || !bytes.Equal(got, b) {
-					t.Fatalf("%s: %v, %d bytes", u, v, len(got))
-				}
-			}
+			journalRead(t, dir, want)
 		})
 	}
 }
