@@ -25,6 +25,7 @@ type Object struct {
 	fifo      fifoLinks     // in the store's small FIFO (policy.go)
 	pol       pol           // its place in the store's policy
 	diskHits  atomic.Uint32 // samples the disk tier's recency refreshes
+	hash      atomic.Uint64 // the memory store's hash of Key (store.go); 0 until first stored
 
 	// Status is the stored response's status code.
 	Status int

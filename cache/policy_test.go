@@ -124,10 +124,12 @@ func TestPolicyAccountsUnderChurn(t *testing.T) {
 	var inMaps int
 	var mapBytes int64
 	for i := range s.shards {
-		for _, vs := range s.shards[i].byKey {
-			for _, o := range vs.list {
-				inMaps++
-				mapBytes += o.Size
+		for _, first := range s.shards[i].byKey {
+			for vs := first; vs != nil; vs = vs.next {
+				for _, o := range vs.list {
+					inMaps++
+					mapBytes += o.Size
+				}
 			}
 		}
 	}
@@ -203,5 +205,83 @@ func BenchmarkStoreLookupAndAdmitStoreOnly(b *testing.B) {
 		if o, _ := s.get(keys[k], r); o == nil {
 			s.put(objs[k])
 		}
+	}
+}
+
+// TestStoreKeysSharingAHash: two keys whose hashes are equal are both
+// stored, each found under its own key, and either goes without the
+// other.
+func TestStoreKeysSharingAHash(t *testing.T) {
+	s := newStore(1 << 20)
+	a, b := obj("http://a.example/", 100), obj("http://b.example/", 100)
+	a.hash.Store(42)
+	b.hash.Store(42)
+	s.put(a)
+	s.put(b)
+	sh := s.shardOf(42)
+	found := func(o *Object) bool {
+		vs := sh.find(42, o.Key)
+		return vs != nil && len(vs.list) == 1 && vs.list[0] == o
+	}
+	if !found(a) || !found(b) {
+		t.Fatalf("a found %v, b found %v; want both", found(a), found(b))
+	}
+	s.remove(b)
+	if !found(a) || found(b) {
+		t.Fatalf("after b went: a found %v, b found %v; want a alone", found(a), found(b))
+	}
+	s.put(b)
+	s.remove(a)
+	if found(a) || !found(b) {
+		t.Fatalf("after a went: a found %v, b found %v; want b alone", found(a), found(b))
+	}
+	s.remove(b)
+	if len(sh.byKey) != 0 {
+		t.Fatalf("%d hashes left in the shard; want none", len(sh.byKey))
+	}
+	if objects, bytes := s.stats(); objects != 0 || bytes != 0 {
+		t.Fatalf("the policy counts %d objects, %d bytes; want none", objects, bytes)
+	}
+}
+
+// TestGhostRemembersTheNewest: the ghost answers for the newest bound
+// hashes added, through its table's growth, forgets one once taken, and
+// no longer knows the ones that fell out of the bound.
+func TestGhostRemembersTheNewest(t *testing.T) {
+	var g ghost
+	const bound = 1000
+	hashOf := func(i int) uint64 { return uint64(i) * 0x9e3779b97f4a7c15 }
+	for i := range 3 * bound { // grows from empty on the way
+		g.add(hashOf(i), min(i+minGhost, bound))
+	}
+	kept, old := 0, 0
+	for i := 2 * bound; i < 3*bound; i++ {
+		if g.take(hashOf(i), bound) {
+			kept++
+		}
+	}
+	for i := range 2 * bound {
+		if g.take(hashOf(i), bound) {
+			old++
+		}
+	}
+	// A group of four ways holding more than four of the newest loses
+	// its oldest: rare at a quarter full.
+	if kept < bound*98/100 || old != 0 {
+		t.Fatalf("%d of the newest %d remembered, %d older ones; want nearly all and none", kept, bound, old)
+	}
+	if g.take(hashOf(3*bound-1), bound) {
+		t.Fatal("a hash taken once is still remembered")
+	}
+	g.add(hashOf(7), bound)
+	g.add(hashOf(7), bound)
+	taken := 0
+	for range 3 {
+		if g.take(hashOf(7), bound) {
+			taken++
+		}
+	}
+	if taken != 2 {
+		t.Fatalf("a hash added twice was taken %d times; want 2", taken)
 	}
 }

@@ -1,7 +1,7 @@
 package cache
 
-// This file holds the memory store: sharded maps of Vary variants, bounded
-// in bytes by one policy (policy.go).
+// This file holds the memory store: sharded maps of Vary variants, by
+// the key's hash, bounded in bytes by one policy (policy.go).
 
 import (
 	"hash/maphash"
@@ -14,6 +14,13 @@ import (
 // lock, and one policy (policy.go) that bounds them in bytes and chooses
 // what to evict. A hit takes its shard's read lock and no other; storing
 // takes the shard's lock, then the policy's, never both at once.
+//
+// The maps are keyed by the key's 64-bit hash, made once per lookup or
+// store and kept in the object (its shard, its map place, its ghost
+// entry after eviction all come from it): with string keys each of a
+// miss's map operations hashed and compared the key again. Keys sharing
+// a hash (as good as never) are chained, and every lookup compares the
+// key itself.
 type store struct {
 	shards [nShards]shard
 	pol    policy
@@ -23,12 +30,13 @@ const nShards = 16
 
 type shard struct {
 	mu    sync.RWMutex
-	byKey map[string]*variants
+	byKey map[uint64]*variants // by keyHashOf
 }
 
 // variants are the stored responses of one primary key.
 type variants struct {
 	key  string
+	next *variants // another key with the same hash
 	list []*Object
 	one  [1]*Object // list's first backing: most URLs have one variant, stored without a second allocation
 }
@@ -36,31 +44,73 @@ type variants struct {
 func newStore(capacity int64) *store {
 	s := &store{}
 	for i := range s.shards {
-		s.shards[i].byKey = make(map[string]*variants)
+		s.shards[i].byKey = make(map[uint64]*variants)
 	}
 	s.pol.init(capacity)
 	return s
 }
 
-func (s *store) shardOf(key []byte) *shard { return &s.shards[shardIndex(key)] }
+func (s *store) shardOf(h uint64) *shard { return &s.shards[h%nShards] }
 
-// shardIndex is the key's hash (the runtime's, with a seed made at
-// start), modulo the shards: a byte-at-a-time hash took a tenth of a
-// lookup and admission.
-func shardIndex(key []byte) uint32 {
-	return uint32(maphash.Bytes(shardSeed, key) % nShards)
+// keyHashOf is the store's hash of a key (the runtime's, with a seed
+// made at start: a byte-at-a-time hash took a tenth of a lookup and
+// admission).
+func keyHashOf(key []byte) uint64 { return maphash.Bytes(storeSeed, key) }
+
+// hashOf is o's key hash, made when it is first stored (a hash that
+// comes to 0 is made each time: still right).
+func (o *Object) hashOf() uint64 {
+	if h := o.hash.Load(); h != 0 {
+		return h
+	}
+	h := maphash.String(storeSeed, o.Key)
+	o.hash.Store(h)
+	return h
 }
 
-var shardSeed = maphash.MakeSeed()
+var storeSeed = maphash.MakeSeed()
+
+// shardIndex is key's shard, for the structures sharded as the store
+// is (flights, hit counters).
+func shardIndex(key []byte) uint32 { return uint32(keyHashOf(key) % nShards) }
+
+// find is the variants of key (hash h), or nil.
+func (sh *shard) find(h uint64, key string) *variants {
+	vs := sh.byKey[h]
+	for vs != nil && vs.key != key {
+		vs = vs.next
+	}
+	return vs
+}
+
+// forget takes vs (empty now) out of the map.
+func (sh *shard) forget(h uint64, vs *variants) {
+	first := sh.byKey[h]
+	if first == vs {
+		if vs.next == nil {
+			delete(sh.byKey, h)
+		} else {
+			sh.byKey[h] = vs.next
+		}
+		return
+	}
+	for p := first; p != nil; p = p.next {
+		if p.next == vs {
+			p.next = vs.next
+			return
+		}
+	}
+}
 
 // get returns the variant of key that answers r, recording the hit, and
 // how many variants the key has. A complete response is preferred; a
 // stored part answers only a range request it covers. The key is looked
 // up without allocating.
 func (s *store) get(key []byte, r *Request) (*Object, int) {
-	sh := s.shardOf(key)
+	h := keyHashOf(key)
+	sh := s.shardOf(h)
 	sh.mu.RLock()
-	o, n := sh.findLocked(key, r)
+	o, n := sh.findLocked(h, key, r)
 	sh.mu.RUnlock()
 	if o != nil {
 		s.pol.hit(o)
@@ -68,8 +118,8 @@ func (s *store) get(key []byte, r *Request) (*Object, int) {
 	return o, n
 }
 
-func (sh *shard) findLocked(key []byte, r *Request) (*Object, int) {
-	vs := sh.byKey[string(key)]
+func (sh *shard) findLocked(h uint64, key []byte, r *Request) (*Object, int) {
+	vs := sh.find(h, string(key))
 	if vs == nil {
 		return nil, 0
 	}
@@ -91,10 +141,11 @@ func (sh *shard) findLocked(key []byte, r *Request) (*Object, int) {
 // dropPartials removes the stored parts of o's variant once the whole
 // response is stored.
 func (s *store) dropPartials(o *Object) {
-	sh := s.shardOf([]byte(o.Key))
+	h := o.hashOf()
+	sh := s.shardOf(h)
 	var gone []*Object
 	sh.mu.Lock()
-	if vs := sh.byKey[o.Key]; vs != nil {
+	if vs := sh.find(h, o.Key); vs != nil {
 		for _, v := range vs.list {
 			if v.partial && v.secondary == o.secondary+"\x00partial" {
 				gone = append(gone, v)
@@ -125,15 +176,16 @@ func (s *store) put(o *Object) bool {
 	if o.Size > s.capacity() {
 		return false
 	}
-	sh := s.shardOf([]byte(o.Key))
+	h := o.hashOf()
+	sh := s.shardOf(h)
 	var buf [2]*Object
 	replaced := buf[:0]
 	sh.mu.Lock()
-	vs := sh.byKey[o.Key]
+	vs := sh.find(h, o.Key)
 	if vs == nil {
-		vs = &variants{key: o.Key}
+		vs = &variants{key: o.Key, next: sh.byKey[h]}
 		vs.list = vs.one[:0]
-		sh.byKey[o.Key] = vs
+		sh.byKey[h] = vs
 	}
 	o.pol.gone.Store(false)
 	i := slices.IndexFunc(vs.list, func(v *Object) bool { return v.secondary == o.secondary })
@@ -168,7 +220,7 @@ const maxVariants = 64
 // still there: it may have been replaced or purged meanwhile).
 func (s *store) drop(victims []*Object) {
 	for _, v := range victims {
-		sh := s.shardOf([]byte(v.Key))
+		sh := s.shardOf(v.hashOf())
 		sh.mu.Lock()
 		sh.dropLocked(v)
 		sh.mu.Unlock()
@@ -179,7 +231,8 @@ func (s *store) drop(victims []*Object) {
 // gone (the policy is told by the caller).
 func (sh *shard) dropLocked(o *Object) {
 	o.pol.gone.Store(true)
-	vs := sh.byKey[o.Key]
+	h := o.hashOf()
+	vs := sh.find(h, o.Key)
 	if vs == nil {
 		return
 	}
@@ -187,13 +240,13 @@ func (sh *shard) dropLocked(o *Object) {
 		vs.list = slices.Delete(vs.list, i, i+1)
 	}
 	if len(vs.list) == 0 {
-		delete(sh.byKey, o.Key)
+		sh.forget(h, vs)
 	}
 }
 
 // remove drops o if it is still stored.
 func (s *store) remove(o *Object) {
-	sh := s.shardOf([]byte(o.Key))
+	sh := s.shardOf(o.hashOf())
 	sh.mu.Lock()
 	sh.dropLocked(o)
 	sh.mu.Unlock()
@@ -202,9 +255,10 @@ func (s *store) remove(o *Object) {
 
 // purge drops every variant of key and reports how many there were.
 func (s *store) purge(key []byte) int {
-	sh := s.shardOf(key)
+	h := keyHashOf(key)
+	sh := s.shardOf(h)
 	sh.mu.Lock()
-	vs := sh.byKey[string(key)]
+	vs := sh.find(h, string(key))
 	if vs == nil {
 		sh.mu.Unlock()
 		return 0
