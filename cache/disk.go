@@ -32,31 +32,54 @@ import (
 	"github.com/sirupsen/logrus"
 )
 
-// keyHash names a primary key on disk.
-type keyHash [16]byte
+// keyHash names a primary key on disk: the first 8 bytes of its SHA-256
+// (the journal's records have room for 16, and were written with 16
+// before the index was made smaller: the rest is not read). Keys sharing
+// a hash are told apart by the key in each object's head, which a
+// lookup compares with the request's.
+type keyHash [8]byte
 
 func hashKey(key []byte) keyHash {
 	s := sha256.Sum256(key)
-	return keyHash(s[:16])
+	return keyHash(s[:8])
 }
 
-func hashSecondary(s string) uint64 {
+// secHash names a variant of a key on disk (its Vary selecting values):
+// the low 32 bits of the first 8 bytes of their SHA-256, which is what
+// the journal's records held before the index was made smaller; every
+// variant read is matched against the request's own values.
+type secHash uint32
+
+func hashSecondary(s string) secHash {
 	h := sha256.Sum256([]byte(s))
-	return binary.BigEndian.Uint64(h[:8])
+	return secHash(binary.BigEndian.Uint64(h[:8]))
 }
 
-// diskEntry is one stored object in the index: 48 bytes, no pointers
+// diskEntry is one stored object in the index: 32 bytes, no pointers
 // (diskslab.go).
 type diskEntry struct {
-	key  keyHash
-	sec  uint64
-	id   uint64 // 0: a free slot
-	size int64  // the object file's bytes, and its head file's
-	// gen > 0: the object's head is the one in its head file of that
-	// generation (a 304 refreshed it), not the one in its object file.
-	gen uint32
+	key keyHash
+	id  uint64 // 0: a free slot
+	// sg is the object file's bytes, and its head file's (the low
+	// sizeBits), and its head generation (the high 24): gen > 0 says the
+	// object's head is the one in its head file of that generation (a
+	// 304 refreshed it), not the one in its object file.
+	sg  uint64
+	sec secHash
 	sib slot // the next (newer) variant of the same key; a free slot's next free one
 }
+
+// sizeBits is the bits of an entry's size: at most maxEntrySize.
+const sizeBits = 40
+
+func (e diskEntry) size() int64 { return int64(e.sg & (1<<sizeBits - 1)) }
+func (e diskEntry) gen() uint32 { return uint32(e.sg >> sizeBits) }
+
+// setSize sets the entry's size (at most maxEntrySize).
+func (e *diskEntry) setSize(n int64) { e.sg = e.sg&^(1<<sizeBits-1) | uint64(n)&(1<<sizeBits-1) }
+
+// setGen sets the entry's head generation (at most maxGen).
+func (e *diskEntry) setGen(g uint32) { e.sg = e.sg&(1<<sizeBits-1) | uint64(g)<<sizeBits }
 
 // disk is the disk store.
 type disk struct {
@@ -267,21 +290,23 @@ const (
 	// to 1.
 	maxGen = 1<<24 - 1
 	// maxEntrySize bounds a record's size: nothing a journal names is
-	// larger (16 TiB), so no sum of sizes overflows the byte count.
-	maxEntrySize = 1 << 44
+	// larger (1 TiB less a byte, what an entry holds), so no sum of sizes
+	// overflows the byte count; a larger object is not stored on disk.
+	maxEntrySize = 1<<sizeBits - 1
 )
 
 func appendRecord(b []byte, op byte, e *diskEntry) []byte {
 	start := len(b)
 	var g uint32
 	if op == opHead {
-		g = e.gen
+		g = e.gen()
 	}
 	b = append(b, op, byte(g>>16), byte(g>>8), byte(g))
 	b = append(b, e.key[:]...)
+	b = append(b, 0, 0, 0, 0, 0, 0, 0, 0) // the key's room is 16 bytes
 	b = binary.BigEndian.AppendUint64(b, e.id)
-	b = binary.BigEndian.AppendUint64(b, uint64(e.size))
-	b = binary.BigEndian.AppendUint64(b, e.sec)
+	b = binary.BigEndian.AppendUint64(b, uint64(e.size()))
+	b = binary.BigEndian.AppendUint64(b, uint64(e.sec))
 	return binary.BigEndian.AppendUint32(b, crc32.Checksum(b[start:], castagnoli))
 }
 
@@ -291,21 +316,21 @@ func parseRecord(b []byte) (op byte, e diskEntry, ok bool) {
 		return 0, e, false
 	}
 	op = b[0]
-	copy(e.key[:], b[4:20])
+	copy(e.key[:], b[4:12])
 	e.id = binary.BigEndian.Uint64(b[20:])
 	size := binary.BigEndian.Uint64(b[28:])
-	e.sec = binary.BigEndian.Uint64(b[36:])
+	e.sec = secHash(binary.BigEndian.Uint64(b[36:]))
 	g := uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
 	switch {
 	case e.id == 0 || size > maxEntrySize:
 		return 0, e, false
 	case op == opHead && g != 0:
-		e.gen = g
+		e.setGen(g)
 	case (op == opAdd || op == opDel) && g == 0:
 	default:
 		return 0, e, false
 	}
-	e.size = int64(size)
+	e.setSize(int64(size))
 	return op, e, true
 }
 

@@ -2,8 +2,10 @@ package cache
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"os"
 	"path/filepath"
@@ -317,7 +319,9 @@ func TestDiskPurge(t *testing.T) {
 	c.disk.mu.Unlock()
 	c.Purge(request(t, "GET", "http://example.com/p2").Key)
 	c.disk.mu.Lock()
-	c.disk.loadLocked(diskEntry{key: hashKey(request(t, "GET", "http://example.com/p2").Key), id: 1, size: 10})
+	e := diskEntry{key: hashKey(request(t, "GET", "http://example.com/p2").Key), id: 1}
+	e.setSize(10)
+	c.disk.loadLocked(e)
 	c.disk.loading.Store(false)
 	c.disk.mu.Unlock()
 	if v, _, _ := served(t, c, "http://example.com/p2"); v != Miss {
@@ -782,13 +786,17 @@ func TestDiskVariantChain(t *testing.T) {
 	k := hashKey([]byte("k"))
 	var dropped []diskEntry
 	for i := range maxVariants + 1 {
-		_, got := d.insertLocked(diskEntry{key: k, sec: uint64(i), id: uint64(i + 1), size: 1})
+		e := diskEntry{key: k, sec: secHash(i), id: uint64(i + 1)}
+		e.setSize(1)
+		_, got := d.insertLocked(e)
 		dropped = append(dropped, got...)
 	}
 	if d.chainLen(k) != maxVariants || len(dropped) != 1 || dropped[0].sec != 0 || d.objects != maxVariants {
 		t.Fatalf("past maxVariants: %d variants, dropped %v", d.chainLen(k), dropped)
 	}
-	if _, got := d.insertLocked(diskEntry{key: k, sec: 5, id: 100, size: 1}); len(got) != 1 || got[0].id != 6 {
+	e := diskEntry{key: k, sec: 5, id: 100}
+	e.setSize(1)
+	if _, got := d.insertLocked(e); len(got) != 1 || got[0].id != 6 {
 		t.Fatalf("the same variant did not replace the old: %v", got)
 	}
 	if !d.removeLocked(&diskEntry{key: k, id: 100}) || d.removeLocked(&diskEntry{key: k, id: 100}) {
@@ -1070,8 +1078,11 @@ func TestDiskJournalSizesBounded(t *testing.T) {
 	os.MkdirAll(filepath.Join(dir, "objects"), 0o750)
 	b := []byte(journalHdr)
 	for i := range 2 {
-		e := diskEntry{key: hashKey([]byte(fmt.Sprint(i))), id: uint64(i + 1), size: 1 << 62}
-		b = appendRecord(b, opAdd, &e)
+		e := diskEntry{key: hashKey([]byte(fmt.Sprint(i))), id: uint64(i + 1)}
+		r := appendRecord(nil, opAdd, &e)
+		binary.BigEndian.PutUint64(r[28:], 1<<62) // more than an entry can hold
+		binary.BigEndian.PutUint32(r[44:], crc32.Checksum(r[:44], castagnoli))
+		b = append(b, r...)
 	}
 	os.WriteFile(filepath.Join(dir, "journal"), b, 0o640)
 	c := diskCache(t, dir, func(c *Config) { c.DiskSize = 1 << 20 })
@@ -1256,5 +1267,57 @@ func BenchmarkDiskEviction(b *testing.B) {
 			}
 			c.Close()
 		})
+	}
+}
+
+// TestDiskReadsTheWiderRecordsOfBefore: a journal written before the
+// index was made smaller (16 bytes of each key's hash, 8 of each
+// variant's) is read: what it names is served after the restart.
+func TestDiskReadsTheWiderRecordsOfBefore(t *testing.T) {
+	dir := t.TempDir()
+	small := func(c *Config) { c.MaxObjectInMemory = 1 << 10 } // served from disk
+	c := diskCache(t, dir, small)
+	want := map[string][]byte{
+		"http://example.com/small": body(5<<10, 1),   // in a segment
+		"http://example.com/large": body(200<<10, 2), // a file of its own
+	}
+	for u, b := range want {
+		storeOn(t, c, u, b, int64(len(b)))
+	}
+	c.Close()
+	os.Remove(filepath.Join(dir, imageName)) // the journal is read
+	path := filepath.Join(dir, "journal")
+	j, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for r := j[len(journalHdr):]; len(r) >= recordSize; r = r[recordSize:] {
+		// What those records held where this build writes nothing.
+		copy(r[12:20], "\x9c\x41\x07\xee\x13\x5a\xd0\x28")
+		copy(r[36:40], "\x5e\x71\xa2\x0b")
+		binary.BigEndian.PutUint32(r[44:], crc32.Checksum(r[:44], castagnoli))
+	}
+	if err := os.WriteFile(path, j, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	c = diskCache(t, dir, small)
+	for u, b := range want {
+		if v, fromDisk, got := served(t, c, u); v != Hit || !fromDisk || !bytes.Equal(got, b) {
+			t.Errorf("%s after the restart: %v, from disk %v, %d bytes; want a hit from disk, %d bytes", u, v, fromDisk, len(got), len(b))
+		}
+	}
+	// A new version of each replaces the one read (the same variant):
+	// two objects on disk, and the new bodies served.
+	for u := range want {
+		want[u] = body(len(want[u]), 9)
+		storeOn(t, c, u, want[u], int64(len(want[u])))
+	}
+	if s := c.Stats(); s.DiskObjects != 2 {
+		t.Errorf("%d objects on disk after storing new versions of both; want 2", s.DiskObjects)
+	}
+	for u, b := range want {
+		if v, _, got := served(t, c, u); v != Hit || !bytes.Equal(got, b) {
+			t.Errorf("%s once stored again: %v, %d bytes; want the new version", u, v, len(got))
+		}
 	}
 }

@@ -208,7 +208,8 @@ func (d *disk) writeBatch(batch []*segAppend, buf []byte) []byte {
 	for _, a := range batch {
 		binary.BigEndian.PutUint32(a.rec, uint32(len(a.rec)-segHeader))
 		binary.BigEndian.PutUint32(a.rec[4:], crcOf(a.rec[:4]))
-		a.e.id, a.e.size = segID(no, at), int64(len(a.rec))
+		a.e.id = segID(no, at)
+		a.e.setSize(int64(len(a.rec)))
 		at += int64(len(a.rec))
 	}
 	out := batch[0].rec // one record (most batches) is written as it is

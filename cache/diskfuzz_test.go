@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 )
 
@@ -54,9 +55,13 @@ func FuzzObjectFile(f *testing.F) {
 }
 
 // FuzzJournalRecord: a record is refused unless its checksum holds, and
-// one that is accepted encodes back to itself.
+// one that is accepted encodes back to itself, but for the bytes an
+// entry does not keep (the key's second 8 bytes and the variant hash's
+// first 4, which records written before the index was made smaller
+// hold), and reads back as the same entry.
 func FuzzJournalRecord(f *testing.F) {
-	e := diskEntry{key: hashKey([]byte("k")), id: 7, size: 1000, sec: 3}
+	e := diskEntry{key: hashKey([]byte("k")), id: 7, sec: 3}
+	e.setSize(1000)
 	f.Add(appendRecord(nil, opAdd, &e))
 	f.Add(appendRecord(nil, opDel, &e))
 	f.Add(make([]byte, recordSize))
@@ -65,8 +70,13 @@ func FuzzJournalRecord(f *testing.F) {
 		if !ok {
 			return
 		}
-		if back := appendRecord(nil, op, &got); !bytes.Equal(back, b[:recordSize]) {
+		back := appendRecord(nil, op, &got)
+		kept := func(r []byte) []byte { return slices.Concat(r[:12], r[20:36], r[40:44]) }
+		if !bytes.Equal(kept(back), kept(b)) {
 			t.Fatalf("record %x read back as %x", b[:recordSize], back)
+		}
+		if op2, again, ok := parseRecord(back); !ok || op2 != op || again != got {
+			t.Fatalf("record %x: %v %+v, re-encoded and read again: %v %+v %v", b[:recordSize], op, got, op2, again, ok)
 		}
 	})
 }

@@ -95,7 +95,7 @@ func (d *disk) beginWrite() bool {
 // it. It runs behind the request; an entry replaced or refreshed
 // meanwhile keeps what it has, and none is refreshed while the index
 // loads (a record yet to be read could not be ordered with it).
-func (d *disk) refreshHead(o *Object, key keyHash, sec, id uint64, bodyLen int64) {
+func (d *disk) refreshHead(o *Object, key keyHash, sec secHash, id uint64, bodyLen int64) {
 	defer d.writers.Done()
 	d.mu.Lock()
 	x := d.entryLocked(key, sec, id)
@@ -103,7 +103,7 @@ func (d *disk) refreshHead(o *Object, key keyHash, sec, id uint64, bodyLen int64
 		d.mu.Unlock()
 		return
 	}
-	old := x.gen
+	old := x.gen()
 	gen := old%maxGen + 1
 	if d.fresh != nil {
 		d.fresh[id] = struct{}{}
@@ -118,21 +118,29 @@ func (d *disk) refreshHead(o *Object, key keyHash, sec, id uint64, bodyLen int64
 	}
 	d.mu.Lock()
 	x = d.entryLocked(key, sec, id)
-	if x == nil || x.gen != old || d.closed {
+	if x == nil || x.gen() != old || d.closed {
 		d.mu.Unlock()
 		os.Remove(path) // replaced, purged or refreshed by another meanwhile
 		return
 	}
-	size := x.size - d.headFileSize(x) + int64(len(b))
-	rec := appendRecord(nil, opHead, &diskEntry{key: key, sec: sec, id: id, gen: gen, size: size})
+	size := x.size() - d.headFileSize(x) + int64(len(b))
+	if size > maxEntrySize {
+		d.mu.Unlock()
+		os.Remove(path)
+		return
+	}
+	n := diskEntry{key: key, sec: sec, id: id}
+	n.setGen(gen)
+	n.setSize(size)
+	rec := appendRecord(nil, opHead, &n)
 	if err := d.appendLocked(rec); err != nil {
 		d.mu.Unlock()
 		os.Remove(path)
 		d.fault("journal", err)
 		return
 	}
-	d.bytes += size - x.size
-	x.gen, x.size = gen, size
+	d.bytes += size - x.size()
+	x.sg = n.sg
 	victims := d.evictLocked()
 	d.mu.Unlock()
 	if old > 0 {
@@ -144,17 +152,17 @@ func (d *disk) refreshHead(o *Object, key keyHash, sec, id uint64, bodyLen int64
 
 // headFileSize is the size of x's head file now (0 for none).
 func (d *disk) headFileSize(x *diskEntry) int64 {
-	if x.gen == 0 {
+	if x.gen() == 0 {
 		return 0
 	}
-	if st, err := os.Lstat(d.headPath(x.id, x.gen)); err == nil {
+	if st, err := os.Lstat(d.headPath(x.id, x.gen())); err == nil {
 		return st.Size()
 	}
 	return 0
 }
 
 // entryLocked finds the entry of key's variant sec with id (nil: none).
-func (d *disk) entryLocked(key keyHash, sec, id uint64) *diskEntry {
+func (d *disk) entryLocked(key keyHash, sec secHash, id uint64) *diskEntry {
 	if s := d.slotLocked(key, sec, id); s != 0 {
 		return d.ix.at(s)
 	}
@@ -162,7 +170,7 @@ func (d *disk) entryLocked(key keyHash, sec, id uint64) *diskEntry {
 }
 
 // slotLocked is the slot of key's variant sec with id (0: none).
-func (d *disk) slotLocked(key keyHash, sec, id uint64) slot {
+func (d *disk) slotLocked(key keyHash, sec secHash, id uint64) slot {
 	for s := d.ix.first(key); s != 0; s = d.ix.at(s).sib {
 		if x := d.ix.at(s); x.sec == sec && x.id == id {
 			return s
@@ -202,6 +210,6 @@ func (d *disk) headLocked(e *diskEntry) {
 		return
 	}
 	x := d.ix.at(s)
-	d.bytes += e.size - x.size
-	x.gen, x.size = e.gen, e.size
+	d.bytes += e.size() - x.size()
+	x.sg = e.sg
 }

@@ -6,8 +6,8 @@ package cache
 // their reference bits, the CLOCK hand and the segments' figures) to one
 // file, and the next start reads it back instead of replaying the
 // journal: sequential reads, no record parsed and no key placed. A 10M
-// index replays in about 1.4 s on the 2-core machine; its image, about
-// 540 MiB, is read in a fraction of that (docs/benchmarks.md).
+// index's image (about 380 MiB) is read in a fraction of the journal's
+// replay (docs/benchmarks.md).
 //
 // The image stands for the journal it was written beside: it names that
 // journal's length and the checksum of its last 64 KiB, and it is taken
@@ -38,7 +38,7 @@ import (
 
 const (
 	imageName  = "index"
-	imageMagic = "peerd index v1\n\x00" // 16 bytes
+	imageMagic = "peerd index v2\n\x00" // 16 bytes; v1 held 48-byte entries
 	// imageTail is how much of the journal's end the image's checksum
 	// of it covers.
 	imageTail = 64 << 10

@@ -399,7 +399,7 @@ func TestDiskImageMergesWhatCameMeanwhile(t *testing.T) {
 	if len(ids("http://example.com/c")) != 1 || len(ids("http://example.com/d")) != 1 {
 		t.Error("c (the image's) or d (stored meanwhile) is missing")
 	}
-	if s := c.Stats(); s.DiskObjects != 3 || s.DiskBytes != 3*d.lookup(hashKey(request(t, "GET", "http://example.com/d").Key))[0].size {
+	if s := c.Stats(); s.DiskObjects != 3 || s.DiskBytes != 3*d.lookup(hashKey(request(t, "GET", "http://example.com/d").Key))[0].size() {
 		t.Errorf("figures: %d objects, %d bytes", s.DiskObjects, s.DiskBytes)
 	}
 }

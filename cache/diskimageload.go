@@ -269,9 +269,6 @@ func (s *imageSum) checkChunk(x *diskIndex, c int, segs map[uint32]imageSeg) err
 			s.free++
 			continue
 		}
-		if e.size < 0 {
-			return fmt.Errorf("entry %d has a negative size", c*chunkLen+i+1)
-		}
 		sl := slot(c*chunkLen + i + 1)
 		s.entries++
 		s.heads += mix(sl | fingerprint(e.key))
@@ -280,7 +277,7 @@ func (s *imageSum) checkChunk(x *diskIndex, c int, segs map[uint32]imageSeg) err
 		}
 		if _, ok := segs[segNo(e.id)]; !isSeg(e.id) || ok {
 			s.objects++
-			s.bytes += e.size
+			s.bytes += e.size()
 		}
 		if _, ok := segs[segNo(e.id)]; isSeg(e.id) && ok {
 			if s.segs == nil {
@@ -288,7 +285,7 @@ func (s *imageSum) checkChunk(x *diskIndex, c int, segs map[uint32]imageSeg) err
 			}
 			g := s.segs[segNo(e.id)]
 			g.count++
-			g.live += uint64(e.size)
+			g.live += uint64(e.size())
 			s.segs[segNo(e.id)] = g
 		}
 	}

@@ -19,7 +19,7 @@ func (d *disk) lookup(key keyHash) []diskEntry {
 }
 
 // touch records a hit on the variant sec of key: its CLOCK bit.
-func (d *disk) touch(key keyHash, sec uint64) {
+func (d *disk) touch(key keyHash, sec secHash) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for s := d.ix.first(key); s != 0; s = d.ix.at(s).sib {
@@ -42,7 +42,7 @@ func (d *disk) chainLen(key keyHash) int {
 func (d *disk) dropLocked(s slot) diskEntry {
 	e := *d.ix.at(s)
 	if !isSeg(e.id) || d.segDropLocked(&e) {
-		d.bytes -= e.size
+		d.bytes -= e.size()
 		d.objects--
 	}
 	d.ix.remove(s)
@@ -72,7 +72,7 @@ func (d *disk) insertLocked(e diskEntry) (slot, []diskEntry) {
 	}
 	s := d.ix.add(e)
 	if !isSeg(e.id) || d.segAddLocked(&e) {
-		d.bytes += e.size
+		d.bytes += e.size()
 		d.objects++
 	}
 	return s, dropped
@@ -83,7 +83,7 @@ func (d *disk) insertLocked(e diskEntry) (slot, []diskEntry) {
 func (d *disk) removeLocked(e *diskEntry) bool {
 	for s := d.ix.first(e.key); s != 0; s = d.ix.at(s).sib {
 		if d.ix.at(s).id == e.id {
-			e.gen = d.dropLocked(s).gen
+			e.setGen(d.dropLocked(s).gen())
 			return true
 		}
 	}
@@ -128,8 +128,8 @@ func (d *disk) forget(es []diskEntry) {
 			d.open.drop(e.id)
 			os.Remove(d.objectPath(e.id))
 		}
-		if e.gen > 0 {
-			os.Remove(d.headPath(e.id, e.gen))
+		if e.gen() > 0 {
+			os.Remove(d.headPath(e.id, e.gen()))
 		}
 	}
 }

@@ -329,7 +329,7 @@ func (d *disk) loadLocked(e diskEntry) (victims []diskEntry) {
 		if pos, head := d.ix.find(e.key); head == 0 {
 			d.ix.place(pos, d.ix.alloc(e))
 			if !isSeg(e.id) || d.segAddLocked(&e) {
-				d.bytes += e.size
+				d.bytes += e.size()
 				d.objects++
 			}
 			return nil
@@ -382,7 +382,7 @@ func (d *disk) compactLocked() error {
 				return // (an entry of a reclaimed segment is no object)
 			}
 			b = appendRecord(b, opAdd, e)
-			if e.gen > 0 {
+			if e.gen() > 0 {
 				b = appendRecord(b, opHead, e)
 			}
 		})

@@ -142,10 +142,10 @@ func (d *disk) segsLoaded() {
 // recordLen is the bytes e's record takes in its segment (its size less
 // a refreshed head's file).
 func (d *disk) recordLen(e *diskEntry) int64 {
-	if e.gen == 0 {
-		return e.size
+	if e.gen() == 0 {
+		return e.size()
 	}
-	return max(0, e.size-d.headFileSize(e))
+	return max(0, e.size()-d.headFileSize(e))
 }
 
 // segAddLocked counts e (in a segment) as live; false when its segment
@@ -155,7 +155,7 @@ func (d *disk) segAddLocked(e *diskEntry) bool {
 	if s == nil {
 		return false
 	}
-	n := e.size // a new entry's size is its record's
+	n := e.size() // a new entry's size is its record's
 	s.live += n
 	s.count++
 	d.dead -= n

@@ -2,7 +2,9 @@ package cache
 
 // This file holds the disk index's memory layout, built to name a hundred
 // million objects in little RAM that the GC never scans:
-//   - the entries (48 bytes each, no pointers) live in chunks of a slab
+//   - the entries (32 bytes each, no pointers: 8 bytes of the key's hash,
+//     4 of the variant's, the id, the size and head generation packed
+//     in one word, the next variant) live in chunks of a slab
 //     that never move, numbered by slot (1 + their index; 0 is none);
 //     a freed slot is reused, through a free list;
 //   - a key's variants are a chain through the slab, oldest first;
@@ -18,6 +20,8 @@ package cache
 
 import (
 	"encoding/binary"
+	"runtime"
+	"sync"
 	"unsafe"
 )
 
@@ -145,10 +149,11 @@ func (x *diskIndex) rehash(size int) {
 	x.table = make([]slot, size)
 	// Its pages are written once now, in order: read first at random
 	// (the load's prefetch), each would fault twice, for the zero page
-	// and then for a copy of it.
-	for i := 0; i < size; i += 1024 {
-		x.table[i] = 0
-	}
+	// and then for a copy of it. A large table's are written by a
+	// goroutine per core at once, as a fault waits on nothing another
+	// core's does (a 10M-key table's 16k faults took 0.28 s on one core
+	// of a VM, 17 µs each).
+	touchPages(x.table)
 	mask := size - 1
 	for _, v := range old {
 		if v == 0 {
@@ -160,6 +165,26 @@ func (x *diskIndex) rehash(size int) {
 		}
 		x.table[i] = v
 	}
+}
+
+// touchPages writes each 4 KiB page of t once, in parallel when t is
+// large.
+func touchPages(t []slot) {
+	const page = 1024 // slots in a page
+	parts := 1
+	if len(t) >= 1<<20 {
+		parts = runtime.GOMAXPROCS(0)
+	}
+	var wg sync.WaitGroup
+	step := (len(t)/parts + page - 1) / page * page
+	for from := 0; from < len(t); from += step {
+		wg.Go(func() {
+			for i := from; i < min(from+step, len(t)); i += page {
+				t[i] = 0
+			}
+		})
+	}
+	wg.Wait()
 }
 
 // add puts e at the end of its key's chain and returns its slot.

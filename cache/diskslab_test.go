@@ -26,7 +26,7 @@ func TestDiskIndexAgreesWithAMap(t *testing.T) {
 		k := key(r.IntN(5000))
 		if r.IntN(3) > 0 || len(want[k]) == 0 {
 			id++
-			x.add(diskEntry{key: k, id: id, sec: id})
+			x.add(diskEntry{key: k, id: id, sec: secHash(id)})
 			want[k] = append(want[k], id)
 			continue
 		}
@@ -113,7 +113,9 @@ func TestDiskIndexMemoryPerObject(t *testing.T) {
 	runtime.ReadMemStats(&before)
 	x := &diskIndex{}
 	for i, k := range keys {
-		x.add(diskEntry{key: k, id: uint64(i + 1), size: 10 << 10})
+		e := diskEntry{key: k, id: uint64(i + 1)}
+		e.setSize(10 << 10)
+		x.add(e)
 	}
 	runtime.GC()
 	runtime.ReadMemStats(&after)

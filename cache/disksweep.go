@@ -58,8 +58,8 @@ func (d *disk) sweepIDs() *named {
 		}
 		i = d.ix.eachIn(i, chunkLen, func(_ slot, e *diskEntry) {
 			n.ids = append(n.ids, e.id)
-			if e.gen > 0 {
-				n.gens[e.id] = e.gen
+			if e.gen() > 0 {
+				n.gens[e.id] = e.gen()
 			}
 		})
 		more = i < d.ix.used

@@ -330,7 +330,11 @@ func (w *diskWriter) writeFile() (*diskRef, error) {
 	if err := f.Close(); err != nil {
 		return nil, err
 	}
-	w.e.size = fileSize(int64(len(w.head)), n)
+	size := fileSize(int64(len(w.head)), n)
+	if size > maxEntrySize {
+		return nil, errAbandoned // more than an entry can name (1 TiB)
+	}
+	w.e.setSize(size)
 	return &diskRef{c: w.c, id: w.e.id, bodyOff: bodyOffset(int64(len(w.head))), bodyLen: n, crcs: crcs}, nil
 }
 

@@ -14,13 +14,17 @@ import (
 // journal names n objects of size bytes, with no files behind them. Each
 // one is a miss when asked for (its file is missing, so it is dropped).
 func WriteSyntheticIndex(dir string, n int, size int64) error {
+	if size < 0 || size > maxEntrySize {
+		return fmt.Errorf("an object of %d bytes: an entry names 0 to %d", size, int64(maxEntrySize))
+	}
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return err
 	}
 	b := make([]byte, 0, len(journalHdr)+n*recordSize)
 	b = append(b, journalHdr...)
 	for i := range n {
-		e := diskEntry{key: hashKey(fmt.Appendf(nil, "http://synthetic.test/%d", i)), id: uint64(i + 1), size: size}
+		e := diskEntry{key: hashKey(fmt.Appendf(nil, "http://synthetic.test/%d", i)), id: uint64(i + 1)}
+		e.setSize(size)
 		b = appendRecord(b, opAdd, &e)
 	}
 	return os.WriteFile(filepath.Join(dir, "journal"), b, 0o640)

@@ -181,9 +181,9 @@ func (c *Cache) readEntry(e diskEntry, body func(o *Object, bodyLen int64) bool)
 	}
 	defer release()
 	o, ref, err := readObjectAt(f, base, size)
-	if err == nil && e.gen > 0 {
+	if err == nil && e.gen() > 0 {
 		var fresh *Object
-		if fresh, err = readHeadFile(d.headPath(e.id, e.gen), ref.bodyLen); err == nil && (fresh.Key != o.Key || fresh.secondary != o.secondary) {
+		if fresh, err = readHeadFile(d.headPath(e.id, e.gen()), ref.bodyLen); err == nil && (fresh.Key != o.Key || fresh.secondary != o.secondary) {
 			err = errCorrupt
 		}
 		o = fresh
