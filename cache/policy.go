@@ -67,6 +67,7 @@ type policy struct {
 func (p *policy) init(capacity int64) {
 	p.capacity.Store(capacity)
 	p.rnd = 0x9e3779b97f4a7c15
+	p.ghost.in = map[uint64]uint32{}
 }
 
 // hit records a request answered by o: no lock, and the clock written
@@ -98,7 +99,7 @@ func (p *policy) admit(o *Object, replaced []*Object, victims []*Object) []*Obje
 		o.pol.freq.Store(freq)
 		o.pol.base.Store(p.clock.Load())
 		o.pol.mainAt = -1
-		if wasMain || p.ghost.take(o.hashOf(), p.ghostBound()) {
+		if wasMain || p.ghost.take(o.hashOf()) {
 			p.toMainLocked(o)
 		} else {
 			p.small.pushFront(o)
@@ -180,7 +181,7 @@ func (p *policy) evictLocked(victims []*Object) []*Object {
 				p.toMainLocked(t)
 				continue
 			}
-			p.ghost.add(t.hashOf(), p.ghostBound())
+			p.ghost.add(t.hashOf(), max(len(p.main), minGhost))
 			v = t
 		} else {
 			v = p.sampleLocked()
@@ -192,10 +193,6 @@ func (p *policy) evictLocked(victims []*Object) []*Object {
 	}
 	return victims
 }
-
-// ghostBound is how many keys the ghost remembers: as many as the main
-// region holds objects.
-func (p *policy) ghostBound() int { return max(len(p.main), minGhost) }
 
 // sampleLocked is the lowest priority of samples main objects drawn at
 // random (every one when there are fewer).
@@ -228,4 +225,41 @@ func (p *policy) sampleLocked() *Object {
 // request plus its requests over the square root of its size.
 func priority(o *Object) float64 {
 	return math.Float64frombits(o.pol.base.Load()) + float64(o.pol.freq.Load())/math.Sqrt(float64(max(o.Size, 1)))
+}
+
+// ghost remembers the hashes of the keys the small FIFO evicted unasked,
+// oldest first, up to a bound (the main region's objects).
+type ghost struct {
+	in    map[uint64]uint32 // hash -> times in the queue
+	queue []uint64
+	head  int
+}
+
+func (g *ghost) add(h uint64, bound int) {
+	g.in[h]++
+	g.queue = append(g.queue, h)
+	for len(g.queue)-g.head > bound {
+		old := g.queue[g.head]
+		g.head++
+		if c := g.in[old]; c > 1 {
+			g.in[old] = c - 1
+		} else {
+			delete(g.in, old) // (or taken already)
+		}
+	}
+	if g.head > 1024 && g.head*2 > len(g.queue) {
+		g.queue = append(g.queue[:0], g.queue[g.head:]...)
+		g.head = 0
+	}
+}
+
+// take reports whether h is remembered, and forgets it.
+func (g *ghost) take(h uint64) bool {
+	if g.in[h] == 0 {
+		return false
+	}
+	if g.in[h]--; g.in[h] == 0 {
+		delete(g.in, h)
+	}
+	return true
 }
