@@ -6,7 +6,7 @@ package cache
 // their reference bits, the CLOCK hand and the segments' figures) to one
 // file, and the next start reads it back instead of replaying the
 // journal: sequential reads, no record parsed and no key placed. A 10M
-// index's image (about 380 MiB) is read in a fraction of the journal's
+// index's image (about 370 MiB: the table and the slab) is read in a fraction of the journal's
 // replay (docs/benchmarks.md).
 //
 // The image stands for the journal it was written beside: it names that

@@ -168,15 +168,17 @@ func (x *diskIndex) rehash(size int) {
 }
 
 // touchPages writes each 4 KiB page of t once, in parallel when t is
-// large.
+// large (a table grown while serving is small: no goroutine for it).
 func touchPages(t []slot) {
 	const page = 1024 // slots in a page
-	parts := 1
-	if len(t) >= 1<<20 {
-		parts = runtime.GOMAXPROCS(0)
+	if len(t) < 1<<20 {
+		for i := 0; i < len(t); i += page {
+			t[i] = 0
+		}
+		return
 	}
 	var wg sync.WaitGroup
-	step := (len(t)/parts + page - 1) / page * page
+	step := (len(t)/runtime.GOMAXPROCS(0) + page - 1) / page * page
 	for from := 0; from < len(t); from += step {
 		wg.Go(func() {
 			for i := from; i < min(from+step, len(t)); i += page {

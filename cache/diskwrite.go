@@ -73,6 +73,9 @@ func (d *disk) startWriter(o *Object, c *Cache, length int64) *diskWriter {
 	if d.small(len(head), length) {
 		return d.segWriter(o, c, head, length)
 	}
+	if length >= 0 && fileSize(int64(len(head)), length) > maxEntrySize {
+		return nil // more than an entry can name (1 TiB): not written at all
+	}
 	if !d.beginWrite() {
 		return nil
 	}
@@ -332,7 +335,7 @@ func (w *diskWriter) writeFile() (*diskRef, error) {
 	}
 	size := fileSize(int64(len(w.head)), n)
 	if size > maxEntrySize {
-		return nil, errAbandoned // more than an entry can name (1 TiB)
+		return nil, errAbandoned // a body of unknown length past what an entry can name (1 TiB)
 	}
 	w.e.setSize(size)
 	return &diskRef{c: w.c, id: w.e.id, bodyOff: bodyOffset(int64(len(w.head))), bodyLen: n, crcs: crcs}, nil
