@@ -146,8 +146,11 @@ type disk struct {
 	hits        atomic.Int64
 
 	writers sync.WaitGroup
-	stop    chan struct{}
-	open    fdCache // files of disk-only objects being served
+	// owning is the copying of the image's chunks into the process's
+	// own memory once the index is loaded (diskimageload.go).
+	owning sync.WaitGroup
+	stop   chan struct{}
+	open   fdCache // files of disk-only objects being served
 	// ready is closed when the index is loaded (or loading was given up),
 	// swept when leftover files are removed.
 	ready, swept chan struct{}
@@ -424,6 +427,7 @@ func (d *disk) close() {
 	// a sweep still running would delete the files of the process that
 	// takes it next (an upgrade's new peerd, a restart).
 	<-d.swept
+	d.owning.Wait()
 	d.removeSegments() // (the image names the segments that stay)
 	d.open.closeAll()
 	d.mu.Lock()

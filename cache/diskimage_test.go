@@ -255,13 +255,13 @@ func resealImage(b []byte) []byte {
 	if h.tab > 1<<31 || h.used > maxSlots {
 		return append(h.marshal(), b[hlen:]...) // refused by its figures
 	}
-	off := hlen
+	off := imageBodyAt(hlen)
 	var lens []int64
 	for i := uint64(0); i < h.tab; i += tablePiece {
 		lens = append(lens, int64(min(tablePiece, h.tab-i))*4)
 	}
 	for range (h.used + chunkLen - 1) / chunkLen {
-		lens = append(lens, int64(chunkBytes+refsBytes))
+		lens = append(lens, chunkPieceBytes)
 	}
 	for i, n := range lens {
 		if i >= len(h.crcs) || off+n > int64(len(b)) {
@@ -286,10 +286,11 @@ func editImage(t *testing.T, dir string, edit func(b []byte, x *diskIndex, hlen 
 		t.Fatal(err)
 	}
 	x := &diskIndex{used: int(h.used), free: slot(h.free)}
-	x.table = slotsOf(b[hlen : hlen+int64(h.tab)*4])
-	body := b[hlen+int64(h.tab)*4:]
+	at := imageBodyAt(hlen)
+	x.table = slotsOf(b[at : at+int64(h.tab)*4])
+	body := b[at+int64(h.tab)*4:]
 	for c := range (h.used + chunkLen - 1) / chunkLen {
-		x.chunks = append(x.chunks, entriesOf(body[c*uint64(chunkBytes+refsBytes):]))
+		x.chunks = append(x.chunks, entriesOf(body[int64(c)*chunkPieceBytes+imagePage:]))
 	}
 	edit(b, x, int(hlen))
 	os.WriteFile(p, resealImage(b), 0o640)
@@ -350,6 +351,38 @@ func TestDiskImageChecksStructure(t *testing.T) {
 			journalRead(t, dir, want)
 		})
 	}
+}
+
+// The image's chunks are used where they lie in its file, and then
+// copied into the process's own memory: once that is done, no mapping of
+// the image is left (its disk space is free), and what was written to
+// the index meanwhile, and after, is served.
+func TestDiskImageLetGoOnceCopied(t *testing.T) {
+	dir := t.TempDir()
+	want := imageStore(t, dir)
+	c, from, _ := imageCache(t, dir, 64<<20) // (nothing evicted)
+	if from != "image" {
+		t.Fatalf("the index came from %q; want the image", from)
+	}
+	storeOn(t, c, "http://example.com/meanwhile", body(4000, 3), 4000)
+	want["http://example.com/meanwhile"] = body(4000, 3)
+	c.disk.owning.Wait()
+	maps, err := os.ReadFile("/proc/self/maps")
+	if err != nil {
+		t.Skip("no /proc/self/maps here")
+	}
+	if p := filepath.Join(dir, imageName); bytes.Contains(maps, []byte(p)) {
+		t.Fatalf("%s is still mapped once its chunks were copied", p)
+	}
+	c.Purge(request(t, "GET", "http://example.com/img/58").Key)
+	delete(want, "http://example.com/img/58")
+	servesAll(t, c, want, "after the copy")
+	c.Close()
+	c, from, _ = imageCache(t, dir, 64<<20)
+	if from != "image" {
+		t.Fatalf("the second restart's index came from %q; want the image", from)
+	}
+	servesAll(t, c, want, "after a second restart")
 }
 
 // What is stored while the image is read is newer than anything in it:
@@ -450,8 +483,8 @@ func FuzzDiskImage(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	tableEnd := hlen + int64(h.tab)*4
-	parts := [][2]int64{{0, hlen}, {hlen, tableEnd}, {tableEnd, tableEnd + int64(h.used)*int64(entrySize)}}
+	tableEnd := imageBodyAt(hlen) + int64(h.tab)*4
+	parts := [][2]int64{{0, hlen}, {imageBodyAt(hlen), tableEnd}, {tableEnd + imagePage, tableEnd + imagePage + int64(h.used)*int64(entrySize)}}
 	f.Add([]byte{})
 	f.Add([]byte{2, 0, 0, 40, 1})   // an entry's sib
 	f.Add([]byte{1, 0, 0, 2, 0x80}) // a table value's slot
