@@ -5,11 +5,13 @@ package e2e
 // reload was taken.
 
 import (
+	"fmt"
 	"os"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // labelledValue is the value of the first line of a /metrics text that
@@ -31,8 +33,7 @@ func TestOperatorMetrics(t *testing.T) {
 	if r := do(p.client(), "POST", "http://origin.test/upload", strings.Repeat("x", 5000)); r.status != 200 {
 		t.Fatalf("POST: %s", r)
 	}
-	m := p.adminMetrics()
-	for _, c := range []struct {
+	checks := []struct {
 		re  string
 		min float64
 	}{
@@ -49,10 +50,24 @@ func TestOperatorMetrics(t *testing.T) {
 		{`^peerd_peer_connect_seconds_bucket\{peer="a",le="\+Inf"\} `, 1},
 		{`^peerd_peer_head_seconds_count\{peer="a"\} `, 1},
 		{`^peerd_peer_head_seconds_bucket\{peer="a",le="60"\} `, 1},
-	} {
-		if v := labelledValue(m, regexp.MustCompile(c.re)); v < c.min {
-			t.Errorf("%s: %v; want at least %v", c.re, v, c.min)
+	}
+	// An answer is counted once it is whole, which may be just after
+	// the client has it: the figures are polled, with a deadline.
+	var missing []string
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		m := p.adminMetrics()
+		missing = missing[:0]
+		for _, c := range checks {
+			if v := labelledValue(m, regexp.MustCompile(c.re)); v < c.min {
+				missing = append(missing, fmt.Sprintf("%s: %v; want at least %v", c.re, v, c.min))
+			}
 		}
+		if len(missing) == 0 || time.Now().After(deadline) {
+			break
+		}
+	}
+	for _, m := range missing {
+		t.Error(m)
 	}
 	// A refused reload says so.
 	os.WriteFile(p.Config, []byte("[proxy]\nbogus = 1\n"), 0o644)
