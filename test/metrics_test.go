@@ -52,9 +52,17 @@ func TestOperatorMetrics(t *testing.T) {
 		{`^peerd_peer_head_seconds_bucket\{peer="a",le="60"\} `, 1},
 	}
 	// An answer is counted once it is whole, which may be just after
-	// the client has it: the figures are polled, with a deadline.
+	// the client has it, and its head time not at all when peerd's own
+	// stalls (a loaded machine) took all of it: the figures are polled,
+	// with a deadline, and another POST sent while the head time lacks.
 	var missing []string
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	for i, deadline := 0, time.Now().Add(20*time.Second); ; i++ {
+		time.Sleep(20 * time.Millisecond)
+		if i%10 == 9 && i < 200 {
+			if r := do(p.client(), "POST", "http://origin.test/upload", strings.Repeat("x", 5000)); r.status != 200 {
+				t.Fatalf("POST: %s", r)
+			}
+		}
 		m := p.adminMetrics()
 		missing = missing[:0]
 		for _, c := range checks {
