@@ -7,8 +7,8 @@ package cache
 // file, and the next start reads it back instead of replaying the
 // journal: no record parsed and no key placed. The slab's chunks start
 // on pages of the file and are mapped, not read (diskimageload.go): a 10M
-// index's image (about 370 MiB: the table and the slab) is in use in a
-// third of the journal's replay (docs/benchmarks.md).
+// index's image (about 370 MiB: the table and the slab) is in use in
+// about two fifths of the journal's replay (docs/benchmarks.md).
 //
 // The image stands for the journal it was written beside: it names that
 // journal's length and the checksum of its last 64 KiB, and it is taken
