@@ -122,25 +122,17 @@ func (d *Dialer) logger() logrus.FieldLogger {
 	return logrus.StandardLogger()
 }
 
-type connectTimeoutKey struct{}
-
-// WithConnectTimeout makes DialPeer connect within d (the timeout of the
-// config generation a request runs under) instead of the peer's timeout
-// in force now.
-func WithConnectTimeout(ctx context.Context, d time.Duration) context.Context {
-	return context.WithValue(ctx, connectTimeoutKey{}, d)
-}
-
-// DialPeer connects to p within its connect timeout (probe timeout for
-// probes) and reports the outcome. Nothing is written to the connection.
-// If ctx ends first, the attempt is not reported: the caller went away.
-func (d *Dialer) DialPeer(ctx context.Context, p *peers.Peer, why Purpose) (net.Conn, error) {
-	timeout := p.ConnectTimeout()
-	if t, ok := ctx.Value(connectTimeoutKey{}).(time.Duration); ok && t > 0 {
-		timeout = t
-	}
-	if why == Probe {
-		timeout = p.ProbeTimeout()
+// DialPeer connects to p within timeout and reports the outcome; a
+// timeout of 0 is the peer's own in force now (its probe timeout for a
+// probe). A request passes the connect timeout of the config generation
+// it runs under. Nothing is written to the connection. If ctx ends first,
+// the attempt is not reported: the caller went away.
+func (d *Dialer) DialPeer(ctx context.Context, p *peers.Peer, why Purpose, timeout time.Duration) (net.Conn, error) {
+	if timeout <= 0 {
+		timeout = p.ConnectTimeout()
+		if why == Probe {
+			timeout = p.ProbeTimeout()
+		}
 	}
 	start := d.now()
 	// The timeout stretches by peerd's own stalls (stall_guard): a peer

@@ -52,7 +52,7 @@ func TestOutcomesAreReported(t *testing.T) {
 			c, _ := net.Pipe()
 			return c, nil
 		}}
-		conn, err := d.DialPeer(context.Background(), p, Traffic)
+		conn, err := d.DialPeer(context.Background(), p, Traffic, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -61,14 +61,14 @@ func TestOutcomesAreReported(t *testing.T) {
 			t.Fatalf("success not recorded: %+v", st)
 		}
 		mode = "refuse"
-		_, err = d.DialPeer(context.Background(), p, Traffic)
+		_, err = d.DialPeer(context.Background(), p, Traffic, 0)
 		var ce *ConnectError
 		if !errors.As(err, &ce) || p.Snapshot().ConnectFailuresTotal != 1 {
 			t.Fatalf("refused: err %v, failures %d", err, p.Snapshot().ConnectFailuresTotal)
 		}
 		mode = "hang"
 		start := time.Now()
-		_, err = d.DialPeer(context.Background(), p, Traffic)
+		_, err = d.DialPeer(context.Background(), p, Traffic, 0)
 		if time.Since(start) != time.Second || !strings.Contains(err.Error(), "connect timeout after 1s") {
 			t.Fatalf("timeout: %v after %v", err, time.Since(start))
 		}
@@ -78,7 +78,7 @@ func TestOutcomesAreReported(t *testing.T) {
 		// A caller that gives up is not the peer's failure.
 		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 		defer cancel()
-		if _, err := d.DialPeer(ctx, p, Traffic); !errors.Is(err, context.DeadlineExceeded) {
+		if _, err := d.DialPeer(ctx, p, Traffic, 0); !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("err = %v", err)
 		}
 		if st := p.Snapshot(); st.ConnectFailuresTotal != 2 || st.ConnectsTotal != 4 {
@@ -96,11 +96,11 @@ func TestDNSFailureFallsBackToLastKnownAddress(t *testing.T) {
 		c, _ := net.Pipe()
 		return c, nil
 	}}
-	if _, err := d.DialPeer(context.Background(), p, Traffic); err != nil {
+	if _, err := d.DialPeer(context.Background(), p, Traffic, 0); err != nil {
 		t.Fatal(err)
 	}
 	res.addrs, res.err = nil, errors.New("no such host")
-	if _, err := d.DialPeer(context.Background(), p, Traffic); err != nil {
+	if _, err := d.DialPeer(context.Background(), p, Traffic, 0); err != nil {
 		t.Fatalf("with a known address, a DNS failure must not fail the connect: %v", err)
 	}
 	if len(dialled) != 2 || dialled[1] != "127.0.0.9:3128" {
@@ -112,7 +112,7 @@ func TestDNSFailureFallsBackToLastKnownAddress(t *testing.T) {
 	// Without a known address a DNS failure is a connect failure.
 	reg2, p2, _ := setup(t, "other.example")
 	d2 := &Dialer{Reporter: reg2, Resolver: res}
-	if _, err := d2.DialPeer(context.Background(), p2, Traffic); err == nil || !strings.Contains(err.Error(), "dns") {
+	if _, err := d2.DialPeer(context.Background(), p2, Traffic, 0); err == nil || !strings.Contains(err.Error(), "dns") {
 		t.Fatalf("err = %v; want a dns connect failure", err)
 	}
 	if p2.Snapshot().ConnectFailuresTotal != 1 {

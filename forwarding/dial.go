@@ -49,8 +49,7 @@ func (h *hops) dialHop(hop selection.Hop, o origin, g *generation) (net.Conn, er
 	if hop.Peer != nil {
 		defer hop.Peer.EndDial()
 		// Within the connect timeout of the request's generation.
-		ctx := dialer.WithConnectTimeout(context.Background(), h.health.ConnectTimeout(hop.Peer))
-		return h.dialer.DialPeer(ctx, hop.Peer, dialer.Traffic)
+		return h.dialer.DialPeer(context.Background(), hop.Peer, dialer.Traffic, h.health.ConnectTimeout(hop.Peer))
 	}
 	return h.origins.dialOrigin(o, g)
 }

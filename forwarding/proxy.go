@@ -42,7 +42,7 @@ type Authenticator interface {
 
 // PeerDialer connects to peers and reports outcomes; *dialer.Dialer is one.
 type PeerDialer interface {
-	DialPeer(ctx context.Context, p *peers.Peer, why dialer.Purpose) (net.Conn, error)
+	DialPeer(ctx context.Context, p *peers.Peer, why dialer.Purpose, timeout time.Duration) (net.Conn, error)
 }
 
 // ICP asks peers by ICP (RFC 2186) before a GET or HEAD is planned;

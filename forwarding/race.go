@@ -159,7 +159,7 @@ func (w *walker) raceConnects(hop selection.Hop, delay time.Duration) *attempt {
 	wh := w.h
 	r := w.newRace()
 	latest := hop
-	stalls := wh.stalls.Since(time.Now()) // of the hedge delay
+	due := wh.stalls.Deadline(time.Now(), delay) // the hedge delay's end
 	r.dial(hop)
 	timer := time.NewTimer(delay)
 	defer timer.Stop()
@@ -182,9 +182,10 @@ func (w *walker) raceConnects(hop selection.Hop, delay time.Duration) *attempt {
 			r.finish(nil)
 			return w.attemptOn(h, uc, true), true
 		}
-		latest, stalls = h, wh.stalls.Since(time.Now())
+		d := wh.hedgeDelay(w.rq.gen, h)
+		latest, due = h, wh.stalls.Deadline(time.Now(), d)
 		r.dial(h)
-		timer.Reset(wh.hedgeDelay(w.rq.gen, h))
+		timer.Reset(d)
 		return nil, true
 	}
 	for {
@@ -211,10 +212,10 @@ func (w *walker) raceConnects(hop selection.Hop, delay time.Duration) *attempt {
 				}
 			}
 		case <-timer.C:
-			if s := stalls.More(time.Now()); s > 0 {
+			if left := due.Left(time.Now()); left > 0 {
 				// peerd itself was stalled meanwhile (stall_guard): the
 				// delay stretches by it before anyone is called slow.
-				timer.Reset(s)
+				timer.Reset(left)
 				continue
 			}
 			if latest.Peer != nil {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/peerd/peerd/internal/h1"
+	"github.com/peerd/peerd/internal/stall"
 	"github.com/peerd/peerd/peers"
 )
 
@@ -270,21 +271,13 @@ func (a *attempt) receive(rq *request, side clientSide, sent, late time.Time) {
 		sent = time.Now()
 	}
 	now := time.Now()
-	deadline := sent.Add(cfg.ReadTimeout)
-	// stretch moves the deadlines on by the time peerd itself was stalled
-	// since the request went out (stall_guard), counted once: a deadline
-	// that fired because peerd did not run is no parent's lateness.
-	stalls := a.h.stalls.Since(sent)
-	stretch := func(now time.Time) bool {
-		s := stalls.More(now)
-		if s == 0 {
-			return false
-		}
-		deadline = deadline.Add(s)
-		if !late.IsZero() {
-			late = late.Add(s)
-		}
-		return true
+	// The deadlines move on by the time peerd itself was stalled since
+	// the request went out (stall_guard): a deadline that fired because
+	// peerd did not run is no parent's lateness.
+	deadline := a.h.stalls.Deadline(sent, cfg.ReadTimeout)
+	var lateBy stall.Deadline
+	if !late.IsZero() {
+		lateBy = a.h.stalls.Deadline(sent, late.Sub(sent))
 	}
 	var w *watcher
 	defer func() {
@@ -293,14 +286,11 @@ func (a *attempt) receive(rq *request, side clientSide, sent, late time.Time) {
 		}
 	}()
 	for interim := 0; ; {
-		if !late.IsZero() && !now.Before(late) && a.progress < sentToClient && c.r.Buffered() == 0 {
-			if stretch(now) {
-				continue
-			}
+		if lateBy.Passed(now) && a.progress < sentToClient && c.r.Buffered() == 0 {
 			a.late = true // nothing of the head came in time: the walker decides
 			return
 		}
-		slice := deadline.Sub(now)
+		slice := deadline.Left(now)
 		if w == nil && slice > watchAfter {
 			slice = watchAfter
 		}
@@ -315,20 +305,19 @@ func (a *attempt) receive(rq *request, side clientSide, sent, late time.Time) {
 			}
 			slice = min(slice, lateCheck)
 		}
-		byLate := !late.IsZero() && now.Before(late) && late.Sub(now) <= slice
+		byLate := lateBy.Set() && lateBy.Left(now) > 0 && lateBy.Left(now) <= slice
 		if byLate {
-			c.dl.readBy(now, late, lateSlack(a, late)) // late exactly
+			c.dl.readBy(now, lateBy.At(), lateSlack(a, lateBy.At())) // late exactly
 		} else {
 			c.dl.readIn(now, slice)
 		}
 		head, err := c.r.ReadHead(cfg.maxHeader)
 		if err != nil {
 			gone := w != nil && w.gone.Load()
-			if now = time.Now(); isTimeout(err) && !now.Before(deadline) && !gone {
-				stretch(now) // read_timeout passed while peerd was stalled: it waits on
-			}
-			if isTimeout(err) && now.Before(deadline) && !gone {
-				if byLate || (!late.IsZero() && !now.Before(late)) {
+			now = time.Now()
+			// read_timeout passed while peerd was stalled: it waits on.
+			if isTimeout(err) && !deadline.Passed(now) && !gone {
+				if byLate || lateBy.Passed(now) {
 					continue // late at the top of the loop, or woke early: waits again to late
 				}
 				if w == nil && side != nil && rq.body.done {

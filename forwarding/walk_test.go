@@ -52,7 +52,7 @@ func (f *fakeParents) note(s string) {
 	f.mu.Unlock()
 }
 
-func (f *fakeParents) DialPeer(_ context.Context, p *peers.Peer, _ dialer.Purpose) (net.Conn, error) {
+func (f *fakeParents) DialPeer(_ context.Context, p *peers.Peer, _ dialer.Purpose, _ time.Duration) (net.Conn, error) {
 	f.note("dial " + p.Name())
 	f.mu.Lock()
 	resp, ok := f.answer[p.Name()]

@@ -23,7 +23,6 @@ import (
 	"time"
 
 	"github.com/peerd/peerd/dialer"
-	"github.com/peerd/peerd/internal/stall"
 	"github.com/peerd/peerd/peers"
 	"github.com/sirupsen/logrus"
 )
@@ -32,7 +31,7 @@ import (
 // connect itself is reported by the dialer (it never revives a parent
 // dead by answers).
 func (pr *Prober) httpProbe(ctx context.Context, p *peers.Peer) error {
-	conn, err := pr.dialer.DialPeer(ctx, p, dialer.Probe)
+	conn, err := pr.dialer.DialPeer(ctx, p, dialer.Probe, 0)
 	if err != nil {
 		pr.log.WithFields(logrus.Fields{"peer": p.Name(), "err": err.Error()}).Debug("http probe: connect failed")
 		return err
@@ -40,9 +39,9 @@ func (pr *Prober) httpProbe(ctx context.Context, p *peers.Peer) error {
 	defer conn.Close()
 	deadline := pr.reg.HTTPProbeTimeout(p)
 	start := time.Now()
-	sc := &stretchConn{Conn: conn, stalls: pr.stalls.Since(start), deadline: start.Add(deadline)}
-	conn.SetDeadline(sc.deadline)
-	status, err := exchangeProbe(sc, probeRequest(pr.reg.Health().HTTPProbe, p))
+	// Its reads stretch by peerd's own stalls (stall_guard): a parent is
+	// blamed for a timeout only when it had all of it.
+	status, err := exchangeProbe(pr.stalls.Conn(conn, start, deadline), probeRequest(pr.reg.Health().HTTPProbe, p))
 	now := time.Now()
 	elapsed := now.Sub(start) - pr.stalls.Stalled(start, now) // peerd's own stall is not the parent's time
 	switch {
@@ -96,30 +95,6 @@ func exchangeProbe(conn net.Conn, req string) (int, error) {
 	}
 	resp.Body.Close()
 	return resp.StatusCode, nil
-}
-
-// stretchConn moves a probe's deadline on by peerd's own stalls
-// (stall_guard): a read that timed out while peerd was stalled reads on,
-// so a parent is blamed for a timeout only when it had all of it.
-type stretchConn struct {
-	net.Conn
-	stalls   stall.Stretch
-	deadline time.Time
-}
-
-func (c *stretchConn) Read(b []byte) (int, error) {
-	for {
-		n, err := c.Conn.Read(b)
-		if err == nil || n > 0 || probeClass(err) != peers.AnswerTimeout {
-			return n, err
-		}
-		s := c.stalls.More(time.Now())
-		if s == 0 {
-			return n, err
-		}
-		c.deadline = c.deadline.Add(s)
-		c.Conn.SetDeadline(c.deadline)
-	}
 }
 
 // probeClass is the answer-failure class of a probe that got no head.

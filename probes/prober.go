@@ -25,7 +25,7 @@ import (
 // Dialer opens a probe connection and reports its outcome to the registry;
 // *dialer.Dialer is one.
 type Dialer interface {
-	DialPeer(ctx context.Context, p *peers.Peer, why dialer.Purpose) (net.Conn, error)
+	DialPeer(ctx context.Context, p *peers.Peer, why dialer.Purpose, timeout time.Duration) (net.Conn, error)
 }
 
 // Options configure a Prober.
@@ -365,7 +365,7 @@ func (pr *Prober) probeByKind(ctx context.Context, p *peers.Peer) error {
 
 // probe runs one TCP probe: connect, write nothing, close.
 func (pr *Prober) probe(ctx context.Context, p *peers.Peer) error {
-	conn, err := pr.dialer.DialPeer(ctx, p, dialer.Probe)
+	conn, err := pr.dialer.DialPeer(ctx, p, dialer.Probe, 0)
 	if err != nil {
 		pr.log.WithFields(logrus.Fields{"peer": p.Name(), "err": err.Error()}).Debug("probe failed")
 		return err

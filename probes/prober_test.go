@@ -231,7 +231,7 @@ func TestNoIdleDeadUse(t *testing.T) {
 		e.net.set(a1, "refuse")
 		// Two client connects fail: dead.
 		for i := 0; i < 2; i++ {
-			if _, err := (&dialer.Dialer{Reporter: e.reg, Dial: e.net.Dial}).DialPeer(context.Background(), p, dialer.Traffic); err == nil {
+			if _, err := (&dialer.Dialer{Reporter: e.reg, Dial: e.net.Dial}).DialPeer(context.Background(), p, dialer.Traffic, 0); err == nil {
 				t.Fatal("dial succeeded")
 			}
 		}
@@ -437,7 +437,7 @@ func TestSuspectPeerSettledByProbes(t *testing.T) {
 
 		// A transient failure: an immediate probe clears the suspicion.
 		probes := p.Snapshot().ProbesTotal
-		d.DialPeer(context.Background(), p, dialer.Traffic)
+		d.DialPeer(context.Background(), p, dialer.Traffic, 0)
 		synctest.Wait()
 		if st := p.Snapshot(); p.Suspect() || st.State != peers.Alive || st.ConsecutiveFailures != 0 || st.ProbesTotal != probes+1 {
 			t.Fatalf("after one failed connect: %+v; want one probe that cleared it", st)
@@ -447,7 +447,7 @@ func TestSuspectPeerSettledByProbes(t *testing.T) {
 		// the first at once and the next probe_interval/10 later (so a
 		// restarting parent is not killed by back-to-back probes).
 		e.net.set(a1, "refuse")
-		d.DialPeer(context.Background(), p, dialer.Traffic)
+		d.DialPeer(context.Background(), p, dialer.Traffic, 0)
 		synctest.Wait()
 		if st := p.Snapshot(); p.State() != peers.Alive || st.ProbeFailuresTotal != 1 {
 			t.Fatalf("at once: state %v, %d probe failures; want alive after one settling probe", p.State(), st.ProbeFailuresTotal)
@@ -604,7 +604,7 @@ func TestHungSuspectProbedBackToBack(t *testing.T) {
 		e.net.set(a1, "block")
 		d := &dialer.Dialer{Reporter: e.reg, Dial: e.net.Dial}
 		start := time.Now()
-		d.DialPeer(context.Background(), p, dialer.Traffic) // times out: hung
+		d.DialPeer(context.Background(), p, dialer.Traffic, 0) // times out: hung
 		if !p.Hung() || !p.Suspect() {
 			t.Fatalf("after a connect timeout: hung %v, suspect %v; want both", p.Hung(), p.Suspect())
 		}

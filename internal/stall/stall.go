@@ -209,24 +209,17 @@ func (g *Guard) Stalled(from, to time.Time) time.Duration {
 // context.DeadlineExceeded (context.Cause). Off (or nil), it is
 // context.WithTimeout.
 func (g *Guard) WithTimeout(parent context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
-	if g == nil || !g.on.Load() {
+	if g == nil || !g.on.Load() || timeout <= 0 {
 		return context.WithTimeout(parent, timeout)
 	}
 	ctx, cancel := context.WithCancelCause(parent)
-	start := g.now()
-	deadline := start.Add(timeout)
-	var stretched time.Duration
+	dl := g.Deadline(g.now(), timeout) // read by the timer's function alone
 	var mu sync.Mutex
 	var t *time.Timer
 	mu.Lock()
 	defer mu.Unlock()
 	t = time.AfterFunc(timeout, func() {
-		now := g.now()
-		if s := g.Stalled(start, now) - stretched; s > 0 {
-			stretched += s
-			deadline = deadline.Add(s)
-		}
-		if left := deadline.Sub(now); left > 0 {
+		if left := dl.Left(g.now()); left > 0 {
 			mu.Lock()
 			t.Reset(left)
 			mu.Unlock()

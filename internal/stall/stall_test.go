@@ -3,6 +3,8 @@ package stall
 import (
 	"context"
 	"errors"
+	"net"
+	"os"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -100,33 +102,99 @@ func TestWithTimeoutStretches(t *testing.T) {
 	})
 }
 
-// TestStretchCountsAStallOnce: a deadline moves on by each stall once,
-// however often it asks; a nil guard never moves it.
-func TestStretchCountsAStallOnce(t *testing.T) {
+// TestDeadlineCountsAStallOnce: a deadline moves on by each stall once,
+// however often it is asked; a nil guard never moves it, and the zero
+// Deadline never passes.
+func TestDeadlineCountsAStallOnce(t *testing.T) {
 	c := &clock{t: time.Unix(1000, 0)}
 	g := New(c.now)
-	s := g.Since(c.t)
+	start := c.t
+	d := g.Deadline(start, time.Second)
 	c.t = c.t.Add(Tick)
 	g.Observe(c.t)
-	if d := s.More(c.t); d != 0 {
-		t.Fatalf("no stall: %v", d)
+	if d.Passed(c.t) || d.At() != start.Add(time.Second) {
+		t.Fatalf("no stall: passed %v, at %v", d.Passed(c.t), d.At().Sub(start))
 	}
 	c.t = c.t.Add(200*time.Millisecond + Tick)
 	g.Observe(c.t)
-	if d := s.More(c.t); d != 200*time.Millisecond {
-		t.Fatalf("a 200 ms stall: %v", d)
+	c.tickTo(g, start.Add(time.Second)) // at the deadline the clock says
+	if d.Passed(c.t) {
+		t.Fatal("a 200 ms stall within it: passed on the clock's time")
 	}
-	if d := s.More(c.t); d != 0 {
-		t.Fatalf("asked again: %v", d)
+	if got := d.At().Sub(start); got != 1200*time.Millisecond {
+		t.Fatalf("a 200 ms stall: deadline after %v; want 1.2s", got)
+	}
+	if left := d.Left(c.t); left != 200*time.Millisecond {
+		t.Fatalf("asked again: %v left; want 200ms (the stall counted once)", left)
 	}
 	c.t = c.t.Add(100*time.Millisecond + Tick)
 	g.Observe(c.t)
-	if d := s.More(c.t); d != 100*time.Millisecond {
-		t.Fatalf("a second stall: %v", d)
+	c.tickTo(g, start.Add(1200*time.Millisecond))
+	if d.Passed(c.t) || d.At().Sub(start) != 1300*time.Millisecond {
+		t.Fatalf("a second stall: deadline after %v; want 1.3s", d.At().Sub(start))
+	}
+	c.tickTo(g, start.Add(1300*time.Millisecond))
+	if !d.Passed(c.t) {
+		t.Fatal("not passed at its stretched time")
 	}
 	var off *Guard
-	n := off.Since(c.t)
-	if d := n.More(c.t.Add(time.Hour)); d != 0 {
-		t.Fatalf("a nil guard: %v", d)
+	n := off.Deadline(c.t, time.Second)
+	if !n.Passed(c.t.Add(time.Second)) {
+		t.Fatal("a nil guard: the deadline moved")
 	}
+	var none Deadline
+	if none.Passed(c.t.Add(time.Hour)) || none.Set() {
+		t.Fatal("the zero Deadline passed")
+	}
+}
+
+// tickTo moves the clock on to t a tick at a time, each observed: no
+// stall on the way.
+func (c *clock) tickTo(g *Guard, t time.Time) {
+	for c.t.Before(t) {
+		c.t = c.t.Add(Tick)
+		if c.t.After(t) {
+			c.t = t
+		}
+		g.Observe(c.t)
+	}
+}
+
+// TestConnReadsOnThroughAStall: a read under a 1 s deadline within which
+// peerd was stalled for 300 ms still gets bytes that come at 1.2 s; with
+// no stall it times out at 1 s.
+func TestConnReadsOnThroughAStall(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := New(nil)
+		g.noSched = true
+		run, stop := context.WithCancel(context.Background())
+		defer stop()
+		go g.Run(run)
+		for _, stalled := range []bool{true, false} {
+			a, b := net.Pipe()
+			start := time.Now()
+			c := g.Conn(a, start, time.Second)
+			wrote := make(chan struct{})
+			go func() {
+				defer close(wrote)
+				time.Sleep(500 * time.Millisecond)
+				if stalled {
+					g.add(start.Add(200*time.Millisecond), start.Add(500*time.Millisecond))
+				}
+				time.Sleep(700 * time.Millisecond)
+				b.Write([]byte("x"))
+			}()
+			buf := make([]byte, 1)
+			n, err := c.Read(buf)
+			switch {
+			case stalled && (n != 1 || err != nil):
+				t.Fatalf("a 300 ms stall within the deadline: read %d, %v after %v; want the byte at 1.2s", n, err, time.Since(start))
+			case !stalled && (!errors.Is(err, os.ErrDeadlineExceeded) || time.Since(start) != time.Second):
+				t.Fatalf("no stall: read %d, %v after %v; want a timeout at 1s", n, err, time.Since(start))
+			}
+			a.Close()
+			<-wrote
+			b.Close()
+		}
+	})
 }
