@@ -331,7 +331,7 @@ func (a *API) peer(w http.ResponseWriter, r *http.Request) *peers.Peer {
 
 func (a *API) getPeer(w http.ResponseWriter, r *http.Request) {
 	if p := a.peer(w, r); p != nil {
-		writeJSON(w, http.StatusOK, a.viewOf(p.Snapshot()))
+		writeJSON(w, http.StatusOK, a.viewOf(p.Health().Snapshot()))
 	}
 }
 
@@ -344,11 +344,11 @@ func (a *API) probePeer(w http.ResponseWriter, r *http.Request) {
 	name := mux.Vars(r)["name"]
 	before := ""
 	if p := a.reg.Get(name); p != nil {
-		before = p.State().String()
+		before = p.Health().State().String()
 	}
 	p, err := a.prober.ProbeNow(ctx, name)
 	if p != nil {
-		a.record(r, name, before, p.State().String(), "probe")
+		a.record(r, name, before, p.Health().State().String(), "probe")
 	}
 	switch {
 	case errors.Is(err, peers.ErrUnknownPeer):
@@ -356,7 +356,7 @@ func (a *API) probePeer(w http.ResponseWriter, r *http.Request) {
 	case err != nil:
 		writeError(w, http.StatusServiceUnavailable, "probe: "+err.Error())
 	default:
-		writeJSON(w, http.StatusOK, a.viewOf(p.Snapshot()))
+		writeJSON(w, http.StatusOK, a.viewOf(p.Health().Snapshot()))
 	}
 }
 
@@ -409,7 +409,7 @@ func (a *API) setState(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	a.record(r, name, from.String(), s.String(), body.Reason)
-	writeJSON(w, http.StatusOK, a.viewOf(p.Snapshot()))
+	writeJSON(w, http.StatusOK, a.viewOf(p.Health().Snapshot()))
 }
 
 func (a *API) doReload(w http.ResponseWriter, r *http.Request) {

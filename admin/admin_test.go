@@ -29,7 +29,7 @@ func (f *fakeProber) ProbeNow(_ context.Context, name string) (*peers.Peer, erro
 	if p == nil {
 		return nil, peers.ErrUnknownPeer
 	}
-	f.reg.Observe(p, peers.Observation{At: time.Now(), Probe: true, RTT: time.Millisecond})
+	f.reg.Observe(p, peers.Outcome{At: time.Now(), Probe: true, RTT: time.Millisecond})
 	return p, nil
 }
 
@@ -213,9 +213,9 @@ func FuzzStateBody(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, body string) {
 		api, reg, _, _ := newAPI(t, "tok")
-		before := reg.Get("p1").AdminState()
+		before := reg.Get("p1").Health().AdminState()
 		code, out := call(t, api, "PUT", "/peers/p1/state", "tok", body)
-		after := reg.Get("p1").AdminState()
+		after := reg.Get("p1").Health().AdminState()
 		switch code {
 		case 200:
 			var want struct {

@@ -84,7 +84,7 @@ func fmtValue(v float64, unit string) string {
 
 // peerCharts are a peer's three charts.
 func peerCharts(p *peers.Peer, now time.Time) []template.HTML {
-	pts := p.Recent(now, chartWindow)
+	pts := p.Health().Recent(now, chartWindow)
 	reqs := make([]float64, len(pts))
 	errs := make([]float64, len(pts))
 	p50 := make([]float64, len(pts))

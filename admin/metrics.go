@@ -53,7 +53,7 @@ func (c *PeerCollector) Describe(ch chan<- *prometheus.Desc) {
 // Collect reads every peer's counters.
 func (c *PeerCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, p := range c.reg.Peers() {
-		s := p.Snapshot()
+		s := p.Health().Snapshot()
 		l := []string{p.Name()}
 		gauge := func(d *prometheus.Desc, v float64, extra ...string) {
 			ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, append(l, extra...)...)
@@ -84,12 +84,12 @@ func (c *PeerCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(descConnVar, s.ConnectTimeVar.Seconds())
 		gauge(descProbeRTT, s.LastProbeRTT.Seconds())
 		if p.Type() == peers.Parent {
-			for class, n := range p.AnswerFailuresByClass() {
+			for class, n := range s.AnswerFailuresByClass {
 				counter(descAnswers, n, class)
 			}
-			counter(descHedged, p.Hedged())
-			gauge(descFirstByte, p.FirstByteMs()/1000)
-			gauge(descShare, p.LatencyShare())
+			counter(descHedged, s.Hedged)
+			gauge(descFirstByte, s.FirstByteMs/1000)
+			gauge(descShare, s.LatencyShare)
 		}
 		if p.ICPPort() != 0 {
 			counter(descICP, s.ICP.Queries, "query")
@@ -106,8 +106,7 @@ func (c *PeerCollector) Collect(ch chan<- prometheus.Metric) {
 			}
 			gauge(descAdminDesc, v, st.String())
 		}
-		sent, received := p.Bytes()
-		counter(descBytes, sent, "sent")
-		counter(descBytes, received, "received")
+		counter(descBytes, s.BytesSent, "sent")
+		counter(descBytes, s.BytesReceived, "received")
 	}
 }

@@ -29,7 +29,7 @@ func (a *API) peerHistory(w http.ResponseWriter, r *http.Request) {
 	if p == nil {
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"transitions": p.History()})
+	writeJSON(w, http.StatusOK, map[string]any{"transitions": p.Health().History()})
 }
 
 // GET /plan?url=URL[&method=GET][&client=IP][&user=NAME]: the plan peerd would walk

@@ -108,12 +108,12 @@ func (a *API) statusPage(w http.ResponseWriter, r *http.Request) {
 			row.NextProbe = roundAge(max(s.NextProbe.Sub(now), 0))
 		}
 		switch {
-		case s.State == peers.Alive && s.Suspect && p.Outlier():
+		case s.State == peers.Alive && s.Suspect && s.Outlier:
 			row.State, row.StateClass = "suspect (outlier)", "suspect"
 		case s.State == peers.Alive && s.Suspect:
 			row.State, row.StateClass = "suspect", "suspect"
 		case s.State == peers.Dead:
-			row.State += " (" + p.DeadCause() + ")"
+			row.State += " (" + s.DeadCause + ")"
 			if s.Flapping {
 				row.State += " (flapping)"
 			}
@@ -129,10 +129,10 @@ func (a *API) statusPage(w http.ResponseWriter, r *http.Request) {
 		if s.ConnectTime > 0 {
 			row.Connect = fmt.Sprintf("%.1f ms", float64(s.ConnectTime)/float64(time.Millisecond))
 		}
-		if p.Type() == peers.Parent && p.State() == peers.Alive && p.RecentHeadMs() > 0 {
+		if p.Type() == peers.Parent && s.State == peers.Alive && s.RecentHeadMs > 0 {
 			// A dead or idle parent has no recent times to be judged by:
 			// a share beside it would be a number about nothing.
-			row.Share = fmt.Sprintf("%.2f", p.LatencyShare())
+			row.Share = fmt.Sprintf("%.2f", s.LatencyShare)
 		}
 		var notes []string
 		if s.AdminReason != "" {
@@ -143,7 +143,7 @@ func (a *API) statusPage(w http.ResponseWriter, r *http.Request) {
 		}
 		row.AdminNote = strings.Join(notes, ", ")
 		var classes []string
-		fc := p.FailuresByClass()
+		fc := s.FailuresByClass
 		for _, k := range peers.FailureClassNames {
 			if fc[k] > 0 {
 				classes = append(classes, fmt.Sprintf("%s %d", k, fc[k]))
@@ -151,7 +151,7 @@ func (a *API) statusPage(w http.ResponseWriter, r *http.Request) {
 		}
 		row.Classes = strings.Join(classes, ", ")
 		d.Peers = append(d.Peers, row)
-		for _, h := range p.History() {
+		for _, h := range p.Health().History() {
 			all = append(all, stamped{h.At, statusTransition{At: h.At.UTC().Format("15:04:05"), Peer: p.Name(), From: h.From, To: h.To, Cause: h.Cause, Error: h.Error}})
 		}
 	}

@@ -103,8 +103,8 @@ func (a *API) viewOf(s peers.Snapshot) peerView {
 		e := s.LastError
 		v.LastError = &e
 	}
-	v.FailuresByClass = p.FailuresByClass()
-	v.UpstreamErrors = p.UpstreamErrors()
+	v.FailuresByClass = s.FailuresByClass
+	v.UpstreamErrors = s.UpstreamErrors
 	v.Flapping = s.Flapping
 	v.TLS = p.TLS()
 	v.Tier = p.Tier()
@@ -112,19 +112,19 @@ func (a *API) viewOf(s peers.Snapshot) peerView {
 	v.ICPPort = p.ICPPort()
 	v.ICPQueries, v.ICPHits, v.ICPMisses, v.ICPDenied, v.ICPTimeouts = s.ICP.Queries, s.ICP.Hits, s.ICP.Misses, s.ICP.Denied, s.ICP.Timeouts
 	v.ICPRTTMs = ms(s.ICP.MeanRTT)
-	v.AnswerFailures = p.AnswerFailures()
-	v.AnswerFailuresByClass = p.AnswerFailuresByClass()
-	v.FirstByteMs = math.Round(p.FirstByteMs()*1e3) / 1e3
+	v.AnswerFailures = s.AnswerFailures
+	v.AnswerFailuresByClass = s.AnswerFailuresByClass
+	v.FirstByteMs = math.Round(s.FirstByteMs*1e3) / 1e3
 	if a != nil && a.reg != nil {
 		fbt, _ := a.reg.FirstByte(p)
 		v.FirstByteTimeoutMs = ms(fbt)
 	}
-	v.HedgedTotal = p.Hedged()
-	v.LatencyShare = math.Round(p.LatencyShare()*1000) / 1000
-	v.Outlier = p.Outlier()
-	v.RecentHeadMs = math.Round(p.RecentHeadMs()*1e3) / 1e3
-	v.Probe = p.ProbeKind()
-	if c := p.DeadCause(); c != "" {
+	v.HedgedTotal = s.Hedged
+	v.LatencyShare = math.Round(s.LatencyShare*1000) / 1000
+	v.Outlier = s.Outlier
+	v.RecentHeadMs = math.Round(s.RecentHeadMs*1e3) / 1e3
+	v.Probe = s.Probe
+	if c := s.DeadCause; c != "" {
 		v.DeadCause = &c
 	}
 	v.AdminUntil = timePtr(s.AdminUntil)

@@ -22,7 +22,7 @@ import (
 
 // Reporter receives connect outcomes; *peers.Registry is one.
 type Reporter interface {
-	Observe(p *peers.Peer, o peers.Observation)
+	Observe(p *peers.Peer, o peers.Outcome)
 }
 
 // Resolver looks up a peer's host name.
@@ -156,10 +156,10 @@ func (d *Dialer) DialPeer(ctx context.Context, p *peers.Peer, why Purpose, timeo
 			// black-holed peer what it is.
 			err = &TimeoutError{After: timeout, Err: err}
 		}
-		d.Reporter.Observe(p, peers.Observation{At: end, Err: err, Probe: bool(why)})
+		d.Reporter.Observe(p, peers.Outcome{At: end, Err: err, Probe: bool(why)})
 		return nil, &ConnectError{Peer: p.Name(), Err: err}
 	}
-	d.Reporter.Observe(p, peers.Observation{At: end, RTT: end.Sub(start), Probe: bool(why), Addr: remoteIP(conn)})
+	d.Reporter.Observe(p, peers.Outcome{At: end, RTT: end.Sub(start), Probe: bool(why), Addr: remoteIP(conn)})
 	return conn, nil
 }
 

@@ -32,7 +32,7 @@ func setup(t *testing.T, host string) (*peers.Registry, *peers.Peer, *test.Hook)
 		t.Fatal(err)
 	}
 	p := reg.Get("p")
-	reg.Observe(p, peers.Observation{At: time.Now(), Probe: true})
+	reg.Observe(p, peers.Outcome{At: time.Now(), Probe: true})
 	return reg, p, hook
 }
 
@@ -57,14 +57,14 @@ func TestOutcomesAreReported(t *testing.T) {
 			t.Fatal(err)
 		}
 		conn.Close()
-		if st := p.Snapshot(); st.ConnectsTotal != 2 || st.ConnectTime == 0 {
+		if st := p.Health().Snapshot(); st.ConnectsTotal != 2 || st.ConnectTime == 0 {
 			t.Fatalf("success not recorded: %+v", st)
 		}
 		mode = "refuse"
 		_, err = d.DialPeer(context.Background(), p, Traffic, 0)
 		var ce *ConnectError
-		if !errors.As(err, &ce) || p.Snapshot().ConnectFailuresTotal != 1 {
-			t.Fatalf("refused: err %v, failures %d", err, p.Snapshot().ConnectFailuresTotal)
+		if !errors.As(err, &ce) || p.Health().Snapshot().ConnectFailuresTotal != 1 {
+			t.Fatalf("refused: err %v, failures %d", err, p.Health().Snapshot().ConnectFailuresTotal)
 		}
 		mode = "hang"
 		start := time.Now()
@@ -72,7 +72,7 @@ func TestOutcomesAreReported(t *testing.T) {
 		if time.Since(start) != time.Second || !strings.Contains(err.Error(), "connect timeout after 1s") {
 			t.Fatalf("timeout: %v after %v", err, time.Since(start))
 		}
-		if p.Snapshot().ConnectFailuresTotal != 2 {
+		if p.Health().Snapshot().ConnectFailuresTotal != 2 {
 			t.Fatal("timeout not counted")
 		}
 		// A caller that gives up is not the peer's failure.
@@ -81,7 +81,7 @@ func TestOutcomesAreReported(t *testing.T) {
 		if _, err := d.DialPeer(ctx, p, Traffic, 0); !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("err = %v", err)
 		}
-		if st := p.Snapshot(); st.ConnectFailuresTotal != 2 || st.ConnectsTotal != 4 {
+		if st := p.Health().Snapshot(); st.ConnectFailuresTotal != 2 || st.ConnectsTotal != 4 {
 			t.Fatalf("a caller going away was counted: %+v", st)
 		}
 	})
@@ -115,7 +115,7 @@ func TestDNSFailureFallsBackToLastKnownAddress(t *testing.T) {
 	if _, err := d2.DialPeer(context.Background(), p2, Traffic, 0); err == nil || !strings.Contains(err.Error(), "dns") {
 		t.Fatalf("err = %v; want a dns connect failure", err)
 	}
-	if p2.Snapshot().ConnectFailuresTotal != 1 {
+	if p2.Health().Snapshot().ConnectFailuresTotal != 1 {
 		t.Fatal("DNS failure not counted")
 	}
 }

@@ -11,7 +11,6 @@ package fleet
 
 import (
 	"encoding/binary"
-	"time"
 
 	"github.com/peerd/peerd/peers"
 )
@@ -20,7 +19,6 @@ import (
 // engine's, and the dialer's report of connects; *peers.Registry is one.
 type Registry interface {
 	peers.Accounting
-	Observe(p *peers.Peer, o peers.Observation)
 }
 
 // Accounting is r with the fleet's members accounted here.
@@ -33,28 +31,23 @@ type Accounting struct {
 // fleet, the rest to r.
 func (f *Fleet) Accounting(r Registry) Accounting { return Accounting{r, f} }
 
-// Observe hears a connect: one to an owner that failed (for a client,
-// not a probe) makes it suspect for all its keys.
-func (a Accounting) Observe(p *peers.Peer, o peers.Observation) {
-	if p.Member() && o.Err != nil && !o.Probe {
-		a.f.ownerFailed(p.Name(), 0, false)
-	}
-	a.Registry.Observe(p, o)
-}
-
-// ObserveAnswerFrom hears an answer: an owner's own error (AnswerOwn5xx)
-// makes it suspect for the key that about hashes; a broken or timed-out
-// answer, for every key. A complete answer is no failure (an origin's
-// 5xx the owner relayed is one).
-func (a Accounting) ObserveAnswerFrom(p *peers.Peer, class peers.AnswerClass, firstByte time.Duration, at time.Time, about uint32) {
-	if !p.Member() {
-		a.Registry.ObserveAnswerFrom(p, class, firstByte, at, about)
+// Observe hears an outcome. A member's is judged here: a connect to an
+// owner that failed (for a client, not a probe) makes it suspect for
+// all its keys; an owner's own error answer (AnswerOwn5xx) for the key
+// the answer's origin hashes (Origin); a broken or timed-out answer for
+// every key. A complete answer is no failure (an origin's 5xx the owner
+// relayed is one). The registry never judges a member.
+func (a Accounting) Observe(p *peers.Peer, o peers.Outcome) {
+	if _, member := a.f.shared.memberHops.Load(p); !member {
+		a.Registry.Observe(p, o)
 		return
 	}
-	switch class {
-	case peers.AnswerOK:
-	case peers.AnswerOwn5xx:
-		a.f.ownerFailed(p.Name(), about, true)
+	switch {
+	case o.Event == peers.Connected && o.Err != nil && !o.Probe:
+		a.f.ownerFailed(p.Name(), 0, false)
+	case o.Event != peers.Answered || o.Class == peers.AnswerOK:
+	case o.Class == peers.AnswerOwn5xx:
+		a.f.ownerFailed(p.Name(), o.Origin, true)
 	default:
 		a.f.ownerFailed(p.Name(), 0, false)
 	}

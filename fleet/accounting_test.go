@@ -20,7 +20,9 @@ func TestOwnerFailuresGoThroughTheAccounting(t *testing.T) {
 	log, _ := test.NewNullLogger()
 	f := New(r, log)
 	a := f.Accounting(r)
-	owner := peers.NewMember("b", "127.0.0.2", 3128, time.Second)
+	f.shared.mu.Lock()
+	owner := f.shared.hopLocked("b", "127.0.0.2:3128")
+	f.shared.mu.Unlock()
 	key := []byte("http://origin.test/x")
 	now := time.Now()
 	suspect := func() (all, one bool) {
@@ -32,29 +34,29 @@ func TestOwnerFailuresGoThroughTheAccounting(t *testing.T) {
 	}
 	failed := func() int64 { return f.OwnerCounts().Asked["failed"] }
 
-	a.ObserveAnswerFrom(owner, peers.AnswerOK, time.Millisecond, now, KeyHash(key))
-	a.Observe(owner, peers.Observation{At: now, Err: errors.New("refused"), Probe: true})
+	a.Observe(owner, peers.Outcome{Event: peers.Answered, Class: peers.AnswerOK, FirstByte: time.Millisecond, At: now, Origin: KeyHash(key)})
+	a.Observe(owner, peers.Outcome{At: now, Err: errors.New("refused"), Probe: true})
 	if all, one := suspect(); all || one || failed() != 0 {
 		t.Fatalf("after an answer and a probe's failed connect: suspect for all %v, for the key %v, %d failed; want neither, 0", all, one, failed())
 	}
-	a.ObserveAnswerFrom(owner, peers.AnswerOwn5xx, 0, now, KeyHash(key))
+	a.Observe(owner, peers.Outcome{Event: peers.Answered, Class: peers.AnswerOwn5xx, FirstByte: 0, At: now, Origin: KeyHash(key)})
 	if all, one := suspect(); all || !one || failed() != 1 {
 		t.Fatalf("after its own error: suspect for all %v, for the key %v, %d failed; want the key alone, 1", all, one, failed())
 	}
-	a.ObserveAnswerFrom(owner, peers.AnswerClosed, 0, now, KeyHash(key))
+	a.Observe(owner, peers.Outcome{Event: peers.Answered, Class: peers.AnswerClosed, FirstByte: 0, At: now, Origin: KeyHash(key)})
 	if all, _ := suspect(); !all || failed() != 2 {
 		t.Fatalf("after a broken answer: suspect for all %v, %d failed; want all its keys, 2", all, failed())
 	}
 	f.shared.mu.Lock()
 	f.shared.suspects = nil
 	f.shared.mu.Unlock()
-	a.Observe(owner, peers.Observation{At: now, Err: errors.New("refused")})
+	a.Observe(owner, peers.Outcome{At: now, Err: errors.New("refused")})
 	if all, _ := suspect(); !all || failed() != 3 {
 		t.Fatalf("after a failed connect: suspect for all %v, %d failed; want all its keys, 3", all, failed())
 	}
 	p1 := r.Get("p1")
-	a.ObserveAnswerFrom(p1, peers.AnswerClosed, 0, now, 0)
-	if n := p1.AnswerFailures(); n != 1 || failed() != 3 {
+	a.Observe(p1, peers.Outcome{Event: peers.Answered, Class: peers.AnswerClosed, FirstByte: 0, At: now, Origin: 0})
+	if n := p1.Health().AnswerFailures(); n != 1 || failed() != 3 {
 		t.Fatalf("a parent's broken answer: %d answer failures, %d owner requests failed; want 1 and 3", n, failed())
 	}
 }

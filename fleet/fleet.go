@@ -379,7 +379,7 @@ func (f *Fleet) publish(now time.Time, changed []*peers.Peer, all bool) {
 		changed = f.reg.Peers()
 	}
 	for _, p := range changed {
-		name, st, cause := p.Name(), stateOf(p), p.DeadCause()
+		name, st, cause := p.Name(), stateOf(p), p.Health().DeadCause()
 		seen[name] = true
 		if prev, ok := f.own[name]; ok && prev.State == st && prev.Addr == p.Addr() && prev.Cause == cause {
 			continue
@@ -404,10 +404,10 @@ func (f *Fleet) publish(now time.Time, changed []*peers.Peer, all bool) {
 
 // stateOf is a peer's state as the fleet tells it.
 func stateOf(p *peers.Peer) string {
-	if p.State() == peers.Alive && p.Suspect() {
+	if p.Health().State() == peers.Alive && p.Health().Suspect() {
 		return StateSuspect
 	}
-	return p.State().String()
+	return p.Health().State().String()
 }
 
 // States a verdict can carry.

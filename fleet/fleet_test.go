@@ -32,7 +32,7 @@ func newRegistry(t *testing.T, specs ...peers.Spec) *peers.Registry {
 }
 
 func alive(r *peers.Registry, p *peers.Peer) {
-	r.Observe(p, peers.Observation{At: t0, RTT: time.Millisecond, Probe: true})
+	r.Observe(p, peers.Outcome{At: t0, RTT: time.Millisecond, Probe: true})
 }
 
 // testMember is a member without a memberlist: what receive and publish
@@ -53,10 +53,10 @@ func TestGossipedDeathMakesSuspectNeverDeadOrAlive(t *testing.T) {
 	alive(r, p3)
 
 	f.receive(m, []Verdict{{Node: "a", Peer: "p1", Addr: "127.0.0.9:3128", State: StateDead, At: 10}}, []byte("relayed"))
-	if p1.State() != peers.Alive || !p1.Suspect() {
-		t.Fatalf("p1 after a gossiped death: %v suspect=%v; want alive and suspect", p1.State(), p1.Suspect())
+	if p1.Health().State() != peers.Alive || !p1.Health().Suspect() {
+		t.Fatalf("p1 after a gossiped death: %v suspect=%v; want alive and suspect", p1.Health().State(), p1.Health().Suspect())
 	}
-	h := p1.History()
+	h := p1.Health().History()
 	if last := h[len(h)-1]; last.Cause != peers.CauseFleet || !strings.Contains(last.Error, "a reported p1") {
 		t.Fatalf("history %+v; want an entry with cause fleet naming the member", h)
 	}
@@ -68,7 +68,7 @@ func TestGossipedDeathMakesSuspectNeverDeadOrAlive(t *testing.T) {
 	// by a third member, or in a state exchange) is old news.
 	alive(r, p1)
 	f.receive(m, []Verdict{{Node: "a", Peer: "p1", Addr: "127.0.0.9:3128", State: StateDead, At: 10}}, []byte("relayed"))
-	if p1.Suspect() {
+	if p1.Health().Suspect() {
 		t.Fatal("a repeated verdict made p1 suspect again")
 	}
 	if m.queue.NumQueued() != 1 {
@@ -76,37 +76,37 @@ func TestGossipedDeathMakesSuspectNeverDeadOrAlive(t *testing.T) {
 	}
 	// An older one neither.
 	f.receive(m, []Verdict{{Node: "a", Peer: "p1", State: StateDead, At: 5}}, nil)
-	if p1.Suspect() {
+	if p1.Health().Suspect() {
 		t.Fatal("an older verdict made p1 suspect")
 	}
 
 	// p2 is unknown (no probe verdict yet): an "alive" verdict does not
 	// revive it, a "dead" one changes nothing.
 	f.receive(m, []Verdict{{Node: "a", Peer: "p2", State: StateAlive, At: 11}, {Node: "c", Peer: "p2", State: StateDead, At: 11}}, nil)
-	if p2.State() != peers.Unknown || p2.Suspect() {
-		t.Fatalf("p2 %v suspect=%v; gossip must not change an unknown peer", p2.State(), p2.Suspect())
+	if p2.Health().State() != peers.Unknown || p2.Health().Suspect() {
+		t.Fatalf("p2 %v suspect=%v; gossip must not change an unknown peer", p2.Health().State(), p2.Health().Suspect())
 	}
 
 	// A peer named otherwise here is found by its address.
 	f.receive(m, []Verdict{{Node: "a", Peer: "p3-there", Addr: "127.0.0.3:3128", State: StateDead, At: 12}}, nil)
-	if !p3.Suspect() {
+	if !p3.Health().Suspect() {
 		t.Fatal("a verdict about the same address under another name was ignored")
 	}
 
 	// Our own verdicts relayed back are ignored.
 	alive(r, p3)
 	f.receive(m, []Verdict{{Node: "b", Peer: "other-name", State: StateDead, At: 99}}, nil)
-	if p3.Suspect() {
+	if p3.Health().Suspect() {
 		t.Fatal("this member's own verdict, relayed back, was applied")
 	}
 
 	// A dead peer stays dead whatever is gossiped.
 	for range p1.ConnectFailLimit() {
-		r.Observe(p1, peers.Observation{At: t0, Err: errRefused})
+		r.Observe(p1, peers.Outcome{At: t0, Err: errRefused})
 	}
 	f.receive(m, []Verdict{{Node: "a", Peer: "p1", State: StateAlive, At: 20}, {Node: "c", Peer: "p1", State: StateAlive, At: 20}}, nil)
-	if p1.State() != peers.Dead {
-		t.Fatalf("p1 %v after alive verdicts from two members; revival is by own probe only", p1.State())
+	if p1.Health().State() != peers.Dead {
+		t.Fatalf("p1 %v after alive verdicts from two members; revival is by own probe only", p1.Health().State())
 	}
 }
 
@@ -189,7 +189,7 @@ func TestLyingMember(t *testing.T) {
 		t.Fatalf("a non-member's message: %v; want it refused", err)
 	}
 	me.accept(b, true)
-	if p1.Suspect() || len(f.views) != 0 {
+	if p1.Health().Suspect() || len(f.views) != 0 {
 		t.Fatal("a non-member's verdict was applied")
 	}
 
@@ -211,26 +211,26 @@ func TestLyingMember(t *testing.T) {
 	// Its real deaths count, but at most once per suspectEvery per peer.
 	b, _ = liar.seal([]Verdict{{Node: "liar", Peer: "p1", State: StateDead, At: 10}})
 	me.accept(b, true)
-	if !p1.Suspect() {
+	if !p1.Health().Suspect() {
 		t.Fatal("a member's own death verdict was not applied")
 	}
 	alive(r, p1)
 	b, _ = liar.seal([]Verdict{{Node: "liar", Peer: "p1", State: StateDead, At: 11}})
 	me.accept(b, true)
-	if p1.Suspect() {
+	if p1.Health().Suspect() {
 		t.Fatal("a second death from the same member within suspectEvery made p1 suspect again")
 	}
 	me.now = func() time.Time { return t0.Add(suspectEvery) }
 	b, _ = liar.seal([]Verdict{{Node: "liar", Peer: "p1", State: StateDead, At: 12}})
 	me.accept(b, true)
-	if !p1.Suspect() {
+	if !p1.Health().Suspect() {
 		t.Fatal("a death after suspectEvery was not applied")
 	}
 	// An honest member's death is not held back by the liar's spacing.
 	alive(r, p1)
 	b, _ = honest.seal([]Verdict{{Node: "honest", Peer: "p1", State: StateDead, At: 13}})
 	me.accept(b, true)
-	if !p1.Suspect() {
+	if !p1.Health().Suspect() {
 		t.Fatal("honest's death verdict was rate-limited by the liar's")
 	}
 }
@@ -276,7 +276,7 @@ func FuzzForgedVerdicts(f *testing.F) {
 				}
 			}
 		}
-		if r.Get("p1").Suspect() && (node != "liar" || state != StateDead) {
+		if r.Get("p1").Health().Suspect() && (node != "liar" || state != StateDead) {
 			t.Fatalf("p1 made suspect by %+v", Verdict{Node: node, Peer: peer, Addr: addr, State: state, At: at})
 		}
 	})
@@ -431,15 +431,15 @@ func TestAnswerDeathGossiped(t *testing.T) {
 	p1 := r.Get("p1")
 	alive(r, p1)
 	f.receive(m, []Verdict{{Node: "a", Peer: "p1", State: StateDead, At: 10, Cause: "answer"}}, nil)
-	if !p1.Suspect() || p1.ProbeKind() != "http" {
-		t.Fatalf("p1 suspect %v probe %q; want suspect, probed over HTTP", p1.Suspect(), p1.ProbeKind())
+	if !p1.Health().Suspect() || p1.Health().ProbeKind() != "http" {
+		t.Fatalf("p1 suspect %v probe %q; want suspect, probed over HTTP", p1.Health().Suspect(), p1.Health().ProbeKind())
 	}
 	alive(r, p1) // a TCP probe connects: not enough
-	if !p1.Suspect() {
+	if !p1.Health().Suspect() {
 		t.Fatal("a connect settled a suspicion of bad answers")
 	}
-	r.ObserveHTTPProbe(p1, true, nil, peers.AnswerOK, t0)
-	if p1.Suspect() {
+	r.Observe(p1, peers.Outcome{Event: peers.HTTPProbed, Class: peers.AnswerOK, Err: nil, At: t0})
+	if p1.Health().Suspect() {
 		t.Fatal("a good HTTP probe did not settle it")
 	}
 	// This member publishes its own answer death with the cause.
@@ -447,7 +447,7 @@ func TestAnswerDeathGossiped(t *testing.T) {
 	m2 := testMember(f2, "me")
 	f2.cur.Store(m2)
 	for i := 0; i < 5; i++ {
-		r.ObserveAnswer(p1, peers.AnswerLate, 0, t0)
+		r.Observe(p1, peers.Outcome{Event: peers.Answered, Class: peers.AnswerLate, FirstByte: 0, At: t0})
 	}
 	f2.publish(t0, nil, true)
 	if v := f2.own["p1"]; v.State != StateDead || v.Cause != "answer" {

@@ -81,12 +81,12 @@ func TestFleetGossipsADeath(t *testing.T) {
 
 	pa := a.reg.Get("p1")
 	for range pa.ConnectFailLimit() {
-		a.reg.Observe(pa, peers.Observation{At: t0, Err: errRefused})
+		a.reg.Observe(pa, peers.Outcome{At: t0, Err: errRefused})
 	}
 	pb := b.reg.Get("p1")
-	eventually(t, "b marks p1 suspect on a's verdict", pb.Suspect)
-	if pb.State() != peers.Alive {
-		t.Fatalf("b's p1 is %v; gossip must not kill it", pb.State())
+	eventually(t, "b marks p1 suspect on a's verdict", pb.Health().Suspect)
+	if pb.Health().State() != peers.Alive {
+		t.Fatalf("b's p1 is %v; gossip must not kill it", pb.Health().State())
 	}
 	eventually(t, "GET /fleet on b shows a's view", func() bool {
 		st := b.f.Status()
@@ -95,7 +95,7 @@ func TestFleetGossipsADeath(t *testing.T) {
 
 	// A member that joins later learns a's verdict in the state exchange.
 	c := startNode(t, "c", Config{Bind: "127.0.0.1:0", Key: key, Join: []string{b.addr()}})
-	eventually(t, "c marks p1 suspect from the state exchange", c.reg.Get("p1").Suspect)
+	eventually(t, "c marks p1 suspect from the state exchange", c.reg.Get("p1").Health().Suspect)
 
 	// A reload that turns the fleet off leaves it; the others see it go.
 	if err := c.f.Apply(Config{}, "c"); err != nil {
@@ -173,8 +173,8 @@ func TestFleetKeyChangeOnReload(t *testing.T) {
 		t.Fatalf("members c=%d a=%d; a member on the old key must not join", c.f.Members(), a.f.Members())
 	}
 	// Peer state is untouched by it all.
-	if p := a.reg.Get("p1"); p.State() != peers.Alive {
-		t.Fatalf("a's p1 is %v after the reloads", p.State())
+	if p := a.reg.Get("p1"); p.Health().State() != peers.Alive {
+		t.Fatalf("a's p1 is %v after the reloads", p.Health().State())
 	}
 }
 
@@ -220,7 +220,7 @@ func TestFleetLyingMember(t *testing.T) {
 	// A marker the liar may say: its own true verdict about p1.
 	send(Verdict{Node: "liar", Peer: "p1", Addr: "127.0.0.1:1", State: StateSuspect, At: time.Now().UnixNano()})
 	eventually(t, "b records the liar's own verdict", func() bool { return b.f.Status().Peers["p1"]["liar"] == StateSuspect })
-	if b.reg.Get("p1").Suspect() {
+	if b.reg.Get("p1").Health().Suspect() {
 		t.Fatal("b's p1 is suspect: a forged death in a's name was applied")
 	}
 	st := b.f.Status()
@@ -316,7 +316,7 @@ func TestFleetImpersonationRefused(t *testing.T) {
 	if k := cm.publicKey("b"); !bytes.Equal(k, bKey) {
 		t.Fatal("c took the impostor's key for b")
 	}
-	if c.reg.Get("p1").Suspect() || c.f.Status().Peers["p1"]["b"] == StateDead {
+	if c.reg.Get("p1").Health().Suspect() || c.f.Status().Peers["p1"]["b"] == StateDead {
 		t.Fatal("c took a death the impostor signed in b's name")
 	}
 }

@@ -80,6 +80,9 @@ type shared struct {
 	// own (by node and key), fetched here until the time.
 	keySuspects map[string]time.Time
 	hops        map[string]*peers.Peer // by node and address
+	// memberHops are the same hops, read lock-free by the accounting of
+	// every outcome (accounting.go): which next hops are members.
+	memberHops sync.Map // *peers.Peer → node name
 
 	asked   [3]atomic.Int64 // as a non-owner: hit, miss, failed
 	served  atomic.Int64    // as the owner: member requests answered
@@ -163,8 +166,13 @@ func (f *Fleet) Owner(key []byte) (node string, hop *peers.Peer, self, ok bool) 
 			return node, nil, false, true
 		}
 	}
-	addr := v.addr[node]
-	hop = s.hops[node+"\x00"+addr]
+	return node, s.hopLocked(node, v.addr[node]), false, true
+}
+
+// hopLocked is the next hop of member node at addr (host:port), made
+// once and known to the accounting as a member's (memberHops).
+func (s *shared) hopLocked(node, addr string) *peers.Peer {
+	hop := s.hops[node+"\x00"+addr]
 	if hop == nil {
 		host, ps, _ := net.SplitHostPort(addr)
 		port, _ := strconv.Atoi(ps)
@@ -173,8 +181,9 @@ func (f *Fleet) Owner(key []byte) (node string, hop *peers.Peer, self, ok bool) 
 			s.hops = map[string]*peers.Peer{}
 		}
 		s.hops[node+"\x00"+addr] = hop
+		s.memberHops.Store(hop, node)
 	}
-	return node, hop, false, true
+	return hop
 }
 
 // ownerView is the current candidates, rebuilt at most every viewEvery:

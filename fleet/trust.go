@@ -220,11 +220,7 @@ func (f *Fleet) receive(m *member, vs []Verdict, raw []byte) {
 		m.queueRaw(vs[0].Node+"/"+vs[0].Peer, raw)
 	}
 	for _, s := range todo {
-		if s.answer {
-			f.reg.SuspectAnswers(s.p, peers.CauseFleet, s.detail)
-		} else {
-			f.reg.Suspect(s.p, peers.CauseFleet, s.detail)
-		}
+		f.reg.Observe(s.p, peers.Outcome{Event: peers.Reported, Cause: peers.CauseFleet, Detail: s.detail, Answers: s.answer})
 	}
 }
 

@@ -83,5 +83,5 @@ func (w *walker) judge(a *attempt, class failure) {
 	if a.hop.Leads() {
 		about = a.hop.Key
 	}
-	w.h.acct.ObserveAnswerFrom(pe, c, fb, at, peers.OriginHash(about))
+	w.h.acct.Observe(pe, peers.Outcome{Event: peers.Answered, Class: c, FirstByte: fb, At: at, Origin: peers.OriginHash(about)})
 }

@@ -81,7 +81,7 @@ func startBenchProxyCacheP(b testing.TB, parentAddr string, ch *cache.Cache) (st
 	port, _ := strconv.Atoi(portStr)
 	reg, _ := peers.New(peers.Options{Health: peers.DefaultConfig(), ConnectTimeout: time.Second, Log: log},
 		[]peers.Spec{{Name: "p", Host: host, Port: port}})
-	reg.Observe(reg.Get("p"), peers.Observation{At: time.Now(), Probe: true})
+	reg.Observe(reg.Get("p"), peers.Outcome{At: time.Now(), Probe: true})
 	cfg := DefaultConfig()
 	// The access log is on: formatting a line is part of a request's cost.
 	al, err := OpenAccessLog(filepath.Join(b.TempDir(), "access.log"))

@@ -279,13 +279,13 @@ func (l *cacheLayer) offer(a *attempt) (bool, outcome) {
 		length = resp.ContentLength
 	}
 	switch p := a.hop.Peer; {
-	case p != nil && p.ProxyOnly(), p != nil && p.Member() && !l.rq.gen.hops.hotCopyDrawn():
+	case p != nil && p.ProxyOnly(), a.hop.Leads() && !l.rq.gen.hops.hotCopyDrawn():
 		// The peer keeps what it answers (proxy_only, or the key's owner
 		// in the fleet): relayed, not stored, and the URL passes
 		// uncollapsed for a while, as for an answer the cache could not
 		// keep.
 		ch.Land(l.flight, nil, true)
-	case p != nil && p.Member():
+	case a.hop.Leads():
 		// A hot copy (hot_copies), within an eighth of the memory.
 		if l.cw = ch.AdmitHot(cq, resp, length, rq.start, now, l.flight); l.cw != nil {
 			l.rq.gen.hops.fleet.HotCopyKept()

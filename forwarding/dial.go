@@ -37,7 +37,7 @@ func (h *hops) hedgeDelay(g *generation, hop selection.Hop) time.Duration {
 	if hop.Peer == nil {
 		return 0
 	}
-	d := max(50*time.Millisecond, 4*hop.Peer.ConnectTime())
+	d := max(50*time.Millisecond, 4*hop.Peer.Health().ConnectTime())
 	return min(d, h.health.ConnectTimeout(hop.Peer))
 }
 
@@ -47,7 +47,7 @@ func (h *hops) hedgeDelay(g *generation, hop selection.Hop) time.Duration {
 // by the walker's take (Peer.BeginDial); it ends here.
 func (h *hops) dialHop(hop selection.Hop, o origin, g *generation) (net.Conn, error) {
 	if hop.Peer != nil {
-		defer hop.Peer.EndDial()
+		defer hop.Peer.Health().EndDial()
 		// Within the connect timeout of the request's generation.
 		return h.dialer.DialPeer(context.Background(), hop.Peer, dialer.Traffic, h.health.ConnectTimeout(hop.Peer))
 	}

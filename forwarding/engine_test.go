@@ -94,7 +94,7 @@ func newEngine(t *testing.T, direct selection.Direct, set func(*Config)) *engine
 func (e *engine) kill(name string) {
 	p := e.reg.Get(name)
 	for i := 0; i < 3; i++ {
-		e.reg.Observe(p, peers.Observation{At: time.Now(), Err: fmt.Errorf("refused")})
+		e.reg.Observe(p, peers.Outcome{At: time.Now(), Err: fmt.Errorf("refused")})
 	}
 }
 
@@ -201,7 +201,7 @@ func TestConnectRefusedByParentIsPassedOn(t *testing.T) {
 		if resp.StatusCode != 403 || body != "no" || resp.Header.Get("X-Peerd-Peer") != "a" || !resp.Close {
 			t.Fatalf("%d %q peer %q close %v; want the parent's 403 as is, and the end", resp.StatusCode, body, resp.Header.Get("X-Peerd-Peer"), resp.Close)
 		}
-		if st := e.reg.Get("a").Snapshot(); st.State != peers.Alive || st.ConsecutiveFailures != 0 {
+		if st := e.reg.Get("a").Health().Snapshot(); st.State != peers.Alive || st.ConsecutiveFailures != 0 {
 			t.Fatalf("a refusal is no peer failure: %+v", st)
 		}
 	})

@@ -191,11 +191,11 @@ type failuresOf struct {
 	failed *[]string
 }
 
-func (a failuresOf) ObserveAnswerFrom(p *peers.Peer, class peers.AnswerClass, fb time.Duration, at time.Time, about uint32) {
-	if p.Member() && class != peers.AnswerOK {
-		*a.failed = append(*a.failed, fmt.Sprintf("%s %s %d", p.Name(), class, about))
+func (a failuresOf) Observe(p *peers.Peer, o peers.Outcome) {
+	if p.Type() == peers.Sibling && o.Event == peers.Answered && o.Class != peers.AnswerOK { // the member
+		*a.failed = append(*a.failed, fmt.Sprintf("%s %s %d", p.Name(), o.Class, o.Origin))
 	}
-	a.Accounting.ObserveAnswerFrom(p, class, fb, at, about)
+	a.Accounting.Observe(p, o)
 }
 
 // TestOwnerRelaysOriginError: an origin's 500 that the key's owner

@@ -31,8 +31,8 @@ func TestLateHeadIsHedgedAndJudged(t *testing.T) {
 			t.Fatalf("%d %q after %v; want b's answer after the 300ms first-byte timeout", rec.Code, rec.body, took)
 		}
 		a := r.reg.Get("a")
-		if got := a.AnswerFailuresByClass()["late"]; got != 1 || !a.Suspect() || a.Hedged() != 1 {
-			t.Fatalf("a: late %d, suspect %v, hedged %d; want one late answer, suspect, one hedge", got, a.Suspect(), a.Hedged())
+		if got := a.Health().Snapshot().AnswerFailuresByClass["late"]; got != 1 || !a.Health().Suspect() || a.Health().Snapshot().Hedged != 1 {
+			t.Fatalf("a: late %d, suspect %v, hedged %d; want one late answer, suspect, one hedge", got, a.Health().Suspect(), a.Health().Snapshot().Hedged)
 		}
 		// Suspect: the next request goes to b first, at once.
 		if rec, took := r.get(t, "GET"); rec.body != "from "+addrB || took != 0 {
@@ -75,8 +75,8 @@ func TestLateWithoutFasterHedgeIsNoFailure(t *testing.T) {
 		}
 		for _, n := range []string{"a", "b"} {
 			p := r.reg.Get(n)
-			if late := p.AnswerFailuresByClass()["late"]; late != 0 || p.Suspect() {
-				t.Fatalf("%s: late %d, suspect %v; a slow origin is no parent's fault", n, late, p.Suspect())
+			if late := p.Health().Snapshot().AnswerFailuresByClass["late"]; late != 0 || p.Health().Suspect() {
+				t.Fatalf("%s: late %d, suspect %v; a slow origin is no parent's fault", n, late, p.Health().Suspect())
 			}
 		}
 		// The hedge's connection was closed, never reused: b got one
@@ -98,7 +98,7 @@ func TestPostIsNeverHedged(t *testing.T) {
 		if n := r.net.get(r.net.dials, addrB); n != 0 {
 			t.Fatalf("b dialled %d times for a POST", n)
 		}
-		if late := r.reg.Get("a").AnswerFailuresByClass()["late"]; late != 0 {
+		if late := r.reg.Get("a").Health().Snapshot().AnswerFailuresByClass["late"]; late != 0 {
 			t.Fatal("a POST's late answer was judged without a hedge")
 		}
 	})
@@ -113,7 +113,7 @@ func TestOwn5xxRetriedAndJudged(t *testing.T) {
 		if rec.Code != 200 || rec.body != "from "+addrB {
 			t.Fatalf("%d %q; want b's 200 (a's own 503 retried)", rec.Code, rec.body)
 		}
-		if n := r.reg.Get("a").AnswerFailuresByClass()["own_5xx"]; n != 1 {
+		if n := r.reg.Get("a").Health().Snapshot().AnswerFailuresByClass["own_5xx"]; n != 1 {
 			t.Fatalf("own_5xx = %d; want 1", n)
 		}
 		// A 502 a parent reports about its origin is not its failure.
@@ -124,7 +124,7 @@ func TestOwn5xxRetriedAndJudged(t *testing.T) {
 		if rec.Code != 502 {
 			t.Fatalf("%d; want the parent's 502 relayed", rec.Code)
 		}
-		if n := r2.reg.Get("a").AnswerFailures(); n != 0 {
+		if n := r2.reg.Get("a").Health().AnswerFailures(); n != 0 {
 			t.Fatalf("answer failures %d for an origin's fault", n)
 		}
 	})
@@ -138,10 +138,10 @@ func TestDeathByAnswers(t *testing.T) {
 		for i := 0; i < 3; i++ {
 			// Each request is made to a alone first (first-up puts a
 			// suspect a behind b, so make b unusable for the plan's head).
-			r.reg.ObserveAnswer(a, peers.AnswerLate, 0, time.Now())
+			r.reg.Observe(a, peers.Outcome{Event: peers.Answered, Class: peers.AnswerLate, FirstByte: 0, At: time.Now()})
 		}
-		if a.State() != peers.Dead || a.DeadCause() != peers.DeadByAnswer || a.ProbeKind() != "http" {
-			t.Fatalf("a: %v cause %q probe %q; want dead by answers, probed over HTTP", a.State(), a.DeadCause(), a.ProbeKind())
+		if a.Health().State() != peers.Dead || a.Health().DeadCause() != peers.DeadByAnswer || a.Health().ProbeKind() != "http" {
+			t.Fatalf("a: %v cause %q probe %q; want dead by answers, probed over HTTP", a.Health().State(), a.Health().DeadCause(), a.Health().ProbeKind())
 		}
 		if rec, _ := r.get(t, "GET"); rec.body != "from "+addrB {
 			t.Fatalf("%q; a dead parent got traffic", rec.body)
@@ -157,7 +157,7 @@ func TestClosedAnswerJudged(t *testing.T) {
 		if rec.Code != 200 || rec.body != "from "+addrB {
 			t.Fatalf("%d %q; want b's answer (a GET retried)", rec.Code, rec.body)
 		}
-		if n := r.reg.Get("a").AnswerFailuresByClass()["closed"]; n != 1 {
+		if n := r.reg.Get("a").Health().Snapshot().AnswerFailuresByClass["closed"]; n != 1 {
 			t.Fatalf("closed = %d; want 1", n)
 		}
 	})
@@ -202,11 +202,11 @@ func TestLateUnhedgedParentIsSuspect(t *testing.T) {
 			t.Fatalf("%q after %v; want a's own answer at 1s (not hedged: no budget)", rec.body, took)
 		}
 		a := r.reg.Get("a")
-		h := a.History()
-		if !a.Suspect() || len(h) == 0 || h[len(h)-1].Cause != peers.CauseLateAnswer {
-			t.Fatalf("a: suspect %v, history %+v; want suspect with cause late_answer", a.Suspect(), h)
+		h := a.Health().History()
+		if !a.Health().Suspect() || len(h) == 0 || h[len(h)-1].Cause != peers.CauseLateAnswer {
+			t.Fatalf("a: suspect %v, history %+v; want suspect with cause late_answer", a.Health().Suspect(), h)
 		}
-		if late := a.AnswerFailuresByClass()["late"]; late != 0 {
+		if late := a.Health().Snapshot().AnswerFailuresByClass["late"]; late != 0 {
 			t.Fatalf("a: %d late failures; an unhedged late head proves nothing", late)
 		}
 		if rec, took := r.get(t, "GET"); rec.body != "from "+addrB || took != 0 {
@@ -226,12 +226,12 @@ func TestLateWaitOnDeadParentGivesUp(t *testing.T) {
 		go func() {
 			time.Sleep(2 * time.Second)
 			for i := 0; i < 3; i++ {
-				r.reg.ObserveAnswer(a, peers.AnswerTimeout, 0, time.Now())
+				r.reg.Observe(a, peers.Outcome{Event: peers.Answered, Class: peers.AnswerTimeout, FirstByte: 0, At: time.Now()})
 			}
 		}()
 		rec, took := r.get(t, "GET")
-		if a.State() != peers.Dead {
-			t.Fatalf("a is %v; want dead by answers", a.State())
+		if a.Health().State() != peers.Dead {
+			t.Fatalf("a is %v; want dead by answers", a.Health().State())
 		}
 		if rec.body != "from "+addrB || took > 2*time.Second+lateCheck {
 			t.Fatalf("%q after %v; want b's answer within %v of a's death at 2s", rec.body, took, lateCheck)
@@ -279,8 +279,8 @@ func TestHungParentIsNoTailToBudget(t *testing.T) {
 				t.Fatalf("a request took %v; want under a second", d)
 			}
 		}
-		if a := r.reg.Get("a"); a.State() != peers.Dead {
-			t.Fatalf("a is %v after %d late answers; want dead by answers", a.State(), a.AnswerFailures())
+		if a := r.reg.Get("a"); a.Health().State() != peers.Dead {
+			t.Fatalf("a is %v after %d late answers; want dead by answers", a.Health().State(), a.Health().AnswerFailures())
 		}
 	})
 }

@@ -215,7 +215,7 @@ func twoAliveParents(t *testing.T, h peers.Config, log logrus.FieldLogger) *peer
 		t.Fatal(err)
 	}
 	for _, p := range reg.Peers() {
-		reg.Observe(p, peers.Observation{At: time.Now(), RTT: time.Millisecond, Probe: true})
+		reg.Observe(p, peers.Outcome{At: time.Now(), RTT: time.Millisecond, Probe: true})
 	}
 	return reg
 }
@@ -278,7 +278,7 @@ func TestHedgeStartsAfterDelayAndSecondWins(t *testing.T) {
 			t.Fatalf("answered after %v; want the 50ms hedge delay", took)
 		}
 		a := r.reg.Get("a")
-		if !a.Suspect() {
+		if !a.Health().Suspect() {
 			t.Fatal("a peer with a connect pending past its hedge delay is suspect")
 		}
 		// The next request goes to the healthy peer at once.
@@ -288,7 +288,7 @@ func TestHedgeStartsAfterDelayAndSecondWins(t *testing.T) {
 		// The slow connect still ends, and is counted, as a connect failure.
 		time.Sleep(time.Second)
 		synctest.Wait()
-		if st := a.Snapshot(); st.ConnectFailuresTotal != 1 || st.State != peers.Alive || st.ConsecutiveFailures != 1 {
+		if st := a.Health().Snapshot(); st.ConnectFailuresTotal != 1 || st.State != peers.Alive || st.ConsecutiveFailures != 1 {
 			t.Fatalf("a = %+v; want one connect failure counted", st)
 		}
 		if n := r.net.get(r.net.bytes, addrA); n != 0 {
@@ -319,7 +319,7 @@ func TestHedgeFirstConnectWinsAndWritesOnce(t *testing.T) {
 				t.Fatalf("the hedge's loser received %d bytes; want 0 (never written twice)", got)
 			}
 			// The loser's connect completed and counts (probe + hedge).
-			if st := r.reg.Get("b").Snapshot(); st.ConnectsTotal != 2 || st.ConnectFailuresTotal != 0 {
+			if st := r.reg.Get("b").Health().Snapshot(); st.ConnectsTotal != 2 || st.ConnectFailuresTotal != 0 {
 				t.Fatalf("b = %+v; the loser's connect still counts as a success", st)
 			}
 		})
@@ -342,7 +342,7 @@ func TestAllDeadAnswersAtOnce(t *testing.T) {
 		r := newRig(t, HedgeDelay{Auto: true})
 		for _, p := range r.reg.Peers() {
 			for i := 0; i < 3; i++ {
-				r.reg.Observe(p, peers.Observation{At: time.Now(), Err: errors.New("refused")})
+				r.reg.Observe(p, peers.Outcome{At: time.Now(), Err: errors.New("refused")})
 			}
 		}
 		rec, took := r.get(t, "GET")
@@ -363,7 +363,7 @@ func TestConnectFailureRetriedOnNextHop(t *testing.T) {
 		if rec.Code != 200 || rec.body != "from "+addrB {
 			t.Fatalf("%d %q", rec.Code, rec.body)
 		}
-		if st := r.reg.Get("a").Snapshot(); st.ConnectFailuresTotal != 1 {
+		if st := r.reg.Get("a").Health().Snapshot(); st.ConnectFailuresTotal != 1 {
 			t.Fatalf("a = %+v; want the refused connect counted", st)
 		}
 	})
@@ -390,8 +390,8 @@ func TestBlackHoledParentsCostOneTimeout(t *testing.T) {
 			}
 		}
 		for _, n := range []string{"a", "b"} {
-			if p := r.reg.Get(n); !p.Suspect() || p.State() != peers.Alive {
-				t.Fatalf("%s: %v, suspect %v; want alive and suspect (only probes settle it)", n, p.State(), p.Suspect())
+			if p := r.reg.Get(n); !p.Health().Suspect() || p.Health().State() != peers.Alive {
+				t.Fatalf("%s: %v, suspect %v; want alive and suspect (only probes settle it)", n, p.Health().State(), p.Health().Suspect())
 			}
 		}
 	})

@@ -219,7 +219,7 @@ func (w *walker) raceConnects(hop selection.Hop, delay time.Duration) *attempt {
 				continue
 			}
 			if latest.Peer != nil {
-				wh.acct.MarkSlow(latest.Peer)
+				wh.acct.Observe(latest.Peer, peers.Outcome{Event: peers.ConnectSlow, At: time.Now()})
 			}
 			if r.pending >= maxRacing {
 				continue
@@ -263,7 +263,7 @@ func (w *walker) hedge(a *attempt) (sent, refused bool) {
 		}
 		return false, false
 	}
-	a.hop.Peer.NoteHedged()
+	wh.acct.Observe(a.hop.Peer, peers.Outcome{Event: peers.Hedged})
 	wh.metrics.hedgeRequest()
 	r := w.newRace()
 	r.send(h, uc)
@@ -323,7 +323,7 @@ func (w *walker) hedgeWon(a, s *attempt) {
 		fast = fbt <= 0 || s.firstByte <= fbt
 	}
 	if fast { // a was late by the time peerd ran: its deadline stretched by stalls (receive)
-		wh.acct.ObserveAnswerFrom(a.hop.Peer, peers.AnswerLate, 0, time.Now(), 0)
+		wh.acct.Observe(a.hop.Peer, peers.Outcome{Event: peers.Answered, Class: peers.AnswerLate, At: time.Now()})
 	}
 	a.conn.close()
 	a.conn = nil
@@ -335,7 +335,7 @@ func (w *walker) hedgeWon(a, s *attempt) {
 		gotBytes: true, tunnel: s.tunnel, headReq: s.headReq})
 	a.takeHead(s.head)
 	if s.hop.Peer != nil {
-		wh.acct.ObserveAnswerFrom(s.hop.Peer, peers.AnswerOK, s.firstByte, a.headAt, peers.OriginHash(w.rq.req.Host))
+		wh.acct.Observe(s.hop.Peer, peers.Outcome{Event: peers.Answered, FirstByte: s.firstByte, At: a.headAt, Origin: peers.OriginHash(w.rq.req.Host)})
 	}
 }
 

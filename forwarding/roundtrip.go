@@ -295,7 +295,7 @@ func (a *attempt) receive(rq *request, side clientSide, sent, late time.Time) {
 			slice = watchAfter
 		}
 		if a.wasLate {
-			if pe := a.hop.Peer; pe != nil && pe.State() == peers.Dead {
+			if pe := a.hop.Peer; pe != nil && pe.Health().State() == peers.Dead {
 				a.err, a.timedOut = errGivenUp, true
 				return
 			}

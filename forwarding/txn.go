@@ -123,7 +123,7 @@ func (tx *txn) countBytes() {
 	m.clientIn.Add(float64(in))
 	m.clientOut.Add(float64(out))
 	if tx.hopped && tx.hop.Peer != nil {
-		tx.hop.Peer.AddBytes(in, out)
+		tx.hop.Peer.Health().AddBytes(in, out)
 	}
 }
 

@@ -90,7 +90,7 @@ func (w *walker) walk() *attempt {
 					// it: the late parent gets no new requests meanwhile,
 					// and the wait is hedged after all once the parent
 					// fails an answer elsewhere (unbudgeted).
-					h.acct.SuspectLate(a.hop.Peer, fbt)
+					h.acct.Observe(a.hop.Peer, peers.Outcome{Event: peers.HeadLate, FirstByte: fbt, At: time.Now()})
 					a.refused = h.health.HedgeBudget() > 0
 				}
 				a.await(w.rq, w.side)
@@ -183,7 +183,7 @@ func (w *walker) hedgeAllowed(a *attempt) bool {
 // the requests still waiting on it are moved at once, which also counts
 // its failures towards answer_fail_limit without waiting for budget.
 func unbudgeted(hop selection.Hop) bool {
-	return hop.Peer != nil && hop.Peer.AnswerFailures() > 0 && hop.Peer.Type() == peers.Parent
+	return hop.Peer != nil && hop.Peer.Health().AnswerFailures() > 0 && hop.Peer.Type() == peers.Parent
 }
 
 // firstByte is the first-byte timeout a's round trip returns at when
@@ -225,7 +225,7 @@ func (w *walker) take(hop selection.Hop, pooled bool) (selection.Hop, *upConn, b
 				return hop, uc, true
 			}
 		}
-		if hop.Peer == nil || hop.Peer.BeginDial() {
+		if hop.Peer == nil || hop.Peer.Health().BeginDial() {
 			return hop, nil, true
 		}
 		h.acct.EndRequest(hop.Peer)
@@ -396,7 +396,7 @@ func (w *walker) blame(a *attempt, retry bool) bool {
 	if t == "" {
 		return retry
 	}
-	p.CountUpstreamError(t)
+	w.h.acct.Observe(p, peers.Outcome{Event: peers.NextHopFailed, Detail: t})
 	switch t {
 	case psDestinationNotFound, psRequestDenied:
 		return false // the same through any parent

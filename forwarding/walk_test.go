@@ -87,12 +87,17 @@ func (f *fakeParents) BeginRequest(p *peers.Peer, _ time.Time) bool {
 	return true
 }
 func (f *fakeParents) EndRequest(p *peers.Peer) { f.note("end " + p.Name()) }
-func (f *fakeParents) MarkSlow(p *peers.Peer)   { f.note("slow " + p.Name()) }
-func (f *fakeParents) ObserveAnswerFrom(p *peers.Peer, c peers.AnswerClass, _ time.Duration, _ time.Time, _ uint32) {
-	f.note(fmt.Sprintf("answer %s %v", p.Name(), c))
+func (f *fakeParents) Observe(p *peers.Peer, o peers.Outcome) {
+	switch o.Event {
+	case peers.ConnectSlow:
+		f.note("slow " + p.Name())
+	case peers.Answered:
+		f.note(fmt.Sprintf("answer %s %v", p.Name(), o.Class))
+	case peers.HeadLate:
+		f.note("late " + p.Name())
+	}
 }
-func (f *fakeParents) Settings() *peers.Settings                  { return nil }
-func (f *fakeParents) SuspectLate(p *peers.Peer, _ time.Duration) { f.note("late " + p.Name()) }
+func (f *fakeParents) Settings() *peers.Settings { return nil }
 
 // walkOnce walks one GET through parents a then b (first_up), with the
 // fake parents as the generation's hops, and returns the attempt the

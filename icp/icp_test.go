@@ -137,7 +137,7 @@ func newRegistry(t *testing.T, specs ...peers.Spec) *peers.Registry {
 }
 
 func alive(r *peers.Registry, name string) {
-	r.Observe(r.Get(name), peers.Observation{At: time.Now(), RTT: time.Millisecond, Probe: true})
+	r.Observe(r.Get(name), peers.Outcome{At: time.Now(), RTT: time.Millisecond, Probe: true})
 }
 
 func TestServerAnswers(t *testing.T) {
@@ -282,14 +282,14 @@ func TestQueryPicks(t *testing.T) {
 	}
 	// A dead peer is not asked.
 	for range reg.Get("p2").ConnectFailLimit() {
-		reg.Observe(reg.Get("p2"), peers.Observation{At: time.Now(), Err: errors.New("refused")})
+		reg.Observe(reg.Get("p2"), peers.Outcome{At: time.Now(), Err: errors.New("refused")})
 	}
-	before := reg.Get("p2").ICP().Queries()
+	before := reg.Get("p2").Health().ICP().Queries()
 	q.Query(ctx, []byte("http://a/4"))
-	if reg.Get("p2").ICP().Queries() != before {
+	if reg.Get("p2").Health().ICP().Queries() != before {
 		t.Fatal("a dead peer was queried")
 	}
-	if s := reg.Get("s1").Snapshot().ICP; s.Queries != 4 || s.Hits != 1 || s.Misses != 3 || s.MeanRTT <= 0 {
+	if s := reg.Get("s1").Health().Snapshot().ICP; s.Queries != 4 || s.Hits != 1 || s.Misses != 3 || s.MeanRTT <= 0 {
 		t.Fatalf("s1 ICP counters %+v", s)
 	}
 	// No ICP peers at all: nothing asked.
@@ -331,16 +331,16 @@ func TestQuerySilentPeer(t *testing.T) {
 	if _, _, _, timedOut := q.Query(ctx, []byte("http://a/2")); !timedOut { // unanswered
 		t.Fatal("an unanswered query did not report its timeout (TIMEOUT_ in the access log)")
 	}
-	if reg.Get("s1").Suspect() {
+	if reg.Get("s1").Health().Suspect() {
 		t.Fatal("suspect after one unanswered query")
 	}
 	clock.Add(int64(DeadPeerTimeout + time.Second))
 	q.Query(ctx, []byte("http://a/3"))
 	p := reg.Get("s1")
-	if !p.Suspect() || p.State() != peers.Alive {
-		t.Fatalf("s1 after %v of silence: %v suspect=%v; want alive and suspect (probed)", DeadPeerTimeout, p.State(), p.Suspect())
+	if !p.Health().Suspect() || p.Health().State() != peers.Alive {
+		t.Fatalf("s1 after %v of silence: %v suspect=%v; want alive and suspect (probed)", DeadPeerTimeout, p.Health().State(), p.Health().Suspect())
 	}
-	if s := p.Snapshot().ICP; s.Timeouts != 2 {
+	if s := p.Health().Snapshot().ICP; s.Timeouts != 2 {
 		t.Fatalf("timeouts %d; want 2", s.Timeouts)
 	}
 	// Not waited for any more: the query does not wait for its timeout
@@ -348,7 +348,7 @@ func TestQuerySilentPeer(t *testing.T) {
 	if _, _, asked, timedOut := q.Query(ctx, []byte("http://a/4")); !asked || timedOut {
 		t.Fatalf("asked %v, timed out %v; a silent peer is still asked (to hear it again), and not waited for", asked, timedOut)
 	}
-	if s := p.Snapshot().ICP; s.Timeouts != 2 || s.Queries != 4 {
+	if s := p.Health().Snapshot().ICP; s.Timeouts != 2 || s.Queries != 4 {
 		t.Fatalf("after a query to the silent peer: %d timeouts, %d queries; want 2 (not waited for) and 4 (still asked)", s.Timeouts, s.Queries)
 	}
 	s1.set(OpHit)
@@ -412,7 +412,7 @@ func TestQueryByReachedAddress(t *testing.T) {
 	reg := newRegistry(t,
 		peers.Spec{Name: "named", Host: "parent.invalid", Port: 1, ICPPort: p1.port()},
 		peers.Spec{Name: "never", Host: "other.invalid", Port: 2, ICPPort: p1.port()})
-	reg.Observe(reg.Get("named"), peers.Observation{At: time.Now(), RTT: time.Millisecond, Probe: true, Addr: netip.MustParseAddr("127.0.0.1")})
+	reg.Observe(reg.Get("named"), peers.Outcome{At: time.Now(), RTT: time.Millisecond, Probe: true, Addr: netip.MustParseAddr("127.0.0.1")})
 	alive(reg, "never") // alive, but no address known
 	log, _ := test.NewNullLogger()
 	q, err := NewQuerier(reg, log, Timeout(time.Second), "")
@@ -424,7 +424,7 @@ func TestQueryByReachedAddress(t *testing.T) {
 	if !asked || first == nil || first.Name() != "named" || code != "PARENT_HIT" {
 		t.Fatalf("%v %q %v; want named's HIT from its reached address", first, code, asked)
 	}
-	if n := reg.Get("never").ICP().Queries(); n != 0 {
+	if n := reg.Get("never").Health().ICP().Queries(); n != 0 {
 		t.Fatalf("a peer with no known address was queried %d times", n)
 	}
 }
@@ -441,12 +441,12 @@ func TestQueryDeadPeerTimeoutSetting(t *testing.T) {
 	q.Query(ctx, []byte("http://a/2")) // unanswered: the silence starts
 	clock.Add(int64(11 * time.Second))
 	q.Query(ctx, []byte("http://a/3"))
-	if reg.Get("s1").Suspect() {
+	if reg.Get("s1").Health().Suspect() {
 		t.Fatal("suspect after 11 s of silence with dead_peer_timeout = 1m")
 	}
 	clock.Add(int64(50 * time.Second))
 	q.Query(ctx, []byte("http://a/4"))
-	if !reg.Get("s1").Suspect() {
+	if !reg.Get("s1").Health().Suspect() {
 		t.Fatal("not suspect after 61 s of silence with dead_peer_timeout = 1m")
 	}
 }

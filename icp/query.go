@@ -149,7 +149,7 @@ func (q *Querier) Stray() int64     { return q.stray.Load() }
 func (q *Querier) Query(ctx context.Context, url []byte) (first *peers.Peer, code string, asked, timedOut bool) {
 	var targets []*peers.Peer
 	for _, p := range q.reg.Set().ICP {
-		if p.State() == peers.Alive && p.AdminState() == peers.Enabled {
+		if p.Health().State() == peers.Alive && p.Health().AdminState() == peers.Enabled {
 			targets = append(targets, p)
 		}
 	}
@@ -178,7 +178,7 @@ func (q *Querier) Query(ctx context.Context, url []byte) (first *peers.Peer, cod
 		t := q.trackLocked(p)
 		if !t.silent && !t.timedOutFresh {
 			expected++
-			if r := p.ICP().MeanRTT(); r > 0 {
+			if r := p.Health().ICP().MeanRTT(); r > 0 {
 				rttSum += r
 				rttN++
 			}
@@ -200,7 +200,7 @@ func (q *Querier) Query(ctx context.Context, url []byte) (first *peers.Peer, cod
 		if !qu.addrs[i].IsValid() {
 			continue
 		}
-		p.ICP().Query()
+		p.Health().ICP().Query()
 		if _, err := q.conn.Load().WriteToUDPAddrPort(buf, qu.addrs[i]); err != nil {
 			q.log.WithFields(logrus.Fields{"peer": p.Name(), "err": err.Error()}).Debug("icp: query not sent")
 		}
@@ -262,7 +262,7 @@ func (q *Querier) timedOut(qu *query) {
 		if qu.replied[i] {
 			continue
 		}
-		p.ICP().Timeout()
+		p.Health().ICP().Timeout()
 		t := q.trackLocked(p)
 		switch {
 		case !t.replied:
@@ -275,7 +275,7 @@ func (q *Querier) timedOut(qu *query) {
 	q.mu.Unlock()
 	for _, p := range quiet {
 		q.log.WithField("peer", p.Name()).Warnf("icp: %s %s stopped answering ICP queries", p.Type().Label(), p.Name())
-		q.reg.Suspect(p, peers.CauseProbe, "stopped answering ICP queries for "+time.Duration(dead).String()+"; probing it")
+		q.reg.Observe(p, peers.Outcome{Event: peers.Reported, Cause: peers.CauseProbe, Detail: "stopped answering ICP queries for " + time.Duration(dead).String() + "; probing it"})
 	}
 }
 
@@ -297,7 +297,7 @@ func (q *Querier) addrLocked(p *peers.Peer) netip.AddrPort {
 	if ip, err := netip.ParseAddr(p.Host()); err == nil {
 		return netip.AddrPortFrom(ip.Unmap(), port)
 	}
-	if ip := p.Reached(); ip.IsValid() {
+	if ip := p.Health().Reached(); ip.IsValid() {
 		return netip.AddrPortFrom(ip, port)
 	}
 	return netip.AddrPort{}
@@ -345,7 +345,7 @@ func (q *Querier) deliver(m *Message, from netip.AddrPort) {
 		for p := range q.track {
 			if q.addrLocked(p) == from {
 				if t := q.trackLocked(p); t.lastSent != 0 {
-					p.ICP().Reply(m.Op == OpHit || m.Op == OpHitObj, m.Op == OpDenied, now.Sub(time.Unix(0, t.lastSent)))
+					p.Health().ICP().Reply(m.Op == OpHit || m.Op == OpHitObj, m.Op == OpDenied, now.Sub(time.Unix(0, t.lastSent)))
 				}
 				q.heardLocked(p, now)
 			}
@@ -359,7 +359,7 @@ func (q *Querier) deliver(m *Message, from netip.AddrPort) {
 		qu.replied[i] = true
 		p := qu.peers[i]
 		rtt := now.Sub(qu.sent)
-		p.ICP().Reply(m.Op == OpHit || m.Op == OpHitObj, m.Op == OpDenied, rtt)
+		p.Health().ICP().Reply(m.Op == OpHit || m.Op == OpHitObj, m.Op == OpDenied, rtt)
 		q.heardLocked(p, now)
 		qu.replies <- reply{i: i, op: m.Op, rtt: rtt} // buffered for every peer asked
 		return

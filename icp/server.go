@@ -179,7 +179,7 @@ func (s *Server) nextHop() bool {
 		return true
 	}
 	for _, p := range s.o.Registry.Peers() {
-		if p.Type() == peers.Parent && p.Eligible() {
+		if p.Type() == peers.Parent && p.Health().Eligible() {
 			return true
 		}
 	}

@@ -41,8 +41,8 @@ func (r *Registry) setAdmin(name string, s AdminState, reason string, until int6
 	if raw == nil {
 		return nil, 0, fmt.Errorf("%w %q", ErrUnknownPeer, name)
 	}
-	p := raw.(*row).Peer
-	cur := p.live.Load()
+	cur := raw.(*row)
+	p := cur.Peer
 	old := cur.admin
 	now := r.now()
 	nl := *cur
@@ -50,14 +50,14 @@ func (r *Registry) setAdmin(name string, s AdminState, reason string, until int6
 	if s != Enabled {
 		nl.until = until
 	}
-	if *cur == nl {
+	if cur.liveness == nl.liveness {
 		return p, old, nil
 	}
 	var note *Transition
 	if old != s && record {
 		note = &Transition{At: now, From: old.String(), To: s.String(), Cause: CauseAdmin, Error: reason}
 	}
-	if !r.commitTxn(txn, p, &nl, note) {
+	if !r.commitRow(txn, p, &nl, note) {
 		return nil, 0, fmt.Errorf("%w %q", ErrUnknownPeer, name)
 	}
 	if nl.until != 0 {
@@ -80,18 +80,19 @@ func (r *Registry) setAdmin(name string, s AdminState, reason string, until int6
 // expireAdmin returns p to enabled when the admin state set with until
 // is still the one in force.
 func (r *Registry) expireAdmin(p *Peer, until int64) {
-	txn := r.writeTxn()
-	defer txn.Abort()
-	cur := p.live.Load()
-	if cur.until != until {
-		return // replaced meanwhile
-	}
-	old := cur.admin
-	nl := *cur
-	nl.admin, nl.reason, nl.until = Enabled, "", 0
-	if !r.commitTxn(txn, p, &nl, &Transition{At: r.now(), From: old.String(), To: Enabled.String(), Cause: CauseAdmin, Error: "ttl ended"}) {
+	var was liveness
+	if !r.change(p, func(l *liveness) bool {
+		if l.until != until {
+			return false // replaced meanwhile
+		}
+		was = *l
+		l.admin, l.reason, l.until = Enabled, "", 0
+		return true
+	}, func(cur *row) *Transition {
+		return &Transition{At: r.now(), From: cur.admin.String(), To: Enabled.String(), Cause: CauseAdmin, Error: "ttl ended"}
+	}) {
 		return
 	}
-	r.log.WithFields(logrus.Fields{"peer": p.Name(), "from": old.String(), "to": Enabled.String(), "reason": cur.reason}).
+	r.log.WithFields(logrus.Fields{"peer": p.Name(), "from": was.admin.String(), "to": Enabled.String(), "reason": was.reason}).
 		Warnf("Admin state of %s %s returned to enabled: its ttl ended", p.Type().Label(), p.Name())
 }

@@ -10,8 +10,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/sirupsen/logrus"
 )
 
 // AnswerClass is the class of an answer failure; AnswerOK is a complete
@@ -69,14 +67,14 @@ const (
 	autoSamples      = 8
 )
 
-// FirstByteTimeout is the first_byte_timeout in force for p: the
-// configured one, or from its own recent head times (the 95th
+// FirstByteTimeout is the first_byte_timeout in force for the parent:
+// the configured one, or from its own recent head times (the 95th
 // percentile, doubled, at least 200 ms, at most readTimeout); 0 when off.
-func (t *Traffic) FirstByteTimeout(h Config, readTimeout time.Duration) time.Duration {
-	if !h.FirstByteTimeout.Auto {
-		return h.FirstByteTimeout.D
+func (h *Health) FirstByteTimeout(hc Config, readTimeout time.Duration) time.Duration {
+	if !hc.FirstByteTimeout.Auto {
+		return hc.FirstByteTimeout.D
 	}
-	d := time.Duration(t.answers.timeout.Load())
+	d := time.Duration(h.answers.timeout.Load())
 	if d == 0 {
 		d = unknownFirstByte
 	}
@@ -135,239 +133,105 @@ func nthLargest(s []int64, m int) int64 {
 	return top[m-1]
 }
 
-// ObserveAnswer records how a parent answered a request written to it
+// observeAnswer judges how a parent answered a request written to it
 // whole: a complete answer (AnswerOK, with its head time) resets the
 // consecutive count; a failure counts towards answer_fail_limit, at which
-// the parent dies by answers unless that would leave more than
-// max_answer_dead of the parents dead by answers.
-func (r *Registry) ObserveAnswer(p *Peer, class AnswerClass, firstByte time.Duration, at time.Time) {
-	r.ObserveAnswerFrom(p, class, firstByte, at, 0)
-}
-
-// ObserveAnswerFrom is ObserveAnswer for an answer from the origin whose
-// host hashes to origin (OriginHash; 0: not known): under a hashing
-// policy parents are compared origin by origin (relative.go).
-func (r *Registry) ObserveAnswerFrom(p *Peer, class AnswerClass, firstByte time.Duration, at time.Time, origin uint32) {
-	if p.Type() != Parent {
-		return
+// the parent dies by answers (the registry caps how many may:
+// max_answer_dead).
+func (h *Health) observeAnswer(o Outcome, hc Config, readTimeout time.Duration) verdict {
+	if h.peer.settings().typ != Parent {
+		return verdict{}
 	}
-	if class == AnswerOK {
-		if firstByte > 0 {
-			p.answers.recordHead(at, firstByte, origin)
-			p.series.head(at, firstByte)
-			r.observeHeadTime(p, firstByte)
+	if o.Class == AnswerOK {
+		if o.FirstByte > 0 {
+			h.answers.recordHead(o.At, o.FirstByte, o.Origin)
+			h.series.head(o.At, o.FirstByte)
+			h.observeTime(true, o.FirstByte)
 		}
-		if p.answerConsec.Load() != 0 {
-			p.answerConsec.Store(0)
+		if h.answerConsec.Load() != 0 {
+			h.answerConsec.Store(0)
 		}
-		return
+		return verdict{}
 	}
-	p.answerByClass[class].Add(1)
-	p.series.failure(at)
-	n := p.answerConsec.Add(1)
-	h := r.opts.Load().Health
-	if h.AnswerFailLimit <= 0 || p.State() != Alive {
-		return
+	h.answerByClass[o.Class].Add(1)
+	h.series.failure(o.At)
+	n := h.answerConsec.Add(1)
+	if hc.AnswerFailLimit <= 0 || h.row.Load().state != Alive {
+		return verdict{}
 	}
-	if n < int64(h.AnswerFailLimit) {
+	if n < int64(hc.AnswerFailLimit) {
 		// Suspect: behind the healthy parents, and settled by HTTP
 		// probes (each failed one is one more answer failure), so the
 		// count is finished without client traffic.
-		detail := fmt.Sprintf("answer failed (%s, %d of %d before dead)", class, n, h.AnswerFailLimit)
-		if r.suspectByAnswers(p, CauseAnswerFailures, detail) {
-			r.logSuspicion(p, at, true, CauseAnswerFailures, detail)
-		}
-		return
+		return verdict{change: suspect, byAnswers: true, cause: CauseAnswerFailures,
+			detail: fmt.Sprintf("answer failed (%s, %d of %d before dead)", o.Class, n, hc.AnswerFailLimit)}
 	}
-	if !r.mayDieByAnswers(p, h) {
-		detail := fmt.Sprintf("answer failed (%s, %d in a row), but dead by answers would leave more than max_answer_dead out", class, n)
-		if r.suspectByAnswers(p, CauseAnswerFailures, detail) {
-			r.logSuspicion(p, at, true, CauseAnswerFailures, detail)
-		}
-		p.answers.mu.Lock()
-		logged := p.answers.capLogged
-		p.answers.capLogged = true
-		p.answers.mu.Unlock()
-		if !logged {
-			r.log.WithFields(logrus.Fields{"peer": p.Name(), "answer_failures": n}).
-				Warnf("%s %s stays alive (suspect): max_answer_dead (%g%%) of the parents are dead by answers", p.Type().Label(), p.Name(), float64(h.MaxAnswerDead)*100)
-		}
-		return
-	}
-	fbt := p.FirstByteTimeout(h, r.opts.Load().ReadTimeout)
-	r.dieByAnswers(p, class, n, fbt, at)
+	return verdict{change: die, from: Alive, answers: true, n: n, class: o.Class, fbt: h.FirstByteTimeout(hc, readTimeout),
+		detail: fmt.Sprintf("%d consecutive answer failures (last: %s)", n, o.Class)}
 }
 
-// mayDieByAnswers reports whether one more parent dead by answers stays
-// within max_answer_dead.
-func (r *Registry) mayDieByAnswers(p *Peer, h Config) bool {
-	parents, dead := 0, 1
-	for _, q := range r.Peers() {
-		if q.Type() != Parent {
-			continue
-		}
-		parents++
-		if q != p && q.State() == Dead && q.live.Load().answerDead {
-			dead++
-		}
-	}
-	return parents > 0 && float64(dead) <= float64(h.MaxAnswerDead)*float64(parents)+1e-9
-}
-
-// dieByAnswers makes an alive parent dead by answer failures.
-func (r *Registry) dieByAnswers(p *Peer, class AnswerClass, n int64, fbt time.Duration, at time.Time) {
-	txn := r.writeTxn()
-	defer txn.Abort()
-	cur := p.live.Load()
-	if cur.state != Alive {
-		return
-	}
-	h := r.opts.Load().Health
-	nl := *cur
-	nl.state, nl.answerDead, nl.deadFBT = Dead, true, int64(fbt)
-	nl.deaths++
-	nl.since = at.UnixNano()
-	nl.suspect, nl.suspectBy, nl.httpSettle = false, "", false
-	nl.good = 0
-	if p.noteDeath(at.UnixNano(), h.FlapWindow, h.FlapLimit) {
-		nl.flapping = true
-	}
-	why := fmt.Sprintf("%d consecutive answer failures (last: %s)", n, class)
-	if !r.commitTxn(txn, p, &nl, &Transition{At: at, From: Alive.String(), To: Dead.String(), Cause: CauseAnswerFailures, Error: why}) {
-		return
-	}
-	p.rampUntil.Store(0)
-	p.answers.mu.Lock()
-	p.answers.capLogged = false
-	p.answers.mu.Unlock()
-	entry := r.log.WithFields(logrus.Fields{"peer": p.Name(), "from": "alive", "to": "dead", "err": why, "answer_failures": n})
-	if nl.flapping && !cur.flapping {
-		entry = entry.WithField("flapping", true)
-	}
-	entry.Warnf("Detected DEAD %s: %s (answers)", p.Type().Label(), p.Name())
-}
-
-// ObserveHTTPProbe records an HTTP probe of p: ok is a complete head,
-// not 502/503/504, within the probe's deadline. Only it revives a parent
-// dead by answers (flap damping applies); it also settles a suspicion the
-// fleet raised about an answer death. A failed one counts as a failed
-// probe (and, on a suspect parent, as an answer failure).
-func (r *Registry) ObserveHTTPProbe(p *Peer, ok bool, err error, class AnswerClass, at time.Time) {
-	l := p.live.Load()
+// observeHTTPProbe judges an HTTP probe (Class AnswerOK: a complete head,
+// not 502/503/504, within the probe's deadline). Only a good one revives
+// a parent dead by answers (flap damping applies); it also settles a
+// suspicion of its answers. A failed one counts as a failed probe (and,
+// on a parent suspect by its answers, as an answer failure). An
+// outlier's probe measures it: back within the factor, it is no longer
+// suspect; still too slow (class late), it stays one, with no answer
+// failure counted (it answered).
+func (h *Health) observeHTTPProbe(o Outcome, hc Config, readTimeout time.Duration) verdict {
+	ok := o.Class == AnswerOK
+	l := h.row.Load()
 	if l.outlier {
-		// An outlier's probe measures it: back within the factor, it is
-		// no longer suspect; still too slow (class late), it stays one,
-		// with no answer failure counted (it answered); any other failure
-		// counts as for any suspect parent.
 		switch {
-		case ok && p.outlierHeld(at):
-			return // fast, but its answers were slow again soon after the last revival: held
+		case ok && h.outlierHeld(o.At):
+			return verdict{} // fast, but its answers were slow again soon after the last revival: held
 		case ok:
-			r.clearOutlier(p, at, "own HTTP probe answered within outlier_factor")
-			p.answerConsec.Store(0)
-			return
-		case class == AnswerLate:
-			p.probeFailures.Add(1)
-			return
+			h.answerConsec.Store(0)
+			return verdict{change: unOutlier, detail: "own HTTP probe answered within outlier_factor"}
+		case o.Class == AnswerLate:
+			h.probeFailures.Add(1)
+			return verdict{}
 		}
 	}
 	if !ok {
-		p.probeFailures.Add(1)
-		if err != nil {
-			msg := "http probe: " + err.Error()
-			p.lastError.Store(&msg)
+		h.probeFailures.Add(1)
+		if o.Err != nil {
+			msg := "http probe: " + o.Err.Error()
+			h.lastError.Store(&msg)
 		}
 		switch {
 		case l.state == Dead && l.good > 0:
-			r.holdProbe(p, 0, nil)
+			return verdict{change: hold}
 		case l.state == Alive && l.httpSettle:
-			r.ObserveAnswer(p, class, 0, at)
+			return h.observeAnswer(o, hc, readTimeout)
 		}
-		return
+		return verdict{}
 	}
 	switch {
 	case l.state == Alive && l.httpSettle:
-		r.setSuspectBy(p, false, "", settledByProbe(at, "own HTTP probe answered"))
-		p.answerConsec.Store(0)
+		h.answerConsec.Store(0)
+		return verdict{change: settle, cause: CauseProbe, detail: "own HTTP probe answered"}
 	case l.state == Dead && l.answerDead:
-		if l.flapping {
-			if need := r.opts.Load().Health.FlapLimit; l.good+1 < need {
-				r.holdProbe(p, l.good+1, &Transition{At: at, From: l.state.String(), To: l.state.String(), Cause: CauseFlapHold,
-					Error: fmt.Sprintf("flapping: good HTTP probe %d of %d held", l.good+1, need)})
-				return
-			}
+		if l.flapping && l.good+1 < hc.FlapLimit {
+			return verdict{change: hold, good: l.good + 1, note: heldNote(o.At, l, "HTTP probe", hc.FlapLimit)}
 		}
-		p.answerConsec.Store(0)
-		r.transition(p, Dead, Alive, nil, at, CauseProbe)
+		h.answerConsec.Store(0)
+		return verdict{change: revive, from: Dead, cause: CauseProbe}
 	}
+	return verdict{}
 }
 
-// settledByProbe gives the history entry of a suspicion from outside (the
-// fleet) that the peer's own probe settled (how says what the probe did);
-// none for a suspicion of the peer's own connects.
-func settledByProbe(at time.Time, how string) func(cur *liveness) *Transition {
-	return settled(at, CauseProbe, how)
-}
-
-// settled is the history entry of a suspicion settled: by cause, how,
-// and who had suspected the peer when it was not its own traffic.
-func settled(at time.Time, cause, how string) func(cur *liveness) *Transition {
-	return func(cur *liveness) *Transition {
-		if cur.suspectBy != "" {
-			how += " (suspected by " + cur.suspectBy + ")"
-		}
-		return &Transition{At: at, From: "suspect", To: Alive.String(), Cause: cause, Error: how}
+// observeLate judges a response head past the first-byte timeout fbt that
+// no hedge could tell about (hedge_budget spent, or no hop left): no
+// failure is counted, new requests go to the healthy parents meanwhile,
+// and an HTTP probe to the parent itself settles it (a parent that
+// answers its own probe at once was waiting on a slow origin).
+func (h *Health) observeLate(fbt time.Duration) verdict {
+	if l := h.row.Load(); h.peer.settings().typ != Parent || l.state != Alive || l.suspect {
+		return verdict{}
 	}
-}
-
-// SuspectAnswers marks an alive peer suspect on another member's word
-// that it died by answers: the prober settles it with an HTTP probe, not
-// a TCP connect (which a parent that accepts but does not answer passes).
-func (r *Registry) SuspectAnswers(p *Peer, cause, detail string) bool {
-	if !r.suspectByAnswers(p, cause, detail) {
-		return false
-	}
-	r.log.WithFields(logrus.Fields{"peer": p.Name(), "cause": cause, "detail": detail}).
-		Warnf("%s %s is suspect: %s; probing it over HTTP", p.Type().Label(), p.Name(), detail)
-	return true
-}
-
-// suspectByAnswers makes an alive peer suspect until an HTTP probe
-// settles it; false when it already was.
-func (r *Registry) suspectByAnswers(p *Peer, cause, detail string) bool {
-	txn := r.writeTxn()
-	defer txn.Abort()
-	cur := p.live.Load()
-	if cur.state != Alive || (cur.suspect && cur.httpSettle) {
-		return false
-	}
-	nl := *cur
-	nl.suspect, nl.httpSettle = true, true
-	if cause != "" {
-		nl.suspectBy = cause
-	}
-	return r.commitTxn(txn, p, &nl, &Transition{At: r.now(), From: Alive.String(), To: "suspect", Cause: cause, Error: detail})
-}
-
-// DeadCause is "connect" or "answer" for a dead peer, "" otherwise.
-func (p *Peer) DeadCause() string {
-	l := p.live.Load()
-	switch {
-	case l.state != Dead:
-		return ""
-	case l.answerDead:
-		return DeadByAnswer
-	}
-	return DeadByConnect
-}
-
-// ProbeKind is the kind of p's next probe: "http" for a parent dead by
-// answers (or suspected of it by the fleet), "tcp" otherwise.
-func (p *Peer) ProbeKind() string {
-	if l := p.live.Load(); l.state == Dead && l.answerDead || l.state == Alive && l.httpSettle {
-		return "http"
-	}
-	return "tcp"
+	return verdict{change: suspect, byAnswers: true, cause: CauseLateAnswer,
+		detail: fmt.Sprintf("no response head within its first-byte timeout (%s), not hedged", fbt.Round(time.Millisecond))}
 }
 
 // HTTPProbeTimeout is how long an HTTP probe of p may wait for its head
@@ -375,40 +239,22 @@ func (p *Peer) ProbeKind() string {
 // that still answers late is not revived), the one in force now for a
 // suspect parent, or probe_timeout when first_byte_timeout is off.
 func (r *Registry) HTTPProbeTimeout(p *Peer) time.Duration {
-	if d := p.live.Load().deadFBT; d > 0 {
+	if d := p.health.row.Load().deadFBT; d > 0 {
 		return time.Duration(d)
 	}
 	o := r.opts.Load()
-	if t := p.FirstByteTimeout(o.Health, o.ReadTimeout); t > 0 {
+	if t := p.health.FirstByteTimeout(o.Health, o.ReadTimeout); t > 0 {
 		return t
 	}
 	return p.ProbeTimeout()
 }
 
-// AnswerFailures is the consecutive answer failures.
-func (t *Traffic) AnswerFailures() int64 { return t.answerConsec.Load() }
-
-// AnswerFailuresByClass returns the answer failures by class.
-func (t *Traffic) AnswerFailuresByClass() map[string]int64 {
-	out := make(map[string]int64, answerClasses-1)
-	for c := AnswerLate; c < answerClasses; c++ {
-		out[c.String()] = t.answerByClass[c].Load()
-	}
-	return out
+// firstByteMs is the smoothed response-head time, ms (0 before any).
+func (h *Health) firstByteMs() float64 {
+	h.answers.mu.Lock()
+	defer h.answers.mu.Unlock()
+	return h.answers.smooth
 }
-
-// FirstByteMs is the smoothed response-head time, ms (0 before any).
-func (t *Traffic) FirstByteMs() float64 {
-	t.answers.mu.Lock()
-	defer t.answers.mu.Unlock()
-	return t.answers.smooth
-}
-
-// Hedged counts the requests hedged away from p.
-func (t *Traffic) Hedged() int64 { return t.hedged.Load() }
-
-// NoteHedged counts one request of p's that was also sent to another hop.
-func (t *Traffic) NoteHedged() { t.hedged.Add(1) }
 
 // FirstByte is what the forwarder needs to judge p's answers: the
 // first_byte_timeout in force (0: off) and whether a late request is
@@ -421,29 +267,10 @@ func firstByte(p *Peer, c *settings, o *Options) (time.Duration, bool) {
 	if c.typ != Parent {
 		return 0, false
 	}
-	t := p.FirstByteTimeout(o.Health, o.ReadTimeout)
+	t := p.health.FirstByteTimeout(o.Health, o.ReadTimeout)
 	return t, t > 0 && o.Health.HedgeRequests
 }
 
 // CauseLateAnswer is the history cause of a parent turned suspect because
 // a response head was late and the request could not be hedged.
 const CauseLateAnswer = "late_answer"
-
-// SuspectLate marks an alive parent suspect because a response head of
-// its is past its first-byte timeout and no hedge could find out whether
-// the parent or the origin is slow (hedge_budget spent, or no hop left):
-// no failure is counted, new requests go to the healthy parents
-// meanwhile, and an HTTP probe to the parent itself settles it (a parent
-// that answers its own probe at once was waiting on a slow origin).
-func (r *Registry) SuspectLate(p *Peer, fbt time.Duration) {
-	if p.Type() != Parent {
-		return
-	}
-	if l := p.live.Load(); l.state != Alive || l.suspect {
-		return
-	}
-	detail := fmt.Sprintf("no response head within its first-byte timeout (%s), not hedged", fbt.Round(time.Millisecond))
-	if r.suspectByAnswers(p, CauseLateAnswer, detail) {
-		r.logSuspicion(p, r.now(), true, CauseLateAnswer, detail)
-	}
-}

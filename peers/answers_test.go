@@ -27,7 +27,7 @@ func answersRegistry(t *testing.T, n int, set func(*Config)) *Registry {
 		t.Fatal(err)
 	}
 	for _, p := range r.Peers() {
-		r.Observe(p, Observation{At: t0, RTT: time.Millisecond, Probe: true})
+		r.Observe(p, Outcome{At: t0, RTT: time.Millisecond, Probe: true})
 	}
 	return r
 }
@@ -39,43 +39,43 @@ func answersRegistry(t *testing.T, n int, set func(*Config)) *Registry {
 func TestDeathByAnswersAndHTTPRevival(t *testing.T) {
 	r := answersRegistry(t, 4, nil)
 	a := r.Get("a")
-	r.ObserveAnswer(a, AnswerTimeout, 0, t0)
-	r.ObserveAnswer(a, AnswerOK, 5*time.Millisecond, t0)
-	if a.AnswerFailures() != 0 {
+	observeAnswer(r, a, AnswerTimeout, 0, t0)
+	observeAnswer(r, a, AnswerOK, 5*time.Millisecond, t0)
+	if a.Health().AnswerFailures() != 0 {
 		t.Fatal("a complete answer did not reset the count")
 	}
 	for i := 0; i < 3; i++ {
-		r.ObserveAnswer(a, AnswerLate, 0, t0)
+		observeAnswer(r, a, AnswerLate, 0, t0)
 	}
-	if a.State() != Dead || a.DeadCause() != DeadByAnswer || a.ProbeKind() != "http" {
-		t.Fatalf("a %v cause %q probe %q; want dead by answers", a.State(), a.DeadCause(), a.ProbeKind())
+	if a.Health().State() != Dead || a.Health().DeadCause() != DeadByAnswer || a.Health().ProbeKind() != "http" {
+		t.Fatalf("a %v cause %q probe %q; want dead by answers", a.Health().State(), a.Health().DeadCause(), a.Health().ProbeKind())
 	}
-	h := a.History()
+	h := a.Health().History()
 	if last := h[len(h)-1]; last.Cause != CauseAnswerFailures {
 		t.Fatalf("history %+v; want cause answer_failures", last)
 	}
-	r.Observe(a, Observation{At: t0, RTT: time.Millisecond, Probe: true})
-	if a.State() != Dead {
+	r.Observe(a, Outcome{At: t0, RTT: time.Millisecond, Probe: true})
+	if a.Health().State() != Dead {
 		t.Fatal("a TCP probe that connected revived a parent dead by answers")
 	}
-	r.ObserveHTTPProbe(a, false, errors.New("no head"), AnswerTimeout, t0)
-	if a.State() != Dead {
+	observeHTTPProbe(r, a, false, errors.New("no head"), AnswerTimeout, t0)
+	if a.Health().State() != Dead {
 		t.Fatal("a failed HTTP probe revived it")
 	}
-	r.ObserveHTTPProbe(a, true, nil, AnswerOK, t0)
-	if a.State() != Alive || a.DeadCause() != "" || a.ProbeKind() != "tcp" {
-		t.Fatalf("after a good HTTP probe: %v %q %q; want alive", a.State(), a.DeadCause(), a.ProbeKind())
+	observeHTTPProbe(r, a, true, nil, AnswerOK, t0)
+	if a.Health().State() != Alive || a.Health().DeadCause() != "" || a.Health().ProbeKind() != "tcp" {
+		t.Fatalf("after a good HTTP probe: %v %q %q; want alive", a.Health().State(), a.Health().DeadCause(), a.Health().ProbeKind())
 	}
 	// A connect death is still revived by a TCP probe.
 	b := r.Get("b")
 	for range b.ConnectFailLimit() {
-		r.Observe(b, Observation{At: t0, Err: errors.New("refused")})
+		r.Observe(b, Outcome{At: t0, Err: errors.New("refused")})
 	}
-	if b.DeadCause() != DeadByConnect || b.ProbeKind() != "tcp" {
-		t.Fatalf("b %q %q; want a connect death probed by TCP", b.DeadCause(), b.ProbeKind())
+	if b.Health().DeadCause() != DeadByConnect || b.Health().ProbeKind() != "tcp" {
+		t.Fatalf("b %q %q; want a connect death probed by TCP", b.Health().DeadCause(), b.Health().ProbeKind())
 	}
-	r.Observe(b, Observation{At: t0, RTT: time.Millisecond, Probe: true})
-	if b.State() != Alive {
+	r.Observe(b, Outcome{At: t0, RTT: time.Millisecond, Probe: true})
+	if b.Health().State() != Alive {
 		t.Fatal("a TCP probe did not revive a connect death")
 	}
 }
@@ -87,24 +87,24 @@ func TestMaxAnswerDead(t *testing.T) {
 	r := answersRegistry(t, 4, nil) // 50% of 4: two
 	kill := func(name string) {
 		for i := 0; i < 3; i++ {
-			r.ObserveAnswer(r.Get(name), AnswerOwn5xx, 0, t0)
+			observeAnswer(r, r.Get(name), AnswerOwn5xx, 0, t0)
 		}
 	}
 	kill("a")
 	kill("b")
 	kill("c")
-	if r.Get("a").State() != Dead || r.Get("b").State() != Dead {
+	if r.Get("a").Health().State() != Dead || r.Get("b").Health().State() != Dead {
 		t.Fatal("a and b should die by answers")
 	}
 	c := r.Get("c")
-	if c.State() != Alive || !c.Suspect() {
-		t.Fatalf("c %v suspect %v; want alive and suspect past max_answer_dead", c.State(), c.Suspect())
+	if c.Health().State() != Alive || !c.Health().Suspect() {
+		t.Fatalf("c %v suspect %v; want alive and suspect past max_answer_dead", c.Health().State(), c.Health().Suspect())
 	}
 	d := r.Get("d")
 	for range d.ConnectFailLimit() {
-		r.Observe(d, Observation{At: t0, Err: errors.New("refused")})
+		r.Observe(d, Outcome{At: t0, Err: errors.New("refused")})
 	}
-	if d.State() != Dead {
+	if d.Health().State() != Dead {
 		t.Fatal("a connect death was capped")
 	}
 }
@@ -118,7 +118,7 @@ func TestAutoFirstByteTimeout(t *testing.T) {
 		t.Fatalf("with no heads: %v; want 1s", got)
 	}
 	for i := 0; i < 64; i++ {
-		r.ObserveAnswer(a, AnswerOK, time.Millisecond, t0)
+		observeAnswer(r, a, AnswerOK, time.Millisecond, t0)
 	}
 	if got, _ := r.FirstByte(a); got != 200*time.Millisecond {
 		t.Fatalf("fast heads: %v; want the 200ms floor", got)
@@ -128,7 +128,7 @@ func TestAutoFirstByteTimeout(t *testing.T) {
 		if i%10 == 0 {
 			d = 900 * time.Millisecond // 10% slow
 		}
-		r.ObserveAnswer(a, AnswerOK, d, t0)
+		observeAnswer(r, a, AnswerOK, d, t0)
 	}
 	if got, _ := r.FirstByte(a); got != 1800*time.Millisecond {
 		t.Fatalf("heads with a slow tenth: %v; want 2 x the 95th percentile (1.8s)", got)

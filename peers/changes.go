@@ -83,28 +83,3 @@ func (r *Registry) writeTxn() *memdb.Txn {
 	txn.TrackChanges()
 	return txn
 }
-
-// commit commits txn and tells the subscribers which peers it changed;
-// all says the peer set itself changed (a reload).
-func (r *Registry) commit(txn *memdb.Txn, all bool) {
-	changes := txn.Changes()
-	txn.Commit()
-	var ps []*Peer
-	if !all {
-		for _, ch := range changes {
-			if rw, ok := ch.After.(*row); ok {
-				ps = append(ps, rw.Peer)
-			} else if rw, ok := ch.Before.(*row); ok {
-				ps = append(ps, rw.Peer)
-			}
-		}
-	}
-	if len(ps) == 0 && !all {
-		return
-	}
-	r.subs.mu.Lock()
-	defer r.subs.mu.Unlock()
-	for _, c := range r.subs.list {
-		c.add(ps, all)
-	}
-}

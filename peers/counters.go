@@ -15,7 +15,7 @@ type ICPCounters struct {
 }
 
 // ICP returns the peer's ICP counters.
-func (t *Traffic) ICP() *ICPCounters { return &t.icp }
+func (h *Health) ICP() *ICPCounters { return &h.icp }
 
 // Query counts one query sent.
 func (c *ICPCounters) Query() { c.queries.Add(1) }
@@ -59,12 +59,9 @@ func (c *ICPCounters) snapshot() ICPSnapshot {
 		Timeouts: c.timeouts.Load(), Denied: c.denied.Load(), MeanRTT: c.MeanRTT()}
 }
 
-// AddBytes counts the bytes of one request sent to p and of its answer
+// AddBytes counts the bytes of one request sent to the peer and of its answer
 // relayed to the client.
-func (t *Traffic) AddBytes(sent, received int64) {
-	t.bytesSent.Add(sent)
-	t.bytesReceived.Add(received)
+func (h *Health) AddBytes(sent, received int64) {
+	h.bytesSent.Add(sent)
+	h.bytesReceived.Add(received)
 }
-
-// Bytes are the bytes sent to p and received from it so far.
-func (t *Traffic) Bytes() (sent, received int64) { return t.bytesSent.Load(), t.bytesReceived.Load() }

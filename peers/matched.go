@@ -54,8 +54,8 @@ type matching struct{ on atomic.Bool }
 func (r *Registry) SetMatched(on bool) { r.matching.on.Store(on) }
 
 // byOrigin is p's times at or after since, by origin (known origins only).
-func (t *Traffic) byOrigin(since int64) map[uint32][]int64 {
-	a := &t.answers
+func (h *Health) byOrigin(since int64) map[uint32][]int64 {
+	a := &h.answers
 	out := map[uint32][]int64{}
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -104,11 +104,11 @@ func matchedRatio(p *Peer, mine map[uint32][]int64, peers []map[uint32][]int64) 
 // markedRecently reports whether p was marked an outlier outlierMarks
 // times within outlierMarkWindow before now; if not, now is noted as a
 // mark. Judge alone calls it.
-func (t *Traffic) markedRecently(now time.Time) bool {
-	oldest := &t.recent.marks[0]
-	for i := range t.recent.marks {
-		if t.recent.marks[i].Load() < oldest.Load() {
-			oldest = &t.recent.marks[i]
+func (h *Health) markedRecently(now time.Time) bool {
+	oldest := &h.recent.marks[0]
+	for i := range h.recent.marks {
+		if h.recent.marks[i].Load() < oldest.Load() {
+			oldest = &h.recent.marks[i]
 		}
 	}
 	if at := oldest.Load(); at != 0 && now.UnixNano()-at < int64(outlierMarkWindow) {

@@ -16,12 +16,12 @@ func hashedLoad(r *Registry, d map[string]time.Duration, attacker bool) {
 	for i := 0; i < 10; i++ {
 		for _, name := range []string{"a", "b", "c"} {
 			for o := 0; o < 6; o++ {
-				r.ObserveAnswerFrom(r.Get(name), AnswerOK, d[name], time.Now(), OriginHash([]byte(fmt.Sprintf("origin%d.example", o))))
+				observeAnswerFrom(r, r.Get(name), AnswerOK, d[name], time.Now(), OriginHash([]byte(fmt.Sprintf("origin%d.example", o))))
 			}
 		}
 		if attacker {
 			for k := 0; k < 8; k++ {
-				r.ObserveAnswerFrom(r.Get("a"), AnswerOK, 400*time.Millisecond, time.Now(), OriginHash([]byte("slow.attacker.example")))
+				observeAnswerFrom(r, r.Get("a"), AnswerOK, 400*time.Millisecond, time.Now(), OriginHash([]byte("slow.attacker.example")))
 			}
 		}
 		time.Sleep(100 * time.Millisecond)
@@ -40,14 +40,14 @@ func TestHashingAttackerMovesNoKeys(t *testing.T) {
 		r.SetMatched(true)
 		hashedLoad(r, fast, true)
 		r.Judge(time.Now())
-		if a := r.Get("a"); a.Outlier() || share(a) != 1 {
-			t.Fatalf("matched: the attacker's parent a: outlier %v, share %v; want neither", a.Outlier(), share(a))
+		if a := r.Get("a"); a.Health().Outlier() || share(a) != 1 {
+			t.Fatalf("matched: the attacker's parent a: outlier %v, share %v; want neither", a.Health().Outlier(), share(a))
 		}
 
 		unmatched := answersRegistry(t, 3, nil)
 		hashedLoad(unmatched, fast, true)
 		unmatched.Judge(time.Now())
-		if a := unmatched.Get("a"); !a.Outlier() && share(a) == 1 {
+		if a := unmatched.Get("a"); !a.Health().Outlier() && share(a) == 1 {
 			t.Fatal("by overall medians the attacker moved nothing either: the test shows nothing")
 		}
 
@@ -55,8 +55,8 @@ func TestHashingAttackerMovesNoKeys(t *testing.T) {
 		slow.SetMatched(true)
 		hashedLoad(slow, map[string]time.Duration{"a": 80 * time.Millisecond, "b": 10 * time.Millisecond, "c": 10 * time.Millisecond}, false)
 		slow.Judge(time.Now())
-		if a := slow.Get("a"); !a.Outlier() {
-			t.Fatalf("matched: a parent 8 times as slow for every origin: outlier %v, share %v; want an outlier", a.Outlier(), share(a))
+		if a := slow.Get("a"); !a.Health().Outlier() {
+			t.Fatalf("matched: a parent 8 times as slow for every origin: outlier %v, share %v; want an outlier", a.Health().Outlier(), share(a))
 		}
 	})
 }
@@ -67,14 +67,14 @@ func TestOutlierMarksRateLimited(t *testing.T) {
 	p := &Peer{}
 	now := time.Now()
 	for i := 0; i < outlierMarks; i++ {
-		if p.markedRecently(now.Add(time.Duration(i) * time.Second)) {
+		if p.health.markedRecently(now.Add(time.Duration(i) * time.Second)) {
 			t.Fatalf("mark %d refused", i+1)
 		}
 	}
-	if !p.markedRecently(now.Add(10 * time.Second)) {
+	if !p.health.markedRecently(now.Add(10 * time.Second)) {
 		t.Fatalf("mark %d within a minute allowed", outlierMarks+1)
 	}
-	if p.markedRecently(now.Add(outlierMarkWindow + time.Second)) {
+	if p.health.markedRecently(now.Add(outlierMarkWindow + time.Second)) {
 		t.Fatal("a mark a minute after the first refused")
 	}
 }

@@ -16,10 +16,6 @@ func NewMember(node, host string, port int, connectTimeout time.Duration) *Peer 
 	s := resolve(Options{ConnectTimeout: connectTimeout}, spec, Sibling)
 	s.member = true
 	p := newPeer(s)
-	p.live.Store(&liveness{state: Alive})
+	p.health.row.Store(&row{Name: node, Peer: p, liveness: liveness{state: Alive}})
 	return p
 }
-
-// Member reports whether p is a fleet member (NewMember), not a
-// configured peer.
-func (p *Peer) Member() bool { return p.settings().member }

@@ -31,10 +31,10 @@ func TestFailuresByClass(t *testing.T) {
 		&net.DNSError{Err: "no such host", Name: "nope.invalid", IsNotFound: true},
 		x509.UnknownAuthorityError{},
 	} {
-		r.Observe(p, Observation{At: t0, Err: err})
+		r.Observe(p, Outcome{At: t0, Err: err})
 	}
 	want := map[string]int64{"refused": 2, "timeout": 2, "reset": 1, "unreachable": 2, "dns": 1, "tls": 1}
-	got := p.FailuresByClass()
+	got := p.Health().Snapshot().FailuresByClass
 	for k, v := range want {
 		if got[k] != v {
 			t.Errorf("failures_by_class[%s] = %d, want %d (all: %v)", k, got[k], v, got)
@@ -51,7 +51,7 @@ func TestHistoryRecordsCauses(t *testing.T) {
 	if _, _, err := r.SetAdmin("p1", Drain, "kernel upgrade", 0); err != nil {
 		t.Fatal(err)
 	}
-	h := p.History()
+	h := p.Health().History()
 	want := []struct{ from, to, cause string }{
 		{"unknown", "alive", CauseProbe}, {"alive", "dead", CauseConnectFailures}, {"dead", "alive", CauseProbe}, {"enabled", "drain", CauseAdmin},
 	}
@@ -70,7 +70,7 @@ func TestHistoryRecordsCauses(t *testing.T) {
 		fail(r, p, false)
 		succeed(r, p, true)
 	}
-	if n := len(p.History()); n != historyLen {
+	if n := len(p.Health().History()); n != historyLen {
 		t.Fatalf("history holds %d entries; want the last %d", n, historyLen)
 	}
 }
@@ -88,25 +88,25 @@ func TestAdminTTL(t *testing.T) {
 		if err != nil || from != Enabled {
 			t.Fatalf("SetAdmin: %v from %v", err, from)
 		}
-		if p.AdminReason() != "kernel upgrade" || p.AdminUntil().IsZero() {
-			t.Fatalf("reason %q until %v", p.AdminReason(), p.AdminUntil())
+		if p.Health().Snapshot().AdminReason != "kernel upgrade" || p.Health().Snapshot().AdminUntil.IsZero() {
+			t.Fatalf("reason %q until %v", p.Health().Snapshot().AdminReason, p.Health().Snapshot().AdminUntil)
 		}
 		r.SetAdmin("p2", Maintenance, "first", 10*time.Minute)
 		r.SetAdmin("p2", Maintenance, "second, longer", time.Hour) // replaces the first ttl
 		time.Sleep(29 * time.Minute)
 		synctest.Wait()
-		if p.AdminState() != Drain {
+		if p.Health().AdminState() != Drain {
 			t.Fatal("the override ended early")
 		}
 		time.Sleep(2 * time.Minute)
 		synctest.Wait()
-		if p.AdminState() != Enabled || p.AdminReason() != "" || !p.AdminUntil().IsZero() {
-			t.Fatalf("after the ttl: %v %q %v; want enabled", p.AdminState(), p.AdminReason(), p.AdminUntil())
+		if p.Health().AdminState() != Enabled || p.Health().Snapshot().AdminReason != "" || !p.Health().Snapshot().AdminUntil.IsZero() {
+			t.Fatalf("after the ttl: %v %q %v; want enabled", p.Health().AdminState(), p.Health().Snapshot().AdminReason, p.Health().Snapshot().AdminUntil)
 		}
-		if last := p.History()[len(p.History())-1]; last.To != "enabled" || last.Cause != CauseAdmin {
+		if last := p.Health().History()[len(p.Health().History())-1]; last.To != "enabled" || last.Cause != CauseAdmin {
 			t.Fatalf("history ends %+v", last)
 		}
-		if got := r.Get("p2").AdminState(); got != Maintenance {
+		if got := r.Get("p2").Health().AdminState(); got != Maintenance {
 			t.Fatalf("p2 = %v at 31m; the replaced 10m ttl must not end it", got)
 		}
 		found := false
@@ -131,34 +131,34 @@ func TestFlapDamping(t *testing.T) {
 	for i := 0; i < 2; i++ {
 		fail(r, p, false)
 		succeed(r, p, true)
-		if p.State() != Alive || p.Flapping() {
-			t.Fatalf("death %d: %v flapping=%v; want revived at once", i+1, p.State(), p.Flapping())
+		if p.Health().State() != Alive || p.Health().Flapping() {
+			t.Fatalf("death %d: %v flapping=%v; want revived at once", i+1, p.Health().State(), p.Health().Flapping())
 		}
 	}
 	fail(r, p, false) // the third death within the window
-	if !p.Flapping() {
+	if !p.Health().Flapping() {
 		t.Fatal("three deaths in flap_window: not flapping")
 	}
 	succeed(r, p, true)
 	succeed(r, p, true)
-	if p.State() != Dead || p.HeldProbes() != 2 {
-		t.Fatalf("after 2 good probes: %v held %d; want dead, 2 held", p.State(), p.HeldProbes())
+	if p.Health().State() != Dead || p.Health().HeldProbes() != 2 {
+		t.Fatalf("after 2 good probes: %v held %d; want dead, 2 held", p.Health().State(), p.Health().HeldProbes())
 	}
 	fail(r, p, true) // the run starts over
-	if p.HeldProbes() != 0 || !p.Flapping() {
-		t.Fatalf("after a failed probe: held %d flapping %v", p.HeldProbes(), p.Flapping())
+	if p.Health().HeldProbes() != 0 || !p.Health().Flapping() {
+		t.Fatalf("after a failed probe: held %d flapping %v", p.Health().HeldProbes(), p.Health().Flapping())
 	}
 	for i := 0; i < 3; i++ {
-		if p.State() != Dead {
+		if p.Health().State() != Dead {
 			t.Fatalf("revived after %d good probes; want 3", i)
 		}
 		succeed(r, p, true)
 	}
-	if p.State() != Alive || p.Flapping() {
-		t.Fatalf("after 3 good probes: %v flapping=%v; want alive", p.State(), p.Flapping())
+	if p.Health().State() != Alive || p.Health().Flapping() {
+		t.Fatalf("after 3 good probes: %v flapping=%v; want alive", p.Health().State(), p.Health().Flapping())
 	}
 	holds := 0
-	for _, h := range p.History() {
+	for _, h := range p.Health().History() {
 		if h.Cause == CauseFlapHold {
 			holds++
 		}
@@ -171,11 +171,11 @@ func TestFlapDamping(t *testing.T) {
 	q := r2.Get("p2")
 	at := t0
 	for i := 0; i < 5; i++ {
-		r2.Observe(q, Observation{At: at, Probe: true})
+		r2.Observe(q, Outcome{At: at, Probe: true})
 		at = at.Add(11 * time.Minute)
-		r2.Observe(q, Observation{At: at, Err: errRefused})
+		r2.Observe(q, Outcome{At: at, Err: errRefused})
 	}
-	if q.Flapping() {
+	if q.Health().Flapping() {
 		t.Fatal("deaths 11 minutes apart flap with a 10-minute window")
 	}
 }
@@ -190,21 +190,21 @@ func TestRamp(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := r.Get("p1")
-	r.Observe(p, Observation{At: t0, Probe: true})
-	if p.Ramping() {
+	r.Observe(p, Outcome{At: t0, Probe: true})
+	if p.Health().Ramping() {
 		t.Fatal("the first verdict is not a revival: no slow start")
 	}
-	r.Observe(p, Observation{At: t0, Err: errRefused})
-	r.Observe(p, Observation{At: t0, Probe: true})
+	r.Observe(p, Outcome{At: t0, Err: errRefused})
+	r.Observe(p, Outcome{At: t0, Probe: true})
 	for _, c := range []struct {
 		at   time.Duration
 		want float64
 	}{{0, 0.1}, {50 * time.Second, 0.55}, {100 * time.Second, 1}, {time.Hour, 1}} {
-		if got := p.Ramp(t0.Add(c.at)); got < c.want-0.001 || got > c.want+0.001 {
+		if got := p.Health().Ramp(t0.Add(c.at)); got < c.want-0.001 || got > c.want+0.001 {
 			t.Errorf("ramp at %v = %.3f; want %.3f", c.at, got, c.want)
 		}
 	}
-	if p.Ramping() {
+	if p.Health().Ramping() {
 		t.Error("still ramping after slow_start")
 	}
 }
@@ -215,12 +215,12 @@ func TestRamp(t *testing.T) {
 func TestSuspectFromOutside(t *testing.T) {
 	r, _ := newTestRegistry(t, 3, parent("p1", 1), parent("p2", 2))
 	p1, p2 := r.Get("p1"), r.Get("p2")
-	if r.Suspect(p1, CauseFleet, "node-a reported dead") {
+	if suspectBy(r, p1, CauseFleet, "node-a reported dead") {
 		t.Fatal("an unknown peer turned suspect")
 	}
 	succeed(r, p1, true)
 	watch := r.Watch()
-	if !r.Suspect(p1, CauseFleet, "node-a reported dead") {
+	if !suspectBy(r, p1, CauseFleet, "node-a reported dead") {
 		t.Fatal("an alive peer did not turn suspect")
 	}
 	select {
@@ -228,17 +228,17 @@ func TestSuspectFromOutside(t *testing.T) {
 	default:
 		t.Fatal("the suspicion did not wake watchers (the prober would not probe now)")
 	}
-	if p1.State() != Alive || !p1.Suspect() || p1.Eligible() != true {
-		t.Fatalf("p1 state %v suspect %v eligible %v; want alive, suspect, eligible behind healthy peers", p1.State(), p1.Suspect(), p1.Eligible())
+	if p1.Health().State() != Alive || !p1.Health().Suspect() || p1.Health().Eligible() != true {
+		t.Fatalf("p1 state %v suspect %v eligible %v; want alive, suspect, eligible behind healthy peers", p1.Health().State(), p1.Health().Suspect(), p1.Health().Eligible())
 	}
-	if r.Suspect(p1, CauseFleet, "again") {
+	if suspectBy(r, p1, CauseFleet, "again") {
 		t.Error("an already suspect peer was suspected twice")
 	}
 	succeed(r, p1, true) // its own probe connects
-	if p1.Suspect() {
+	if p1.Health().Suspect() {
 		t.Fatal("a good probe did not clear the suspicion")
 	}
-	h := p1.History()
+	h := p1.Health().History()
 	if n := len(h); n < 2 || h[n-2].Cause != CauseFleet || h[n-2].To != "suspect" || h[n-1].Cause != CauseProbe || h[n-1].From != "suspect" {
 		t.Fatalf("history %+v; want alive->suspect by fleet, then suspect->alive by probe", h)
 	}
@@ -248,20 +248,20 @@ func TestSuspectFromOutside(t *testing.T) {
 	for range 3 {
 		fail(r, p2, false)
 	}
-	if p2.State() != Dead {
-		t.Fatalf("p2 %v; want dead", p2.State())
+	if p2.Health().State() != Dead {
+		t.Fatalf("p2 %v; want dead", p2.Health().State())
 	}
-	if r.Suspect(p2, CauseFleet, "node-a reported dead") || p2.State() != Dead {
+	if suspectBy(r, p2, CauseFleet, "node-a reported dead") || p2.Health().State() != Dead {
 		t.Fatal("a dead peer was changed by an outside suspicion")
 	}
 
 	// A suspected peer whose probes fail dies by its own connects.
-	r.Suspect(p1, CauseFleet, "node-a reported dead")
+	suspectBy(r, p1, CauseFleet, "node-a reported dead")
 	for range 3 {
 		fail(r, p1, true)
 	}
-	if p1.State() != Dead {
-		t.Fatalf("p1 %v after 3 failed probes while suspect; want dead", p1.State())
+	if p1.Health().State() != Dead {
+		t.Fatalf("p1 %v after 3 failed probes while suspect; want dead", p1.Health().State())
 	}
 }
 
@@ -278,7 +278,7 @@ func TestHistoryWrittenBeforeChangeIsSeen(t *testing.T) {
 	succeed(r, p, true)
 	feed := r.Subscribe()
 	feed.Take()
-	last := func() Transition { h := p.History(); return h[len(h)-1] }
+	last := func() Transition { h := p.Health().History(); return h[len(h)-1] }
 	wait := func(what string, cond func() bool) {
 		t.Helper()
 		deadline := time.Now().Add(10 * time.Second)
@@ -292,8 +292,8 @@ func TestHistoryWrittenBeforeChangeIsSeen(t *testing.T) {
 
 	feed.mu.Lock()
 	done := make(chan struct{})
-	go func() { r.Suspect(p, CauseFleet, "node-a reported p1 dead"); close(done) }()
-	wait("p1 suspect", p.Suspect)
+	go func() { suspectBy(r, p, CauseFleet, "node-a reported p1 dead"); close(done) }()
+	wait("p1 suspect", p.Health().Suspect)
 	if h := last(); h.To != "suspect" || h.Cause != CauseFleet {
 		t.Errorf("p1 is suspect, but its history ends with %+v", h)
 	}
@@ -303,7 +303,7 @@ func TestHistoryWrittenBeforeChangeIsSeen(t *testing.T) {
 	feed.mu.Lock()
 	done = make(chan struct{})
 	go func() { succeed(r, p, true); close(done) }()
-	wait("p1 settled", func() bool { return !p.Suspect() })
+	wait("p1 settled", func() bool { return !p.Health().Suspect() })
 	if h := last(); h.From != "suspect" || h.To != "alive" || h.Cause != CauseProbe {
 		t.Errorf("p1's own probe settled it, but its history ends with %+v", h)
 	}
@@ -322,7 +322,7 @@ func TestHistoryWrittenBeforeChangeIsSeen(t *testing.T) {
 		feed.mu.Lock()
 		done = make(chan struct{})
 		go func() { step.act(); close(done) }()
-		wait("p1 "+step.to.String(), func() bool { return p.State() == step.to })
+		wait("p1 "+step.to.String(), func() bool { return p.Health().State() == step.to })
 		if h := last(); h.To != step.to.String() {
 			t.Errorf("p1 is %v, but its history ends with %+v", step.to, h)
 		}
@@ -341,9 +341,9 @@ func TestOwnSuspicionsRecorded(t *testing.T) {
 	succeed(r, p1, true)
 	fail(r, p1, false)
 	succeed(r, p1, false)
-	r.MarkSlow(p1)
+	r.Observe(p1, Outcome{Event: ConnectSlow})
 	succeed(r, p1, true)
-	h := p1.History()
+	h := p1.Health().History()
 	var got []string
 	for _, tr := range h[len(h)-4:] {
 		got = append(got, tr.From+">"+tr.To+" "+tr.Cause)

@@ -1,13 +1,11 @@
 package peers
 
-// This file holds a peer: its type and states, settings, liveness and
-// counters (read lock-free), its snapshot, and its ICP counters.
+// This file holds a peer: its type and states, and its identity and
+// settings beside its health part (health.go).
 
 import (
 	"fmt"
 	"math"
-	"net/netip"
-	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -142,75 +140,22 @@ type settings struct {
 	member         bool // a fleet member (member.go), not a configured peer
 }
 
-// liveness is a peer's state as the registry decides it: its liveness,
-// admin state, whether it is suspect, and its transitions. It is never
-// modified: a change makes a new one, which is written to the peer's memdb
-// row (the truth, with its indexes and watches) and, in the same write
-// transaction, published to the peer's handle for lock-free reads. So a
-// reader sees one committed liveness or the next, never a mix.
-type liveness struct {
-	state   State
-	admin   AdminState
-	suspect bool // alive, with failed connects below the limit or a connect pending past its hedge delay
-	// suspectBy is the cause of a suspicion from outside the peer's own
-	// connects (CauseFleet); "" otherwise.
-	suspectBy string
-	since     int64 // dead since, Unix nanoseconds; 0 when not dead
-	deaths    int64
-	revived   int64
-	// The operator's reason for the admin state, and when it ends by
-	// itself (Unix nanoseconds; 0: never).
-	reason string
-	until  int64
-	// Flap damping: the peer died flap_limit times within flap_window;
-	// it is revived after flap_limit consecutive good probes (good so
-	// far).
-	flapping bool
-	good     int
-	// answerDead: dead by answer failures (revived only by an HTTP
-	// probe), with deadFBT the first_byte_timeout in force then (ns).
-	answerDead bool
-	deadFBT    int64
-	// httpSettle: a suspicion (from the fleet's word of an answer death,
-	// or an outlier) that only an HTTP probe settles.
-	httpSettle bool
-	// outlier: suspect for being far slower than its peers (relative.go).
-	outlier bool
-}
-
-// Peer is the live handle of one configured peer. It is shared by every
+// Peer is the live handle of one configured peer: its identity and
+// settings, and its Health, a part of its own. It is shared by every
 // package and survives reloads as long as the peer keeps its name and
-// address. Its questions (State, Eligible, ...) are lock-free and
-// allocation-free; it changes only through the Registry.
-//
-// It is two parts: the registry's row (its settings, its liveness and
-// admin state, what operators read of its history) and its Traffic,
-// what every request and connect to it counts (traffic.go).
+// address. Its questions are lock-free and allocation-free; what it
+// learns and what it is judged to be change only through the Registry.
 type Peer struct {
-	// Read by every request and written seldom, these sit on a cache line
-	// of their own, away from the counters every request writes: sharing
+	// Read by every request and written seldom, the settings and the
+	// head of the health part (its committed row) sit on a cache line of
+	// their own, away from the counters every request writes: sharing
 	// one, each request's write on one core made the next read of the
 	// peer's settings on the other miss.
-	_       cacheLinePad
-	cfg     atomic.Pointer[settings]
-	live    atomic.Pointer[liveness] // the committed row's; see liveness
-	timings timingsSlot              // the metrics' histograms (timings.go)
-	_       cacheLinePad
-
-	// Traffic is what requests, connects and probes to the peer count.
-	Traffic
-
-	nextProbe atomic.Int64 // Unix nanoseconds; 0: none scheduled
-	rampUntil atomic.Int64 // slow start ends (Unix ns); 0: not ramping
-
-	// opsMu guards what operators read: history, upstream errors, deaths,
-	// and the spacing of suspicion log lines.
-	opsMu      sync.Mutex
-	history    []Transition
-	upstream   map[string]int64
-	deathTimes []int64
-	suspectLog time.Time // the last suspicion line logged
-	suspectMut int       // suspicion changes not logged since
+	_   cacheLinePad
+	cfg atomic.Pointer[settings]
+	// health is the peer's health: its liveness (its registry row) and
+	// everything that judges it (health.go).
+	health Health
 }
 
 // cacheLinePad keeps what is on either side of it off one cache line.
@@ -219,11 +164,16 @@ type cacheLinePad struct{ _ [64]byte }
 func newPeer(s *settings) *Peer {
 	p := &Peer{}
 	p.cfg.Store(s)
-	p.live.Store(&liveness{})
+	p.health.peer = p
+	p.health.row.Store(&row{})
 	return p
 }
 
 func (p *Peer) settings() *settings { return p.cfg.Load() }
+
+// Health is the peer's health part: its liveness, as the registry last
+// committed it, and what its traffic, probes and answers showed.
+func (p *Peer) Health() *Health { return &p.health }
 
 // Name is the peer's unique name.
 func (p *Peer) Name() string { return p.settings().spec.Name }
@@ -236,16 +186,6 @@ func (p *Peer) Port() int { return p.settings().spec.Port }
 
 // Addr is host:port for dialling.
 func (p *Peer) Addr() string { return p.settings().spec.Addr() }
-
-// Reached is the IP address the last successful connect to the peer
-// reached (its host resolved); zero before any. ICP sends its queries
-// there instead of resolving the host itself.
-func (t *Traffic) Reached() netip.Addr {
-	if a := t.reached.Load(); a != nil {
-		return *a
-	}
-	return netip.Addr{}
-}
 
 // Type is parent or sibling.
 func (p *Peer) Type() Type { return p.settings().typ }
@@ -282,126 +222,6 @@ func (p *Peer) ProbeTimeout() time.Duration { return p.settings().probeTimeout }
 
 // ConnectFailLimit is the peer's effective fail limit.
 func (p *Peer) ConnectFailLimit() int { return int(p.settings().failLimit) }
-
-// State is the peer's current liveness.
-func (p *Peer) State() State { return p.live.Load().state }
-
-// AdminState is the operator-set state.
-func (p *Peer) AdminState() AdminState { return p.live.Load().admin }
-
-// Full reports whether the peer is at its max_conn.
-func (p *Peer) Full() bool {
-	max := p.settings().spec.MaxConn
-	return max > 0 && p.inFlight.Load() >= int64(max)
-}
-
-// Eligible reports whether a new request may be sent to the peer now: alive,
-// enabled and not at max_conn. A dead or unknown peer is never eligible,
-// however long it has been idle.
-func (p *Peer) Eligible() bool {
-	l := p.live.Load()
-	return l.state == Alive && l.admin == Enabled && !p.Full()
-}
-
-// Suspect reports whether an alive peer has failed connects below its
-// limit, or a connect pending past its hedge delay: still eligible, but
-// planners put healthy peers first.
-func (p *Peer) Suspect() bool {
-	l := p.live.Load()
-	return l.state == Alive && l.suspect
-}
-
-// Deaths counts the peer's deaths: a new death is a new count, whatever
-// the clock says.
-func (p *Peer) Deaths() int64 { return p.live.Load().deaths }
-
-// ConsecutiveFailures is the current run of connect failures.
-func (t *Traffic) ConsecutiveFailures() int64 { return t.consecutive.Load() }
-
-// InFlight is the number of requests being forwarded to the peer.
-func (t *Traffic) InFlight() int64 { return t.inFlight.Load() }
-
-// LastUsed is when the peer last got a request (zero if never).
-func (t *Traffic) LastUsed() time.Time { return unixTime(t.lastUsed.Load()) }
-
-// LastFailure is the time of the last failed connect.
-func (t *Traffic) LastFailure() time.Time { return unixTime(t.lastFailure.Load()) }
-
-// LastSuccess is the time of the last successful connect.
-func (t *Traffic) LastSuccess() time.Time { return unixTime(t.lastSuccess.Load()) }
-
-// DeadSince is when the peer last died (zero if alive or never died).
-func (p *Peer) DeadSince() time.Time { return unixTime(p.live.Load().since) }
-
-// ConnectTime is the smoothed connect time (0 before the first connect).
-func (t *Traffic) ConnectTime() time.Duration {
-	return time.Duration(loadFloat(&t.srtt) * float64(time.Millisecond))
-}
-
-// ConnectTimeVar is the smoothed mean deviation of the connect time.
-func (t *Traffic) ConnectTimeVar() time.Duration {
-	return time.Duration(loadFloat(&t.rttvar) * float64(time.Millisecond))
-}
-
-// Snapshot is one read of a peer: its committed liveness (taken whole)
-// and its counters (each read atomically).
-type Snapshot struct {
-	Peer                *Peer
-	State               State
-	Admin               AdminState
-	Suspect             bool
-	DeadSince           time.Time
-	DeathsTotal         int64
-	RevivalsTotal       int64
-	ConsecutiveFailures int64
-
-	ConnectsTotal        int64
-	ConnectFailuresTotal int64
-	RequestsTotal        int64
-	InFlight             int64
-	ProbesTotal          int64
-	ProbeFailuresTotal   int64
-
-	LastFailure, LastSuccess, NextProbe time.Time
-	// LastError is the last connect error ("" for none).
-	LastError                                 string
-	Flapping                                  bool
-	AdminReason                               string
-	AdminUntil                                time.Time
-	ConnectTime, ConnectTimeVar, LastProbeRTT time.Duration
-	ICP                                       ICPSnapshot
-}
-
-// Snapshot reads the peer.
-func (p *Peer) Snapshot() Snapshot { return p.snapshot(p.live.Load()) }
-
-func (p *Peer) snapshot(l *liveness) Snapshot {
-	s := Snapshot{
-		Peer: p, State: l.state, Admin: l.admin, Suspect: l.state == Alive && l.suspect,
-		DeadSince: unixTime(l.since), DeathsTotal: l.deaths, RevivalsTotal: l.revived,
-		ConsecutiveFailures:  p.consecutive.Load(),
-		ConnectsTotal:        p.connects.Load(),
-		ConnectFailuresTotal: p.connectFailures.Load(),
-		RequestsTotal:        p.requests.Load(),
-		InFlight:             p.inFlight.Load(),
-		ProbesTotal:          p.probes.Load(),
-		ProbeFailuresTotal:   p.probeFailures.Load(),
-		LastFailure:          unixTime(p.lastFailure.Load()),
-		LastSuccess:          unixTime(p.lastSuccess.Load()),
-		NextProbe:            unixTime(p.nextProbe.Load()),
-		ConnectTime:          msDuration(loadFloat(&p.srtt)),
-		ConnectTimeVar:       msDuration(loadFloat(&p.rttvar)),
-		LastProbeRTT:         msDuration(loadFloat(&p.lastProbe)),
-		Flapping:             l.flapping,
-		AdminReason:          l.reason,
-		AdminUntil:           unixTime(l.until),
-		ICP:                  p.icp.snapshot(),
-	}
-	if e := p.lastError.Load(); e != nil {
-		s.LastError = *e
-	}
-	return s
-}
 
 func msDuration(ms float64) time.Duration { return time.Duration(ms * float64(time.Millisecond)) }
 

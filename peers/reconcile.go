@@ -32,6 +32,7 @@ func (r *Registry) Reconcile(opts Options, specs []Spec) error {
 		return err
 	}
 	next := make([]*Peer, 0, len(specs))
+	rows := make([]*row, 0, len(specs))
 	for i, spec := range specs {
 		spec = spec.WithDefaults()
 		typ := spec.Type
@@ -46,15 +47,16 @@ func (r *Registry) Reconcile(opts Options, specs []Spec) error {
 				if ok {
 					why = "address changed to " + spec.Addr()
 				}
-				p.record(Transition{At: r.now(), From: "", To: Unknown.String(), Cause: CauseReload, Error: why})
+				p.health.record(Transition{At: r.now(), From: "", To: Unknown.String(), Cause: CauseReload, Error: why})
 			}
+			p.health.times = &r.timings
 		}
-		l := p.live.Load()
-		if err := txn.Insert(tablePeers, &row{
-			Name: spec.Name, Order: i, Type: typ.String(), State: l.state.String(), Live: l, Peer: p,
-		}); err != nil {
+		nr := &row{Name: spec.Name, Order: i, Type: typ.String(), Peer: p, liveness: p.health.row.Load().liveness}
+		nr.State = nr.state.String()
+		if err := txn.Insert(tablePeers, nr); err != nil {
 			return fmt.Errorf("peer %q: %w", spec.Name, err)
 		}
+		rows = append(rows, nr)
 		next = append(next, p)
 	}
 	o := opts
@@ -66,6 +68,9 @@ func (r *Registry) Reconcile(opts Options, specs []Spec) error {
 		}
 	}
 	r.set.Store(set)
+	for i, p := range next {
+		p.health.row.Store(rows[i]) // published with the set, before the commit
+	}
 	r.commit(txn, true)
 	r.started = true
 	for name, p := range old {

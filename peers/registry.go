@@ -13,8 +13,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
-	"net/netip"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -26,18 +24,6 @@ import (
 
 // ErrUnknownPeer is returned for a name no configured peer has.
 var ErrUnknownPeer = errors.New("unknown peer")
-
-// Observation is one connect outcome, with time as data.
-type Observation struct {
-	At    time.Time
-	Err   error         // nil: the TCP connect succeeded
-	RTT   time.Duration // connect time of a success
-	Probe bool          // made by the prober, not for a client
-	// Addr is the address a successful connect reached (zero: unknown);
-	// the peer keeps the last one, for those who must reach the peer
-	// without a connect of their own (ICP).
-	Addr netip.Addr
-}
 
 // Options configure a Registry.
 type Options struct {
@@ -162,7 +148,7 @@ func (r *Registry) List(f Filter) []Snapshot {
 	slices.SortFunc(rows, func(a, b *row) int { return cmp.Compare(a.Order, b.Order) })
 	out := make([]Snapshot, len(rows))
 	for i, rw := range rows {
-		out[i] = rw.Peer.snapshot(rw.Live)
+		out[i] = rw.Peer.health.snapshot(rw)
 	}
 	return out
 }
@@ -186,7 +172,7 @@ func (r *Registry) WaitVerdicts(ctx context.Context) error {
 		ch := r.Watch()
 		pending := false
 		for _, p := range r.Peers() {
-			if p.State() == Unknown && p.AdminState() != Maintenance {
+			if l := p.health.row.Load(); l.state == Unknown && l.admin != Maintenance {
 				pending = true
 				break
 			}
@@ -202,246 +188,125 @@ func (r *Registry) WaitVerdicts(ctx context.Context) error {
 	}
 }
 
-// Observe records one connect outcome for p. A failure counts towards the
-// peer's death; a success resets the consecutive count. Only a successful
-// probe revives a dead or unknown peer.
+// Observe hears one outcome of p's — a connect or a probe, an answer, a
+// late head, an HTTP probe, another's word — and puts the verdict its
+// health part makes of it in force. A failed connect counts towards the
+// peer's death; only a successful probe revives a dead or unknown peer.
+// A fleet member's hop is judged by the fleet, not here (member.go).
 //
-// The success path on an alive peer is lock-free and allocation-free.
-func (r *Registry) Observe(p *Peer, o Observation) {
-	if p.Member() {
-		return // memberlist and the fleet judge members (member.go)
-	}
-	at := o.At.UnixNano()
-	if o.Probe {
-		p.probes.Add(1)
-	}
-	p.connects.Add(1)
-	if o.Err == nil {
-		r.observeSuccess(p, o, at)
+// A successful connect, and a complete answer, on a healthy alive peer is
+// lock-free and allocation-free.
+func (r *Registry) Observe(p *Peer, o Outcome) {
+	if p.settings().member {
 		return
 	}
-	p.connectFailures.Add(1)
-	class := Classify(o.Err)
-	p.failures[class].Add(1)
-	if class == FailTimeout {
-		p.hung.Store(true)
+	h := &p.health
+	o2 := r.opts.Load()
+	var v verdict
+	switch o.Event {
+	case Connected:
+		v = h.observeConnect(o, o2.Health)
+	case ConnectSlow:
+		v = h.observeSlow()
+	case Answered:
+		v = h.observeAnswer(o, o2.Health, o2.ReadTimeout)
+	case HeadLate:
+		v = h.observeLate(o.FirstByte)
+	case HTTPProbed:
+		v = h.observeHTTPProbe(o, o2.Health, o2.ReadTimeout)
+	case Reported:
+		v = h.observeReport(o)
+	case NextHopFailed:
+		h.countUpstream(o.Detail)
+	case Hedged:
+		h.hedged.Add(1)
 	}
-	if o.Probe {
-		p.probeFailures.Add(1)
-	} else {
-		p.series.failure(o.At)
-	}
-	storeLater(&p.lastFailure, at)
-	msg := o.Err.Error()
-	p.lastError.Store(&msg)
-	n := p.consecutive.Add(1)
-	switch p.State() {
-	case Alive:
-		if limit := p.settings().failLimit; n >= limit {
-			r.transition(p, Alive, Dead, o.Err, o.At, CauseConnectFailures)
-		} else if !p.Suspect() {
-			// healthy -> suspect
-			r.suspectOwn(p, CauseConnectFailures, fmt.Sprintf("connect failed (%d of %d before dead): %s", n, limit, msg), o.At)
+	if v.change != keep {
+		if o.At.IsZero() {
+			o.At = r.now()
 		}
-	case Unknown:
-		// The first probe's verdict: no traffic has been sent, and none
-		// will be until a probe succeeds.
-		if o.Probe {
-			r.transition(p, Unknown, Dead, o.Err, o.At, CauseProbe)
-		}
-	case Dead:
-		if o.Probe && p.live.Load().good > 0 {
-			r.holdProbe(p, 0, nil) // a failed probe starts the held run over
-		}
+		r.apply(p, v, o.At)
 	}
 }
 
-func (r *Registry) observeSuccess(p *Peer, o Observation, at int64) {
-	r.observeConnectTime(p, o.RTT)
-	if p.hung.Load() {
-		p.hung.Store(false)
-	}
-	if o.Addr.IsValid() {
-		if cur := p.reached.Load(); cur == nil || *cur != o.Addr {
-			a := o.Addr // a new address: the only allocation, and a rare one
-			p.reached.Store(&a)
-		}
-	}
-	if at-p.lastSuccess.Load() > int64(time.Millisecond) {
-		storeLater(&p.lastSuccess, at)
-	}
-	if o.RTT > 0 {
-		ms := float64(o.RTT) / float64(time.Millisecond)
-		if o.Probe {
-			storeFloat(&p.lastProbe, ms)
-		}
-		srtt := loadFloat(&p.srtt)
+// apply puts a verdict of p's health in force at at: a change of its row
+// (row.go), with the registry's own rules over every parent — no more
+// than max_answer_dead of them dead by answers — and its log line.
+func (r *Registry) apply(p *Peer, v verdict, at time.Time) {
+	switch v.change {
+	case suspect:
 		switch {
-		case srtt == 0:
-			storeFloat(&p.srtt, ms)
-			storeFloat(&p.rttvar, ms/2)
-		default:
-			dev := math.Abs(srtt - ms)
-			nsrtt := 0.875*srtt + 0.125*ms
-			rv := loadFloat(&p.rttvar)
-			nrv := 0.75*rv + 0.25*dev
-			// Skip stores that change nothing worth knowing (under 1%):
-			// a steady peer's success path then writes no shared line.
-			if math.Abs(nsrtt-srtt) > srtt/100 {
-				storeFloat(&p.srtt, nsrtt)
+		case v.by != "":
+			if r.setSuspect(p, true, v.byAnswers, v.by, suspected(r.now(), v.cause, v.detail)) {
+				how := "; probing it"
+				if v.byAnswers {
+					how = "; probing it over HTTP"
+				}
+				r.log.WithFields(logrus.Fields{"peer": p.Name(), "cause": v.cause, "detail": v.detail}).
+					Warnf("%s %s is suspect: %s%s", p.Type().Label(), p.Name(), v.detail, how)
 			}
-			if math.Abs(nrv-rv) > srtt/100 {
-				storeFloat(&p.rttvar, nrv)
+		case v.byAnswers:
+			if r.setSuspect(p, true, true, "", suspected(r.now(), v.cause, v.detail)) {
+				r.logSuspicion(p, at, true, v.cause, v.detail)
 			}
+		case r.setSuspect(p, true, false, "", suspected(at, v.cause, v.detail)):
+			r.logSuspicion(p, at, true, v.cause, v.detail)
 		}
-	}
-	l := p.live.Load()
-	if l.state == Alive {
-		if p.consecutive.Load() != 0 {
-			p.consecutive.Store(0)
+	case settle:
+		if r.setSuspect(p, false, false, "", settled(at, v.cause, v.detail)) {
+			r.logSuspicion(p, at, false, v.cause, v.detail)
 		}
-		if l.suspect && !l.httpSettle { // (a connect never settles an answer suspicion)
-			// suspect -> healthy
-			cause, how := CauseConnect, "a connect succeeded"
-			if o.Probe {
-				cause, how = CauseProbe, "own probe connected"
-			}
-			if r.setSuspectBy(p, false, "", settled(o.At, cause, how)) {
-				r.logSuspicion(p, o.At, false, cause, how)
-			}
-		}
-		return
-	}
-	if !o.Probe || l.answerDead {
-		// A traffic connect that succeeds on a dead peer was started
-		// before it died; it does not revive it (revival is by probe
-		// only). A parent dead by answers accepts connects: only an HTTP
-		// probe revives it (ObserveHTTPProbe).
-		return
-	}
-	if l.flapping {
-		if need := r.opts.Load().Health.FlapLimit; l.good+1 < need {
-			r.holdProbe(p, l.good+1, &Transition{At: o.At, From: l.state.String(), To: l.state.String(), Cause: CauseFlapHold,
-				Error: fmt.Sprintf("flapping: good probe %d of %d held", l.good+1, need)})
+	case die:
+		if v.answers && !r.mayTakeOut(p, r.opts.Load().Health, false) {
+			// One more dead by answers would leave more than
+			// max_answer_dead of the parents out: alive, suspect.
+			r.capAnswerDeath(p, v, at)
 			return
 		}
+		r.transition(p, v, at)
+	case revive:
+		r.transition(p, v, at)
+	case hold:
+		r.holdProbe(p, v.good, v.note)
+	case unOutlier:
+		r.clearOutlier(p, at, v.detail)
 	}
-	r.transition(p, l.state, Alive, nil, o.At, CauseProbe)
 }
 
-// holdProbe records a flapping peer's run of good probes.
-func (r *Registry) holdProbe(p *Peer, good int, note *Transition) {
-	txn := r.writeTxn()
-	defer txn.Abort()
-	cur := p.live.Load()
-	if cur.state != Dead || cur.good == good {
-		return
-	}
-	nl := *cur
-	nl.good = good
-	r.commitTxn(txn, p, &nl, note)
-}
-
-// transition moves p from one state to another. Exactly one caller wins a
-// given transition: the check and the change happen inside one memdb write
-// transaction, which also serialises transitions with reloads.
-func (r *Registry) transition(p *Peer, from, to State, cause error, at time.Time, why string) bool {
-	txn := r.writeTxn()
-	defer txn.Abort()
-	cur := p.live.Load()
-	if cur.state != from {
-		return false
-	}
-	consecutive := p.consecutive.Load()
+// capAnswerDeath keeps a parent alive (suspect) that its answers would
+// kill, when that would leave more than max_answer_dead of the parents
+// dead by answers; logged once a death.
+func (r *Registry) capAnswerDeath(p *Peer, v verdict, at time.Time) {
 	h := r.opts.Load().Health
-	nl := *cur
-	nl.state = to
-	switch to {
-	case Dead:
-		nl.deaths++
-		nl.since = at.UnixNano()
-		nl.suspect, nl.suspectBy, nl.httpSettle = false, "", false
-		nl.good = 0
-		nl.answerDead, nl.deadFBT = false, 0 // a connect death
-		if from == Alive && p.noteDeath(at.UnixNano(), h.FlapWindow, h.FlapLimit) {
-			nl.flapping = true
-		}
-	case Alive:
-		p.consecutive.Store(0)
-		nl.suspect, nl.suspectBy, nl.httpSettle = false, "", false
-		nl.answerDead, nl.deadFBT = false, 0
-		nl.since = 0
-		nl.flapping, nl.good = false, 0
-		if from == Dead {
-			nl.revived++
-		}
+	detail := fmt.Sprintf("answer failed (%s, %d in a row), but dead by answers would leave more than max_answer_dead out", v.class, v.n)
+	if r.setSuspect(p, true, true, "", suspected(r.now(), CauseAnswerFailures, detail)) {
+		r.logSuspicion(p, at, true, CauseAnswerFailures, detail)
 	}
-	if !r.commitTxn(txn, p, &nl, &Transition{At: at, From: from.String(), To: to.String(), Cause: why, Error: errString(cause)}) {
-		return false
+	a := &p.health.answers
+	a.mu.Lock()
+	logged := a.capLogged
+	a.capLogged = true
+	a.mu.Unlock()
+	if !logged {
+		r.log.WithFields(logrus.Fields{"peer": p.Name(), "answer_failures": v.n}).
+			Warnf("%s %s stays alive (suspect): max_answer_dead (%g%%) of the parents are dead by answers", p.Type().Label(), p.Name(), float64(h.MaxAnswerDead)*100)
 	}
-	if to == Alive && from == Dead && p.settings().slowStart > 0 && p.Type() == Parent {
-		p.rampUntil.Store(at.UnixNano() + int64(p.settings().slowStart))
-	}
-	if to == Dead {
-		p.rampUntil.Store(0)
-	}
-	entry := r.log.WithFields(logrus.Fields{"peer": p.Name(), "from": from.String(), "to": to.String()})
-	switch {
-	case to == Dead:
-		entry = entry.WithFields(logrus.Fields{"err": errString(cause), "consecutive_failures": consecutive})
-		if nl.flapping && !cur.flapping {
-			entry = entry.WithField("flapping", true)
-		}
-		entry.Warnf("Detected DEAD %s: %s", p.Type().Label(), p.Name())
-	case from == Dead:
-		entry.Warnf("Detected REVIVED %s: %s", p.Type().Label(), p.Name())
-	default:
-		entry.Infof("%s %s is alive", p.Type().Label(), p.Name())
-	}
-	return true
 }
 
-func errString(err error) string {
-	if err == nil {
-		return ""
+// mayTakeOut reports whether one more parent out stays within
+// max_answer_dead: dead by answers, or (with outliers) an outlier.
+func (r *Registry) mayTakeOut(p *Peer, h Config, outliers bool) bool {
+	parents, out := 0, 1
+	for _, q := range r.Peers() {
+		if q.Type() != Parent {
+			continue
+		}
+		parents++
+		if l := q.health.row.Load(); q != p && (l.state == Dead && l.answerDead || outliers && l.outlier) {
+			out++
+		}
 	}
-	return err.Error()
-}
-
-// commitTxn writes nl as p's liveness: into its row, note (if any) into
-// p's history, nl to its handle, then commits. A peer a reload removed
-// has no row and is left alone.
-func (r *Registry) commitTxn(txn *memdb.Txn, p *Peer, nl *liveness, note *Transition) bool {
-	raw, err := txn.First(tablePeers, indexID, p.Name())
-	if err != nil || raw == nil || raw.(*row).Peer != p {
-		return false
-	}
-	nr := *raw.(*row)
-	nr.State, nr.Live = nl.state.String(), nl
-	if err := txn.Insert(tablePeers, &nr); err != nil {
-		r.log.WithError(err).WithField("peer", p.Name()).Error("peers: registry update failed")
-		return false
-	}
-	if note != nil {
-		// Into the history before anyone can see the change, and under
-		// the write lock: a change that follows this one (a probe
-		// settling what this made suspect, a revival after this death)
-		// cannot be written ahead of it.
-		p.record(*note)
-	}
-	p.live.Store(nl)
-	r.commit(txn, false)
-	return true
-}
-
-// MarkSlow records that a connect to p has been pending longer than its
-// hedge delay: p turns suspect (sorted behind healthy peers, and probed)
-// until a connect to it succeeds.
-func (r *Registry) MarkSlow(p *Peer) {
-	if !p.Suspect() && !p.Member() {
-		p.hung.Store(true)
-		r.suspectOwn(p, CauseSlowConnect, "a connect is pending past its hedge delay", r.now())
-	}
+	return parents > 0 && float64(out) <= float64(h.MaxAnswerDead)*float64(parents)+1e-9
 }
 
 // BeginRequest accounts a request about to be sent to p. It returns false,
@@ -449,45 +314,35 @@ func (r *Registry) MarkSlow(p *Peer) {
 // failed. now is the request's start (the caller has read the clock
 // already): the peer's last use, for idle_probe.
 func (r *Registry) BeginRequest(p *Peer, now time.Time) bool {
+	h := &p.health
 	max := int64(p.settings().spec.MaxConn)
 	for {
-		n := p.inFlight.Load()
+		n := h.inFlight.Load()
 		if max > 0 && n >= max {
 			return false
 		}
-		if p.inFlight.CompareAndSwap(n, n+1) {
+		if h.inFlight.CompareAndSwap(n, n+1) {
 			break
 		}
 	}
-	p.requests.Add(1)
-	p.series.request(now)
+	h.requests.Add(1)
+	h.series.request(now)
 	// lastUsed only feeds idle_probe; millisecond precision is plenty and
 	// skipping most stores keeps this per-request path uncontended.
-	if now := now.UnixNano(); now-p.lastUsed.Load() > int64(time.Millisecond) {
-		storeLater(&p.lastUsed, now)
+	if now := now.UnixNano(); now-h.lastUsed.Load() > int64(time.Millisecond) {
+		storeLater(&h.lastUsed, now)
 	}
 	return true
 }
 
 // EndRequest undoes BeginRequest once the exchange is over.
-func (r *Registry) EndRequest(p *Peer) { p.inFlight.Add(-1) }
+func (r *Registry) EndRequest(p *Peer) { p.health.inFlight.Add(-1) }
 
 // SetNextProbe records when the prober will next probe p (zero: none).
 func (r *Registry) SetNextProbe(p *Peer, at time.Time) {
 	if at.IsZero() {
-		p.nextProbe.Store(0)
+		p.health.nextProbe.Store(0)
 		return
 	}
-	p.nextProbe.Store(at.UnixNano())
-}
-
-// storeLater stores v unless a later time is already there, so that
-// out-of-order reports never move a timestamp backwards.
-func storeLater(a *atomic.Int64, v int64) {
-	for {
-		cur := a.Load()
-		if cur >= v || a.CompareAndSwap(cur, v) {
-			return
-		}
-	}
+	p.health.nextProbe.Store(at.UnixNano())
 }

@@ -36,11 +36,11 @@ func parent(name string, port int) Spec {
 }
 
 func fail(r *Registry, p *Peer, probe bool) {
-	r.Observe(p, Observation{At: t0, Err: errRefused, Probe: probe})
+	r.Observe(p, Outcome{At: t0, Err: errRefused, Probe: probe})
 }
 
 func succeed(r *Registry, p *Peer, probe bool) {
-	r.Observe(p, Observation{At: t0, RTT: time.Millisecond, Probe: probe})
+	r.Observe(p, Outcome{At: t0, RTT: time.Millisecond, Probe: probe})
 }
 
 func warnings(hook *test.Hook) []string {
@@ -56,21 +56,21 @@ func warnings(hook *test.Hook) []string {
 func TestPeerStartsUnknownAndIneligible(t *testing.T) {
 	r, _ := newTestRegistry(t, 3, parent("p1", 1))
 	p := r.Get("p1")
-	if got := p.State(); got != Unknown {
+	if got := p.Health().State(); got != Unknown {
 		t.Fatalf("state = %v; want unknown", got)
 	}
-	if p.Eligible() {
+	if p.Health().Eligible() {
 		t.Fatal("an unknown peer must get no traffic")
 	}
 	// A traffic connect that succeeds does not make an unknown peer alive:
 	// only a probe gives the first verdict.
 	succeed(r, p, false)
-	if p.State() != Unknown {
-		t.Fatalf("state = %v after traffic success; want unknown", p.State())
+	if p.Health().State() != Unknown {
+		t.Fatalf("state = %v after traffic success; want unknown", p.Health().State())
 	}
 	succeed(r, p, true)
-	if p.State() != Alive || !p.Eligible() {
-		t.Fatalf("state = %v after probe success; want alive and eligible", p.State())
+	if p.Health().State() != Alive || !p.Health().Eligible() {
+		t.Fatalf("state = %v after probe success; want alive and eligible", p.Health().State())
 	}
 }
 
@@ -81,26 +81,26 @@ func TestFailLimitCountsConsecutiveFailures(t *testing.T) {
 
 	fail(r, p, false)
 	fail(r, p, false)
-	if p.State() != Alive {
+	if p.Health().State() != Alive {
 		t.Fatalf("dead after 2 of 3 failures")
 	}
-	if !p.Suspect() {
+	if !p.Health().Suspect() {
 		t.Fatalf("a peer with failures below the limit is suspect")
 	}
 	succeed(r, p, false) // resets the run
-	if got := p.ConsecutiveFailures(); got != 0 {
+	if got := p.Health().Snapshot().ConsecutiveFailures; got != 0 {
 		t.Fatalf("consecutive = %d after success; want 0", got)
 	}
 	fail(r, p, false)
 	fail(r, p, false)
-	if p.State() != Alive {
+	if p.Health().State() != Alive {
 		t.Fatalf("dead after a reset run of 2")
 	}
 	fail(r, p, false)
-	if p.State() != Dead || p.Eligible() {
-		t.Fatalf("state = %v after 3 consecutive failures; want dead", p.State())
+	if p.Health().State() != Dead || p.Health().Eligible() {
+		t.Fatalf("state = %v after 3 consecutive failures; want dead", p.Health().State())
 	}
-	st := p.Snapshot()
+	st := p.Health().Snapshot()
 	if st.DeathsTotal != 1 || st.ConnectFailuresTotal != 5 || st.ConnectsTotal != 7 {
 		t.Fatalf("counters = deaths %d failures %d connects %d; want 1 5 7", st.DeathsTotal, st.ConnectFailuresTotal, st.ConnectsTotal)
 	}
@@ -124,23 +124,23 @@ func TestDeadPeerRevivedOnlyByProbe(t *testing.T) {
 	p := r.Get("s1")
 	succeed(r, p, true)
 	fail(r, p, false)
-	if p.State() != Dead {
+	if p.Health().State() != Dead {
 		t.Fatal("want dead")
 	}
 	// A late success of a request that connected before the death.
 	succeed(r, p, false)
-	if p.State() != Dead {
+	if p.Health().State() != Dead {
 		t.Fatal("a traffic connect revived a dead peer; only probes may")
 	}
 	fail(r, p, true)
-	if p.State() != Dead || p.Snapshot().ProbeFailuresTotal != 1 {
-		t.Fatalf("failed probe: state %v probe failures %d", p.State(), p.Snapshot().ProbeFailuresTotal)
+	if p.Health().State() != Dead || p.Health().Snapshot().ProbeFailuresTotal != 1 {
+		t.Fatalf("failed probe: state %v probe failures %d", p.Health().State(), p.Health().Snapshot().ProbeFailuresTotal)
 	}
 	succeed(r, p, true)
-	if p.State() != Alive || p.ConsecutiveFailures() != 0 {
-		t.Fatalf("state %v consecutive %d after a successful probe; want alive, 0", p.State(), p.ConsecutiveFailures())
+	if p.Health().State() != Alive || p.Health().Snapshot().ConsecutiveFailures != 0 {
+		t.Fatalf("state %v consecutive %d after a successful probe; want alive, 0", p.Health().State(), p.Health().Snapshot().ConsecutiveFailures)
 	}
-	st := p.Snapshot()
+	st := p.Health().Snapshot()
 	if st.RevivalsTotal != 1 || !st.DeadSince.IsZero() || st.ProbesTotal != 3 {
 		t.Fatalf("revivals %d dead_since %v probes %d; want 1 nil 3", st.RevivalsTotal, st.DeadSince, st.ProbesTotal)
 	}
@@ -154,12 +154,12 @@ func TestFirstFailedProbeIsAVerdict(t *testing.T) {
 	r, _ := newTestRegistry(t, 10, parent("p1", 1))
 	p := r.Get("p1")
 	fail(r, p, false) // traffic cannot reach an unknown peer, but be safe
-	if p.State() != Unknown {
+	if p.Health().State() != Unknown {
 		t.Fatal("a non-probe failure gave an unknown peer a verdict")
 	}
 	fail(r, p, true)
-	if p.State() != Dead {
-		t.Fatalf("state = %v after failed first probe; want dead", p.State())
+	if p.Health().State() != Dead {
+		t.Fatalf("state = %v after failed first probe; want dead", p.Health().State())
 	}
 }
 
@@ -185,7 +185,7 @@ func TestExactlyOneDeathAndRevivalUnderConcurrency(t *testing.T) {
 			}()
 		}
 		wg.Wait()
-		st := p.Snapshot()
+		st := p.Health().Snapshot()
 		if st.DeathsTotal != 1 || st.RevivalsTotal != 1 {
 			t.Fatalf("deaths %d revivals %d; want exactly 1 each", st.DeathsTotal, st.RevivalsTotal)
 		}
@@ -206,7 +206,7 @@ func TestAdminStates(t *testing.T) {
 		if _, err := r.SetAdminState("p1", tc.state); err != nil {
 			t.Fatal(err)
 		}
-		if got := p.Eligible(); got != tc.eligible {
+		if got := p.Health().Eligible(); got != tc.eligible {
 			t.Errorf("%v: eligible = %v; want %v", tc.state, got, tc.eligible)
 		}
 	}
@@ -217,7 +217,7 @@ func TestAdminStates(t *testing.T) {
 	fail(r, p, false)
 	r.SetAdminState("p1", Maintenance)
 	r.SetAdminState("p1", Enabled)
-	if p.State() != Dead || p.Eligible() {
+	if p.Health().State() != Dead || p.Health().Eligible() {
 		t.Fatalf("enabling revived a dead peer")
 	}
 }
@@ -236,14 +236,14 @@ func TestMaxConnSkipsWithoutFailing(t *testing.T) {
 	if r.BeginRequest(p, time.Now()) {
 		t.Fatal("third request admitted past max_conn 2")
 	}
-	if p.Eligible() || p.State() != Alive {
-		t.Fatalf("a full peer is ineligible but alive; got eligible=%v state=%v", p.Eligible(), p.State())
+	if p.Health().Eligible() || p.Health().State() != Alive {
+		t.Fatalf("a full peer is ineligible but alive; got eligible=%v state=%v", p.Health().Eligible(), p.Health().State())
 	}
 	r.EndRequest(p)
-	if !p.Eligible() {
+	if !p.Health().Eligible() {
 		t.Fatal("peer below max_conn is eligible again")
 	}
-	if got := p.Snapshot().RequestsTotal; got != 2 {
+	if got := p.Health().Snapshot().RequestsTotal; got != 2 {
 		t.Fatalf("requests_total = %d; want 2", got)
 	}
 }
@@ -322,13 +322,13 @@ func TestReconcileKeepsStateOfUnchangedPeers(t *testing.T) {
 	if err := r.Reconcile(opts, []Spec{parent("new", 4), s, parent("move", 20)}); err != nil {
 		t.Fatal(err)
 	}
-	if got := r.Get("keep"); got != keep || got.State() != Dead || got.Snapshot().DeathsTotal != 1 || got.Weight() != 7 {
-		t.Fatalf("kept peer lost its state or missed the new weight: %+v", got.Snapshot())
+	if got := r.Get("keep"); got != keep || got.Health().State() != Dead || got.Health().Snapshot().DeathsTotal != 1 || got.Weight() != 7 {
+		t.Fatalf("kept peer lost its state or missed the new weight: %+v", got.Health().Snapshot())
 	}
-	if mv := r.Get("move"); mv.State() != Unknown || mv.Snapshot().DeathsTotal != 0 {
-		t.Fatalf("peer with a new port must start fresh: %+v", mv.Snapshot())
+	if mv := r.Get("move"); mv.Health().State() != Unknown || mv.Health().Snapshot().DeathsTotal != 0 {
+		t.Fatalf("peer with a new port must start fresh: %+v", mv.Health().Snapshot())
 	}
-	if r.Get("new").State() != Unknown {
+	if r.Get("new").Health().State() != Unknown {
 		t.Fatal("new peer must start unknown")
 	}
 	if r.Get("gone") != nil {
@@ -405,7 +405,7 @@ func BenchmarkObserveSuccessAlive(b *testing.B) {
 	r, _ := newTestRegistry(b, 10, parent("p1", 1))
 	p := r.Get("p1")
 	succeed(r, p, true)
-	o := Observation{At: t0, RTT: time.Millisecond}
+	o := Outcome{At: t0, RTT: time.Millisecond}
 	b.ReportAllocs()
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
@@ -422,7 +422,7 @@ func BenchmarkEligible(b *testing.B) {
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			if !p.Eligible() {
+			if !p.Health().Eligible() {
 				b.Fatal("not eligible")
 			}
 		}

@@ -90,17 +90,17 @@ type recentHeads struct {
 
 // clearRecent forgets p's recent times (a parent back from being an
 // outlier starts afresh).
-func (t *Traffic) clearRecent() {
-	t.answers.mu.Lock()
-	t.answers.timed.n, t.answers.timed.next = 0, 0
-	t.answers.mu.Unlock()
-	t.recent.median.Store(0)
+func (h *Health) clearRecent() {
+	h.answers.mu.Lock()
+	h.answers.timed.n, h.answers.timed.next = 0, 0
+	h.answers.mu.Unlock()
+	h.recent.median.Store(0)
 }
 
 // medianSince is the median of p's times at or after since, and their
 // count; 0 with fewer than relMinSamples.
-func (t *Traffic) medianSince(since int64, buf []int64) (int64, int, []int64) {
-	a := &t.answers
+func (h *Health) medianSince(since int64, buf []int64) (int64, int, []int64) {
+	a := &h.answers
 	a.mu.Lock()
 	buf = buf[:0]
 	for i := 0; i < min(a.timed.n, relRing); i++ {
@@ -116,23 +116,14 @@ func (t *Traffic) medianSince(since int64, buf []int64) (int64, int, []int64) {
 	return buf[len(buf)/2], len(buf), buf
 }
 
-// LatencyShare is the factor p's share of new requests is scaled by (1:
-// normal).
-func (t *Traffic) LatencyShare() float64 {
-	b := t.recent.share.Load()
+// LatencyShare is the factor the peer's share of new requests is scaled
+// by (1: normal).
+func (h *Health) LatencyShare() float64 {
+	b := h.recent.share.Load()
 	if b == 0 {
 		return 1
 	}
 	return math.Float64frombits(b)
-}
-
-// Outlier reports whether p is suspect for being an outlier.
-func (p *Peer) Outlier() bool { return p.live.Load().outlier }
-
-// RecentHeadMs is p's median response-head time of the last window, ms
-// (0: too few answers to tell).
-func (t *Traffic) RecentHeadMs() float64 {
-	return float64(t.recent.median.Load()) / float64(time.Millisecond)
 }
 
 // SetGroups gives the registry the groups its parents are compared
@@ -161,14 +152,14 @@ func (r *Registry) Judge(now time.Time) {
 			continue
 		}
 		parents = append(parents, p)
-		if rv := p.recent.revivedAt.Load(); rv > since && p.State() == Alive && !p.Suspect() {
+		if rv := p.health.recent.revivedAt.Load(); rv > since && p.health.State() == Alive && !p.health.Suspect() {
 			since = rv
 		}
 	}
 	for _, p := range parents {
 		var m int64
-		m, _, buf = p.medianSince(since, buf)
-		p.recent.median.Store(m)
+		m, _, buf = p.health.medianSince(since, buf)
+		p.health.recent.median.Store(m)
 	}
 	share := make(map[*Peer]float64, len(parents))
 	type worst struct {
@@ -183,7 +174,7 @@ func (r *Registry) Judge(now time.Time) {
 			// suspect one's times are stale: it gets no traffic).
 			var live []*Peer
 			for _, p := range tier {
-				if p.State() == Alive && !p.Suspect() && p.recent.median.Load() > 0 {
+				if p.health.State() == Alive && !p.health.Suspect() && p.health.recent.median.Load() > 0 {
 					live = append(live, p)
 				}
 			}
@@ -191,11 +182,11 @@ func (r *Registry) Judge(now time.Time) {
 				// An outlier's probe bound follows its peers' times now.
 				ms := make([]int64, 0, len(live))
 				for _, q := range live {
-					ms = append(ms, q.recent.median.Load())
+					ms = append(ms, q.health.recent.median.Load())
 				}
 				pm := medianOf(ms)
 				for _, p := range tier {
-					if p.Outlier() {
+					if p.health.Outlier() {
 						b := int64(max(time.Duration(h.OutlierFactor*float64(pm)), outlierProbeFloor))
 						bounds[p] = max(bounds[p], b)
 					}
@@ -208,7 +199,7 @@ func (r *Registry) Judge(now time.Time) {
 			if matched {
 				origins = make(map[*Peer]map[uint32][]int64, len(live))
 				for _, p := range live {
-					origins[p] = p.byOrigin(since)
+					origins[p] = p.health.byOrigin(since)
 				}
 			}
 			for _, p := range live {
@@ -229,14 +220,14 @@ func (r *Registry) Judge(now time.Time) {
 					others := make([]int64, 0, len(live)-1)
 					for _, q := range live {
 						if q != p {
-							others = append(others, q.recent.median.Load())
+							others = append(others, q.health.recent.median.Load())
 						}
 					}
 					if pm = medianOf(others); pm <= 0 {
 						continue
 					}
-					ratio = float64(p.recent.median.Load()) / float64(pm)
-					if time.Duration(p.recent.median.Load()-pm) < relMinGap {
+					ratio = float64(p.health.recent.median.Load()) / float64(pm)
+					if time.Duration(p.health.recent.median.Load()-pm) < relMinGap {
 						ratio = 1 // within the noise: as fast as its peers
 					}
 				}
@@ -252,20 +243,20 @@ func (r *Registry) Judge(now time.Time) {
 	}
 	for _, p := range parents {
 		s := 1.0
-		if p.recent.median.Load() > 0 {
-			p.recent.probation.Store(false) // measured again
+		if p.health.recent.median.Load() > 0 {
+			p.health.recent.probation.Store(false) // measured again
 		}
 		if h.RelativeLatency {
 			if v, ok := share[p]; ok {
 				s = v
-			} else if p.recent.probation.Load() {
+			} else if p.health.recent.probation.Load() {
 				s = probationShare
 			}
 		}
-		p.recent.share.Store(math.Float64bits(s))
+		p.health.recent.share.Store(math.Float64bits(s))
 	}
 	for p, b := range bounds {
-		p.recent.bound.Store(b)
+		p.health.recent.bound.Store(b)
 	}
 	for p, w := range out {
 		if h.OutlierFactor > 0 && w.ratio > h.OutlierFactor {
@@ -274,7 +265,7 @@ func (r *Registry) Judge(now time.Time) {
 	}
 	if h.OutlierFactor == 0 {
 		for _, p := range parents {
-			if p.Outlier() {
+			if p.health.Outlier() {
 				r.clearOutlier(p, now, "outlier_factor is off")
 			}
 		}
@@ -351,88 +342,70 @@ func byTier(g []*Peer) [][]*Peer {
 // leave more than max_answer_dead of the parents out for answers or
 // outliers. Its HTTP probes then measure it.
 func (r *Registry) markOutlier(p *Peer, h Config, ratio float64, peers time.Duration, now time.Time) {
-	cur := p.live.Load()
+	cur := p.health.row.Load()
 	if cur.state != Alive || cur.suspect || cur.outlier {
 		return
 	}
-	if !r.mayTakeOut(p, h) || p.markedRecently(now) {
+	if !r.mayTakeOut(p, h, true) || p.health.markedRecently(now) {
 		return
 	}
-	p.recent.bound.Store(int64(max(time.Duration(h.OutlierFactor*float64(peers)), outlierProbeFloor)))
+	p.health.recent.bound.Store(int64(max(time.Duration(h.OutlierFactor*float64(peers)), outlierProbeFloor)))
 	// An outlier again soon after its probe revived it: its probe does
 	// not see what its answers show, so each such strike holds the next
 	// revival back longer (2 s, 4 s, ... up to probe_max_interval).
 	var hold time.Duration
-	if rv := p.recent.revivedAt.Load(); rv != 0 && now.UnixNano()-rv < int64(relWindow) {
-		k := min(p.recent.strikes.Add(1), 16)
+	if rv := p.health.recent.revivedAt.Load(); rv != 0 && now.UnixNano()-rv < int64(relWindow) {
+		k := min(p.health.recent.strikes.Add(1), 16)
 		hold = min(time.Second<<k, max(h.ProbeMaxInterval, time.Second))
 	} else {
-		p.recent.strikes.Store(0)
+		p.health.recent.strikes.Store(0)
 	}
-	p.recent.holdUntil.Store(now.Add(hold).UnixNano())
-	txn := r.writeTxn()
-	defer txn.Abort()
-	cur = p.live.Load()
-	if cur.state != Alive || cur.suspect {
-		return
-	}
-	nl := *cur
-	nl.suspect, nl.httpSettle, nl.outlier = true, true, true
+	p.health.recent.holdUntil.Store(now.Add(hold).UnixNano())
 	detail := fmt.Sprintf("recent median response head %s is %.1f x its peers' %s (outlier_factor %g)",
-		time.Duration(p.recent.median.Load()).Round(time.Millisecond/10), ratio, peers.Round(time.Millisecond/10), h.OutlierFactor)
-	if !r.commitTxn(txn, p, &nl, &Transition{At: now, From: Alive.String(), To: "suspect", Cause: CauseOutlier, Error: detail}) {
+		time.Duration(p.health.recent.median.Load()).Round(time.Millisecond/10), ratio, peers.Round(time.Millisecond/10), h.OutlierFactor)
+	if !r.change(p, func(l *liveness) bool {
+		if l.state != Alive || l.suspect {
+			return false
+		}
+		l.suspect, l.httpSettle, l.outlier = true, true, true
+		return true
+	}, suspected(now, CauseOutlier, detail)) {
 		return
 	}
 	r.log.WithFields(logrus.Fields{"peer": p.Name(), "cause": CauseOutlier, "ratio": math.Round(ratio*10) / 10}).
 		Warnf("%s %s is suspect: %s; probing it", p.Type().Label(), p.Name(), detail)
 }
 
-// mayTakeOut reports whether one more parent out (dead by answers, or an
-// outlier) stays within max_answer_dead.
-func (r *Registry) mayTakeOut(p *Peer, h Config) bool {
-	parents, out := 0, 1
-	for _, q := range r.Peers() {
-		if q.Type() != Parent {
-			continue
-		}
-		parents++
-		if l := q.live.Load(); q != p && (l.state == Dead && l.answerDead || l.outlier) {
-			out++
-		}
-	}
-	return parents > 0 && float64(out) <= float64(h.MaxAnswerDead)*float64(parents)+1e-9
-}
-
 // clearOutlier ends p's outlier suspicion (how says why); its recent
 // times start afresh.
 func (r *Registry) clearOutlier(p *Peer, at time.Time, how string) {
-	txn := r.writeTxn()
-	defer txn.Abort()
-	cur := p.live.Load()
-	if !cur.outlier {
+	if !r.change(p, func(l *liveness) bool {
+		if !l.outlier {
+			return false
+		}
+		l.outlier, l.suspect, l.httpSettle, l.suspectBy = false, false, false, ""
+		return true
+	}, func(*row) *Transition {
+		return &Transition{At: at, From: "suspect", To: Alive.String(), Cause: CauseProbe, Error: how}
+	}) {
 		return
 	}
-	nl := *cur
-	nl.outlier, nl.suspect, nl.httpSettle, nl.suspectBy = false, false, false, ""
-	if !r.commitTxn(txn, p, &nl, &Transition{At: at, From: "suspect", To: Alive.String(), Cause: CauseProbe, Error: how}) {
-		return
-	}
-	p.clearRecent()
-	p.recent.share.Store(math.Float64bits(probationShare))
-	p.recent.probation.Store(true)
-	p.recent.revivedAt.Store(at.UnixNano())
+	p.health.clearRecent()
+	p.health.recent.share.Store(math.Float64bits(probationShare))
+	p.health.recent.probation.Store(true)
+	p.health.recent.revivedAt.Store(at.UnixNano())
 	r.logSuspicion(p, at, false, CauseProbe, how)
 }
 
 // outlierHeld reports whether an outlier's revival is held back at at
 // (markOutlier's strikes).
-func (t *Traffic) outlierHeld(at time.Time) bool { return at.UnixNano() < t.recent.holdUntil.Load() }
+func (h *Health) outlierHeld(at time.Time) bool { return at.UnixNano() < h.recent.holdUntil.Load() }
 
 // OutlierBound is how fast an outlier's HTTP probe must answer to count
-// as back within outlier_factor (0: p is no outlier).
-func (p *Peer) OutlierBound() time.Duration {
-	if !p.Outlier() {
+// as back within outlier_factor (0: the peer is no outlier).
+func (h *Health) OutlierBound() time.Duration {
+	if !h.row.Load().outlier {
 		return 0
 	}
-	return time.Duration(p.recent.bound.Load())
+	return time.Duration(h.recent.bound.Load())
 }

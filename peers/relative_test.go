@@ -14,13 +14,13 @@ import (
 func answer(r *Registry, d time.Duration, n int, names ...string) {
 	for i := 0; i < n; i++ {
 		for _, name := range names {
-			r.ObserveAnswer(r.Get(name), AnswerOK, d, time.Now())
+			observeAnswer(r, r.Get(name), AnswerOK, d, time.Now())
 		}
 		time.Sleep(time.Second / time.Duration(n))
 	}
 }
 
-func share(p *Peer) float64 { return math.Round(p.LatencyShare()*100) / 100 }
+func share(p *Peer) float64 { return math.Round(p.Health().LatencyShare()*100) / 100 }
 
 // TestShareScaledByPeers: a parent twice as slow as its peers keeps 0.39
 // of its share, the others theirs; within a quarter it keeps all; the
@@ -34,7 +34,7 @@ func TestShareScaledByPeers(t *testing.T) {
 		if share(r.Get("a")) != 0.39 || share(r.Get("b")) != 1 || share(r.Get("c")) != 1 {
 			t.Fatalf("shares a %v b %v c %v; want 0.39 1 1", share(r.Get("a")), share(r.Get("b")), share(r.Get("c")))
 		}
-		if r.Get("a").Outlier() || r.Get("a").Suspect() {
+		if r.Get("a").Health().Outlier() || r.Get("a").Health().Suspect() {
 			t.Fatal("twice as slow, below outlier_factor 3: an outlier")
 		}
 		// Its times return: the old ones leave the window.
@@ -64,8 +64,8 @@ func TestSlowOriginEverywhereShiftsNothing(t *testing.T) {
 		answer(r, 600*time.Millisecond, 10, "a", "b", "c")
 		r.Judge(time.Now())
 		for _, p := range r.Peers() {
-			if share(p) != 1 || p.Outlier() || p.Suspect() {
-				t.Fatalf("%s: share %v outlier %v; an origin slow everywhere shifted it", p.Name(), share(p), p.Outlier())
+			if share(p) != 1 || p.Health().Outlier() || p.Health().Suspect() {
+				t.Fatalf("%s: share %v outlier %v; an origin slow everywhere shifted it", p.Name(), share(p), p.Health().Outlier())
 			}
 		}
 	})
@@ -83,25 +83,25 @@ func TestOutlierFactor(t *testing.T) {
 		answer(r, 40*time.Millisecond, 10, "a")
 		r.Judge(time.Now())
 		a := r.Get("a")
-		if !a.Outlier() || !a.Suspect() || a.ProbeKind() != "http" {
-			t.Fatalf("a 40x slower: outlier %v suspect %v probe %s", a.Outlier(), a.Suspect(), a.ProbeKind())
+		if !a.Health().Outlier() || !a.Health().Suspect() || a.Health().ProbeKind() != "http" {
+			t.Fatalf("a 40x slower: outlier %v suspect %v probe %s", a.Health().Outlier(), a.Health().Suspect(), a.Health().ProbeKind())
 		}
-		h := a.History()
+		h := a.Health().History()
 		if last := h[len(h)-1]; last.Cause != CauseOutlier || last.To != "suspect" {
 			t.Fatalf("history %+v; want cause outlier", last)
 		}
-		if b := a.OutlierBound(); b != outlierProbeFloor {
+		if b := a.Health().OutlierBound(); b != outlierProbeFloor {
 			t.Fatalf("probe bound %v; want the floor (3 x 1ms is under it)", b)
 		}
 		for i := 0; i < 10; i++ {
-			r.ObserveHTTPProbe(a, false, nil, AnswerLate, time.Now())
+			observeHTTPProbe(r, a, false, nil, AnswerLate, time.Now())
 		}
-		if !a.Outlier() || a.AnswerFailures() != 0 || a.State() != Alive {
-			t.Fatalf("late probes: outlier %v, answer failures %d, %v; want an outlier still, nothing counted", a.Outlier(), a.AnswerFailures(), a.State())
+		if !a.Health().Outlier() || a.Health().AnswerFailures() != 0 || a.Health().State() != Alive {
+			t.Fatalf("late probes: outlier %v, answer failures %d, %v; want an outlier still, nothing counted", a.Health().Outlier(), a.Health().AnswerFailures(), a.Health().State())
 		}
-		r.ObserveHTTPProbe(a, true, nil, AnswerOK, time.Now())
-		if a.Outlier() || a.Suspect() || a.RecentHeadMs() != 0 {
-			t.Fatalf("a probe within the factor: outlier %v suspect %v recent %v", a.Outlier(), a.Suspect(), a.RecentHeadMs())
+		observeHTTPProbe(r, a, true, nil, AnswerOK, time.Now())
+		if a.Health().Outlier() || a.Health().Suspect() || a.Health().Snapshot().RecentHeadMs != 0 {
+			t.Fatalf("a probe within the factor: outlier %v suspect %v recent %v", a.Health().Outlier(), a.Health().Suspect(), a.Health().Snapshot().RecentHeadMs)
 		}
 
 		// Four parents, three slow, max_answer_dead 25%: one out at most.
@@ -112,7 +112,7 @@ func TestOutlierFactor(t *testing.T) {
 		r4.Judge(time.Now())
 		out := 0
 		for _, p := range r4.Peers() {
-			if p.Outlier() {
+			if p.Health().Outlier() {
 				out++
 			}
 		}
@@ -136,13 +136,13 @@ func TestCompareWithinRouteAndTier(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, p := range r.Peers() {
-			r.Observe(p, Observation{At: time.Now(), RTT: time.Millisecond, Probe: true})
+			r.Observe(p, Outcome{At: time.Now(), RTT: time.Millisecond, Probe: true})
 		}
 		answer(r, time.Millisecond, 10, "a", "b")
 		answer(r, 50*time.Millisecond, 10, "c") // a backup tier, far away
 		r.Judge(time.Now())
-		if c := r.Get("c"); c.Outlier() || share(c) != 1 {
-			t.Fatalf("a parent alone in its tier was judged: outlier %v share %v", c.Outlier(), share(c))
+		if c := r.Get("c"); c.Health().Outlier() || share(c) != 1 {
+			t.Fatalf("a parent alone in its tier was judged: outlier %v share %v", c.Health().Outlier(), share(c))
 		}
 	})
 }
@@ -156,8 +156,8 @@ func TestFewMillisecondsAreNoise(t *testing.T) {
 		answer(r, 1400*time.Microsecond, 10, "b", "c")
 		answer(r, 4500*time.Microsecond, 10, "a")
 		r.Judge(time.Now())
-		if share(r.Get("a")) != 1 || r.Get("a").Outlier() {
-			t.Fatalf("a: share %v, outlier %v; want 1, no outlier", share(r.Get("a")), r.Get("a").Outlier())
+		if share(r.Get("a")) != 1 || r.Get("a").Health().Outlier() {
+			t.Fatalf("a: share %v, outlier %v; want 1, no outlier", share(r.Get("a")), r.Get("a").Health().Outlier())
 		}
 	})
 }
@@ -171,7 +171,7 @@ func outlierA(t *testing.T) (*Registry, *Peer) {
 	answer(r, time.Millisecond, 10, "b", "c")
 	answer(r, 60*time.Millisecond, 10, "a")
 	r.Judge(time.Now())
-	if !a.Outlier() {
+	if !a.Health().Outlier() {
 		t.Fatal("a 60x slower: no outlier")
 	}
 	return r, a
@@ -185,27 +185,27 @@ func outlierA(t *testing.T) (*Registry, *Peer) {
 func TestOutlierProbationAndHold(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r, a := outlierA(t)
-		r.ObserveHTTPProbe(a, true, nil, AnswerOK, time.Now())
+		observeHTTPProbe(r, a, true, nil, AnswerOK, time.Now())
 		r.Judge(time.Now())
-		if a.Outlier() || share(a) != probationShare {
-			t.Fatalf("revived: outlier %v, share %v; want a probation share of %v", a.Outlier(), share(a), probationShare)
+		if a.Health().Outlier() || share(a) != probationShare {
+			t.Fatalf("revived: outlier %v, share %v; want a probation share of %v", a.Health().Outlier(), share(a), probationShare)
 		}
 		for hold := 2 * time.Second; hold <= 4*time.Second; hold *= 2 {
 			answer(r, time.Millisecond, 5, "b", "c")
 			answer(r, 60*time.Millisecond, 5, "a")
 			r.Judge(time.Now())
-			if !a.Outlier() {
+			if !a.Health().Outlier() {
 				t.Fatal("slow again after its revival: no outlier")
 			}
 			marked := time.Now()
 			time.Sleep(hold - 100*time.Millisecond)
-			r.ObserveHTTPProbe(a, true, nil, AnswerOK, time.Now())
-			if !a.Outlier() {
+			observeHTTPProbe(r, a, true, nil, AnswerOK, time.Now())
+			if !a.Health().Outlier() {
 				t.Fatalf("revived %v after a strike; want held back %v", time.Since(marked), hold)
 			}
 			time.Sleep(100 * time.Millisecond)
-			r.ObserveHTTPProbe(a, true, nil, AnswerOK, time.Now())
-			if a.Outlier() {
+			observeHTTPProbe(r, a, true, nil, AnswerOK, time.Now())
+			if a.Health().Outlier() {
 				t.Fatalf("still held %v after a strike; want revived after %v", time.Since(marked), hold)
 			}
 		}
@@ -227,17 +227,17 @@ func TestShiftAfterRevivalIsShared(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r, a := outlierA(t)
 		answer(r, time.Millisecond, 40, "b", "c") // 4 s more of fast peers
-		r.ObserveHTTPProbe(a, true, nil, AnswerOK, time.Now())
+		observeHTTPProbe(r, a, true, nil, AnswerOK, time.Now())
 		answer(r, time.Millisecond, 10, "a", "b", "c")
 		r.Judge(time.Now())
 		for i := 0; i < 30; i++ { // then every parent 40 ms, judged every 250 ms
 			for _, n := range []string{"a", "b", "c"} {
-				r.ObserveAnswer(r.Get(n), AnswerOK, 41*time.Millisecond, time.Now())
+				observeAnswer(r, r.Get(n), AnswerOK, 41*time.Millisecond, time.Now())
 			}
 			time.Sleep(250 * time.Millisecond)
 			r.Judge(time.Now())
-			if a.Outlier() {
-				t.Fatalf("step %d: a is an outlier while every parent is alike (a %vms, b %vms)", i, a.RecentHeadMs(), r.Get("b").RecentHeadMs())
+			if a.Health().Outlier() {
+				t.Fatalf("step %d: a is an outlier while every parent is alike (a %vms, b %vms)", i, a.Health().Snapshot().RecentHeadMs, r.Get("b").Health().Snapshot().RecentHeadMs)
 			}
 		}
 		if share(a) != 1 {
@@ -247,7 +247,7 @@ func TestShiftAfterRevivalIsShared(t *testing.T) {
 		r2, _ := outlierA(t)
 		answer(r2, 50*time.Millisecond, 30, "b", "c")
 		r2.Judge(time.Now())
-		if b := r2.Get("a").OutlierBound(); b != 150*time.Millisecond {
+		if b := r2.Get("a").Health().OutlierBound(); b != 150*time.Millisecond {
 			t.Fatalf("probe bound %v with peers now at 50ms; want 3 x 50ms", b)
 		}
 	})

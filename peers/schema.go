@@ -13,20 +13,6 @@ const (
 	indexOrder = "order"
 )
 
-// row is the memdb record of a peer, and the truth about its liveness.
-// Rows are never modified after insert: a change copies the row, gives it a
-// new liveness and inserts it (so watchers see every change). State is the
-// liveness's state as a word, for the index ("all dead parents" is an
-// index lookup); it is written with Live, never apart from it.
-type row struct {
-	Name  string
-	Order int
-	Type  string
-	State string
-	Live  *liveness
-	Peer  *Peer
-}
-
 func schema() *memdb.DBSchema {
 	return &memdb.DBSchema{Tables: map[string]*memdb.TableSchema{
 		tablePeers: peersTableSchema(),

@@ -84,13 +84,13 @@ type Point struct {
 
 // Recent returns the peer's slots of the last window (oldest first, one
 // per SlotWidth up to now, empty ones included).
-func (t *Traffic) Recent(now time.Time, window time.Duration) []Point {
+func (h *Health) Recent(now time.Time, window time.Duration) []Point {
 	n := int(min(window/SlotWidth, Slots))
 	last := now.UnixNano() / int64(SlotWidth)
 	out := make([]Point, 0, n)
 	for e := last - int64(n) + 1; e <= last; e++ {
 		pt := Point{Start: time.Unix(0, e*int64(SlotWidth))}
-		sl := &t.series.slots[e%Slots]
+		sl := &h.series.slots[e%Slots]
 		if sl.epoch.Load() == e {
 			pt.Requests, pt.Errors = int64(sl.requests.Load()), int64(sl.errors.Load())
 			var hist [headBuckets]int64
@@ -107,12 +107,12 @@ func (t *Traffic) Recent(now time.Time, window time.Duration) []Point {
 
 // HeadQuantile is the q-quantile of the peer's response-head times over
 // the last window, and how many heads it is made of.
-func (t *Traffic) HeadQuantile(now time.Time, window time.Duration, q float64) (time.Duration, int64) {
+func (h *Health) HeadQuantile(now time.Time, window time.Duration, q float64) (time.Duration, int64) {
 	var hist [headBuckets]int64
 	var n int64
 	last := now.UnixNano() / int64(SlotWidth)
 	for e := last - int64(min(window/SlotWidth, Slots)) + 1; e <= last; e++ {
-		sl := &t.series.slots[e%Slots]
+		sl := &h.series.slots[e%Slots]
 		if sl.epoch.Load() != e {
 			continue
 		}

@@ -20,11 +20,11 @@ func TestSeries(t *testing.T) {
 		if i >= 98 {
 			head = time.Second // the slowest 2 of 100
 		}
-		r.ObserveAnswer(p, AnswerOK, head, at)
+		observeAnswer(r, p, AnswerOK, head, at)
 	}
-	r.ObserveAnswer(p, AnswerClosed, 0, start)
-	r.Observe(p, Observation{At: start, Err: errRefused})
-	pts := p.Recent(start.Add(5*time.Second), time.Minute)
+	observeAnswer(r, p, AnswerClosed, 0, start)
+	r.Observe(p, Outcome{At: start, Err: errRefused})
+	pts := p.Health().Recent(start.Add(5*time.Second), time.Minute)
 	if len(pts) != 6 {
 		t.Fatalf("%d points for a minute; want 6", len(pts))
 	}
@@ -36,16 +36,16 @@ func TestSeries(t *testing.T) {
 	if !within(last.P50, 10*time.Millisecond) || !within(last.P99, time.Second) {
 		t.Fatalf("p50 %v p99 %v; want about 10ms and 1s", last.P50, last.P99)
 	}
-	if q, n := p.HeadQuantile(start.Add(5*time.Second), time.Minute, 0.5); n != 100 || !within(q, 10*time.Millisecond) {
+	if q, n := p.Health().HeadQuantile(start.Add(5*time.Second), time.Minute, 0.5); n != 100 || !within(q, 10*time.Millisecond) {
 		t.Fatalf("median over a minute: %v of %d", q, n)
 	}
 	// 15 minutes later the same slot index holds a new period: cleared.
 	later := start.Add(Slots * SlotWidth)
 	r.BeginRequest(p, later)
-	if pts := p.Recent(later, SlotWidth); pts[0].Requests != 1 || pts[0].Heads != 0 {
+	if pts := p.Health().Recent(later, SlotWidth); pts[0].Requests != 1 || pts[0].Heads != 0 {
 		t.Fatalf("the slot come round again: %+v; want only the new request", pts[0])
 	}
-	if _, n := p.HeadQuantile(later, 15*time.Minute, 0.5); n != 0 {
+	if _, n := p.Health().HeadQuantile(later, 15*time.Minute, 0.5); n != 0 {
 		t.Fatalf("%d heads 15 minutes later; want none", n)
 	}
 }

@@ -45,25 +45,25 @@ type PeerState struct {
 func (r *Registry) ExportState(now time.Time) SavedState {
 	st := SavedState{Version: StateVersion, Written: now.UTC(), Peers: map[string]PeerState{}}
 	for _, p := range r.Peers() {
-		l := p.live.Load()
+		l := p.health.row.Load()
 		ps := PeerState{
 			Addr: p.Addr(), AdminState: l.admin.String(), AdminReason: l.reason,
-			ConnectMs: loadFloat(&p.srtt), ConnectVarMs: loadFloat(&p.rttvar),
+			ConnectMs: loadFloat(&p.health.srtt), ConnectVarMs: loadFloat(&p.health.rttvar),
 		}
 		if l.until != 0 {
 			t := time.Unix(0, l.until).UTC()
 			ps.AdminUntil = &t
 		}
-		p.opsMu.Lock()
-		ps.History = slices.Clone(p.history)
-		for _, d := range p.deathTimes {
+		p.health.opsMu.Lock()
+		ps.History = slices.Clone(p.health.history)
+		for _, d := range p.health.deathTimes {
 			ps.Deaths = append(ps.Deaths, time.Unix(0, d).UTC())
 		}
-		p.opsMu.Unlock()
-		p.answers.mu.Lock()
-		ps.FirstByteMs = p.answers.smooth
-		ps.FirstByteTimeoutMs = float64(p.answers.timeout.Load()) / float64(time.Millisecond)
-		p.answers.mu.Unlock()
+		p.health.opsMu.Unlock()
+		p.health.answers.mu.Lock()
+		ps.FirstByteMs = p.health.answers.smooth
+		ps.FirstByteTimeoutMs = float64(p.health.answers.timeout.Load()) / float64(time.Millisecond)
+		p.health.answers.mu.Unlock()
 		st.Peers[p.Name()] = ps
 	}
 	return st
@@ -130,29 +130,29 @@ func (r *Registry) ImportState(st SavedState, now time.Time) (restored []string,
 		if admin != Enabled && (until == 0 || until > now.UnixNano()) {
 			r.setAdmin(name, admin, ps.AdminReason, until, false)
 		}
-		p.opsMu.Lock()
-		h := append(slices.Clone(ps.History), p.history...)
+		p.health.opsMu.Lock()
+		h := append(slices.Clone(ps.History), p.health.history...)
 		if len(h) > historyLen {
 			h = h[len(h)-historyLen:]
 		}
-		p.history = h
-		p.deathTimes = p.deathTimes[:0]
+		p.health.history = h
+		p.health.deathTimes = p.health.deathTimes[:0]
 		for _, d := range ps.Deaths {
-			p.deathTimes = append(p.deathTimes, d.UnixNano())
+			p.health.deathTimes = append(p.health.deathTimes, d.UnixNano())
 		}
-		p.opsMu.Unlock()
+		p.health.opsMu.Unlock()
 		if ps.ConnectMs > 0 {
-			storeFloat(&p.srtt, ps.ConnectMs)
-			storeFloat(&p.rttvar, ps.ConnectVarMs)
+			storeFloat(&p.health.srtt, ps.ConnectMs)
+			storeFloat(&p.health.rttvar, ps.ConnectVarMs)
 		}
-		p.answers.mu.Lock()
+		p.health.answers.mu.Lock()
 		if ps.FirstByteMs > 0 {
-			p.answers.smooth = ps.FirstByteMs
+			p.health.answers.smooth = ps.FirstByteMs
 		}
 		if ps.FirstByteTimeoutMs > 0 {
-			p.answers.timeout.Store(int64(ps.FirstByteTimeoutMs * float64(time.Millisecond)))
+			p.health.answers.timeout.Store(int64(ps.FirstByteTimeoutMs * float64(time.Millisecond)))
 		}
-		p.answers.mu.Unlock()
+		p.health.answers.mu.Unlock()
 		restored = append(restored, name)
 	}
 	slices.Sort(restored)

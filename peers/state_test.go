@@ -19,7 +19,7 @@ func TestStateRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := 0; i < 3; i++ {
-		r.ObserveAnswer(r.Get("b"), AnswerOK, 40*time.Millisecond, t0)
+		observeAnswer(r, r.Get("b"), AnswerOK, 40*time.Millisecond, t0)
 	}
 	b, err := json.Marshal(r.ExportState(now))
 	if err != nil {
@@ -35,23 +35,23 @@ func TestStateRoundTrip(t *testing.T) {
 		t.Fatalf("restored %v skipped %v", restored, skipped)
 	}
 	a := fresh.Get("a")
-	if a.AdminState() != Drain || a.AdminReason() != "kernel upgrade" || !a.AdminUntil().Equal(time.Unix(0, until.UnixNano())) {
-		t.Fatalf("a: %v %q until %v; want drain, the reason and the same end", a.AdminState(), a.AdminReason(), a.AdminUntil())
+	if a.Health().AdminState() != Drain || a.Health().Snapshot().AdminReason != "kernel upgrade" || !a.Health().Snapshot().AdminUntil.Equal(time.Unix(0, until.UnixNano())) {
+		t.Fatalf("a: %v %q until %v; want drain, the reason and the same end", a.Health().AdminState(), a.Health().Snapshot().AdminReason, a.Health().Snapshot().AdminUntil)
 	}
 	found := false
-	for _, e := range a.History() {
+	for _, e := range a.Health().History() {
 		found = found || e.Cause == CauseAdmin && e.Error == "kernel upgrade"
 	}
 	if !found {
-		t.Fatalf("history %+v; want the drain from before", a.History())
+		t.Fatalf("history %+v; want the drain from before", a.Health().History())
 	}
-	if fresh.Get("b").FirstByteMs() != r.Get("b").FirstByteMs() {
+	if fresh.Get("b").Health().Snapshot().FirstByteMs != r.Get("b").Health().Snapshot().FirstByteMs {
 		t.Fatal("learned head times not restored")
 	}
 	// Past its end: not restored.
 	late := answersRegistry(t, 2, nil)
 	late.ImportState(st, until.Add(time.Second))
-	if late.Get("a").AdminState() != Enabled {
+	if late.Get("a").Health().AdminState() != Enabled {
 		t.Fatal("a drain whose ttl ended before the restart was restored")
 	}
 	// Another address: a fresh peer.

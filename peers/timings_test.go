@@ -34,10 +34,10 @@ func TestTimingsSeeConnectsAndHeads(t *testing.T) {
 	r.SetTimings(ft)
 	a := r.Get("a")
 	now := time.Now()
-	r.Observe(a, Observation{At: now, RTT: 3 * time.Millisecond, Probe: true})
-	r.Observe(a, Observation{At: now, Err: errors.New("connection refused")})
-	r.ObserveAnswer(a, AnswerOK, 40*time.Millisecond, now)
-	r.ObserveAnswer(a, AnswerTimeout, 0, now)
+	r.Observe(a, Outcome{At: now, RTT: 3 * time.Millisecond, Probe: true})
+	r.Observe(a, Outcome{At: now, Err: errors.New("connection refused")})
+	observeAnswer(r, a, AnswerOK, 40*time.Millisecond, now)
+	observeAnswer(r, a, AnswerTimeout, 0, now)
 	if got := ft.seen["a connect"]; len(got) != 1 || got[0] != 0.003 {
 		t.Fatalf("a's connects: %v; want [0.003]", got)
 	}

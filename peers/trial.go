@@ -4,7 +4,7 @@ package peers
 // connects, at most one live request at a time waits on a connect to it,
 // and none while its latest connect hung, until a probe settles it.
 
-// BeginDial claims a live connect to p, and reports whether the request
+// BeginDial claims a live connect to the peer, and reports whether the request
 // may make it. A healthy peer is always dialled. A suspect one is not
 // dialled while its latest connect hung (timed out, or was still pending
 // past its hedge delay), nor beside another live connect while it has
@@ -18,19 +18,15 @@ package peers
 // saw alive, and a probe may find it dead before the request connects;
 // a live connect then would be a live request finding out whether the
 // peer is back.
-func (p *Peer) BeginDial() bool {
-	n := p.dialing.Add(1)
-	l := p.live.Load()
-	if l.state != Alive || l.suspect && (p.hung.Load() || n > 1 && p.consecutive.Load() > 0) {
-		p.dialing.Add(-1)
+func (h *Health) BeginDial() bool {
+	n := h.dialing.Add(1)
+	l := h.row.Load()
+	if l.state != Alive || l.suspect && (h.hung.Load() || n > 1 && h.consecutive.Load() > 0) {
+		h.dialing.Add(-1)
 		return false
 	}
 	return true
 }
 
 // EndDial ends a live connect BeginDial allowed.
-func (t *Traffic) EndDial() { t.dialing.Add(-1) }
-
-// Hung reports whether p's latest connect hung (it timed out, or was
-// pending past its hedge delay) and no connect has succeeded since.
-func (t *Traffic) Hung() bool { return t.hung.Load() }
+func (h *Health) EndDial() { h.dialing.Add(-1) }

@@ -11,53 +11,53 @@ import (
 func TestLiveConnectGate(t *testing.T) {
 	r, _ := newTestRegistry(t, 3, parent("p1", 1))
 	p := r.Get("p1")
-	if p.BeginDial() {
+	if p.Health().BeginDial() {
 		t.Fatal("an unknown peer was dialled by a live request; only a probe gives its first verdict")
 	}
 	succeed(r, p, true)
 
 	// Healthy: any number at once.
 	for i := range 2 {
-		if !p.BeginDial() {
+		if !p.Health().BeginDial() {
 			t.Fatalf("a healthy peer was refused live connect %d", i+1)
 		}
 	}
-	p.EndDial()
-	p.EndDial()
+	p.Health().EndDial()
+	p.Health().EndDial()
 
 	// Suspect by a refused connect: one live connect at a time.
 	fail(r, p, false)
-	if !p.BeginDial() {
+	if !p.Health().BeginDial() {
 		t.Fatal("a suspect peer with no connect pending was refused")
 	}
-	if p.BeginDial() {
+	if p.Health().BeginDial() {
 		t.Fatal("a second live connect to a suspect peer was allowed beside the first")
 	}
-	p.EndDial()
+	p.Health().EndDial()
 
 	// Suspect by a connect that timed out: none until a connect succeeds.
-	r.Observe(p, Observation{At: t0, Err: context.DeadlineExceeded})
-	if p.BeginDial() {
+	r.Observe(p, Outcome{At: t0, Err: context.DeadlineExceeded})
+	if p.Health().BeginDial() {
 		t.Fatal("a live request was let wait on a peer whose latest connect hung")
 	}
 
 	// Dead (a probe found it so after a plan handed it out): never.
 	fail(r, p, true)
-	if p.State() != Dead {
-		t.Fatalf("state = %v after 3 failures; want dead", p.State())
+	if p.Health().State() != Dead {
+		t.Fatalf("state = %v after 3 failures; want dead", p.Health().State())
 	}
-	if p.BeginDial() {
+	if p.Health().BeginDial() {
 		t.Fatal("a dead peer was dialled by a live request; only probes may revive it")
 	}
 	succeed(r, p, false) // a connect made before the death, ending late
-	if p.BeginDial() {
+	if p.Health().BeginDial() {
 		t.Fatal("a late traffic success let live requests dial a dead peer")
 	}
 
 	// Revived by a probe: healthy again, and the gate is open.
 	succeed(r, p, true)
-	if p.State() != Alive || !p.BeginDial() {
-		t.Fatalf("state = %v after a successful probe, and refused; want alive and dialled", p.State())
+	if p.Health().State() != Alive || !p.Health().BeginDial() {
+		t.Fatalf("state = %v after a successful probe, and refused; want alive and dialled", p.Health().State())
 	}
-	p.EndDial()
+	p.Health().EndDial()
 }

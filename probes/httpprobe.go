@@ -44,23 +44,26 @@ func (pr *Prober) httpProbe(ctx context.Context, p *peers.Peer) error {
 	status, err := exchangeProbe(pr.stalls.Conn(conn, start, deadline), probeRequest(pr.reg.Health().HTTPProbe, p))
 	now := time.Now()
 	elapsed := now.Sub(start) - pr.stalls.Stalled(start, now) // peerd's own stall is not the parent's time
-	switch {
+	o := peers.Outcome{Event: peers.HTTPProbed, At: now}
+	switch bound := p.Health().OutlierBound(); {
 	case err != nil:
-		pr.reg.ObserveHTTPProbe(p, false, err, probeClass(err), now)
+		o.Class = probeClass(err)
 	case status == http.StatusBadGateway || status == http.StatusServiceUnavailable || status == http.StatusGatewayTimeout:
 		err = fmt.Errorf("answered %d", status)
-		pr.reg.ObserveHTTPProbe(p, false, err, peers.AnswerOwn5xx, now)
+		o.Class = peers.AnswerOwn5xx
 	case elapsed > deadline:
 		err = fmt.Errorf("answered after %s, past its first-byte timeout %s", elapsed.Round(time.Millisecond), deadline)
-		pr.reg.ObserveHTTPProbe(p, false, err, peers.AnswerLate, now)
-	case p.OutlierBound() > 0 && elapsed > p.OutlierBound():
+		o.Class = peers.AnswerLate
+	case bound > 0 && elapsed > bound:
 		// An outlier: answered, but still too slow beside its peers.
-		err = fmt.Errorf("answered after %s, still over outlier_factor x its peers' (%s)", elapsed.Round(time.Millisecond/10), p.OutlierBound().Round(time.Millisecond/10))
-		pr.reg.ObserveHTTPProbe(p, false, err, peers.AnswerLate, now)
+		err = fmt.Errorf("answered after %s, still over outlier_factor x its peers' (%s)", elapsed.Round(time.Millisecond/10), bound.Round(time.Millisecond/10))
+		o.Class = peers.AnswerLate
 	default:
-		pr.reg.ObserveHTTPProbe(p, true, nil, peers.AnswerOK, now)
+		pr.reg.Observe(p, o) // AnswerOK: a good probe
 		return nil
 	}
+	o.Err = err
+	pr.reg.Observe(p, o)
 	pr.log.WithFields(logrus.Fields{"peer": p.Name(), "err": err.Error()}).Debug("http probe failed")
 	return err
 }

@@ -220,22 +220,22 @@ func (pr *Prober) scheduleLocked(p *peers.Peer) *schedule {
 
 // dueLocked says when p should next be probed; zero means not at all.
 func (pr *Prober) dueLocked(p *peers.Peer, s *schedule, h peers.Config, now time.Time) time.Time {
-	if p.AdminState() == peers.Maintenance {
+	if p.Health().AdminState() == peers.Maintenance {
 		s.death = 0
 		return time.Time{}
 	}
-	switch p.State() {
+	switch p.Health().State() {
 	case peers.Unknown:
 		if s.next.IsZero() {
 			return now
 		}
 		return s.next
 	case peers.Dead:
-		if d := p.Deaths(); d != s.death {
+		if d := p.Health().Deaths(); d != s.death {
 			// A new death: the back-off starts over.
 			s.death = d
 			s.delay = NextDelay(h.ProbeInterval, h.ProbeMaxInterval, 0, 0)
-			return p.DeadSince().Add(s.delay)
+			return p.Health().DeadSince().Add(s.delay)
 		}
 		if s.next.IsZero() {
 			return now.Add(s.delay)
@@ -243,7 +243,7 @@ func (pr *Prober) dueLocked(p *peers.Peer, s *schedule, h peers.Config, now time
 		return s.next
 	default: // Alive
 		s.death = 0
-		if p.Suspect() {
+		if p.Health().Suspect() {
 			// Failed (or too slow) connects below the limit. Traffic now
 			// avoids the peer, so probes settle it: the first at once, the
 			// next probe_interval/10 later, doubling up to probe_interval.
@@ -254,7 +254,7 @@ func (pr *Prober) dueLocked(p *peers.Peer, s *schedule, h peers.Config, now time
 			// burst of back-to-back probes — an operator reads
 			// connect_fail_limit as that many failures of traffic, not
 			// ten probes in ten milliseconds.
-			if s.settling == 0 || s.lastProbe.IsZero() || p.Hung() {
+			if s.settling == 0 || s.lastProbe.IsZero() || p.Health().Hung() {
 				// A peer whose connects hang is probed back to back:
 				// live requests no longer dial it (Peer.BeginDial), so
 				// only probes settle it, and each one waits out a
@@ -267,8 +267,8 @@ func (pr *Prober) dueLocked(p *peers.Peer, s *schedule, h peers.Config, now time
 		if h.IdleProbe <= 0 {
 			return time.Time{}
 		}
-		last := p.LastUsed()
-		if ls := p.LastSuccess(); ls.After(last) {
+		last := p.Health().LastUsed()
+		if ls := p.Health().LastSuccess(); ls.After(last) {
 			last = ls
 		}
 		if s.lastProbe.After(last) {
@@ -290,7 +290,7 @@ func settleDelay(interval time.Duration, n int) time.Duration {
 
 // startLocked starts a background probe of p.
 func (pr *Prober) startLocked(ctx context.Context, p *peers.Peer, s *schedule) {
-	s.probing, s.background, s.startedAt = make(chan struct{}), true, p.Deaths()
+	s.probing, s.background, s.startedAt = make(chan struct{}), true, p.Health().Deaths()
 	pr.wg.Add(1)
 	go func() {
 		defer pr.wg.Done()
@@ -323,8 +323,8 @@ func (pr *Prober) finished(p *peers.Peer, now time.Time) {
 	pr.endLocked(s)
 	s.lastProbe = now
 	s.next = time.Time{}
-	if p.State() != peers.Dead {
-		if p.Suspect() {
+	if p.Health().State() != peers.Dead {
+		if p.Health().Suspect() {
 			s.settling++
 		} else {
 			s.settling = 0
@@ -332,15 +332,15 @@ func (pr *Prober) finished(p *peers.Peer, now time.Time) {
 		return
 	}
 	s.settling = 0
-	if p.HeldProbes() > 0 {
+	if p.Health().HeldProbes() > 0 {
 		// A flapping peer's good probe was held: the next one follows
 		// probe_interval later, not backed off (flap damping counts good
 		// probes in a row).
-		s.death = p.Deaths()
+		s.death = p.Health().Deaths()
 		s.next = now.Add(h.ProbeInterval)
 		return
 	}
-	if d := p.Deaths(); d == s.startedAt {
+	if d := p.Health().Deaths(); d == s.startedAt {
 		// A re-probe of the same death failed: back off.
 		s.death = d
 		s.delay = NextDelay(h.ProbeInterval, h.ProbeMaxInterval, s.delay, pr.jitter())
@@ -350,14 +350,14 @@ func (pr *Prober) finished(p *peers.Peer, now time.Time) {
 		// first re-probe is probe_interval after the death.
 		s.death = d
 		s.delay = NextDelay(h.ProbeInterval, h.ProbeMaxInterval, 0, 0)
-		s.next = p.DeadSince().Add(s.delay)
+		s.next = p.Health().DeadSince().Add(s.delay)
 	}
 }
 
 // probeByKind runs the probe p needs: an HTTP probe for a parent dead by
 // answers (or suspected of answering badly), a TCP probe otherwise.
 func (pr *Prober) probeByKind(ctx context.Context, p *peers.Peer) error {
-	if p.ProbeKind() == "http" {
+	if p.Health().ProbeKind() == "http" {
 		return pr.httpProbe(ctx, p)
 	}
 	return pr.probe(ctx, p)

@@ -156,8 +156,8 @@ func TestUnknownPeerProbedAtOnce(t *testing.T) {
 		defer stop()
 		synctest.Wait()
 		p := e.reg.Get("p1")
-		if p.State() != peers.Alive {
-			t.Fatalf("state = %v; want alive after the first probe", p.State())
+		if p.Health().State() != peers.Alive {
+			t.Fatalf("state = %v; want alive after the first probe", p.Health().State())
 		}
 		if got := e.net.count(a1); got != 1 {
 			t.Fatalf("dials = %d; want 1", got)
@@ -181,8 +181,8 @@ func TestDeadPeerBackOffAndRevival(t *testing.T) {
 		defer stop()
 		synctest.Wait() // first probe refused: dead
 		p := e.reg.Get("p1")
-		if p.State() != peers.Dead {
-			t.Fatalf("state = %v; want dead", p.State())
+		if p.Health().State() != peers.Dead {
+			t.Fatalf("state = %v; want dead", p.Health().State())
 		}
 		time.Sleep(30 * time.Second)
 		synctest.Wait()
@@ -207,11 +207,11 @@ func TestDeadPeerBackOffAndRevival(t *testing.T) {
 		back := time.Now()
 		time.Sleep(h.ProbeMaxInterval)
 		synctest.Wait()
-		if p.State() != peers.Alive {
-			t.Fatalf("state = %v %v after return; want alive within probe_max_interval", p.State(), time.Since(back))
+		if p.Health().State() != peers.Alive {
+			t.Fatalf("state = %v %v after return; want alive within probe_max_interval", p.Health().State(), time.Since(back))
 		}
-		if p.ConsecutiveFailures() != 0 || p.Snapshot().RevivalsTotal != 1 {
-			t.Fatalf("revived with consecutive=%d revivals=%d", p.ConsecutiveFailures(), p.Snapshot().RevivalsTotal)
+		if p.Health().Snapshot().ConsecutiveFailures != 0 || p.Health().Snapshot().RevivalsTotal != 1 {
+			t.Fatalf("revived with consecutive=%d revivals=%d", p.Health().Snapshot().ConsecutiveFailures, p.Health().Snapshot().RevivalsTotal)
 		}
 	})
 }
@@ -235,27 +235,27 @@ func TestNoIdleDeadUse(t *testing.T) {
 				t.Fatal("dial succeeded")
 			}
 		}
-		if p.State() != peers.Dead {
+		if p.Health().State() != peers.Dead {
 			t.Fatal("want dead")
 		}
 		for i := 0; i < 3600; i++ {
 			time.Sleep(time.Second)
 			synctest.Wait()
-			if p.Eligible() {
+			if p.Health().Eligible() {
 				t.Fatalf("dead peer eligible for traffic after %ds idle", i+1)
 			}
 		}
-		probes := p.Snapshot().ProbesTotal
+		probes := p.Health().Snapshot().ProbesTotal
 		if probes < 3600/5 || probes > 3600/1 {
 			t.Fatalf("%d probes in an hour; want between 720 and 3600", probes)
 		}
 		e.net.set(a1, "accept")
 		time.Sleep(h.ProbeMaxInterval)
 		synctest.Wait()
-		if !p.Eligible() {
+		if !p.Health().Eligible() {
 			t.Fatal("not revived by probe")
 		}
-		st := p.Snapshot()
+		st := p.Health().Snapshot()
 		if st.ProbesTotal != probes+1 || st.ConnectsTotal != st.ProbesTotal+2 {
 			t.Fatalf("probes %d connects %d: a non-probe connect happened while dead", st.ProbesTotal, st.ConnectsTotal)
 		}
@@ -284,14 +284,14 @@ func TestNoProbesInMaintenance(t *testing.T) {
 		// probe), and probing resumes at once.
 		e.reg.SetAdminState("p1", peers.Enabled)
 		synctest.Wait()
-		if p.State() != peers.Dead || e.net.count(a1) != n+1 {
-			t.Fatalf("after enabling: state %v, %d new probes; want dead and 1 probe", p.State(), e.net.count(a1)-n)
+		if p.Health().State() != peers.Dead || e.net.count(a1) != n+1 {
+			t.Fatalf("after enabling: state %v, %d new probes; want dead and 1 probe", p.Health().State(), e.net.count(a1)-n)
 		}
 		e.net.set(a1, "accept")
 		time.Sleep(h.ProbeMaxInterval)
 		synctest.Wait()
-		if p.State() != peers.Alive {
-			t.Fatalf("state = %v; want alive after a successful probe", p.State())
+		if p.Health().State() != peers.Alive {
+			t.Fatalf("state = %v; want alive after a successful probe", p.Health().State())
 		}
 	})
 }
@@ -325,8 +325,8 @@ func TestIdleProbeFindsDeadIdlePeer(t *testing.T) {
 		e.net.set(a1, "refuse")
 		time.Sleep(25 * time.Second)
 		synctest.Wait()
-		if p.State() != peers.Dead {
-			t.Fatalf("state = %v; idle probes should have found it dead", p.State())
+		if p.Health().State() != peers.Dead {
+			t.Fatalf("state = %v; idle probes should have found it dead", p.Health().State())
 		}
 	})
 }
@@ -362,12 +362,12 @@ func TestProbeNow(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := setup(t, health(1), peers.Spec{Name: "p1", Host: "127.0.0.1", Port: 1})
 		p, err := e.pr.ProbeNow(context.Background(), "p1")
-		if err != nil || p.State() != peers.Dead {
+		if err != nil || p.Health().State() != peers.Dead {
 			t.Fatalf("ProbeNow = %v, %v; want the peer dead", p, err)
 		}
 		e.net.set(a1, "accept")
-		if p, _ = e.pr.ProbeNow(context.Background(), "p1"); p.State() != peers.Alive {
-			t.Fatalf("state = %v; want alive", p.State())
+		if p, _ = e.pr.ProbeNow(context.Background(), "p1"); p.Health().State() != peers.Alive {
+			t.Fatalf("state = %v; want alive", p.Health().State())
 		}
 		if _, err := e.pr.ProbeNow(context.Background(), "nope"); !errors.Is(err, peers.ErrUnknownPeer) {
 			t.Fatalf("err = %v; want ErrUnknownPeer", err)
@@ -436,10 +436,10 @@ func TestSuspectPeerSettledByProbes(t *testing.T) {
 		}}
 
 		// A transient failure: an immediate probe clears the suspicion.
-		probes := p.Snapshot().ProbesTotal
+		probes := p.Health().Snapshot().ProbesTotal
 		d.DialPeer(context.Background(), p, dialer.Traffic, 0)
 		synctest.Wait()
-		if st := p.Snapshot(); p.Suspect() || st.State != peers.Alive || st.ConsecutiveFailures != 0 || st.ProbesTotal != probes+1 {
+		if st := p.Health().Snapshot(); p.Health().Suspect() || st.State != peers.Alive || st.ConsecutiveFailures != 0 || st.ProbesTotal != probes+1 {
 			t.Fatalf("after one failed connect: %+v; want one probe that cleared it", st)
 		}
 
@@ -449,25 +449,25 @@ func TestSuspectPeerSettledByProbes(t *testing.T) {
 		e.net.set(a1, "refuse")
 		d.DialPeer(context.Background(), p, dialer.Traffic, 0)
 		synctest.Wait()
-		if st := p.Snapshot(); p.State() != peers.Alive || st.ProbeFailuresTotal != 1 {
-			t.Fatalf("at once: state %v, %d probe failures; want alive after one settling probe", p.State(), st.ProbeFailuresTotal)
+		if st := p.Health().Snapshot(); p.Health().State() != peers.Alive || st.ProbeFailuresTotal != 1 {
+			t.Fatalf("at once: state %v, %d probe failures; want alive after one settling probe", p.Health().State(), st.ProbeFailuresTotal)
 		}
 		time.Sleep(h.ProbeInterval/10 - time.Millisecond)
 		synctest.Wait()
-		if st := p.Snapshot(); st.ProbeFailuresTotal != 1 {
+		if st := p.Health().Snapshot(); st.ProbeFailuresTotal != 1 {
 			t.Fatalf("%d probe failures within probe_interval/10; want the second settling probe spaced", st.ProbeFailuresTotal)
 		}
 		time.Sleep(time.Millisecond)
 		synctest.Wait()
-		st := p.Snapshot()
-		if p.State() != peers.Dead || st.DeathsTotal != 1 || st.ProbeFailuresTotal != 2 {
-			t.Fatalf("state %v probe failures %d; want dead after 1 traffic and 2 spaced probe failures", p.State(), st.ProbeFailuresTotal)
+		st := p.Health().Snapshot()
+		if p.Health().State() != peers.Dead || st.DeathsTotal != 1 || st.ProbeFailuresTotal != 2 {
+			t.Fatalf("state %v probe failures %d; want dead after 1 traffic and 2 spaced probe failures", p.Health().State(), st.ProbeFailuresTotal)
 		}
 		// Then the dead schedule: the next probe only after probe_interval.
 		n := st.ProbesTotal
 		time.Sleep(h.ProbeInterval - time.Millisecond)
 		synctest.Wait()
-		if got := p.Snapshot().ProbesTotal; got != n {
+		if got := p.Health().Snapshot().ProbesTotal; got != n {
 			t.Fatalf("%d probes within probe_interval of the death; want 0", got-n)
 		}
 	})
@@ -486,18 +486,18 @@ func TestFlappingPeerNeedsGoodProbesInARow(t *testing.T) {
 		defer stop()
 		synctest.Wait()
 		p := e.reg.Get("p1")
-		refuse := func() { e.reg.Observe(p, peers.Observation{At: time.Now(), Err: errors.New("refused")}) }
+		refuse := func() { e.reg.Observe(p, peers.Outcome{At: time.Now(), Err: errors.New("refused")}) }
 		for i := 0; i < 2; i++ {
 			refuse()
 			time.Sleep(2 * time.Second) // the prober revives it
 			synctest.Wait()
-			if p.State() != peers.Alive {
+			if p.Health().State() != peers.Alive {
 				t.Fatalf("death %d: not revived by the next probe", i+1)
 			}
 		}
 		before := e.net.count(a1)
 		refuse() // third death in the window: flapping
-		if !p.Flapping() {
+		if !p.Health().Flapping() {
 			t.Fatal("not flapping after three deaths")
 		}
 		time.Sleep(h.ProbeInterval + 10*time.Millisecond)
@@ -506,7 +506,7 @@ func TestFlappingPeerNeedsGoodProbesInARow(t *testing.T) {
 		for i := 0; i < 10 && revivedAt.IsZero(); i++ {
 			time.Sleep(h.ProbeInterval)
 			synctest.Wait()
-			if p.State() == peers.Alive {
+			if p.Health().State() == peers.Alive {
 				revivedAt = time.Now()
 			}
 		}
@@ -519,7 +519,7 @@ func TestFlappingPeerNeedsGoodProbesInARow(t *testing.T) {
 				t.Errorf("held probes %d apart; want probe_interval %v", d, h.ProbeInterval)
 			}
 		}
-		if p.Flapping() {
+		if p.Health().Flapping() {
 			t.Error("still flapping once revived")
 		}
 	})
@@ -554,28 +554,28 @@ func TestAnswerDeadRevivedByHTTPProbeOnly(t *testing.T) {
 		// From now on p1 accepts connections but never answers (its HTTP
 		// probes start as soon as it is suspect).
 		e.net.set(a1, "http-hang")
-		e.reg.ObserveAnswer(p, peers.AnswerLate, 0, time.Now())
-		e.reg.ObserveAnswer(p, peers.AnswerLate, 0, time.Now())
-		if p.DeadCause() != peers.DeadByAnswer {
-			t.Fatalf("p1 %v %q; want dead by answers", p.State(), p.DeadCause())
+		e.reg.Observe(p, peers.Outcome{Event: peers.Answered, Class: peers.AnswerLate, FirstByte: 0, At: time.Now()})
+		e.reg.Observe(p, peers.Outcome{Event: peers.Answered, Class: peers.AnswerLate, FirstByte: 0, At: time.Now()})
+		if p.Health().DeadCause() != peers.DeadByAnswer {
+			t.Fatalf("p1 %v %q; want dead by answers", p.Health().State(), p.Health().DeadCause())
 		}
 		// Probes go on, no revival.
 		time.Sleep(10 * time.Second)
 		synctest.Wait()
-		if p.State() != peers.Dead {
+		if p.Health().State() != peers.Dead {
 			t.Fatal("a parent that accepts but does not answer was revived")
 		}
 		e.net.set(a1, "http-503")
 		time.Sleep(10 * time.Second)
 		synctest.Wait()
-		if p.State() != peers.Dead {
+		if p.Health().State() != peers.Dead {
 			t.Fatal("a parent answering 503 was revived")
 		}
 		e.net.set(a1, "http-ok")
 		time.Sleep(h.ProbeMaxInterval + time.Second)
 		synctest.Wait()
-		if p.State() != peers.Alive {
-			t.Fatalf("p1 %v after a good HTTP probe; want alive", p.State())
+		if p.Health().State() != peers.Alive {
+			t.Fatalf("p1 %v after a good HTTP probe; want alive", p.Health().State())
 		}
 		e.net.mu.Lock()
 		probes := append([]string(nil), e.net.probes...)
@@ -605,14 +605,14 @@ func TestHungSuspectProbedBackToBack(t *testing.T) {
 		d := &dialer.Dialer{Reporter: e.reg, Dial: e.net.Dial}
 		start := time.Now()
 		d.DialPeer(context.Background(), p, dialer.Traffic, 0) // times out: hung
-		if !p.Hung() || !p.Suspect() {
-			t.Fatalf("after a connect timeout: hung %v, suspect %v; want both", p.Hung(), p.Suspect())
+		if !p.Health().Hung() || !p.Health().Suspect() {
+			t.Fatalf("after a connect timeout: hung %v, suspect %v; want both", p.Health().Hung(), p.Health().Suspect())
 		}
 		timeout := p.ConnectTimeout()
 		time.Sleep(2*timeout + timeout/2)
 		synctest.Wait()
-		if p.State() != peers.Dead {
-			t.Fatalf("%v after %v: %d probe failures; want dead after two back-to-back probes", p.State(), time.Since(start), p.Snapshot().ProbeFailuresTotal)
+		if p.Health().State() != peers.Dead {
+			t.Fatalf("%v after %v: %d probe failures; want dead after two back-to-back probes", p.Health().State(), time.Since(start), p.Health().Snapshot().ProbeFailuresTotal)
 		}
 	})
 }

@@ -78,12 +78,12 @@ func (pl *Planner) Explain(r Request) Explanation {
 			why = "sibling, asked with only-if-cached"
 		case h.Peer.IsDefault():
 			why = "default parent, after the others"
-		case h.Peer.Suspect():
+		case h.Peer.Health().Suspect():
 			why += ", suspect: after the healthy parents"
 		case stage == stageParents && pass == passThinned:
-			why += fmt.Sprintf(", slower than its peers (latency share %.2f): after the others this time", h.Peer.LatencyShare())
+			why += fmt.Sprintf(", slower than its peers (latency share %.2f): after the others this time", h.Peer.Health().LatencyShare())
 		}
-		if h.Peer.Ramping() {
+		if h.Peer.Health().Ramping() {
 			why += ", slow start"
 		}
 		if p.route >= 0 {
@@ -91,7 +91,7 @@ func (pl *Planner) Explain(r Request) Explanation {
 		}
 		eh := ExplainedHop{Peer: h.Peer.Name(), Type: h.Peer.Type().String(), Why: why, Tier: h.Peer.Tier()}
 		if h.Peer.Type() == peers.Parent {
-			ls := math.Round(h.Peer.LatencyShare()*1000) / 1000
+			ls := math.Round(h.Peer.Health().LatencyShare()*1000) / 1000
 			eh.LatencyShare = &ls
 		}
 		out.Hops = append(out.Hops, eh)
@@ -113,20 +113,20 @@ func skippedWhy(pe *peers.Peer, p *Plan, r Request) string {
 		return fmt.Sprintf("not a peer of route %d", p.route)
 	case pe.Type() == peers.Sibling && r.Method != "GET" && r.Method != "HEAD":
 		return "sibling: asked for GET and HEAD only"
-	case pe.AdminState() != peers.Enabled:
-		return pe.AdminState().String()
-	case pe.State() == peers.Dead:
+	case pe.Health().AdminState() != peers.Enabled:
+		return pe.Health().AdminState().String()
+	case pe.Health().State() == peers.Dead:
 		why := "dead"
-		if pe.DeadCause() == peers.DeadByAnswer {
+		if pe.Health().DeadCause() == peers.DeadByAnswer {
 			why = "dead (answers: accepts connections but its answers failed; revived by an HTTP probe only)"
 		}
-		if pe.Flapping() {
+		if pe.Health().Flapping() {
 			why += " (flapping: revival held)"
 		}
 		return why
-	case pe.State() == peers.Unknown:
+	case pe.Health().State() == peers.Unknown:
 		return "unknown: no probe verdict yet"
-	case pe.Full():
+	case pe.Health().Full():
 		return "full: at max_conn"
 	case p.tries >= p.opts.MaxTries:
 		return "beyond forward_max_tries"

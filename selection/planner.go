@@ -287,7 +287,7 @@ func (pl *Planner) plan(rt Routing, r Request, dry bool) Plan {
 // to a healthy hop only, a suspect one being no better bet.
 func (p *Plan) NextHealthy() (Hop, bool) {
 	h, ok := p.Next()
-	for ok && h.Peer != nil && h.Peer.Suspect() {
+	for ok && h.Peer != nil && h.Peer.Health().Suspect() {
 		h, ok = p.Next()
 	}
 	return h, ok
@@ -309,7 +309,7 @@ func (p *Plan) Next() (Hop, bool) {
 		switch p.stage {
 		case stageFirst:
 			p.stage++
-			if i := p.indexOf(p.first); i >= 0 && p.v.peers[i].Eligible() && p.allowed(i) {
+			if i := p.indexOf(p.first); i >= 0 && p.v.peers[i].Health().Eligible() && p.allowed(i) {
 				p.markSeen(i)
 				return p.hop(p.v.peers[i], p.code)
 			}
@@ -397,11 +397,11 @@ func (p *Plan) usable(i int) bool {
 	if p.skipICP && p.stage == stageSiblings && peer.ICPPort() != 0 {
 		return false
 	}
-	if p.wasSeen(i) || !peer.Eligible() || !p.allowed(i) {
+	if p.wasSeen(i) || !peer.Health().Eligible() || !p.allowed(i) {
 		return false
 	}
 	switch {
-	case peer.Suspect():
+	case peer.Health().Suspect():
 		return p.pass == passSuspect
 	case p.stage == stageParents && !p.keeps(i, peer):
 		return p.pass == passThinned
@@ -482,8 +482,8 @@ func (p *Plan) wasSeen(i int) bool {
 
 func (p *Plan) score(i int, key uint64) float64 {
 	w := p.v.weights[i]
-	if pe := p.v.peers[i]; pe.Ramping() {
-		w *= pe.Ramp(time.Now()) // slow start
+	if pe := p.v.peers[i]; pe.Health().Ramping() {
+		w *= pe.Health().Ramp(time.Now()) // slow start
 	}
 	return hrw.Score(hrw.Mix(key^p.v.hashes[i]), w)
 }

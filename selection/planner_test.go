@@ -62,11 +62,11 @@ func newFixture(t testing.TB, specs ...string) *fixture {
 }
 
 func (f *fixture) kill(name string) {
-	f.reg.Observe(f.reg.Get(name), peers.Observation{At: time.Now(), Err: errRefused})
+	f.reg.Observe(f.reg.Get(name), peers.Outcome{At: time.Now(), Err: errRefused})
 }
 
 func (f *fixture) revive(name string) {
-	f.reg.Observe(f.reg.Get(name), peers.Observation{At: time.Now(), Probe: true})
+	f.reg.Observe(f.reg.Get(name), peers.Outcome{At: time.Now(), Probe: true})
 }
 
 func walkAll(pl *Planner, r Request) []string {
@@ -170,9 +170,9 @@ func TestSuspectPeersSortBehindHealthy(t *testing.T) {
 	reg, _ := peers.New(peers.Options{Health: h, Log: log}, []peers.Spec{
 		{Name: "p1", Host: "h", Port: 1}, {Name: "p2", Host: "h", Port: 2}, {Name: "p3", Host: "h", Port: 3}})
 	for _, p := range reg.Peers() {
-		reg.Observe(p, peers.Observation{At: time.Now(), Probe: true})
+		reg.Observe(p, peers.Outcome{At: time.Now(), Probe: true})
 	}
-	reg.Observe(reg.Get("p1"), peers.Observation{At: time.Now(), Err: errRefused})
+	reg.Observe(reg.Get("p1"), peers.Outcome{At: time.Now(), Err: errRefused})
 	pl := New(reg, Options{Policy: FirstUp, Direct: DirectNever})
 	if got := fmt.Sprint(walkAll(pl, get)); got != "[p2 p3 p1]" {
 		t.Fatalf("plan = %s; want the suspect p1 last", got)
@@ -180,7 +180,7 @@ func TestSuspectPeersSortBehindHealthy(t *testing.T) {
 	// A peer that turns suspect mid-plan is not returned twice.
 	plan := pl.Plan(get)
 	hop, _ := plan.Next()
-	reg.Observe(hop.Peer, peers.Observation{At: time.Now(), Err: errRefused})
+	reg.Observe(hop.Peer, peers.Outcome{At: time.Now(), Err: errRefused})
 	var rest []string
 	for h, ok := plan.Next(); ok; h, ok = plan.Next() {
 		rest = append(rest, h.Peer.Name())
@@ -373,8 +373,8 @@ func TestRandomInterleavings(t *testing.T) {
 				if h.IsDirect() {
 					continue
 				}
-				if !h.Peer.Eligible() {
-					t.Fatalf("%v: returned %s in state %v/%v", pol, h.Peer.Name(), h.Peer.State(), h.Peer.AdminState())
+				if !h.Peer.Health().Eligible() {
+					t.Fatalf("%v: returned %s in state %v/%v", pol, h.Peer.Name(), h.Peer.Health().State(), h.Peer.Health().AdminState())
 				}
 				if seen[h.Peer] {
 					t.Fatalf("%v: %s returned twice", pol, h.Peer.Name())
@@ -419,7 +419,7 @@ func FuzzPlanner(f *testing.F) {
 			if h.IsDirect() {
 				continue
 			}
-			if !h.Peer.Eligible() || seen[h.Peer] {
+			if !h.Peer.Health().Eligible() || seen[h.Peer] {
 				t.Fatalf("ineligible or repeated hop %s", h.Peer.Name())
 			}
 			seen[h.Peer] = true
@@ -465,11 +465,11 @@ func TestSlowStartShareFollowsTheRamp(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, n := range []string{"a", "b"} {
-			reg.Observe(reg.Get(n), peers.Observation{At: time.Now(), Probe: true})
+			reg.Observe(reg.Get(n), peers.Outcome{At: time.Now(), Probe: true})
 		}
 		b := reg.Get("b")
-		reg.Observe(b, peers.Observation{At: time.Now(), Err: errRefused})
-		reg.Observe(b, peers.Observation{At: time.Now(), Probe: true}) // revived: ramping
+		reg.Observe(b, peers.Outcome{At: time.Now(), Err: errRefused})
+		reg.Observe(b, peers.Outcome{At: time.Now(), Probe: true}) // revived: ramping
 		pl := New(reg, Options{Policy: WeightedRoundRobin})
 		for step := 0; step <= 12; step++ {
 			ramp := min(1, 0.1+0.9*float64(step*10)/100)
@@ -623,9 +623,9 @@ func slowDown(f *fixture, slow string, ratio float64, others ...string) {
 	now := time.Now()
 	for i := 0; i < 10; i++ {
 		for _, o := range others {
-			f.reg.ObserveAnswer(f.reg.Get(o), peers.AnswerOK, 10*time.Millisecond, now)
+			f.reg.Observe(f.reg.Get(o), peers.Outcome{Event: peers.Answered, Class: peers.AnswerOK, FirstByte: 10 * time.Millisecond, At: now})
 		}
-		f.reg.ObserveAnswer(f.reg.Get(slow), peers.AnswerOK, time.Duration(ratio*float64(10*time.Millisecond)), now)
+		f.reg.Observe(f.reg.Get(slow), peers.Outcome{Event: peers.Answered, Class: peers.AnswerOK, FirstByte: time.Duration(ratio * float64(10*time.Millisecond)), At: now})
 	}
 	f.reg.Judge(now)
 }
@@ -644,8 +644,8 @@ func TestLatencyShareThinsAParent(t *testing.T) {
 		keysOf[u] = first(carp, Request{Method: "GET", URL: u})
 	}
 	slowDown(f, "a", 2.9, "b", "c")
-	if s := f.reg.Get("a").LatencyShare(); s < 0.15 || s > 0.2 || f.reg.Get("a").Outlier() {
-		t.Fatalf("a's share %v (outlier %v); want about 0.19, no outlier", s, f.reg.Get("a").Outlier())
+	if s := f.reg.Get("a").Health().LatencyShare(); s < 0.15 || s > 0.2 || f.reg.Get("a").Health().Outlier() {
+		t.Fatalf("a's share %v (outlier %v); want about 0.19, no outlier", s, f.reg.Get("a").Health().Outlier())
 	}
 	rr := New(f.reg, Options{Policy: RoundRobin})
 	n := map[string]int{}

@@ -40,7 +40,7 @@ type walk struct {
 // stay).
 func (w *walk) reset() { w.cursor, w.lastIx, w.lastSc = 0, -1, math.Inf(1) }
 
-func healthy(p *peers.Peer) bool { return p.Eligible() && !p.Suspect() }
+func healthy(p *peers.Peer) bool { return p.Health().Eligible() && !p.Health().Suspect() }
 
 // firstUp walks in config order; it also orders siblings and default
 // parents.
@@ -133,10 +133,10 @@ func (wr *weightedRoundRobin) begin(v *view, _ *Request, w *walk, dry bool) {
 		// Weights in hundredths, so that slow start can ramp a revived
 		// parent's share smoothly from 10%.
 		wt := p.Weight() * 100
-		if p.Ramping() {
-			wt = max(1, int(float64(wt)*p.Ramp(time.Now())))
+		if p.Health().Ramping() {
+			wt = max(1, int(float64(wt)*p.Health().Ramp(time.Now())))
 		}
-		if s := p.LatencyShare(); s < 1 {
+		if s := p.Health().LatencyShare(); s < 1 {
 			// Slower than its peers: its share scaled (section 21).
 			wt = max(1, int(float64(wt)*s))
 		}

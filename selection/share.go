@@ -50,7 +50,7 @@ func (p *Plan) spreadStart() {
 // the parents at a normal share keep their mapping: only the slow
 // parent's keys move, to where the hash order puts them next.
 func (p *Plan) keeps(i int, peer *peers.Peer) bool {
-	s := peer.LatencyShare()
+	s := peer.Health().LatencyShare()
 	if s >= 1 || p.policy == WeightedRoundRobin {
 		return true // (weighted round-robin scales the weight instead)
 	}

@@ -255,7 +255,7 @@ func (s *server) explain(r selection.Request) selection.Explanation {
 	e.Rule = rp
 	if s.icpQ != nil && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
 		for _, p := range s.reg.Peers() {
-			if p.ICPPort() != 0 && p.State() == peers.Alive && p.AdminState() == peers.Enabled {
+			if p.ICPPort() != 0 && p.Health().State() == peers.Alive && p.Health().AdminState() == peers.Enabled {
 				e.ICP = append(e.ICP, p.Name())
 			}
 		}
