@@ -54,8 +54,9 @@ func TestDependencyDirection(t *testing.T) {
 			"access", "admin", "auth", "cache", "dialer", "fleet", "forwarding", "icp", "selection", "tracing",
 			"internal/h1", "internal/match", "internal/stall", "internal/rendezvous"},
 		"admin": {"peers", "selection", "internal/match", "cache", "fleet", "internal/h1", "internal/conf", "internal/atomicfile", "internal/rendezvous"},
-		// The fleet leads plans with a key's owner (fleet.Routing).
-		"fleet": {"peers", "selection", "internal/match", "internal/conf", "internal/rendezvous"},
+		// The fleet leads plans with a key's owner (fleet.Routing), whose
+		// role reads its answers' heads (fleet.OwnerRole).
+		"fleet": {"peers", "selection", "internal/h1", "internal/match", "internal/conf", "internal/rendezvous"},
 		"icp":   {"peers", "internal/conf"},
 		"cmd/peerd/internal/squidimport": {"cmd/peerd/internal/config", "tracing", "cache", "forwarding", "internal/match", "internal/conf",
 			"access", "admin", "auth", "fleet", "icp", "peers", "selection", "dialer", "internal/h1", "internal/atomicfile", "internal/stall", "internal/rendezvous"},

@@ -3,25 +3,23 @@ package fleet
 // This file holds the fleet as a plan source: Routing wraps a request's
 // routes and leads the plan of a request the fleet shares with the key's
 // owner, signed for it, when another member owns the key. The engine
-// walks that hop like any other; only the hop's signature says it is an
-// owner.
+// walks that hop like any other; what an owner does differently is its
+// role (role.go).
 
 import (
 	"github.com/peerd/peerd/peers"
 	"github.com/peerd/peerd/selection"
 )
 
-// CodeOwnerMiss is the hierarchy code of a request asked of its key's
-// owner (the engine makes it FLEET_HIT when the owner had it).
-const CodeOwnerMiss = "FLEET_MISS"
-
 // Owners is what the routing asks of the fleet: the owner of a key, a
 // signature for a request to it, and the count of requests fetched here
-// because their owner is suspected. *Fleet is one.
+// because their owner is suspected; and the counts its owners' answers
+// keep. *Fleet is one.
 type Owners interface {
 	Owner(key []byte) (node string, hop *peers.Peer, self, ok bool)
 	Sign(to string, binding []byte) []byte
 	OwnerSkipped()
+	ownerCounts
 }
 
 // Routing is rt with its plans led by the key's owner.
@@ -52,6 +50,6 @@ func (r Routing) Plan(sr selection.Request) selection.Plan {
 		r.o.OwnerSkipped() // suspected for ownership: fetched here
 		return p
 	}
-	p.Lead(selection.Hop{Peer: hop, Code: CodeOwnerMiss, Sig: r.o.Sign(node, sr.Binding), Key: sr.Shared})
+	p.Lead(selection.Hop{Peer: hop, Code: CodeOwnerMiss, Role: OwnerRole{sig: r.o.Sign(node, sr.Binding), key: sr.Shared, c: r.o}})
 	return p
 }

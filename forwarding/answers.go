@@ -1,50 +1,55 @@
 package forwarding
 
-// This file holds how the walker judges a parent by its answers
-// (contract section 16): the answer-failure class of an attempt and a
-// parent's own 5xx (a late head is judged by the hedge, race.go).
+// This file holds what the walker makes of an attempt that ended: its
+// class, from what the hop's role says of a final answer (its own
+// failure, worth a retry elsewhere, an error it reports of its own next
+// hop); how the hop is judged by its answer (contract section 16: answer
+// failures by class, a complete answer's head time; a late head is judged
+// by the hedge, race.go); what a final answer that is the request's
+// answer tells the role; and an answer read whole before any of it is
+// relayed, when the role asks for that.
 
 import (
 	"errors"
 	"syscall"
 	"time"
 
+	"github.com/peerd/peerd/internal/h1"
 	"github.com/peerd/peerd/peers"
 )
 
-// ownError reports a final 5xx a parent blames on itself: the last
-// Proxy-Status member (the parent's own) with proxy_internal_error,
-// proxy_configuration_error or proxy_internal_response, or Squid's
-// X-Squid-Error: ERR_SHUTTING_DOWN. A key's owner (a peerd) marks an
-// error or refusal of its own, 4xx or 5xx, with X-Peerd-Error.
-func ownError(a *attempt) bool {
-	resp := &a.resp
-	if a.hop.Leads() {
-		return a.status >= 400 && resp.Get("X-Peerd-Error") != nil
+// classify says how a's step ended: a final answer is put to the hop's
+// role (what the hop reports of its own next hop goes to its health,
+// never against it); the class is judged and its error kept for the
+// client.
+func (w *walker) classify(a *attempt) failure {
+	retry := false
+	if a.final && !w.rq.facts.tunnel {
+		var reported string
+		a.own, retry, reported = a.role.Failed(&a.resp, w.rq.gen.cfg.retryStatus[a.status])
+		if reported != "" {
+			w.h.acct.Observe(a.hop.Peer, peers.Outcome{Event: peers.NextHopFailed, Detail: reported})
+		}
 	}
-	if a.status < 500 || a.hop.Peer == nil || a.hop.Peer.Type() != peers.Parent {
-		return false
+	class := a.class(retry)
+	if !w.rq.facts.tunnel {
+		w.judge(a, class)
 	}
-	switch upstreamError(resp.Fields) {
-	case "proxy_internal_error", "proxy_configuration_error", "proxy_internal_response":
-		return true
-	}
-	if v := resp.Get("X-Squid-Error"); len(v) >= 16 && string(v[:16]) == "ERR_SHUTTING_DOWN" {
-		return true
-	}
-	return false
+	w.noteFailure(a, class)
+	return class
 }
 
-// judge reports how a parent, or a key's owner, answered a request
-// written to it whole: an answer failure (closed, reset, timeout,
-// own_5xx; late is judged by the hedge) or a complete answer, which
-// resets its count. What is not the hop's doing — a stale pooled
-// connection, a client that left, an answer the parent gave about its
-// own next hop — is neither. An answer is about its origin (its host's
-// hash), an owner's about its key.
+// judge reports how a hop its role judges (a parent, or a key's owner)
+// answered a request written to it whole: an answer failure (closed,
+// reset, timeout, own_5xx; late is judged by the hedge) or a complete
+// answer, which resets its count. What is not the hop's doing — a stale
+// pooled connection, a client that left, an answer the parent gave about
+// its own next hop — is neither. An answer is about what the role says
+// (a parent's about its origin's host, an owner's about its key).
 func (w *walker) judge(a *attempt, class failure) {
 	pe := a.hop.Peer
-	if pe == nil || pe.Type() != peers.Parent && !a.hop.Leads() || w.cw.gone || a.clientBody {
+	about, judged := a.role.Judged(w.rq.req.Host)
+	if pe == nil || !judged || w.cw.gone || a.clientBody {
 		return
 	}
 	if a.progress < headWritten || (w.rq.body.state != noBody && a.progress < bodyWritten && !a.final) {
@@ -79,9 +84,43 @@ func (w *walker) judge(a *attempt, class failure) {
 		// timeout was already stretched by them (receive).
 		fb -= w.h.stalls.Stalled(a.writtenAt, at)
 	}
-	about := w.rq.req.Host
-	if a.hop.Leads() {
-		about = a.hop.Key
-	}
 	w.h.acct.Observe(pe, peers.Outcome{Event: peers.Answered, Class: c, FirstByte: fb, At: at, Origin: peers.OriginHash(about)})
+}
+
+// answered tells a's role of a final answer that is the request's answer
+// (not a failure of the hop's own), and takes the hierarchy code it
+// names.
+func (w *walker) answered(a *attempt) {
+	if a.err != nil || !a.final || a.own {
+		return
+	}
+	if code := a.role.Answered(&a.resp); code != "" {
+		a.hop.Code = code
+	}
+}
+
+// readWhole reads the whole body of a's answer before anything of it
+// reaches the client, when its length is known and the hop's role asks
+// for it (a key's owner, within what the cache keeps in memory): a hop
+// that dies mid-body then fails the attempt, which the walker retries at
+// the plan's hops, instead of cutting an answer already begun. Larger
+// bodies, and those of unknown length, stream as they come.
+func (w *walker) readWhole(a *attempt) {
+	ch := w.rq.gen.cache
+	if a.err != nil || !a.final || ch == nil || a.resp.BodyFor(a.headReq) != h1.LengthBody ||
+		!a.role.Whole(a.resp.ContentLength, ch.MaxInMemory()) {
+		return
+	}
+	c := a.conn
+	c.dl.readIn(time.Now(), w.rq.gen.cfg.ReadTimeout)
+	hl := len(a.head)
+	if err := c.r.Buffer(hl + int(a.resp.ContentLength)); err != nil {
+		a.err, a.final, a.gotBytes, a.timedOut = err, false, true, false
+		return
+	}
+	// The head moved with the buffer: its slices are taken again.
+	a.head = c.r.Peek()[:hl]
+	if err := h1.ParseResponse(a.head, &a.resp); err != nil {
+		a.err, a.final = err, false
+	}
 }

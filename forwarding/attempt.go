@@ -42,6 +42,8 @@ func (p progress) String() string { return progressNames[p] }
 type attempt struct {
 	h   *hops // its request's generation's
 	hop selection.Hop
+	// role is what the hop is asked as (role.go).
+	role HopRole
 	// span is this attempt's trace span, when its request is traced
 	// (trace.go).
 	span     *attemptSpan
@@ -149,14 +151,17 @@ func (f facts) retriable() bool { return f.idempotent && f.replayable }
 type verdict uint8
 
 const (
-	answer    verdict = iota // give the client what we have: the response or the error
-	nextHop                  // try the next hop of the plan
-	sameFresh                // try the same hop again on a fresh connection
-	hedge                    // send the request to the next hop too; the first final head wins
-	waitOn                   // go on waiting for this hop's answer
+	answer      verdict = iota // give the client what we have: the response or the error
+	nextHop                    // try the next hop of the plan; no retry budget spent
+	retry                      // try the next hop of the plan, spending the retry budget
+	sameFresh                  // try the same hop again on a fresh connection
+	hedge                      // send the request to the next hop too; the first final head wins
+	waitOn                     // go on waiting for this hop's answer
+	waitSuspect                // wait on, the late hop suspect meanwhile (its hedge was refused)
+	none                       // no hop answered, and none is left: the client gets the walk's error
 )
 
-var verdictNames = [...]string{"answer", "next_hop", "same_hop_fresh", "hedge", "wait"}
+var verdictNames = [...]string{"answer", "next_hop", "retry", "same_hop_fresh", "hedge", "wait", "wait_suspect", "none"}
 
 func (v verdict) String() string { return verdictNames[v] }
 
@@ -167,21 +172,62 @@ func costsBudget(c failure, f facts) bool {
 	return !f.tunnel && (c == afterWrite || c == timedOut || c == statusRetry || c == ownFailure || c == lateHead)
 }
 
+// step is what decide reads of the walk when an attempt's step ends,
+// besides the request's facts and the step's class.
+type step struct {
+	// lead: the attempt was at the plan's lead hop (the fleet's owner of
+	// the key): moving on from it is the plan's first try, not a retry,
+	// and spends no retry budget.
+	lead bool
+	// budget: the retry budget (for a late head: hedge_budget) allows
+	// one more now; false once a withdrawal found it spent meanwhile.
+	budget bool
+	// left tells, without taking it, whether the plan has a hop left
+	// (healthy: one that is not suspect); *selection.Plan is one.
+	left interface{ Left(healthy bool) bool }
+}
+
 // decide is the one place that says what follows an attempt, for every
 // request, plain or CONNECT: a peer at max_conn, a connect that failed
 // (alone or in a race), a sibling's miss, a head that is late, a broken
 // answer, a status listed in retry_on_status, a parent's CONNECT reply.
-// It is pure: budget says whether a budget-costing retry (or hedge) would
-// be allowed now.
-func decide(c failure, f facts, budget bool) verdict {
+// It changes nothing: what it reads of the plan (s.left) it reads from a
+// copy.
+func decide(c failure, f facts, s step) verdict {
+	// move is the next hop, spending the budget when a retry after c
+	// spends it (a lead hop's failure is no retry), or the answer when
+	// the budget has none left or the plan no hop.
+	move := func() verdict {
+		switch spends := costsBudget(c, f) && !s.lead; {
+		case spends && !s.budget, !s.left.Left(false):
+			return answer
+		case spends:
+			return retry
+		}
+		return nextHop
+	}
 	switch c {
-	case connectFailed, beforeWrite, siblingMissed, peerFull:
-		return nextHop // nothing reached the hop, or it said "not here"
+	case connectFailed, siblingMissed, peerFull:
+		// Nothing reached the hop, or it said "not here": never an
+		// answer (a sibling's miss with nothing after it gives the
+		// client the error of no next hop, never the sibling's 504).
+		if s.left.Left(false) {
+			return nextHop
+		}
+		return none
+	case beforeWrite:
+		return move()
 	case lateHead:
-		// A late head is no failure yet: the request goes to the next
-		// hop too when it may be sent twice, and the wait goes on.
-		if f.hedgeable && budget {
+		// A late head is no failure yet: the request goes to a healthy
+		// next hop too when it may be sent twice and the budget allows;
+		// refused the budget, the late parent is suspect meanwhile (no
+		// failure counted) when a healthy hop is there to take its new
+		// requests; the wait goes on.
+		switch {
+		case f.hedgeable && s.budget && s.left.Left(true):
 			return hedge
+		case !s.budget && s.left.Left(true):
+			return waitSuspect
 		}
 		return waitOn
 	case staleConn:
@@ -190,21 +236,21 @@ func decide(c failure, f facts, budget bool) verdict {
 		// The parent was declared dead while the request waited on it:
 		// the request goes where a hedge would have sent it, whatever
 		// the retry budget says (the dead parent gets nothing more).
-		if f.retriable() {
+		if f.retriable() && s.left.Left(false) {
 			return nextHop
 		}
 	case afterWrite, timedOut:
 		if f.tunnel {
-			return nextHop // no reply to CONNECT: no client byte was sent
+			return move() // no reply to CONNECT: no client byte was sent
 		}
-		if f.retriable() && budget && (c == afterWrite || f.retry504) {
-			return nextHop
+		if f.retriable() && (c == afterWrite || f.retry504) {
+			return move()
 		}
 	case statusRetry, ownFailure:
-		// A parent's own 5xx is retried whatever retry_on_status says:
-		// nothing of it reached the client, and another parent may be well.
-		if f.retriable() && budget {
-			return nextHop
+		// A hop's own failure is retried whatever retry_on_status says:
+		// nothing of it reached the client, and another hop may be well.
+		if f.retriable() {
+			return move()
 		}
 	}
 	return answer // conservatively

@@ -278,17 +278,18 @@ func (l *cacheLayer) offer(a *attempt) (bool, outcome) {
 	if resp.BodyFor(false) == h1.LengthBody {
 		length = resp.ContentLength
 	}
-	switch p := a.hop.Peer; {
-	case p != nil && p.ProxyOnly(), a.hop.Leads() && !l.rq.gen.hops.hotCopyDrawn():
-		// The peer keeps what it answers (proxy_only, or the key's owner
+	switch keep, hot := a.role.Keep(); {
+	case !keep:
+		// The hop keeps what it answers (proxy_only, or the key's owner
 		// in the fleet): relayed, not stored, and the URL passes
 		// uncollapsed for a while, as for an answer the cache could not
 		// keep.
 		ch.Land(l.flight, nil, true)
-	case a.hop.Leads():
-		// A hot copy (hot_copies), within an eighth of the memory.
+	case hot:
+		// A hot copy of another's (hot_copies), within an eighth of the
+		// memory.
 		if l.cw = ch.AdmitHot(cq, resp, length, rq.start, now, l.flight); l.cw != nil {
-			l.rq.gen.hops.fleet.HotCopyKept()
+			a.role.Kept()
 		}
 	default:
 		l.cw = ch.Admit(cq, resp, length, rq.start, now, l.flight)

@@ -58,7 +58,7 @@ func (tx *txn) canonicalHost() *Error {
 // before anything is dialled or sent; the address dialled is checked again
 // when DIRECT resolves it.
 func (rq *request) checkDestination(connect bool) *Error {
-	if rq.member == "" { // a member's request passed its own member's rules
+	if !rq.vouched { // a member's request passed its own member's rules
 		if _, e := rq.checkRules(); e != nil {
 			return e // [[rule]] comes before the destination policy
 		}

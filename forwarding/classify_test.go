@@ -2,9 +2,10 @@ package forwarding
 
 import (
 	"errors"
-	"github.com/peerd/peerd/internal/match"
 	"os"
 	"testing"
+
+	"github.com/peerd/peerd/internal/match"
 )
 
 // TestClassify: the class of a failure follows from how far the attempt
@@ -40,6 +41,7 @@ func TestClassify(t *testing.T) {
 		{"late wait on a parent found dead", attempt{progress: headWritten, wasLate: true, err: errGivenUp, timedOut: true}, false, givenUp},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			tc.a.role = peerRole{} // DIRECT's
 			if got := tc.a.class(tc.st); got != tc.want {
 				t.Fatalf("class = %s; want %s", got, tc.want)
 			}
@@ -47,10 +49,19 @@ func TestClassify(t *testing.T) {
 	}
 }
 
+// leftOf is a plan with some hop left (any), a healthy one among them
+// (healthy), or none.
+type leftOf struct{ any, healthy bool }
+
+func (l leftOf) Left(healthy bool) bool { return l.any && (!healthy || l.healthy) }
+
 // TestDecide: the one decision that follows every attempt, written out
 // case by case (what an operator would say, not the code's own switch):
-// the four next-hop situations — a connect that failed, a sibling's miss,
-// a status retry, a CONNECT that broke or was refused — and the rest.
+// the next-hop situations — a connect that failed, a sibling's miss, a
+// status retry, a CONNECT that broke or was refused — and each fact it
+// reads: the retry budget (and a withdrawal that found it spent), a lead
+// hop (the fleet's owner, whose failure is no retry), whether the plan
+// has a hop left, and for a late head whether a healthy one is left.
 func TestDecide(t *testing.T) {
 	get := facts{idempotent: true, replayable: true}
 	get504 := facts{idempotent: true, replayable: true, retry504: true}
@@ -58,61 +69,90 @@ func TestDecide(t *testing.T) {
 	post := facts{replayable: true}
 	connect := facts{tunnel: true}
 	hedgeable := facts{idempotent: true, replayable: true, hedgeable: true}
+	more := leftOf{any: true, healthy: true} // a healthy hop left
+	onlySuspect := leftOf{any: true}         // hops left, all suspect
+	nothing := leftOf{}                      // no hop left
+	budget := func(l leftOf) step { return step{budget: true, left: l} }
+	spent := func(l leftOf) step { return step{left: l} }
+	lead := func(l leftOf) step { return step{lead: true, left: l} } // budget spent, but a lead hop spends none
 	for _, tc := range []struct {
-		name   string
-		c      failure
-		f      facts
-		budget bool
-		want   verdict
+		name string
+		c    failure
+		f    facts
+		s    step
+		want verdict
 	}{
 		// A connect that failed: nothing was sent; always the next hop,
-		// whatever the method, and for free.
-		{"connect failed, GET", connectFailed, get, true, nextHop},
-		{"connect failed, POST, no budget", connectFailed, post, false, nextHop},
-		{"connect failed, CONNECT", connectFailed, connect, false, nextHop},
-		{"head not written, POST", beforeWrite, post, false, nextHop},
-		// A sibling's miss is no failure: the next hop, any budget.
-		{"sibling miss", siblingMissed, get, false, nextHop},
-		{"sibling miss, POST", siblingMissed, post, false, nextHop},
+		// whatever the method, and for free; none left: no answer.
+		{"connect failed, GET", connectFailed, get, budget(more), nextHop},
+		{"connect failed, POST, no budget", connectFailed, post, spent(more), nextHop},
+		{"connect failed, CONNECT", connectFailed, connect, spent(more), nextHop},
+		{"connect failed, nothing left", connectFailed, get, budget(nothing), none},
+		{"head not written, POST", beforeWrite, post, spent(more), nextHop},
+		{"head not written, nothing left", beforeWrite, post, budget(nothing), answer},
+		// A sibling's miss is no failure: the next hop, any budget; with
+		// nothing after it, no answer (never the sibling's 504).
+		{"sibling miss", siblingMissed, get, spent(more), nextHop},
+		{"sibling miss, POST", siblingMissed, post, spent(more), nextHop},
+		{"sibling miss, nothing left", siblingMissed, get, budget(nothing), none},
 		// A peer at max_conn is skipped, not failed: nothing was sent.
-		{"peer full, GET", peerFull, get, false, nextHop},
-		{"peer full, POST", peerFull, post, false, nextHop},
-		{"peer full, CONNECT", peerFull, connect, false, nextHop},
-		// A late head: hedged when the request may be sent twice and the
-		// budget allows; otherwise the wait goes on (never an answer).
-		{"late head, hedgeable GET", lateHead, hedgeable, true, hedge},
-		{"late head, budget spent", lateHead, hedgeable, false, waitOn},
-		{"late head, POST", lateHead, post, true, waitOn},
-		{"late head, streamed body", lateHead, streamedPut, true, waitOn},
+		{"peer full, GET", peerFull, get, spent(more), nextHop},
+		{"peer full, POST", peerFull, post, spent(more), nextHop},
+		{"peer full, CONNECT", peerFull, connect, spent(more), nextHop},
+		{"peer full, nothing left", peerFull, get, spent(nothing), none},
+		// A late head: hedged to a healthy hop when the request may be
+		// sent twice and the budget allows; refused the budget with a
+		// healthy hop there, the parent is suspect while the wait goes on;
+		// otherwise the wait goes on (never an answer).
+		{"late head, hedgeable GET", lateHead, hedgeable, budget(more), hedge},
+		{"late head, budget spent", lateHead, hedgeable, spent(more), waitSuspect},
+		{"late head, budget spent, only suspect hops", lateHead, hedgeable, spent(onlySuspect), waitOn},
+		{"late head, no healthy hop", lateHead, hedgeable, budget(onlySuspect), waitOn},
+		{"late head, POST", lateHead, post, budget(more), waitOn},
+		{"late head, POST, budget spent", lateHead, post, spent(more), waitSuspect},
+		{"late head, streamed body", lateHead, streamedPut, budget(more), waitOn},
 		// A status in retry_on_status: idempotent and replayable, within
-		// the budget.
-		{"status retry, GET", statusRetry, get, true, nextHop},
-		{"status retry, GET, budget spent", statusRetry, get, false, answer},
-		{"status retry, POST", statusRetry, post, true, answer},
-		{"status retry, PUT with a streamed body", statusRetry, streamedPut, true, answer},
+		// the budget (a retry: it spends it).
+		{"status retry, GET", statusRetry, get, budget(more), retry},
+		{"status retry, GET, budget spent", statusRetry, get, spent(more), answer},
+		{"status retry, GET, nothing left", statusRetry, get, budget(nothing), answer},
+		{"status retry, POST", statusRetry, post, budget(more), answer},
+		{"status retry, PUT with a streamed body", statusRetry, streamedPut, budget(more), answer},
+		// A hop's own 5xx, whatever retry_on_status says.
+		{"own failure, GET", ownFailure, get, budget(more), retry},
+		{"own failure, POST", ownFailure, post, budget(more), answer},
+		// A lead hop (the key's owner) that failed: the plan's own hops
+		// are the request's first try, not a retry: no budget is spent.
+		{"lead's own failure, budget spent", ownFailure, get, lead(more), nextHop},
+		{"lead's broken answer, budget spent", afterWrite, get, lead(more), nextHop},
+		{"lead's own failure, POST", ownFailure, post, lead(more), answer},
+		{"lead's own failure, nothing left", ownFailure, get, lead(nothing), answer},
 		// A CONNECT: a reply that never came goes to the next parent (no
-		// client byte was sent); a reply (2xx or refusal) is the answer.
-		{"CONNECT reply broke", afterWrite, connect, false, nextHop},
-		{"CONNECT reply timed out", timedOut, connect, false, nextHop},
-		{"CONNECT refused (403)", notFailed, connect, true, answer},
-		{"CONNECT status in retry_on_status", statusRetry, connect, true, answer},
+		// client byte was sent, no budget spent); a reply (2xx or
+		// refusal) is the answer.
+		{"CONNECT reply broke", afterWrite, connect, spent(more), nextHop},
+		{"CONNECT reply timed out", timedOut, connect, spent(more), nextHop},
+		{"CONNECT reply broke, nothing left", afterWrite, connect, spent(nothing), answer},
+		{"CONNECT refused (403)", notFailed, connect, budget(more), answer},
+		{"CONNECT status in retry_on_status", statusRetry, connect, budget(more), answer},
 		// Broken answers after the request was written.
-		{"broken answer, GET", afterWrite, get, true, nextHop},
-		{"broken answer, GET, budget spent", afterWrite, get, false, answer},
-		{"broken answer, POST", afterWrite, post, true, answer},
-		{"timeout, GET, 504 not retried", timedOut, get, true, answer},
-		{"timeout, GET, 504 retried", timedOut, get504, true, nextHop},
+		{"broken answer, GET", afterWrite, get, budget(more), retry},
+		{"broken answer, GET, budget spent", afterWrite, get, spent(more), answer},
+		{"broken answer, POST", afterWrite, post, budget(more), answer},
+		{"timeout, GET, 504 not retried", timedOut, get, budget(more), answer},
+		{"timeout, GET, 504 retried", timedOut, get504, budget(more), retry},
 		// A wait given up because its parent was found dead: the next
 		// hop, as a hedge would have been, whatever the retry budget.
-		{"given up, GET, budget spent", givenUp, get, false, nextHop},
-		{"given up, POST", givenUp, post, true, answer},
+		{"given up, GET, budget spent", givenUp, get, spent(more), nextHop},
+		{"given up, GET, nothing left", givenUp, get, spent(nothing), answer},
+		{"given up, POST", givenUp, post, budget(more), answer},
 		// A pooled connection the peer had closed: the same hop, fresh.
-		{"stale pooled connection", staleConn, post, false, sameFresh},
+		{"stale pooled connection", staleConn, post, spent(more), sameFresh},
 		// Nothing to redo.
-		{"an answer", notFailed, get, true, answer},
-		{"a byte reached the client", committed, get, true, answer},
+		{"an answer", notFailed, get, budget(more), answer},
+		{"a byte reached the client", committed, get, budget(more), answer},
 	} {
-		if got := decide(tc.c, tc.f, tc.budget); got != tc.want {
+		if got := decide(tc.c, tc.f, tc.s); got != tc.want {
 			t.Errorf("%s: %s; want %s", tc.name, got, tc.want)
 		}
 	}

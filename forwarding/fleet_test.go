@@ -16,40 +16,10 @@ import (
 
 	"github.com/peerd/peerd/dialer"
 	"github.com/peerd/peerd/fleet"
-	"github.com/peerd/peerd/internal/h1"
 	"github.com/peerd/peerd/peers"
 	"github.com/peerd/peerd/selection"
 	"github.com/sirupsen/logrus/hooks/test"
 )
-
-// TestOwnerHit: the owner's Cache-Status entry — the last one — decides
-// FLEET_HIT; an earlier cache's hit (a parent's) does not.
-func TestOwnerHit(t *testing.T) {
-	for _, c := range []struct {
-		field string
-		hit   bool
-	}{
-		{"peerd-a; hit", true},
-		{"peerd-a; hit; ttl=30", true},
-		{"peerd-a; fwd=uri-miss; stored", false},
-		{"squid; hit, peerd-a; fwd=uri-miss", false},
-		{"peerd-p; fwd=miss, peerd-a;hit", true},
-		{"", false},
-		{"peerd-a; hitch", false},
-	} {
-		var r h1.Response
-		head := "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n"
-		if c.field != "" {
-			head += "Cache-Status: " + c.field + "\r\n"
-		}
-		if err := h1.ParseResponse([]byte(head+"\r\n"), &r); err != nil {
-			t.Fatal(err)
-		}
-		if got := ownerHit(&r); got != c.hit {
-			t.Errorf("Cache-Status %q: hit %v; want %v", c.field, got, c.hit)
-		}
-	}
-}
 
 // memberFleet is a fleet of which every member request verifies.
 type memberFleet struct{}
@@ -90,7 +60,7 @@ func TestClosedConnectionIsFlushed(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Direct = selection.DirectNever
 	planner := selection.New(reg, selection.Options{Policy: selection.FirstUp, Direct: selection.DirectNever})
-	px, err := New(Options{Config: cfg, Planner: planner, Accounting: reg, Fleet: memberFleet{}, Plans: memberFleet{}, Members: memberFleet{},
+	px, err := New(Options{Config: cfg, Planner: planner, Accounting: reg, Plans: memberFleet{}, Members: memberFleet{},
 		Dialer: &dialer.Dialer{Reporter: reg, Dial: pn.Dial, Log: log}, Log: log})
 	if err != nil {
 		t.Fatal(err)
@@ -176,11 +146,10 @@ func TestOwnerDeathMidBodyIsRetried(t *testing.T) {
 // source, member authenticator and cache part), from the next request's
 // generation on.
 func (e *engine) setFleet(f interface {
-	Fleet
 	PlanSource
 	Members
 }) {
-	e.proxy.fleet, e.proxy.plans, e.proxy.members = f, f, f
+	e.proxy.plans, e.proxy.members = f, f
 	e.proxy.change(func(*generation) {})
 }
 

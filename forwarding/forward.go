@@ -49,14 +49,11 @@ func (tx *txn) serve() outcome {
 	tx.beginTrace()
 	tx.w.keepAlive = req.KeepAlive
 	rq.body.done = !rq.hasBody()
-	if e := tx.verifyMember(); e != nil {
+	if e := tx.vouch(); e != nil {
 		tx.fail(e)
 		return tx.after()
 	}
-	if rq.member != "" {
-		rq.gen.members.Served() // answered here as the owner
-	}
-	if rq.member == "" && (!cc.from.ok || !c.allowed(cc.from.addr)) {
+	if !rq.vouched && (!cc.from.ok || !c.allowed(cc.from.addr)) {
 		tx.fail(errorf(http.StatusForbidden, CodeAccessDenied, "", "client %s is not in [proxy] allow", cc.from.str))
 		return tx.after()
 	}
@@ -155,11 +152,7 @@ func (tx *txn) forward(to sink) outcome {
 		// parent to answer MISS.
 		sr.First, sr.FirstCode, sr.SkipICPSiblings, tx.icpTimedOut = p.icp.Query(context.Background(), rq.req.Target)
 	}
-	if rq.member != "" {
-		// A fetch as the owner, for another member: its load.
-		rq.gen.members.FetchBegin()
-		defer rq.gen.members.FetchEnd()
-	}
+	defer tx.fetchFor()()
 	for {
 		tx.share(to, &sr)
 		tx.wk.begin(rq.gen.routing.Plan(sr))

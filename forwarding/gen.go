@@ -118,7 +118,7 @@ func (p *Proxy) store(g *generation) {
 	}
 	p.budget.setRatio(g.cfg.RetryBudget)
 	g.hops = hops{acct: p.acct, dialer: p.dialer, origins: p.origins, pools: p.pools, budget: p.budget,
-		hedges: &p.hedges, stalls: p.stalls, metrics: p.metrics, fleet: p.fleet, health: p.acct.Settings(),
+		hedges: &p.hedges, stalls: p.stalls, metrics: p.metrics, health: p.acct.Settings(),
 		maxHeader: g.cfg.maxHeader, unsolicitedLog: &p.unsolicitedLog, log: p.log, tracer: &p.tracer}
 	g.bg = &p.background
 	p.gen.Store(g)

@@ -11,7 +11,6 @@ import (
 	"strconv"
 
 	"github.com/peerd/peerd/internal/h1"
-	"github.com/peerd/peerd/peers"
 	"github.com/peerd/peerd/selection"
 	"github.com/peerd/peerd/tracing"
 )
@@ -20,7 +19,7 @@ import (
 // origin-form to the origin; hop-by-hop fields removed; Host from the
 // URI; Via and X-Forwarded-For appended; the peer's login; framing by the
 // body as peerd sends it.
-func (rq *request) appendHead(b []byte, hop selection.Hop, span *attemptSpan) []byte {
+func (rq *request) appendHead(b []byte, hop selection.Hop, role HopRole, span *attemptSpan) []byte {
 	req := &rq.req
 	cfg := rq.gen.cfg
 	b = append(b, req.Method...)
@@ -43,10 +42,8 @@ func (rq *request) appendHead(b []byte, hop selection.Hop, span *attemptSpan) []
 		b = append(append(b, ':'), req.Port...)
 	}
 	b = append(b, "\r\n"...)
-	sibling := hop.Peer != nil && hop.Peer.Type() == peers.Sibling && !hop.Leads()
-	if hop.Leads() {
-		b = append(append(append(b, memberField+": "...), hop.Sig...), "\r\n"...) // the fleet's owner
-	}
+	sibling := role.Sibling()
+	b = role.Fields(b) // a key owner's signature
 	stale := rq.stale
 	var via, xff, cc bool
 	for _, f := range req.Fields {

@@ -2,7 +2,7 @@ package forwarding
 
 // This file holds hops: what a walk takes from the proxy to reach its
 // next hops — the accounting, the dialling, the idle pools, the retry and
-// hedge budgets, the stall guard, the metrics and the fleet — with the
+// hedge budgets, the stall guard and the metrics — with the
 // [health] settings of one config generation. Each generation has its
 // own (gen.go), so a request walks under one generation's settings to
 // its end; the walker, its attempts and the cache layer reach the
@@ -10,7 +10,6 @@ package forwarding
 
 import (
 	"context"
-	"math/rand/v2"
 	"net"
 	"sync/atomic"
 
@@ -35,7 +34,6 @@ type hops struct {
 	hedges  *hedgeBudget
 	stalls  *stall.Guard // nil: off
 	metrics *Metrics
-	fleet   Fleet // nil: no fleet
 	// health is the generation's [health] settings: first-byte timeouts,
 	// hedging and its budget, connect timeouts.
 	health *peers.Settings
@@ -70,10 +68,4 @@ func (h *hops) unsolicited(hop selection.Hop, n int) {
 	h.unsolicitedLog.Do(func() {
 		h.log.WithField("peer", name).Warn("next hop sent bytes past the end of its answer; connection closed, not reused")
 	})
-}
-
-// hotCopyDrawn draws whether an owner's answer is to be kept here
-// (hot_copies); the cache may still refuse it (AdmitHot).
-func (h *hops) hotCopyDrawn() bool {
-	return h.fleet != nil && rand.Float64() < h.fleet.HotCopies()
 }

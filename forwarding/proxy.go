@@ -77,10 +77,9 @@ type Options struct {
 	Source *dialer.Source
 	// Stalls, when set, is peerd's stall guard (nil: off).
 	Stalls *stall.Guard
-	// Fleet, Plans and Members, when set, make the members one cache
+	// Plans and Members, when set, make the members one cache
 	// (fleet.go); the Accounting and the Dialer's reporter then account
 	// for the members too (fleet.Accounting).
-	Fleet   Fleet
 	Plans   PlanSource
 	Members Members
 }
@@ -115,7 +114,6 @@ type Proxy struct {
 	// stalls are peerd's own stalls (stall_guard): deadlines and the
 	// hedge delay stretch by them, and head times exclude them.
 	stalls  *stall.Guard
-	fleet   Fleet
 	plans   PlanSource
 	members Members
 
@@ -169,7 +167,7 @@ func (p *Proxy) HedgesBudgetLeft() int64 {
 // New returns a proxy.
 func New(o Options) (*Proxy, error) {
 	p := &Proxy{
-		planner: o.Planner, acct: o.Accounting, dialer: o.Dialer, source: o.Source, stalls: o.Stalls, fleet: o.Fleet, plans: o.Plans, members: o.Members,
+		planner: o.Planner, acct: o.Accounting, dialer: o.Dialer, source: o.Source, stalls: o.Stalls, plans: o.Plans, members: o.Members,
 		metrics: o.Metrics, log: o.Log, version: o.Version, icp: o.ICP,
 		origins:        originDialer{dial: o.DirectDial, source: o.Source, resolver: o.Resolver},
 		budget:         newRetryBudget(o.Config.RetryBudget),

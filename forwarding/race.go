@@ -163,17 +163,9 @@ func (w *walker) raceConnects(hop selection.Hop, delay time.Duration) *attempt {
 	r.dial(hop)
 	timer := time.NewTimer(delay)
 	defer timer.Stop()
-	// next takes the plan's next hop: an idle connection to it ends the
+	// join takes h into the race: an idle connection to it ends the
 	// race at once; otherwise it is dialled.
-	next := func(racing bool) (*attempt, bool) {
-		take := w.plan.Next
-		if racing {
-			take = w.plan.NextHealthy // a race is run with healthy hops only
-		}
-		h, ok := take()
-		if !ok {
-			return nil, false
-		}
+	join := func(h selection.Hop) (*attempt, bool) {
 		h, uc, ok := w.take(h, true)
 		if !ok {
 			return nil, false
@@ -196,20 +188,23 @@ func (w *walker) raceConnects(hop selection.Hop, delay time.Duration) *attempt {
 				r.finish(nil)
 				return w.attemptOn(a.hop, a.conn, false)
 			}
-			if w.dialFailed(a.hop, a.err) != nextHop && r.pending == 0 {
+			class := w.noteDialFailure(a.hop, a.err)
+			if r.pending > 0 {
+				continue // the others race on
+			}
+			h, v := w.onward(class, step{left: &w.plan})
+			if v != nextHop {
 				r.finish(nil)
 				return nil
 			}
-			if r.pending == 0 {
-				wh.metrics.retry(connectFailed.String())
-				won, ok := next(false)
-				if won != nil {
-					return won
-				}
-				if !ok {
-					r.finish(nil)
-					return nil
-				}
+			wh.metrics.retry(connectFailed.String())
+			won, ok := join(h)
+			if won != nil {
+				return won
+			}
+			if !ok {
+				r.finish(nil)
+				return nil
 			}
 		case <-timer.C:
 			if left := due.Left(time.Now()); left > 0 {
@@ -225,8 +220,10 @@ func (w *walker) raceConnects(hop selection.Hop, delay time.Duration) *attempt {
 				continue
 			}
 			wh.metrics.hedge()
-			if won, _ := next(true); won != nil {
-				return won
+			if h, ok := w.plan.NextHealthy(); ok { // a race is run with healthy hops only
+				if won, _ := join(h); won != nil {
+					return won
+				}
 			}
 		}
 	}
@@ -330,7 +327,7 @@ func (w *walker) hedgeWon(a, s *attempt) {
 	if a.begun {
 		wh.acct.EndRequest(a.hop.Peer)
 	}
-	a.restart(attempt{h: wh, hop: s.hop, progress: s.progress, conn: s.conn, reused: s.reused, begun: s.begun,
+	a.restart(attempt{h: wh, hop: s.hop, role: s.role, progress: s.progress, conn: s.conn, reused: s.reused, begun: s.begun,
 		firstByte: s.firstByte, writtenAt: s.writtenAt, headAt: s.headAt, final: s.final, status: s.status,
 		gotBytes: true, tunnel: s.tunnel, headReq: s.headReq})
 	a.takeHead(s.head)

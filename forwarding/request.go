@@ -10,11 +10,12 @@ package forwarding
 import (
 	"bytes"
 	"errors"
-	"github.com/peerd/peerd/tracing"
 	"io"
 	"net/netip"
 	"time"
 	"unsafe"
+
+	"github.com/peerd/peerd/tracing"
 
 	"github.com/peerd/peerd/cache"
 	"github.com/peerd/peerd/internal/h1"
@@ -49,9 +50,10 @@ type request struct {
 	// cache): its validators are sent instead of the client's.
 	stale *cache.Object
 	body  reqBody
-	// member is the fleet member that sent the request (its signature
-	// verified: fleet.go).
-	member string
+	// vouched: a fleet member sent the request, signed (fleet.go): it
+	// passed [proxy] allow and [[rule]] at that member, and is answered
+	// here as its key's owner.
+	vouched bool
 }
 
 // body states of a request.

@@ -99,7 +99,7 @@ func (a *attempt) roundTrip(rq *request, side clientSide, fbt time.Duration) {
 	cfg := rq.gen.cfg
 	b := &rq.body
 	a.beginSpan(rq)
-	out := rq.appendHead(a.out[:0], a.hop, a.span)
+	out := rq.appendHead(a.out[:0], a.hop, a.role, a.span)
 	headLen := len(out)
 	chunkedOut := b.trailered()
 	if b.state == buffered && !chunkedOut {
@@ -422,7 +422,7 @@ func (a *attempt) finalHead(maxHeader int) (head []byte, gotBytes bool, err erro
 // reports whether its final status is in retry_on_status.
 func (a *attempt) class(retryStatus bool) failure {
 	switch {
-	case a.final && a.hop.Peer != nil && a.hop.Peer.Type() == peers.Sibling && !a.hop.Leads() && siblingMiss(a.status):
+	case a.final && a.role.Sibling() && siblingMiss(a.status):
 		// A sibling never fetches for us: its 504 (or any refusal) to
 		// only-if-cached means "not here". (A fleet member asked as a
 		// key's owner fetches: its answer is an answer.)

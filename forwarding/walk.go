@@ -51,118 +51,108 @@ func (w *walker) begin(plan selection.Plan) {
 // walk runs attempts along the plan until decide says to answer, and
 // returns the attempt to answer with: a response head read, a CONNECT
 // reply (or a DIRECT tunnel's connection), or a failure that is the
-// client's answer. nil when no hop is left (finalError says why), or when
-// the client went away.
+// client's answer. nil when no hop answered and none is left (finalError
+// says why), or when the client went away. Each attempt connects, makes
+// its round trip, is classed, and decide says what follows.
 func (w *walker) walk() *attempt {
-	h := w.h
-	f := w.rq.facts
 	hop, ok := w.plan.Next()
 	pooled := true // the next attempt may ride an idle connection
 	for ok {
 		a := w.connect(hop, pooled)
-		pooled = true
 		if a == nil {
 			return nil // every hop left failed to connect
 		}
-		switch {
-		case f.tunnel && a.hop.Peer == nil:
+		if w.rq.facts.tunnel && a.hop.Peer == nil {
 			return a // DIRECT: the tunnel starts on the connection
-		case f.tunnel:
-			a.connectVia(w.rq, w.side)
-		default:
-			fbt := w.firstByte(a)
-			a.roundTrip(w.rq, w.side, fbt)
-			for a.late && !w.cw.gone {
-				// The head is late: decide says whether the request
-				// goes to the next hop too. Not hedged, the parent is
-				// suspect meanwhile (no failure counted), and a wait on
-				// one that dies meanwhile is given up (await).
-				allowed := w.hedgeAllowed(a)
-				if decide(lateHead, f, allowed) == hedge {
-					sent, refused := w.hedge(a)
-					if sent {
-						continue
-					}
-					allowed = !refused // another request took the last of the budget
-				}
-				if !allowed && w.healthyLeft() {
-					// A healthy hop was there, but no budget to hedge to
-					// it: the late parent gets no new requests meanwhile,
-					// and the wait is hedged after all once the parent
-					// fails an answer elsewhere (unbudgeted).
-					h.acct.Observe(a.hop.Peer, peers.Outcome{Event: peers.HeadLate, FirstByte: fbt, At: time.Now()})
-					a.refused = h.health.HedgeBudget() > 0
-				}
-				a.await(w.rq, w.side)
-			}
-			w.memberWhole(a)
 		}
+		w.exchange(a)
 		if w.cw.gone {
 			a.release()
 			return nil
 		}
-		retry := false
-		if !f.tunnel {
-			a.own = a.final && ownError(a)
-			retry = w.blame(a, w.rq.gen.cfg.retryStatus[a.status])
-		}
-		if a.hop.Leads() {
-			// The key's owner: only its own failures send the request on
-			// to the plan's hops; an origin's 5xx it relayed is the answer.
-			retry = a.own
-			w.ownerAnswered(a)
-		}
-		class := a.class(retry)
-		if !f.tunnel {
-			w.judge(a, class)
-		}
-		w.noteFailure(a, class)
-		// A hop that leads the plan (the fleet's owner) is no retry when
-		// it fails: the plan's own hops are the request's first try.
-		costs := costsBudget(class, f) && !a.hop.Leads()
-		switch decide(class, f, !costs || h.budget.available()) {
-		case nextHop:
-			next, more := w.plan.Next()
-			if more && costs && !h.budget.withdraw() {
-				h.metrics.budgetExhausted()
-				more = false
+		class := w.classify(a)
+		var v verdict
+		hop, v = w.onward(class, step{lead: a.hop.Lead, budget: w.h.budget.available(), left: &w.plan})
+		switch v {
+		case nextHop, retry, sameFresh:
+			if class != siblingMissed {
+				w.h.metrics.retry(class.String())
 			}
-			if more {
-				if class != siblingMissed {
-					h.metrics.retry(class.String())
-				}
-				a.release()
-				hop = next
-				continue
-			}
-			if class == siblingMissed {
-				// A miss is no answer: with nothing after it the client
-				// gets the error of no next hop, never the sibling's 504.
-				a.release()
-				return nil
-			}
-		case sameFresh:
-			h.metrics.retry(class.String())
 			a.release()
-			hop, pooled = a.hop, false
+			if pooled = v != sameFresh; !pooled {
+				hop = a.hop
+			}
 			continue
+		case none:
+			a.release()
+			return nil
 		}
+		w.answered(a)
 		return a
 	}
 	return nil
 }
 
-// healthyLeft reports whether the plan has a healthy hop left, without
-// taking it (a copy of the plan is walked; for a peer set over 256 the
-// copy would share the plan's seen set, and the answer is yes).
-func (w *walker) healthyLeft() bool {
-	if len(w.rq.gen.routing.Peers()) > 256 {
-		return true
+// onward asks decide what follows a step of class c and, when it is the
+// plan's next hop, takes it: a retry spends the retry budget, and one
+// that finds it spent meanwhile is put to decide again with the budget
+// spent.
+func (w *walker) onward(c failure, s step) (selection.Hop, verdict) {
+	v := decide(c, w.rq.facts, s)
+	if v == retry && !w.h.budget.withdraw() {
+		w.h.metrics.budgetExhausted()
+		s.budget = false
+		v = decide(c, w.rq.facts, s)
 	}
-	c := w.plan
-	_, ok := c.NextHealthy()
-	return ok
+	if v != nextHop && v != retry {
+		return selection.Hop{}, v
+	}
+	next, _ := w.plan.Next() // there is one: decide looked (step.left)
+	return next, v
 }
+
+// exchange has a make its round trip (or ask its parent for a tunnel),
+// waiting on a late head as decide says: hedged to the next hop, or
+// waited on with the late parent suspect meanwhile, or simply waited on.
+func (w *walker) exchange(a *attempt) {
+	if w.rq.facts.tunnel {
+		a.connectVia(w.rq, w.side)
+		return
+	}
+	fbt := w.firstByte(a)
+	a.roundTrip(w.rq, w.side, fbt)
+	for a.late && !w.cw.gone {
+		s := step{budget: w.hedgeAllowed(a), left: &w.plan}
+		v := decide(lateHead, w.rq.facts, s)
+		if v == hedge {
+			sent, refused := w.hedge(a)
+			if sent {
+				continue
+			}
+			// Not sent: another request took the last of the budget,
+			// or no healthy hop could be taken after all.
+			s.budget = !refused
+			if !refused {
+				s.left = nothingLeft{}
+			}
+			v = decide(lateHead, w.rq.facts, s)
+		}
+		if v == waitSuspect {
+			// The late parent gets no new requests meanwhile, and the
+			// wait is hedged after all once the parent fails an answer
+			// elsewhere (unbudgeted).
+			w.h.acct.Observe(a.hop.Peer, peers.Outcome{Event: peers.HeadLate, FirstByte: fbt, At: time.Now()})
+			a.refused = w.h.health.HedgeBudget() > 0
+		}
+		a.await(w.rq, w.side)
+	}
+	w.readWhole(a)
+}
+
+// nothingLeft is a plan with no hop left.
+type nothingLeft struct{}
+
+func (nothingLeft) Left(bool) bool { return false }
 
 // hedgeAllowed reports whether a's late head may be hedged now: always
 // away from a parent already failing its answers (unbudgeted), else when
@@ -238,12 +228,10 @@ func (w *walker) take(hop selection.Hop, pooled bool) (selection.Hop, *upConn, b
 }
 
 // skip moves past a hop that was skipped (nothing sent): the plan's next
-// hop when decide allows one and the plan has one.
+// hop when decide allows one.
 func (w *walker) skip() (selection.Hop, bool) {
-	if decide(peerFull, w.rq.facts, false) != nextHop {
-		return selection.Hop{}, false
-	}
-	return w.plan.Next()
+	hop, v := w.onward(peerFull, step{left: &w.plan})
+	return hop, v == nextHop
 }
 
 // connect returns an attempt with a connection, starting at hop and moving
@@ -262,18 +250,17 @@ func (w *walker) connect(hop selection.Hop, pooled bool) *attempt {
 		if uc != nil {
 			return w.attemptOn(hop, uc, true)
 		}
-		if delay := h.hedgeDelay(w.rq.gen, hop); delay > 0 && !hop.Leads() {
+		if delay := h.hedgeDelay(w.rq.gen, hop); delay > 0 && !hop.Lead {
+			// (A lead hop is no plan hop to race: the plan's own follow
+			// it only when it fails.)
 			return w.raceConnects(hop, delay)
 		}
 		nc, err := h.dialHop(hop, w.originFor(hop), w.rq.gen)
 		if err == nil {
 			return w.attemptOn(hop, newUpConn(nc, w.poolFor(hop)), false)
 		}
-		if w.dialFailed(hop, err) != nextHop {
-			return nil
-		}
-		var more bool
-		if hop, more = w.plan.Next(); !more {
+		var v verdict
+		if hop, v = w.dialFailed(hop, err); v != nextHop {
 			return nil
 		}
 		h.metrics.retry(connectFailed.String())
@@ -290,20 +277,26 @@ func (w *walker) attemptOn(hop selection.Hop, uc *upConn, reused bool) *attempt 
 
 // newAttempt is an attempt of this request at hop, its slot there held.
 func (w *walker) newAttempt(hop selection.Hop, at progress, uc *upConn, reused bool) attempt {
-	return attempt{h: w.h, hop: hop, progress: at, reused: reused, conn: uc, begun: hop.Peer != nil,
+	return attempt{h: w.h, hop: hop, role: roleOf(hop), progress: at, reused: reused, conn: uc, begun: hop.Peer != nil,
 		tunnel: w.rq.facts.tunnel, headReq: w.rq.method == http.MethodHead}
 }
 
 // dialFailed records a failed connect, frees its slot, and says what
-// follows (decide: the next hop).
-func (w *walker) dialFailed(hop selection.Hop, err error) verdict {
+// follows (decide: the next hop, taken, when there is one).
+func (w *walker) dialFailed(hop selection.Hop, err error) (selection.Hop, verdict) {
+	return w.onward(w.noteDialFailure(hop, err), step{left: &w.plan})
+}
+
+// noteDialFailure records a failed connect and frees its slot; it
+// returns the step's class.
+func (w *walker) noteDialFailure(hop selection.Hop, err error) failure {
 	a := attempt{hop: hop, progress: dialling, err: err}
 	class := a.class(false)
 	w.noteFailure(&a, class)
 	if hop.Peer != nil {
 		w.h.acct.EndRequest(hop.Peer)
 	}
-	return decide(class, w.rq.facts, false)
+	return class
 }
 
 // finalError is the error the client gets when no hop answered.
@@ -381,27 +374,4 @@ func (w *walker) poolFor(hop selection.Hop) *pool {
 		w.oKey = append(append(w.oKey, ':'), req.Port...)
 	}
 	return pl.forOrigin(w.oKey)
-}
-
-// blame reads a peer's Proxy-Status on a 5xx answer: an error about the
-// peer's own next hop is counted as the peer's upstream error, and says
-// whether another parent could do better. retry is the retry_on_status
-// decision, adjusted.
-func (w *walker) blame(a *attempt, retry bool) bool {
-	p := a.hop.Peer
-	if p == nil || a.status < http.StatusInternalServerError || !a.final || p.Type() == peers.Sibling {
-		return retry // (a sibling's error to only-if-cached is a miss)
-	}
-	t := upstreamError(a.resp.Fields)
-	if t == "" {
-		return retry
-	}
-	w.h.acct.Observe(p, peers.Outcome{Event: peers.NextHopFailed, Detail: t})
-	switch t {
-	case psDestinationNotFound, psRequestDenied:
-		return false // the same through any parent
-	case psConnectionRefused, psConnectionTimeout:
-		return true // the parent's path to the origin: another may have one
-	}
-	return retry
 }

@@ -3,7 +3,7 @@ package selection
 // This file holds what a plan source outside selection adds to a plan:
 // Router, the routing a request plans with (a Routing, or one wrapped by
 // another source of hops), and a lead hop, tried before the plan's own
-// (the fleet's owner of the request's key).
+// (the fleet's owner of the request's key), with the role it is asked as.
 
 import "github.com/peerd/peerd/peers"
 
@@ -14,11 +14,16 @@ type Router interface {
 	Peers() []*peers.Peer
 }
 
-// Lead makes h the plan's next hop, before the rest. It is returned once,
-// as it is (its source checked it), and not counted in max_tries, which
-// bounds the plan's own hops.
-func (p *Plan) Lead(h Hop) { p.lead, p.leading = h, true }
+// Role is what a hop is asked as when a plan source gives it one (the
+// fleet's owner of a key: fleet.OwnerRole). The engine declares what it
+// asks of a role (forwarding.HopRole) and calls it at named points; a
+// hop without one is a peer asked as itself.
+type Role any
 
-// Leads reports whether the hop came from a source that leads plans (a
-// fleet owner): its request carries the source's signature.
-func (h Hop) Leads() bool { return len(h.Sig) > 0 }
+// Lead makes h the plan's next hop, before the rest. It is returned once,
+// as it is (its source checked it), marked Lead, and not counted in
+// max_tries, which bounds the plan's own hops.
+func (p *Plan) Lead(h Hop) {
+	h.Lead = true
+	p.lead, p.leading = h, true
+}

@@ -68,9 +68,12 @@ type Hop struct {
 	Peer *peers.Peer
 	// Code is the Squid hierarchy code for the access log.
 	Code string
-	// Sig and Key are a lead hop's (lead.go): the signature its request
-	// carries, and the cache key it is asked for.
-	Sig, Key []byte
+	// Role is what the hop is asked as, given by the plan source that
+	// added it (lead.go): nil for a peer asked as itself.
+	Role Role
+	// Lead: the hop was tried before the plan's own hops (Plan.Lead):
+	// its failure sends the request on to them, which is no retry.
+	Lead bool
 }
 
 // IsDirect reports whether the hop goes straight to the origin.

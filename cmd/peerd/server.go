@@ -193,7 +193,7 @@ func newServer(path string, cfg *config.File, stderr io.Writer) (*server, error)
 	s.proxy, err = forwarding.New(forwarding.Options{
 		Config: cfg.Proxy, Planner: s.planner, Accounting: acct, Dialer: d,
 		AccessLog: s.access, Metrics: metrics, Log: lg, Version: version, Policy: pol, ICP: icpQuerier,
-		Source: source, Stalls: s.stalls, Fleet: s.fleet, Plans: s.fleet, Members: s.fleet,
+		Source: source, Stalls: s.stalls, Plans: s.fleet, Members: s.fleet,
 	})
 	if err != nil {
 		return nil, err
