@@ -125,3 +125,33 @@ func TestHotCopiesBounded(t *testing.T) {
 		t.Fatal("a hot copy of unknown length was admitted")
 	}
 }
+
+// TestReconfiguredKeepsEachViewsSettings: a reload's view of the cache
+// has its own settings, while the view a request in flight holds keeps
+// the old ones to its end; what either stores, the other finds (the
+// stores are one).
+func TestReconfiguredKeepsEachViewsSettings(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Memory = 4 << 20
+	cfg.MaxObject = 96 << 10
+	old := New(cfg)
+	small := cfg
+	small.MaxObject = 1 << 10
+	next := old.Reconfigured(small)
+	resp := response(t, "200 OK", "Cache-Control: max-age=60")
+	if w := next.Admit(request(t, "GET", url+"/big"), resp, 8<<10, t0, t0, nil); w != nil {
+		t.Fatal("the new view admitted an object over its max_object")
+	}
+	w := old.Admit(request(t, "GET", url+"/big"), resp, 8<<10, t0, t0, nil)
+	if w == nil {
+		t.Fatal("the old view refused an object within its own max_object")
+	}
+	w.Write(make([]byte, 8<<10))
+	w.Finish(true)
+	if o, _, _ := next.Find(request(t, "GET", url+"/big"), t0); o == nil {
+		t.Fatal("what the old view stored is not found through the new one")
+	}
+	if old.MaxInMemory() != 96<<10 || next.MaxInMemory() != 1<<10 {
+		t.Fatalf("max in memory: old view %d, new %d; want each its own", old.MaxInMemory(), next.MaxInMemory())
+	}
+}

@@ -1,6 +1,7 @@
 package cache
 
-// This file holds the Cache: its settings, lookups in memory, outcome
+// This file holds the Cache: its stores shared by every config
+// generation and the settings of one, lookups in memory, outcome
 // counters and GET /cache figures, and 304 refreshes (collapsed
 // forwarding is in flight.go).
 
@@ -19,9 +20,20 @@ import (
 // dials: the forwarding engine asks it what it holds, fetches what it
 // does not through the same plan as any request, and hands it the
 // responses to keep.
+//
+// A Cache is one config generation's view of the stores: its settings
+// (the largest object, heuristics, collapsing, stale_if_dead, quick
+// abort, refresh patterns) are read by a request from its start to its
+// end, while the stores themselves (memory, disk, flights, counters) are
+// one for every view (Reconfigured).
 type Cache struct {
-	settings atomic.Pointer[settings]
-	store    *store
+	*stores
+	st *settings
+}
+
+// stores are what every view of a cache shares.
+type stores struct {
+	store *store
 	// disk is the disk tier; nil without one.
 	disk *disk
 
@@ -94,17 +106,18 @@ func New(cfg Config) *Cache {
 	if cfg.Memory <= 0 {
 		return nil
 	}
-	c := &Cache{store: newStore(int64(cfg.Memory)), background: map[string]bool{}}
+	c := &Cache{stores: &stores{store: newStore(int64(cfg.Memory)), background: map[string]bool{}}}
 	for i := range c.flights {
 		c.flights[i] = flightShard{flights: map[string]*Flight{}, passes: map[string]int64{}}
 	}
-	c.Reconfigure(cfg)
-	return c
+	return c.Reconfigured(cfg)
 }
 
-// Reconfigure applies a reloaded [cache] section: stored objects stay,
-// the store shrinks to a smaller memory at once.
-func (c *Cache) Reconfigure(cfg Config) {
+// Reconfigured is a view of c's stores with a reloaded [cache] section:
+// stored objects stay, the stores take their new sizes at once (a
+// smaller memory shrinks now), and the view's own settings are cfg's. c
+// keeps its settings for the requests that hold it.
+func (c *Cache) Reconfigured(cfg Config) *Cache {
 	inMemory := int64(cfg.MaxObject)
 	if c.disk != nil {
 		inMemory = min(inMemory, int64(cfg.MaxObjectInMemory))
@@ -122,11 +135,11 @@ func (c *Cache) Reconfigure(cfg Config) {
 	for _, p := range st.refresh {
 		st.refreshIMS = st.refreshIMS || p.ims
 	}
-	c.settings.Store(st)
 	c.store.resize(int64(cfg.Memory))
+	return &Cache{stores: c.stores, st: st}
 }
 
-func (c *Cache) cfg() *settings { return c.settings.Load() }
+func (c *Cache) cfg() *settings { return c.st }
 
 // compileRefresh compiles validated patterns (one that does not compile
 // is left out; Validate refused it already).

@@ -292,7 +292,7 @@ func TestDiskEviction(t *testing.T) {
 	if s := c.Stats(); s.DiskBytes > 1<<20 || s.DiskObjects == 0 {
 		t.Fatalf("shrunk to 1 MiB at the restart: %+v", s)
 	}
-	c.Reconfigure(func() Config { cfg := DefaultConfig(); sized(&cfg); cfg.Disk, cfg.DiskSize = dir, 300<<10; return cfg }())
+	c = c.Reconfigured(func() Config { cfg := DefaultConfig(); sized(&cfg); cfg.Disk, cfg.DiskSize = dir, 300<<10; return cfg }())
 	if s := c.Stats(); s.DiskBytes > 300<<10 {
 		t.Fatalf("shrunk by a reload: %+v", s)
 	}

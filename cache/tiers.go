@@ -44,12 +44,12 @@ func Open(cfg Config, opt Options) (*Cache, error) {
 		return nil, err
 	}
 	c.disk = d
-	c.Reconfigure(cfg)
-	return c, nil
+	return c.Reconfigured(cfg), nil
 }
 
-// Close stops the disk tier: writes in progress are given up and the
-// store is let go (a next process may open it). The memory tier stays.
+// Close stops the disk tier, for every view of the stores: writes in
+// progress are given up and the store is let go (a next process may open
+// it). The memory tier stays.
 func (c *Cache) Close() {
 	if c != nil && c.disk != nil {
 		c.disk.close()

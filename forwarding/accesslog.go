@@ -11,7 +11,6 @@ import (
 	"os"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -22,7 +21,7 @@ import (
 // (the last field only on answers peerd made itself, with the RFC 9209
 // error type of their Proxy-Status)
 // byte by byte, with no fmt: it runs once per request.
-func (tx *txn) appendLog(b []byte, al *AccessLog, elapsed time.Duration, hier string) []byte {
+func (tx *txn) appendLog(b []byte, al *logView, elapsed time.Duration, hier string) []byte {
 	b = appendStamp(b, tx.rq.start.Add(elapsed), elapsed)
 	b = append(b, tx.rq.from.str...)
 	b = append(b, ' ')
@@ -129,7 +128,9 @@ var icpLines = sync.Pool{New: func() any { b := make([]byte, 0, 256); return &b 
 // HIER_NONE/- -", SIZE being the reply's. The URL came off the network
 // and is escaped as every logged URL is.
 func (p *Proxy) LogICP(from netip.Addr, result string, size int, url []byte) {
-	al := p.current().log
+	g := p.acquire()
+	defer g.release()
+	al := g.log
 	if al == nil {
 		return
 	}
@@ -141,7 +142,7 @@ func (p *Proxy) LogICP(from netip.Addr, result string, size int, url []byte) {
 	b = append(b, " ICP_QUERY "...)
 	b = appendEscaped(b, al.loggedURL(url))
 	b = append(b, " - HIER_NONE/- -\n"...)
-	al.Write(b)
+	al.file.Write(b)
 	*bp = b
 	icpLines.Put(bp)
 }
@@ -163,14 +164,10 @@ func appendEscaped(b, s []byte) []byte {
 
 // AccessLog writes lines to a file through a buffer flushed every second,
 // so logging never waits on the disk in the request path. Reopen (on
-// SIGUSR1) lets logrotate move the file away.
+// SIGUSR1) lets logrotate move the file away. How a line reads is each
+// config generation's (logView).
 type AccessLog struct {
 	path string
-	// keepQuery logs URLs whole; by default their query is cut (see
-	// SetStripQuery).
-	keepQuery atomic.Bool
-	// format is access_log_format (nil: Squid's native line).
-	format atomic.Pointer[LogFormat]
 
 	mu sync.Mutex // guards f and w
 	f  *os.File
@@ -190,24 +187,28 @@ func OpenAccessLog(path string) (*AccessLog, error) {
 	return a, nil
 }
 
-// SetStripQuery sets whether URLs are logged without their query, as
-// Squid's strip_query_terms (the default).
-func (a *AccessLog) SetStripQuery(strip bool) { a.keepQuery.Store(!strip) }
+// logView is the access log as one config generation writes it: the file
+// (one for every generation that names the same path) with the
+// generation's access_log_format and strip_query_terms, which a request
+// keeps from its start to its end.
+type logView struct {
+	file *AccessLog
+	// format is access_log_format (nil: Squid's native line).
+	format *LogFormat
+	// keepQuery logs URLs whole; by default their query is cut.
+	keepQuery bool
+}
 
 // loggedURL is u as the log shows it: cut after its '?' unless the
-// log keeps queries.
-func (a *AccessLog) loggedURL(u []byte) []byte {
-	if !a.keepQuery.Load() {
+// log keeps queries (Squid's strip_query_terms, the default).
+func (v *logView) loggedURL(u []byte) []byte {
+	if !v.keepQuery {
 		if i := bytes.IndexByte(u, '?'); i >= 0 {
 			return u[:i+1]
 		}
 	}
 	return u
 }
-
-// SetFormat puts an access_log_format in force (nil: Squid's native
-// line), on start and reload.
-func (a *AccessLog) SetFormat(f *LogFormat) { a.format.Store(f) }
 
 // Path is the file written.
 func (a *AccessLog) Path() string { return a.path }

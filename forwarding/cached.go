@@ -154,8 +154,7 @@ func (l *cacheLayer) collapse(ch *cache.Cache) (*Error, bool) {
 		w := l.side.watch(nil)
 		obj, end := f.Wait(time.Until(deadline), w.left)
 		if w.stop() || end == cache.Left {
-			l.w.lost()
-			return nil, true
+			return nil, true // the client left (the writer heard it: watcher.stop)
 		}
 		switch {
 		case end == cache.Shared && obj.Matches(cq) && l.openBody(obj):

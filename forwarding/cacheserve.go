@@ -25,7 +25,7 @@ func (l *cacheLayer) serveObject(o *cache.Object, result string, from *selection
 	if !l.openBody(o) {
 		// A disk-only body gone between the lookup and now (evicted
 		// meanwhile): nothing was answered yet, and nothing can be.
-		w.lost()
+		w.abandon()
 		return
 	}
 	cq := &l.cq
@@ -103,15 +103,7 @@ func (l *cacheLayer) serveObject(o *cache.Object, result string, from *selection
 		b = strconv.AppendInt(b, length, 10)
 		b = append(b, "\r\n"...)
 	}
-	if w.keepAlive && l.rq.gen.conns.closing() {
-		w.keepAlive = false // stopping: this answer is the connection's last
-	}
-	if !w.keepAlive {
-		b = append(b, "Connection: close\r\n"...)
-	} else if rq.req.Minor == 0 {
-		b = append(b, "Connection: keep-alive\r\n"...)
-	}
-	b = append(b, "\r\n"...)
+	b = append(w.connection(b, rq.req.Minor), "\r\n"...)
 	l.out = b
 	if w.writeHead(status, b) != nil {
 		return
@@ -140,15 +132,15 @@ func (l *cacheLayer) serveObject(o *cache.Object, result string, from *selection
 		case errors.Is(err, errObjectCut):
 			// A cut the client must see: what it got so far goes out,
 			// and the connection ends.
-			w.keepAlive = false
+			w.last()
 			w.flush()
 			return
 		case err != nil:
-			w.lost()
+			w.abandon()
 			return
 		}
 	}
-	w.done(w.keepAlive && rq.body.done && l.side.quiet())
+	w.done(w.keeps() && l.side.quiet())
 }
 
 // appendCacheStatus appends this proxy's Cache-Status member (RFC 9211).
@@ -180,7 +172,7 @@ func (l *cacheLayer) appendCacheStatus(b []byte, o *cache.Object, now time.Time,
 // after says what becomes of the connection after an answer from the
 // cache (as txn.after).
 func (l *cacheLayer) after() outcome {
-	if l.w.keepAlive && l.rq.body.done && !l.w.gone {
+	if l.w.keeps() {
 		return keepOpen
 	}
 	return closeConn

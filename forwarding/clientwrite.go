@@ -4,8 +4,12 @@ package forwarding
 // connection: every byte the client gets — heads, bodies, interim
 // answers, error pages, a tunnel's bytes — is written here. It writes one
 // final head per request at most (a second is an error its caller must
-// handle, never bytes on the wire), and it knows whether the client is
-// gone: one field, set in one place (lost).
+// handle, never bytes on the wire). It alone decides whether the
+// connection carries another request (keepAlive, keeps), from what it is
+// told — the client's wish, an answer whose end is the connection's,
+// peerd stopping, the request's body not read whole — and whether the
+// client is gone: one field, set in one place (lost), from its own
+// writes, a read that failed, or an answer given up.
 
 import (
 	"bufio"
@@ -14,7 +18,6 @@ import (
 	"net"
 	"net/http"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -33,18 +36,25 @@ type clientWriter struct {
 
 	// One request's answer. headSent is raised by the one writer of its
 	// final head; status is that head's.
-	headSent   atomic.Bool
-	status     int
-	keepAlive  bool // the connection may carry another request
-	chunked    bool // the body being written is chunk-framed
-	flushLater bool // the end of the answer waits in buf for the next request's wait
-	handedFrom int64
+	headSent atomic.Bool
+	status   int
+	// wants: the client asked to keep the connection; closes: this
+	// answer is the connection's last (its end is the close, its framing
+	// would be lost, or a head already said Connection: close). The
+	// request's body (req) and the proxy's connections (conns, whether
+	// peerd is stopping) are read where it is decided.
+	wants, closes bool
+	req           *reqBody
+	conns         *connSet
+	chunked       bool // the body being written is chunk-framed
+	flushLater    bool // the end of the answer waits in buf for the next request's wait
+	handedFrom    int64
 	// gone: the client went away, or its connection broke. Set by lost.
 	gone bool
 }
 
-func (w *clientWriter) init(nc net.Conn, dl *deadlines, rio *rawIO) {
-	w.nc = nc
+func (w *clientWriter) init(nc net.Conn, dl *deadlines, rio *rawIO, conns *connSet) {
+	w.nc, w.conns = nc, conns
 	w.dw = deadlineWriter{dl: dl, rio: rio}
 	w.buf = bufio.NewWriterSize(&w.dw, 4<<10)
 }
@@ -52,13 +62,70 @@ func (w *clientWriter) init(nc net.Conn, dl *deadlines, rio *rawIO) {
 // begin starts a request's answer.
 func (w *clientWriter) begin(writeTimeout time.Duration) {
 	w.headSent.Store(false)
-	w.status, w.keepAlive, w.chunked, w.flushLater, w.gone = 0, false, false, false, false
+	w.status, w.wants, w.closes, w.chunked, w.flushLater, w.gone = 0, false, false, false, false, false
 	w.dw.timeout = writeTimeout
 	w.handedFrom = w.handed()
 }
 
 // lost records that the client is gone: the one place it is set.
 func (w *clientWriter) lost() { w.gone = true }
+
+// asked takes the client's wish for its connection: kept open after the
+// answer (HTTP/1.1 by default, HTTP/1.0 with keep-alive) or not.
+func (w *clientWriter) asked(keepAlive bool) { w.wants = keepAlive }
+
+// last makes the answer the connection's last: its body ends with the
+// connection (an HTTP/1.0 client's close-delimited body, a tunnel, a
+// parent's refusal of one), or its framing is lost (an error that must
+// close, an answer cut short).
+func (w *clientWriter) last() { w.closes = true }
+
+// keepAlive reports whether the answer being written leaves the
+// connection open: the client wants it, the answer is not its last, the
+// request's body was read whole (a body not read leaves the next
+// request's framing unknown), and peerd is not stopping (the answer is
+// then the connection's last, so that the client opens a new one for
+// its next request instead of sending it on one about to close:
+// HAProxy's idle-close-on-response).
+func (w *clientWriter) keepAlive() bool {
+	return w.wants && !w.closes && !w.gone && (w.req == nil || w.req.done) && (w.conns == nil || !w.conns.closing())
+}
+
+// connection appends the Connection field of the answer's head as
+// decided now (close, or keep-alive to an HTTP/1.0 client that keeps
+// it), and holds to it: an answer whose head said close is the last.
+func (w *clientWriter) connection(b []byte, minor int) []byte {
+	switch {
+	case !w.keepAlive():
+		w.closes = true
+		return append(b, "Connection: close\r\n"...)
+	case minor == 0:
+		return append(b, "Connection: keep-alive\r\n"...)
+	}
+	return b
+}
+
+// keeps reports whether the connection carries another request once the
+// answer is done: as its head said, with the request's body read whole
+// and the client still there.
+func (w *clientWriter) keeps() bool {
+	return w.wants && !w.closes && !w.gone && (w.req == nil || w.req.done)
+}
+
+// readFailed hears that reading the client's connection failed with
+// err: a framing error is the client's mistake, to be answered;
+// anything else means the client is gone.
+func (w *clientWriter) readFailed(err error) {
+	var he h1.Error
+	if !errors.As(err, &he) {
+		w.lost()
+	}
+}
+
+// abandon gives the answer up: nothing more goes to the client, and the
+// connection ends (a stored body gone before any of it was sent, a
+// stored body that broke off mid-way).
+func (w *clientWriter) abandon() { w.lost() }
 
 // writeHead writes the answer's one final head, whose status is status.
 // A second head is refused with errHeadWritten, and nothing is written.
@@ -199,10 +266,12 @@ func (w *clientWriter) errorPage(e *Error, headOnly bool, extra string, scratch 
 	b = append(append(b, e.Fields...), extra...)
 	b = append(b, "Cache-Control: no-store\r\nContent-Length: "...)
 	b = strconv.AppendInt(b, int64(len(body)), 10)
-	if !w.keepAlive {
-		b = append(b, "\r\nConnection: close"...)
+	b = append(b, "\r\n"...)
+	if !w.keepAlive() {
+		w.closes = true
+		b = append(b, "Connection: close\r\n"...)
 	}
-	b = append(b, "\r\n\r\n"...)
+	b = append(b, "\r\n"...)
 	if !headOnly {
 		b = append(b, body...)
 	}
@@ -334,111 +403,3 @@ const (
 	lingerFor = 500 * time.Millisecond
 	lingerMax = 256 << 10
 )
-
-// tunnel answers the client with hello (a final head of status), then
-// copies bytes both ways between the client and up until both sides are
-// done or idle for idle, passing half-closes on. fromClient and fromUp
-// are bytes each side sent already (read into buffers). It returns the
-// bytes up sent the client and the bytes the client sent up.
-func (w *clientWriter) tunnel(status int, hello []byte, up net.Conn, fromClient, fromUp []byte, idle time.Duration) (in, out int64, err error) {
-	if err := w.writeHead(status, hello); err != nil {
-		return 0, 0, err
-	}
-	if err := w.flush(); err != nil {
-		return 0, 0, err
-	}
-	var last atomic.Int64
-	last.Store(time.Now().UnixNano())
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		in = pipe(w.nc, up, fromUp, idle, &last)
-	}()
-	out = pipe(up, w.nc, fromClient, idle, &last)
-	wg.Wait()
-	return in, out, nil
-}
-
-// pipe copies src to dst, after pending, and returns the bytes written.
-// Between two plain TCP connections the kernel moves the bytes (splice(2),
-// through net.TCPConn.ReadFrom) and they never enter user space. A side
-// that sent EOF is half-closed on the other; the tunnel ends when
-// neither direction carried a byte for idle (each direction waits in
-// rounds of idle/2 and reads last, the other's latest progress).
-func pipe(dst, src net.Conn, pending []byte, idle time.Duration, last *atomic.Int64) int64 {
-	var n int64
-	if len(pending) > 0 {
-		m, err := dst.Write(pending)
-		n += int64(m)
-		if err != nil {
-			src.Close()
-			dst.Close()
-			return n
-		}
-		last.Store(time.Now().UnixNano())
-	}
-	round := max(idle/2, time.Millisecond)
-	dt, _ := dst.(*net.TCPConn)
-	st, _ := src.(*net.TCPConn)
-	var buf []byte
-	if dt == nil || st == nil {
-		bufp := copyBuffers.Get().(*[]byte)
-		defer copyBuffers.Put(bufp)
-		buf = *bufp
-	}
-	for {
-		now := time.Now()
-		src.SetReadDeadline(now.Add(round))
-		dst.SetWriteDeadline(now.Add(idle))
-		var m int64
-		var err error
-		if dt != nil && st != nil {
-			m, err = dt.ReadFrom(st) // splice(2); returns at EOF, an error or the deadline
-		} else {
-			var k int
-			k, err = src.Read(buf)
-			if k > 0 {
-				var werr error
-				k, werr = dst.Write(buf[:k])
-				if werr != nil && err == nil {
-					err = werr
-				}
-			}
-			m = int64(k)
-		}
-		n += m
-		if m > 0 {
-			last.Store(time.Now().UnixNano())
-		}
-		switch {
-		case err == nil && dt != nil && st != nil:
-			closeWrite(dst) // ReadFrom returns nil at src's EOF
-			return n
-		case err == nil:
-			continue
-		case isTimeout(err) && time.Since(now) < idle && time.Since(time.Unix(0, last.Load())) < idle:
-			// The read's round ended (a write that waited idle is a
-			// client or next hop that stopped reading: the end), and
-			// this direction or the other is busy.
-			continue
-		case errors.Is(err, io.EOF):
-			closeWrite(dst)
-			return n
-		}
-		src.Close()
-		dst.Close()
-		return n
-	}
-}
-
-// closeWrite half-closes c so the other side sees EOF but can still
-// answer; a connection that cannot half-close is closed.
-func closeWrite(c net.Conn) {
-	if cw, ok := c.(interface{ CloseWrite() error }); ok && cw.CloseWrite() == nil {
-		return
-	}
-	c.Close()
-}
-
-var errClientGone = errors.New("the client went away")

@@ -7,8 +7,11 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/peerd/peerd/internal/h1"
 )
 
 // newTestWriter is a client writer on one end of a pipe; the bytes the
@@ -18,7 +21,7 @@ func newTestWriter(t *testing.T) (*clientWriter, func() string) {
 	srv, cli := net.Pipe()
 	w := &clientWriter{}
 	dl := &deadlines{nc: srv}
-	w.init(srv, dl, &rawIO{})
+	w.init(srv, dl, &rawIO{}, nil)
 	w.begin(time.Minute)
 	var got bytes.Buffer
 	done := make(chan struct{})
@@ -87,7 +90,7 @@ func TestHeadGuardRace(t *testing.T) {
 // is refused, and a client that went away is known in one place.
 func TestClientWriterAfterHead(t *testing.T) {
 	w, wire := newTestWriter(t)
-	w.keepAlive = true
+	w.asked(true)
 	if err := w.interim([]byte("HTTP/1.1 103 Early Hints\r\n\r\n")); err != nil {
 		t.Fatal(err)
 	}
@@ -113,5 +116,53 @@ func TestClientWriterAfterHead(t *testing.T) {
 	w.flush()
 	if !w.gone || w.flush() == nil {
 		t.Fatal("a failed write did not mark the client gone")
+	}
+}
+
+// TestClientWriterDecidesKeepAlive: whether the connection carries
+// another request is the client writer's decision, from what it is told:
+// the client's wish, an answer that is the connection's last, a request
+// body not read whole, peerd stopping, the client gone; what the head
+// said holds to the end of the answer.
+func TestClientWriterDecidesKeepAlive(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		set       func(w *clientWriter, body *reqBody, conns *connSet)
+		minor     int
+		field     string
+		keepsOpen bool
+	}{
+		{"HTTP/1.1, kept", func(*clientWriter, *reqBody, *connSet) {}, 1, "", true},
+		{"HTTP/1.0 keep-alive", func(*clientWriter, *reqBody, *connSet) {}, 0, "Connection: keep-alive\r\n", true},
+		{"the client asked to close", func(w *clientWriter, _ *reqBody, _ *connSet) { w.asked(false) }, 1, "Connection: close\r\n", false},
+		{"the answer is the last", func(w *clientWriter, _ *reqBody, _ *connSet) { w.last() }, 1, "Connection: close\r\n", false},
+		{"the body not read whole", func(_ *clientWriter, b *reqBody, _ *connSet) { b.done = false }, 1, "Connection: close\r\n", false},
+		{"peerd stopping", func(_ *clientWriter, _ *reqBody, c *connSet) { c.shutting.Store(true) }, 1, "Connection: close\r\n", false},
+		{"the client's read side broke", func(w *clientWriter, _ *reqBody, _ *connSet) { w.readFailed(io.ErrUnexpectedEOF) }, 1, "Connection: close\r\n", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := &clientWriter{}
+			body, conns := &reqBody{done: true}, &connSet{}
+			w.init(nil, nil, nil, conns)
+			w.req = body
+			w.begin(time.Minute)
+			w.asked(true)
+			tc.set(w, body, conns)
+			if got := string(w.connection(nil, tc.minor)); got != tc.field {
+				t.Fatalf("Connection field %q; want %q", got, tc.field)
+			}
+			body.done, conns.shutting = true, atomic.Bool{} // too late: the head said what it said
+			if got := w.keeps(); got != tc.keepsOpen {
+				t.Fatalf("keeps %v once the answer is done; want %v", got, tc.keepsOpen)
+			}
+		})
+	}
+	// A framing error in the client's body is its mistake: the client
+	// is not gone, and is answered.
+	w := &clientWriter{}
+	w.init(nil, nil, nil, nil)
+	w.readFailed(h1.ErrFieldLine)
+	if w.gone {
+		t.Fatal("a framing error made the client gone")
 	}
 }

@@ -51,7 +51,7 @@ func newClientConn(p *Proxy, nc net.Conn) *clientConn {
 	cc.r = h1.NewReader(nc, 4<<10)
 	cc.rio = newRawIO(nc, cc.r, &cc.idle)
 	cc.rio.init()
-	cc.w.init(nc, &cc.dl, &cc.rio)
+	cc.w.init(nc, &cc.dl, &cc.rio, &p.conns)
 	if ap, err := netip.ParseAddrPort(nc.RemoteAddr().String()); err == nil {
 		cc.from = client{addr: ap.Addr().Unmap(), ok: true, port: ap.Port()}
 		cc.from.str = cc.from.addr.String()
@@ -108,9 +108,11 @@ func (cc *clientConn) serve() {
 			return
 		}
 		tx := &cc.tx
-		tx.begin(p.current(), start, head)
+		g := p.acquire()
+		tx.begin(g, start, head)
 		cc.r.Release(head)
 		out := tx.serve()
+		g.release() // its last request done, a replaced generation ends
 		if cc.refusal {
 			out = closeConn
 		}
@@ -174,7 +176,9 @@ func (cc *clientConn) await(c *runtimeConfig, first bool) bool {
 // simply closed, or reset, gets nothing.
 func (cc *clientConn) refuse(start time.Time, err error) (answered bool) {
 	tx := &cc.tx
-	tx.begin(cc.p.current(), start, nil)
+	g := cc.p.acquire()
+	defer g.release()
+	tx.begin(g, start, nil)
 	c := tx.rq.gen.cfg
 	var e *Error
 	switch {
@@ -223,6 +227,7 @@ type watcher struct {
 	cc   *clientConn
 	done chan struct{}
 	gone atomic.Bool   // the client closed or broke the connection
+	err  error         // how (set before left is closed)
 	left chan struct{} // closed when gone is set
 }
 
@@ -234,6 +239,7 @@ func (cc *clientConn) watch(up net.Conn) *watcher {
 	go func() {
 		defer close(w.done)
 		if err := cc.r.Fill(); err != nil && !isTimeout(err) {
+			w.err = err
 			w.gone.Store(true)
 			close(w.left)
 			if up != nil {
@@ -251,7 +257,7 @@ func (w *watcher) stop() bool {
 	<-w.done
 	w.cc.dl.setRead(time.Time{})
 	if w.gone.Load() {
-		w.cc.w.lost()
+		w.cc.w.readFailed(w.err)
 	}
 	return w.gone.Load()
 }

@@ -544,7 +544,7 @@ func TestAccessLogFormats(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		e.log.SetFormat(f)
+		e.proxy.SetAccessLog(e.log, f, true)
 		e.dial().do(t, "GET http://origin.test/p?q HTTP/1.1\r\nHost: origin.test\r\nUser-Agent: ua\r\n\r\n")
 		synctest.Wait() // its line is written
 		e.proxy.LogICP(netip.MustParseAddr("10.1.2.3"), "UDP_MISS", 40, []byte("http://origin.test/x"))

@@ -47,7 +47,7 @@ func (tx *txn) serve() outcome {
 	}
 	rq.method = methodString(req.Method)
 	tx.beginTrace()
-	tx.w.keepAlive = req.KeepAlive
+	tx.w.asked(req.KeepAlive)
 	rq.body.done = !rq.hasBody()
 	if e := tx.vouch(); e != nil {
 		tx.fail(e)
@@ -244,11 +244,8 @@ func (tx *txn) relay(a *attempt, to sink) outcome {
 		if rq.req.Minor == 1 {
 			chunked = true
 		} else {
-			tx.w.keepAlive = false // HTTP/1.0: the end of the body is the close
+			tx.w.last() // HTTP/1.0: the end of the body is the close
 		}
-	}
-	if !rq.body.done {
-		tx.w.keepAlive = false
 	}
 	tx.answeredBy(a.hop)
 	tx.out = tx.responseHead(tx.out[:0], resp, kind, chunked, to)

@@ -2,18 +2,22 @@ package forwarding
 
 // This file holds the config generation: everything a reload changes that
 // a request reads ([proxy] with its words parsed, the destination policy,
-// [[rule]], [auth], the planner's routes and peers, the cache, the access
-// log, the [health] settings a walk reads, the revalidations in the
-// background), built whole and put in force with one atomic store. A request
-// loads the generation once, when its head has been read, and is served
-// under it to its end: a reload while it is in flight changes nothing it
-// sees.
+// [[rule]], [auth], the planner's routes and peers, the cache with its
+// settings, the access log with its format, the [health] settings a walk
+// reads, the revalidations in the background), built whole and put in
+// force with one atomic store. A request takes the generation once, when
+// its head has been read, and is served under it to its end: a reload
+// while it is in flight changes nothing it sees. A generation a newer one
+// replaced ends when its last request is done, and tells whoever replaced
+// it (Reconfigure), who closes then what only it used.
 
 import (
 	"net"
 	"net/netip"
 	"os"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	"github.com/peerd/peerd/access"
 	"github.com/peerd/peerd/cache"
@@ -29,8 +33,8 @@ type generation struct {
 	auth    Authenticator    // nil: [auth] is off
 	members Members          // the fleet's member requests' authenticator; nil: in no fleet
 	routing selection.Router // the planner's routes and peers, led by the fleet's owners in a fleet
-	cache   *cache.Cache     // nil: the cache is off
-	log     *AccessLog       // nil: no access log
+	cache   *cache.Cache     // nil: the cache is off; its settings are this generation's
+	log     *logView         // nil: no access log
 	// conns and users are the proxy's own, for the rules' max_conn and
 	// max_user_ip; users is nil unless a rule has max_user_ip (no
 	// authenticated request pays for keeping them otherwise).
@@ -43,7 +47,73 @@ type generation struct {
 	hops hops
 	// bg runs revalidations behind stale answers (the proxy's own).
 	bg *background
+	// life is how long the generation lasts (acquire, release).
+	life *genLife
 }
+
+// genLife is a generation's life: the requests it serves (refs), and
+// whether a newer one is in force (retired). Once retired with no
+// request left it is idle; it has ended once it is idle and the
+// generation before it has ended, so that ended says no request holds
+// this generation or an older one.
+type genLife struct {
+	refs    atomic.Int64
+	retired atomic.Bool
+	once    sync.Once
+	idle    chan struct{}
+	prev    <-chan struct{} // the previous generation's ended; nil: none
+	ended   chan struct{}
+}
+
+func newLife(prev *generation) *genLife {
+	l := &genLife{idle: make(chan struct{}), ended: make(chan struct{})}
+	if prev != nil {
+		l.prev = prev.life.ended
+	}
+	return l
+}
+
+// acquire takes the generation in force for a request, which releases it
+// when it is done: a generation is never taken after it was retired
+// (one found retired between the load and the count is let go and the
+// new one taken).
+func (p *Proxy) acquire() *generation {
+	for {
+		g := p.gen.Load()
+		g.life.refs.Add(1)
+		if p.gen.Load() == g {
+			return g
+		}
+		g.release()
+	}
+}
+
+// release ends a request's hold on g; the last of a retired generation
+// makes it idle.
+func (g *generation) release() {
+	if g.life.refs.Add(-1) == 0 && g.life.retired.Load() {
+		g.life.setIdle()
+	}
+}
+
+// retire marks the generation replaced: it ends once its requests are
+// done and the one before it has ended.
+func (l *genLife) retire() {
+	l.retired.Store(true)
+	go func() {
+		<-l.idle
+		if l.prev != nil {
+			<-l.prev
+		}
+		l.prev = nil
+		close(l.ended)
+	}()
+	if l.refs.Load() == 0 {
+		l.setIdle()
+	}
+}
+
+func (l *genLife) setIdle() { l.once.Do(func() { close(l.idle) }) }
 
 // Generation is what a reload puts in force in one step (the routes and
 // peers are the planner's, taken when it is stored).
@@ -52,8 +122,12 @@ type Generation struct {
 	Policy    *access.Policy
 	Rules     []Rule
 	Auth      Authenticator // nil: off
-	Cache     *cache.Cache  // nil: off
+	Cache     *cache.Cache  // nil: off (a view with this generation's settings: Cache.Reconfigured)
 	AccessLog *AccessLog    // nil: none
+	// LogFormat is access_log_format (nil: Squid's native line);
+	// StripQueryTerms cuts logged URLs' queries.
+	LogFormat       *LogFormat
+	StripQueryTerms bool
 	// Port, when set, is the plain listener's port as now bound (a
 	// listener that moved): X-Cache-Lookup names it.
 	Port string
@@ -81,15 +155,26 @@ type runtimeConfig struct {
 }
 
 // Reconfigure puts a whole generation in force at once (a reload, after
-// the planner's options and the registry's peers were updated).
-func (p *Proxy) Reconfigure(g Generation) {
+// the planner's options and the registry's peers were updated). The
+// channel it returns is closed once no request holds the generation it
+// replaced, or an older one: what they alone used (a cache or an access
+// log file replaced) may be closed then.
+func (p *Proxy) Reconfigure(g Generation) <-chan struct{} {
 	p.genMu.Lock()
 	defer p.genMu.Unlock()
 	if g.Port != "" {
 		p.port = g.Port
 	}
-	p.store(&generation{cfg: p.runtime(g.Config), policy: g.Policy, rules: g.Rules, auth: g.Auth,
-		cache: g.Cache, log: g.AccessLog, conns: &p.conns, users: p.usersFor(g.Rules)})
+	return p.store(&generation{cfg: p.runtime(g.Config), policy: g.Policy, rules: g.Rules, auth: g.Auth,
+		cache: g.Cache, log: logOf(g.AccessLog, g.LogFormat, g.StripQueryTerms), conns: &p.conns, users: p.usersFor(g.Rules)})
+}
+
+// logOf is the access log view of file (nil: no access log).
+func logOf(file *AccessLog, format *LogFormat, strip bool) *logView {
+	if file == nil {
+		return nil
+	}
+	return &logView{file: file, format: format, keepQuery: !strip}
 }
 
 // change builds the next generation from the one in force, with set
@@ -104,8 +189,9 @@ func (p *Proxy) change(set func(g *generation)) {
 }
 
 // store puts g in force, with the planner's routes in force now and what
-// follows from it outside the requests.
-func (p *Proxy) store(g *generation) {
+// follows from it outside the requests, and retires the one it replaces;
+// the channel is closed once that one and every older one has ended.
+func (p *Proxy) store(g *generation) <-chan struct{} {
 	if rt := p.planner.Routing(); p.plans != nil {
 		g.routing = p.plans.Routing(rt)
 	} else {
@@ -121,10 +207,20 @@ func (p *Proxy) store(g *generation) {
 		hedges: &p.hedges, stalls: p.stalls, metrics: p.metrics, health: p.acct.Settings(),
 		maxHeader: g.cfg.maxHeader, unsolicitedLog: &p.unsolicitedLog, log: p.log, tracer: &p.tracer}
 	g.bg = &p.background
+	old := p.gen.Load()
+	g.life = newLife(old)
 	p.gen.Store(g)
+	if old == nil {
+		done := make(chan struct{})
+		close(done)
+		return done
+	}
+	old.life.retire()
+	return old.life.ended
 }
 
-// current is the generation in force now.
+// current is the generation in force now, for what reads it outside a
+// request (a request takes it with acquire).
 func (p *Proxy) current() *generation { return p.gen.Load() }
 
 // Update applies a new [proxy] config after validating it.
@@ -155,8 +251,11 @@ func (p *Proxy) SetAuth(a Authenticator) { p.change(func(g *generation) { g.auth
 // SetCache switches the cache (nil: off).
 func (p *Proxy) SetCache(c *cache.Cache) { p.change(func(g *generation) { g.cache = c }) }
 
-// SetAccessLog switches the access log (nil: off).
-func (p *Proxy) SetAccessLog(a *AccessLog) { p.change(func(g *generation) { g.log = a }) }
+// SetAccessLog switches the access log (nil: off), written in format
+// (nil: Squid's native line), queries cut when strip.
+func (p *Proxy) SetAccessLog(a *AccessLog, format *LogFormat, strip bool) {
+	p.change(func(g *generation) { g.log = logOf(a, format, strip) })
+}
 
 // Cache returns the cache in use, nil when it is off.
 func (p *Proxy) Cache() *cache.Cache { return p.gen.Load().cache }

@@ -15,6 +15,7 @@ import (
 	"github.com/sirupsen/logrus/hooks/test"
 
 	"github.com/peerd/peerd/access"
+	"github.com/peerd/peerd/cache"
 	"github.com/peerd/peerd/dialer"
 	"github.com/peerd/peerd/internal/match"
 	"github.com/peerd/peerd/peers"
@@ -73,7 +74,7 @@ func TestReloadMidRequestKeepsItsGeneration(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer newLog.Close()
-		px.SetAccessLog(newLog)
+		px.SetAccessLog(newLog, nil, true)
 
 		io.WriteString(client, "payload")
 		br := bufio.NewReader(client)
@@ -203,4 +204,73 @@ func waitingForBody(t *testing.T, cfg Config, reg *peers.Registry, pn *pipeNet, 
 	io.WriteString(client, head)
 	synctest.Wait() // the proxy has the head, and waits for the body
 	return px, planner, client
+}
+
+// TestReloadEndsTheOldGenerationWithItsLastRequest: a reload while a
+// request is in flight does not end the generation it replaced: what only
+// that one used (its cache, its access log file) may not be closed yet
+// (the channel Reconfigure returns stays open) and the request is logged
+// in its own generation's format; once the request is done, the old
+// generation has ended. A generation with no request ends at once.
+func TestReloadEndsTheOldGenerationWithItsLastRequest(t *testing.T) {
+	dir := t.TempDir()
+	synctest.Test(t, func(t *testing.T) {
+		log, _ := test.NewNullLogger()
+		h := peers.DefaultConfig()
+		h.ProbeInterval, h.ProbeMaxInterval = time.Hour, time.Hour
+		reg := twoAliveParents(t, h, log)
+		pn := newPipeNet()
+		defer pn.closeAll()
+		al, err := OpenAccessLog(filepath.Join(dir, "access.log"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer al.Close()
+		cfg := DefaultConfig()
+		px, _, client := waitingForBody(t, cfg, reg, pn, al, "POST http://origin.test/x?q HTTP/1.1\r\nHost: origin.test\r\nContent-Length: 4\r\n\r\n")
+		old := newCache(t, 0)
+		// (the request in flight holds the generation before this one:
+		// waitingForBody's, without a cache)
+		firstEnded := px.Reconfigure(Generation{Config: cfg, Policy: px.current().policy, AccessLog: al, StripQueryTerms: true})
+		format, err := CompileLogFormat(`new-format %rm %ru`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ended := px.Reconfigure(Generation{Config: cfg, Policy: px.current().policy, Cache: old.Reconfigured(cache.DefaultConfig()),
+			AccessLog: al, LogFormat: format, StripQueryTerms: true})
+		synctest.Wait()
+		select {
+		case <-firstEnded:
+			t.Fatal("the generation of a request in flight ended at a reload")
+		case <-ended:
+			t.Fatal("a generation ended before the older one of a request in flight")
+		default:
+		}
+
+		io.WriteString(client, "body")
+		br := bufio.NewReader(client)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.ReadAll(resp.Body)
+		io.WriteString(client, "GET http://origin.test/y?q HTTP/1.1\r\nHost: origin.test\r\n\r\n")
+		resp, err = http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.ReadAll(resp.Body)
+		synctest.Wait()
+		select {
+		case <-ended:
+		default:
+			t.Fatal("the old generations did not end once their last request was done")
+		}
+		al.Flush()
+		lines := logLines(t, al.Path())
+		if len(lines) != 2 || strings.HasPrefix(lines[0], "new-format") || !strings.Contains(lines[0], "POST http://origin.test/x? ") ||
+			lines[1] != "new-format GET http://origin.test/y?" {
+			t.Fatalf("access log:\n%s\nwant the request in flight in the old format, the next in the new", strings.Join(lines, "\n"))
+		}
+	})
 }

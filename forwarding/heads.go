@@ -145,18 +145,10 @@ func (rq *request) appendConnect(b []byte, hop selection.Hop) []byte {
 	return append(b, "\r\n"...)
 }
 
-// appendConnection appends the Connection field the answer needs: close
-// when the connection ends after it (or peerd is stopping), keep-alive
-// to an HTTP/1.0 client that keeps it.
+// appendConnection appends the Connection field the answer needs, as the
+// client writer decides it, and ends the head.
 func (tx *txn) appendConnection(b []byte) []byte {
-	tx.closeIfStopping()
-	switch {
-	case !tx.w.keepAlive:
-		b = append(b, "Connection: close\r\n"...)
-	case tx.rq.req.Minor == 0:
-		b = append(b, "Connection: keep-alive\r\n"...)
-	}
-	return append(b, "\r\n"...)
+	return append(tx.w.connection(b, tx.rq.req.Minor), "\r\n"...)
 }
 
 // xCache is the X-Cache fields of an answer not served from the cache:

@@ -154,7 +154,7 @@ func CompileLogFormat(s string) (*LogFormat, error) {
 }
 
 // appendLine formats tx's line in f.
-func (f *LogFormat) appendLine(b []byte, tx *txn, al *AccessLog, elapsed time.Duration, hier string) []byte {
+func (f *LogFormat) appendLine(b []byte, tx *txn, al *logView, elapsed time.Duration, hier string) []byte {
 	end := tx.rq.start.Add(elapsed)
 	for _, p := range f.parts {
 		if p.tok == tokLiteral {
@@ -179,7 +179,7 @@ func (f *LogFormat) appendLine(b []byte, tx *txn, al *AccessLog, elapsed time.Du
 }
 
 // appendCode appends one code's value ("-" when there is none).
-func (tx *txn) appendCode(b []byte, p logPart, al *AccessLog, end time.Time, elapsed time.Duration, hier string) []byte {
+func (tx *txn) appendCode(b []byte, p logPart, al *logView, end time.Time, elapsed time.Duration, hier string) []byte {
 	dash := func(v []byte) []byte {
 		if len(v) == 0 {
 			return append(b, '-')

@@ -200,7 +200,7 @@ func New(o Options) (*Proxy, error) {
 	if err := o.Config.Validate(); err != nil {
 		return nil, err
 	}
-	p.store(&generation{cfg: p.runtime(o.Config), policy: o.Policy, log: o.AccessLog, conns: &p.conns})
+	p.store(&generation{cfg: p.runtime(o.Config), policy: o.Policy, log: logOf(o.AccessLog, nil, true), conns: &p.conns})
 	return p, nil
 }
 

@@ -9,7 +9,6 @@ package forwarding
 
 import (
 	"bytes"
-	"errors"
 	"io"
 	"net/netip"
 	"time"
@@ -140,14 +139,8 @@ func (b *reqBody) next(p []byte) (int, error) {
 	return n, err
 }
 
-// broke notes a body read that failed: a framing error is the client's
-// mistake; anything else means the client is gone.
-func (b *reqBody) broke(err error) {
-	var he h1.Error
-	if !errors.As(err, &he) {
-		b.w.lost()
-	}
-}
+// broke tells the client writer of a body read that failed.
+func (b *reqBody) broke(err error) { b.w.readFailed(err) }
 
 // trailered: a buffered body that came chunked with trailer fields is sent
 // on chunked, to keep them.

@@ -73,7 +73,7 @@ func (tx *txn) connectAnswer(a *attempt) {
 	}
 	// The parent's refusal (403, 407, 503, ...) goes to the client as is.
 	kind := resp.BodyFor(false)
-	tx.w.keepAlive = false
+	tx.w.last()
 	out := appendStatusLine(tx.out[:0], resp)
 	out = tx.rq.appendResponseFields(out, resp, a.hop)
 	out = append(out, "X-Peerd-Peer: "...)

@@ -45,26 +45,15 @@ type txn struct {
 func (tx *txn) init(cc *clientConn) {
 	tx.cc, tx.p, tx.w = cc, cc.p, &cc.w
 	tx.rq.body.dl, tx.rq.body.w = &cc.dl, &cc.w
+	cc.w.req = &tx.rq.body
 	tx.wk.init(&tx.rq, cc, &cc.w)
 	tx.cl.init(&tx.rq, &cc.w, cc)
 }
 
-// closeIfStopping makes the answer being written the connection's last
-// when peerd is stopping (or handing over): its head says Connection:
-// close, so the client opens a new connection for its next request
-// instead of sending it on one about to close (HAProxy's
-// idle-close-on-response).
-func (tx *txn) closeIfStopping() {
-	if tx.w.keepAlive && tx.p.conns.closing() {
-		tx.w.keepAlive = false
-	}
-}
-
-// after says what becomes of the connection once peerd answered: it stays
-// open only when the request's body (if any) was consumed, so the next
-// request's framing is known.
+// after says what becomes of the connection once peerd answered, as the
+// client writer decided it (clientWriter.keeps).
 func (tx *txn) after() outcome {
-	if tx.w.keepAlive && tx.rq.body.done && !tx.w.gone {
+	if tx.w.keeps() {
 		return keepOpen
 	}
 	return closeConn
@@ -76,11 +65,9 @@ func (tx *txn) fail(e *Error) {
 	if e.hopSet {
 		tx.about(e.hop)
 	}
-	if e.Close || !tx.rq.body.done {
-		// A body not read leaves the connection's framing lost.
-		tx.w.keepAlive = false
+	if e.Close {
+		tx.w.last()
 	}
-	tx.closeIfStopping()
 	if tx.rq.gen.cache != nil {
 		tx.cl.failed(e)
 	}
@@ -104,12 +91,12 @@ func (tx *txn) finish() {
 	p.metrics.observeRequest(&tx.cc.memo, tx.w.status, hier, elapsed)
 	tx.countBytes()
 	if al := tx.rq.gen.log; al != nil {
-		if f := al.format.Load(); f != nil {
+		if f := al.format; f != nil {
 			tx.logBuf = f.appendLine(tx.logBuf[:0], tx, al, elapsed, hier)
 		} else {
 			tx.logBuf = tx.appendLog(tx.logBuf[:0], al, elapsed, hier)
 		}
-		al.Write(tx.logBuf)
+		al.file.Write(tx.logBuf)
 	}
 }
 

@@ -13,7 +13,6 @@ package peers
 
 import (
 	"slices"
-	"sync/atomic"
 	"time"
 )
 
@@ -45,13 +44,6 @@ func OriginHash(host []byte) uint32 {
 	}
 	return h
 }
-
-// matching says whether Judge compares parents origin by origin.
-type matching struct{ on atomic.Bool }
-
-// SetMatched makes Judge compare parents origin by origin (on for the
-// hashing policies, carp and sourcehash).
-func (r *Registry) SetMatched(on bool) { r.matching.on.Store(on) }
 
 // byOrigin is p's times at or after since, by origin (known origins only).
 func (h *Health) byOrigin(since int64) map[uint32][]int64 {

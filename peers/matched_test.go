@@ -37,7 +37,7 @@ func TestHashingAttackerMovesNoKeys(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		fast := map[string]time.Duration{"a": 10 * time.Millisecond, "b": 10 * time.Millisecond, "c": 10 * time.Millisecond}
 		r := answersRegistry(t, 3, nil)
-		r.SetMatched(true)
+		matchOrigins(r)
 		hashedLoad(r, fast, true)
 		r.Judge(time.Now())
 		if a := r.Get("a"); a.Health().Outlier() || share(a) != 1 {
@@ -52,7 +52,7 @@ func TestHashingAttackerMovesNoKeys(t *testing.T) {
 		}
 
 		slow := answersRegistry(t, 3, nil)
-		slow.SetMatched(true)
+		matchOrigins(slow)
 		hashedLoad(slow, map[string]time.Duration{"a": 80 * time.Millisecond, "b": 10 * time.Millisecond, "c": 10 * time.Millisecond}, false)
 		slow.Judge(time.Now())
 		if a := slow.Get("a"); !a.Health().Outlier() {
@@ -77,4 +77,12 @@ func TestOutlierMarksRateLimited(t *testing.T) {
 	if p.health.markedRecently(now.Add(outlierMarkWindow + time.Second)) {
 		t.Fatal("a mark a minute after the first refused")
 	}
+}
+
+// matchOrigins makes r compare its parents origin by origin, as a
+// hashing policy's reload would (Options.Matched).
+func matchOrigins(r *Registry) {
+	o := *r.opts.Load()
+	o.Matched = true
+	r.opts.Store(&o)
 }

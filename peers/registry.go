@@ -34,6 +34,12 @@ type Options struct {
 	// ReadTimeout is [proxy] read_timeout: the automatic first-byte
 	// timeout never exceeds it.
 	ReadTimeout time.Duration
+	// Groups are the peer names of each [[route]]: the parents judged
+	// against each other besides all of them (relative.go).
+	Groups [][]string
+	// Matched: parents are compared origin by origin, as a hashing
+	// policy (carp, sourcehash) asks them (matched.go).
+	Matched bool
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	// Log receives state changes; nil means the standard logrus logger.
@@ -59,11 +65,6 @@ type Registry struct {
 
 	overrides overrides
 	subs      subscribers // the change feeds (changes.go)
-	// groups are the peer names of each route, whose parents are judged
-	// against each other (relative.go).
-	groups atomic.Pointer[[][]string]
-	// matching: parents compared origin by origin (matched.go).
-	matching matching
 }
 
 // New builds a registry with the given peers, all Unknown.

@@ -126,20 +126,12 @@ func (h *Health) LatencyShare() float64 {
 	return math.Float64frombits(b)
 }
 
-// SetGroups gives the registry the groups its parents are compared
-// within: the peer names of each [[route]] (the default route, every
-// parent, is always a group). Parents are compared within a group and a
-// tier.
-func (r *Registry) SetGroups(groups [][]string) {
-	r.groups.Store(&groups)
-}
-
 // Judge compares the parents now: each one's recent median, its share,
 // and whether it is an outlier. It runs on a ticker (cmd/peerd) and in
 // tests with their own clock.
 func (r *Registry) Judge(now time.Time) {
 	h := r.opts.Load().Health
-	matched := r.matching.on.Load()
+	matched := r.opts.Load().Matched
 	// The parents are compared over one period: the last relWindow, or
 	// since the latest revival of a parent from being an outlier (its
 	// older times are gone), so that a shift every parent shares (an
@@ -293,11 +285,12 @@ func shareFor(ratio float64) float64 {
 	return max(shareFloor, (shareTolerance/ratio)*(shareTolerance/ratio))
 }
 
-// groupsOf is the parents by group: each configured route's, and all of
-// them.
+// groupsOf is the parents by group: each configured route's (Options
+// Groups), and all of them. Parents are compared within a group and a
+// tier.
 func (r *Registry) groupsOf(parents []*Peer) [][]*Peer {
 	out := [][]*Peer{parents}
-	gs := r.groups.Load()
+	gs := r.opts.Load().Groups
 	if gs == nil {
 		return out
 	}
@@ -305,7 +298,7 @@ func (r *Registry) groupsOf(parents []*Peer) [][]*Peer {
 	for _, p := range parents {
 		byName[p.Name()] = p
 	}
-	for _, names := range *gs {
+	for _, names := range gs {
 		var g []*Peer
 		for _, n := range names {
 			if p := byName[n]; p != nil {

@@ -145,8 +145,6 @@ func (s *server) stage(cfg, old *config.File) (*staged, error) {
 		if st.access, err = forwarding.OpenAccessLog(cfg.Log.AccessLog); err != nil {
 			return fail(fmt.Errorf("log.access_log: %w", err))
 		}
-		st.access.SetStripQuery(cfg.Log.StripQueryTerms)
-		st.access.SetFormat(cfg.Log.AccessFormat())
 	}
 	if cfg.ICP.Listen != "" && cfg.ICP.Listen != old.ICP.Listen {
 		if st.icp, err = s.listenICP(cfg.ICP.Listen); err != nil {
@@ -193,47 +191,46 @@ func (s *server) commit(st *staged, old *config.File) {
 	cfg := st.cfg
 	configureLogger(s.log, cfg.Log)
 	s.planner.SetOptions(cfg.PlannerOptions()) // taken by the generation below
-	s.reg.SetGroups(routeGroups(cfg))
-	s.reg.SetMatched(hashing(cfg))
 	s.stalls.SetOn(cfg.Health.StallGuard)
 	s.applyTrace(cfg.Trace)
 	var basic forwarding.Authenticator
 	if st.basic != nil {
 		basic = st.basic
 	}
+	// The cache: a new one (its disk moved, or it was off), none, or the
+	// same stores with this config's settings (a view of its own).
 	prevCache := s.proxy.Cache()
-	nextCache := prevCache
+	var nextCache *cache.Cache
 	switch {
 	case cfg.Cache.Memory <= 0:
-		nextCache = nil
 	case st.cache != nil:
 		nextCache = st.cache
+	default:
+		nextCache = prevCache.Reconfigured(cfg.Cache)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	prevLog := s.access
 	if cfg.Log.AccessLog != old.Log.AccessLog {
 		s.access = st.access
-	} else if s.access != nil {
-		s.access.SetStripQuery(cfg.Log.StripQueryTerms)
-		s.access.SetFormat(cfg.Log.AccessFormat())
 	}
 	port := ""
 	if st.proxyLn != nil && s.proxyLn != nil {
 		port = listenPort(st.proxyLn)
 	}
-	s.proxy.Reconfigure(forwarding.Generation{Config: cfg.Proxy, Policy: st.policy, Rules: cfg.CompiledRules(),
-		Auth: basic, Cache: nextCache, AccessLog: s.access, Port: port})
-	// What the old generation alone used goes once it is out of force
-	// (requests still under it finish with what they hold).
-	if nextCache != prevCache {
-		prevCache.Close()
-	} else if nextCache != nil {
-		nextCache.Reconfigure(cfg.Cache)
+	ended := s.proxy.Reconfigure(forwarding.Generation{Config: cfg.Proxy, Policy: st.policy, Rules: cfg.CompiledRules(),
+		Auth: basic, Cache: nextCache, AccessLog: s.access, LogFormat: cfg.Log.AccessFormat(),
+		StripQueryTerms: cfg.Log.StripQueryTerms, Port: port})
+	// What the old generations alone used goes once their last request
+	// is done (they finish with what they hold).
+	var closes []func()
+	if prevCache != nil && (nextCache == nil || st.cache != nil) {
+		closes = append(closes, prevCache.Close)
 	}
-	if prevLog != s.access && prevLog != nil {
-		prevLog.Close()
+	if prevLog != nil && prevLog != s.access {
+		closes = append(closes, func() { prevLog.Close() })
 	}
+	s.closeWhenEnded(ended, closes)
 	s.proxy.Prune(s.reg.Peers())
 	s.api.SetToken(cfg.Admin.Token)
 	s.api.SetHosts(cfg.Admin.Listen, cfg.Admin.Hosts)
@@ -291,4 +288,24 @@ func (s *server) commit(st *staged, old *config.File) {
 		}()
 		s.log.WithField("admin", st.adminLn.Addr().String()).Info("admin listener moved")
 	}
+}
+
+// closeWhenEnded runs closes once no request holds a generation a reload
+// replaced (ended), or once peerd has stopped serving (retired: its
+// requests are done or were cut at shutdown_timeout).
+func (s *server) closeWhenEnded(ended <-chan struct{}, closes []func()) {
+	if len(closes) == 0 {
+		return
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		select {
+		case <-ended:
+		case <-s.retired:
+		}
+		for _, c := range closes {
+			c()
+		}
+	}()
 }

@@ -9,13 +9,14 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
-	"github.com/peerd/peerd/cmd/peerd/internal/statefile"
 	"net/http"
 	"os"
 	"os/signal"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/peerd/peerd/cmd/peerd/internal/statefile"
 
 	"github.com/sirupsen/logrus"
 
@@ -227,6 +228,7 @@ func (s *server) shutdown(sigs <-chan os.Signal) error {
 		s.proxy.WaitTunnels(ctx)
 	}()
 	wg.Wait()
+	close(s.retired)
 	adminSrv.Close()
 	s.mu.Lock()
 	if s.icpSrv != nil {

@@ -64,6 +64,10 @@ type server struct {
 	// one that succeeded): metrics and the status page.
 	reloads reloadRecord
 	started time.Time // when the process began (uptime)
+	// retired is closed once peerd serves no more requests (shutdown):
+	// what a reload replaced is closed then if no earlier
+	// (closeWhenEnded).
+	retired chan struct{}
 
 	reg     *peers.Registry
 	prober  *probes.Prober
@@ -119,7 +123,7 @@ func newServer(path string, cfg *config.File, stderr io.Writer) (*server, error)
 	lg := logrus.New()
 	lg.SetOutput(stderr)
 	configureLogger(lg, cfg.Log)
-	s := &server{path: path, log: lg, cfg: cfg}
+	s := &server{path: path, log: lg, cfg: cfg, retired: make(chan struct{})}
 	for _, w := range cfg.Warnings() {
 		lg.Warn(w)
 	}
@@ -150,8 +154,6 @@ func newServer(path string, cfg *config.File, stderr io.Writer) (*server, error)
 	d := &dialer.Dialer{Reporter: acct, Log: lg, TLS: s.tlsFor, Source: source, Stalls: s.stalls}
 	s.prober = probes.New(probes.Options{Registry: reg, Dialer: d, Log: lg, Stalls: s.stalls})
 	s.planner = selection.New(reg, cfg.PlannerOptions())
-	reg.SetGroups(routeGroups(cfg))
-	reg.SetMatched(hashing(cfg))
 
 	promReg := prometheus.NewRegistry()
 	// The Go collector's defaults, and GC pauses as runtime/metrics has
@@ -173,8 +175,6 @@ func newServer(path string, cfg *config.File, stderr io.Writer) (*server, error)
 		if s.access, err = forwarding.OpenAccessLog(cfg.Log.AccessLog); err != nil {
 			return nil, err
 		}
-		s.access.SetStripQuery(cfg.Log.StripQueryTerms)
-		s.access.SetFormat(cfg.Log.AccessFormat())
 	}
 	pol, err := cfg.Policy()
 	if err != nil {
@@ -214,7 +214,8 @@ func newServer(path string, cfg *config.File, stderr io.Writer) (*server, error)
 	if basic != nil {
 		a = basic
 	}
-	s.proxy.Reconfigure(forwarding.Generation{Config: cfg.Proxy, Policy: pol, Rules: cfg.CompiledRules(), Auth: a, Cache: ch, AccessLog: s.access})
+	s.proxy.Reconfigure(forwarding.Generation{Config: cfg.Proxy, Policy: pol, Rules: cfg.CompiledRules(), Auth: a, Cache: ch,
+		AccessLog: s.access, LogFormat: cfg.Log.AccessFormat(), StripQueryTerms: cfg.Log.StripQueryTerms})
 	promReg.MustRegister(s.proxy.CacheCollector())
 	s.fleet.SetPurger(func(key []byte) int {
 		if c := s.proxy.Cache(); c != nil {
@@ -395,29 +396,4 @@ func (s *server) fleetNode(cfg *config.File) string {
 	}
 	_, port, _ := net.SplitHostPort(cfg.Fleet.Bind)
 	return s.proxy.Name() + ":" + port
-}
-
-// routeGroups are the peer names of each [[route]]: the parents the
-// registry judges against each other besides all of them.
-func routeGroups(cfg *config.File) [][]string {
-	var out [][]string
-	for _, r := range cfg.Routes {
-		out = append(out, r.Peers)
-	}
-	return out
-}
-
-// hashing reports whether any plan hashes its parents (carp, sourcehash):
-// then parents are compared origin by origin (peers.Registry.SetMatched).
-func hashing(cfg *config.File) bool {
-	hashed := func(p selection.Policy) bool { return p == selection.CARP || p == selection.SourceHash }
-	if hashed(cfg.Selection.Policy) {
-		return true
-	}
-	for _, r := range cfg.Routes {
-		if p, err := selection.ParsePolicy(r.Policy); r.Policy != "" && err == nil && hashed(p) {
-			return true
-		}
-	}
-	return false
 }

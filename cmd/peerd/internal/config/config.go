@@ -8,13 +8,14 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
-	"github.com/peerd/peerd/tracing"
 	"os"
 	"path/filepath"
 	"reflect"
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/peerd/peerd/tracing"
 
 	"github.com/peerd/peerd/auth"
 

@@ -111,9 +111,29 @@ func (c *File) checkFiles() []error {
 	return append(es, c.checkPaths()...)
 }
 
-// PeerOptions builds the registry options from the config.
+// PeerOptions builds the registry options from the config: the peers'
+// health settings, and how parents are judged against each other (each
+// [[route]]'s parents a group; origin by origin under a hashing policy).
 func (c *File) PeerOptions(log logrus.FieldLogger) peers.Options {
-	return peers.Options{Health: c.Health, ConnectTimeout: c.Proxy.ConnectTimeout, ReadTimeout: c.Proxy.ReadTimeout, Log: log}
+	o := peers.Options{Health: c.Health, ConnectTimeout: c.Proxy.ConnectTimeout, ReadTimeout: c.Proxy.ReadTimeout, Log: log, Matched: c.hashing()}
+	for _, r := range c.Routes {
+		o.Groups = append(o.Groups, r.Peers)
+	}
+	return o
+}
+
+// hashing reports whether any plan hashes its parents (carp, sourcehash).
+func (c *File) hashing() bool {
+	hashed := func(p selection.Policy) bool { return p == selection.CARP || p == selection.SourceHash }
+	if hashed(c.Selection.Policy) {
+		return true
+	}
+	for _, r := range c.Routes {
+		if p, err := selection.ParsePolicy(r.Policy); r.Policy != "" && err == nil && hashed(p) {
+			return true
+		}
+	}
+	return false
 }
 
 // PlannerOptions builds the selection options from the config.

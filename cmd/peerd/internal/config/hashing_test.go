@@ -1,9 +1,7 @@
-package main
+package config
 
 import (
 	"testing"
-
-	"github.com/peerd/peerd/cmd/peerd/internal/config"
 )
 
 // TestHashingJudgesOriginByOrigin: under carp or sourcehash, globally or
@@ -18,11 +16,11 @@ func TestHashingJudgesOriginByOrigin(t *testing.T) {
 		"[[peer]]\nname = \"p\"\nhost = \"h\"\n[[route]]\ndomains = [\".a\"]\npeers = [\"p\"]\npolicy = \"sourcehash\"\n": true,
 		"": false,
 	} {
-		cfg, ps := config.Parse([]byte(src))
+		cfg, ps := Parse([]byte(src))
 		if len(ps) > 0 {
 			t.Fatalf("%q: %v", src, ps)
 		}
-		if got := hashing(cfg); got != want {
+		if got := cfg.PeerOptions(nil).Matched; got != want {
 			t.Errorf("%q: hashing %v; want %v", src, got, want)
 		}
 	}
