@@ -38,6 +38,10 @@ func (f *Fleet) Accounting(r Registry) Accounting { return Accounting{r, f} }
 // every key. A complete answer is no failure (an origin's 5xx the owner
 // relayed is one). The registry never judges a member.
 func (a Accounting) Observe(p *peers.Peer, o peers.Outcome) {
+	if p.Type() != peers.Sibling { // (a member's hop is one: peers.NewMember)
+		a.Registry.Observe(p, o)
+		return
+	}
 	if _, member := a.f.shared.memberHops.Load(p); !member {
 		a.Registry.Observe(p, o)
 		return

@@ -179,13 +179,23 @@ type step struct {
 	// the key): moving on from it is the plan's first try, not a retry,
 	// and spends no retry budget.
 	lead bool
-	// budget: the retry budget (for a late head: hedge_budget) allows
-	// one more now; false once a withdrawal found it spent meanwhile.
-	budget bool
+	// budget says whether the retry budget (for a late head:
+	// hedge_budget) allows one more now; asked only when the step's
+	// retry would spend it (the retry budget takes a lock).
+	budget allowance
 	// left tells, without taking it, whether the plan has a hop left
 	// (healthy: one that is not suspect); *selection.Plan is one.
 	left interface{ Left(healthy bool) bool }
 }
+
+// allowance says whether a budget allows one more now.
+type allowance interface{ allows() bool }
+
+// granted is an allowance known already: a hedge budget asked once, a
+// withdrawal that found the retry budget spent.
+type granted bool
+
+func (g granted) allows() bool { return bool(g) }
 
 // decide is the one place that says what follows an attempt, for every
 // request, plain or CONNECT: a peer at max_conn, a connect that failed
@@ -199,7 +209,7 @@ func decide(c failure, f facts, s step) verdict {
 	// the budget has none left or the plan no hop.
 	move := func() verdict {
 		switch spends := costsBudget(c, f) && !s.lead; {
-		case spends && !s.budget, !s.left.Left(false):
+		case spends && !s.budget.allows(), !s.left.Left(false):
 			return answer
 		case spends:
 			return retry
@@ -224,9 +234,9 @@ func decide(c failure, f facts, s step) verdict {
 		// failure counted) when a healthy hop is there to take its new
 		// requests; the wait goes on.
 		switch {
-		case f.hedgeable && s.budget && s.left.Left(true):
+		case f.hedgeable && s.budget.allows() && s.left.Left(true):
 			return hedge
-		case !s.budget && s.left.Left(true):
+		case !s.budget.allows() && s.left.Left(true):
 			return waitSuspect
 		}
 		return waitOn

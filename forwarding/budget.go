@@ -61,8 +61,9 @@ func (b *retryBudget) refillLocked() {
 	b.last = now
 }
 
-// available reports whether a retry could be withdrawn now.
-func (b *retryBudget) available() bool {
+// allows reports whether a retry could be withdrawn now (an allowance,
+// for decide's step).
+func (b *retryBudget) allows() bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.refillLocked()

@@ -72,9 +72,9 @@ func TestDecide(t *testing.T) {
 	more := leftOf{any: true, healthy: true} // a healthy hop left
 	onlySuspect := leftOf{any: true}         // hops left, all suspect
 	nothing := leftOf{}                      // no hop left
-	budget := func(l leftOf) step { return step{budget: true, left: l} }
-	spent := func(l leftOf) step { return step{left: l} }
-	lead := func(l leftOf) step { return step{lead: true, left: l} } // budget spent, but a lead hop spends none
+	budget := func(l leftOf) step { return step{budget: granted(true), left: l} }
+	spent := func(l leftOf) step { return step{budget: granted(false), left: l} }
+	lead := func(l leftOf) step { return step{lead: true, budget: granted(false), left: l} } // budget spent, but a lead hop spends none
 	for _, tc := range []struct {
 		name string
 		c    failure

@@ -192,7 +192,7 @@ func (w *walker) raceConnects(hop selection.Hop, delay time.Duration) *attempt {
 			if r.pending > 0 {
 				continue // the others race on
 			}
-			h, v := w.onward(class, step{left: &w.plan})
+			h, v := w.onward(class, step{budget: granted(false), left: &w.plan})
 			if v != nextHop {
 				r.finish(nil)
 				return nil

@@ -72,7 +72,7 @@ func (w *walker) walk() *attempt {
 		}
 		class := w.classify(a)
 		var v verdict
-		hop, v = w.onward(class, step{lead: a.hop.Lead, budget: w.h.budget.available(), left: &w.plan})
+		hop, v = w.onward(class, step{lead: a.hop.Lead, budget: w.h.budget, left: &w.plan})
 		switch v {
 		case nextHop, retry, sameFresh:
 			if class != siblingMissed {
@@ -101,7 +101,7 @@ func (w *walker) onward(c failure, s step) (selection.Hop, verdict) {
 	v := decide(c, w.rq.facts, s)
 	if v == retry && !w.h.budget.withdraw() {
 		w.h.metrics.budgetExhausted()
-		s.budget = false
+		s.budget = granted(false)
 		v = decide(c, w.rq.facts, s)
 	}
 	if v != nextHop && v != retry {
@@ -122,7 +122,7 @@ func (w *walker) exchange(a *attempt) {
 	fbt := w.firstByte(a)
 	a.roundTrip(w.rq, w.side, fbt)
 	for a.late && !w.cw.gone {
-		s := step{budget: w.hedgeAllowed(a), left: &w.plan}
+		s := step{budget: granted(w.hedgeAllowed(a)), left: &w.plan}
 		v := decide(lateHead, w.rq.facts, s)
 		if v == hedge {
 			sent, refused := w.hedge(a)
@@ -131,7 +131,7 @@ func (w *walker) exchange(a *attempt) {
 			}
 			// Not sent: another request took the last of the budget,
 			// or no healthy hop could be taken after all.
-			s.budget = !refused
+			s.budget = granted(!refused)
 			if !refused {
 				s.left = nothingLeft{}
 			}
@@ -230,7 +230,7 @@ func (w *walker) take(hop selection.Hop, pooled bool) (selection.Hop, *upConn, b
 // skip moves past a hop that was skipped (nothing sent): the plan's next
 // hop when decide allows one.
 func (w *walker) skip() (selection.Hop, bool) {
-	hop, v := w.onward(peerFull, step{left: &w.plan})
+	hop, v := w.onward(peerFull, step{budget: granted(false), left: &w.plan})
 	return hop, v == nextHop
 }
 
@@ -284,7 +284,7 @@ func (w *walker) newAttempt(hop selection.Hop, at progress, uc *upConn, reused b
 // dialFailed records a failed connect, frees its slot, and says what
 // follows (decide: the next hop, taken, when there is one).
 func (w *walker) dialFailed(hop selection.Hop, err error) (selection.Hop, verdict) {
-	return w.onward(w.noteDialFailure(hop, err), step{left: &w.plan})
+	return w.onward(w.noteDialFailure(hop, err), step{budget: granted(false), left: &w.plan})
 }
 
 // noteDialFailure records a failed connect and frees its slot; it
