@@ -63,6 +63,7 @@ FUZZ_TARGETS := \
 	cache:FuzzJournalRecord \
 	cache:FuzzDecodeHead \
 	forwarding:FuzzProxyStatus \
+	internal/nexthop:FuzzRead \
 	cmd/peerd/internal/squidimport:FuzzImportSquid \
 	fleet:FuzzDecode \
 	fleet:FuzzForgedVerdicts \

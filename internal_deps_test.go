@@ -35,14 +35,15 @@ func TestDependencyDirection(t *testing.T) {
 	allowed := map[string][]string{
 		"peers":                       {"internal/conf"},
 		"dialer":                      {"peers", "internal/conf", "internal/stall"},
-		"probes":                      {"peers", "dialer", "internal/conf", "internal/stall"},
+		"probes":                      {"peers", "dialer", "internal/conf", "internal/stall", "internal/nexthop", "internal/h1"},
 		"selection":                   {"peers", "internal/match", "internal/conf", "internal/rendezvous"},
-		"forwarding":                  {"peers", "dialer", "selection", "internal/h1", "internal/match", "access", "cache", "auth", "internal/conf", "internal/atomicfile", "internal/stall", "internal/rendezvous", "tracing"},
+		"forwarding":                  {"peers", "dialer", "selection", "internal/h1", "internal/nexthop", "internal/match", "access", "cache", "auth", "internal/conf", "internal/atomicfile", "internal/stall", "internal/rendezvous", "tracing"},
 		"tracing":                     {"internal/conf"},
 		"auth":                        {"internal/conf"},
 		"cache":                       {"internal/h1", "internal/conf", "internal/atomicfile"},
 		"access":                      {"internal/conf"},
 		"internal/h1":                 {},
+		"internal/nexthop":            {"internal/h1"},
 		"internal/conf":               {},
 		"internal/atomicfile":         {},
 		"internal/match":              {},
@@ -52,18 +53,18 @@ func TestDependencyDirection(t *testing.T) {
 		"cmd/peerd/internal/handover": {"internal/atomicfile"},
 		"cmd/peerd/internal/statefile": {"peers", "internal/atomicfile", "internal/conf", "cmd/peerd/internal/config",
 			"access", "admin", "auth", "cache", "dialer", "fleet", "forwarding", "icp", "selection", "tracing",
-			"internal/h1", "internal/match", "internal/stall", "internal/rendezvous"},
-		"admin": {"peers", "selection", "internal/match", "cache", "fleet", "internal/h1", "internal/conf", "internal/atomicfile", "internal/rendezvous"},
+			"internal/h1", "internal/nexthop", "internal/match", "internal/stall", "internal/rendezvous"},
+		"admin": {"peers", "selection", "internal/match", "cache", "fleet", "internal/h1", "internal/nexthop", "internal/conf", "internal/atomicfile", "internal/rendezvous"},
 		// The fleet leads plans with a key's owner (fleet.Routing), whose
 		// role reads its answers' heads (fleet.OwnerRole).
-		"fleet": {"peers", "selection", "internal/h1", "internal/match", "internal/conf", "internal/rendezvous"},
+		"fleet": {"peers", "selection", "internal/h1", "internal/nexthop", "internal/match", "internal/conf", "internal/rendezvous"},
 		"icp":   {"peers", "internal/conf"},
 		"cmd/peerd/internal/squidimport": {"cmd/peerd/internal/config", "tracing", "cache", "forwarding", "internal/match", "internal/conf",
-			"access", "admin", "auth", "fleet", "icp", "peers", "selection", "dialer", "internal/h1", "internal/atomicfile", "internal/stall", "internal/rendezvous"},
+			"access", "admin", "auth", "fleet", "icp", "peers", "selection", "dialer", "internal/h1", "internal/nexthop", "internal/atomicfile", "internal/stall", "internal/rendezvous"},
 		// The CLI reads [admin] itself: it links the admin client, not the
 		// config decoder and the engine behind it (forwarding, dialer, ...).
 		"cmd/peerd/internal/cli": {"admin", "selection", "internal/conf",
-			"cache", "fleet", "peers", "internal/h1", "internal/match", "internal/atomicfile", "internal/rendezvous"},
+			"cache", "fleet", "peers", "internal/h1", "internal/nexthop", "internal/match", "internal/atomicfile", "internal/rendezvous"},
 	}
 	owners := map[string]string{
 		"github.com/hashicorp/go-memdb":   "peers",

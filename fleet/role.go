@@ -15,6 +15,7 @@ import (
 	"math/rand/v2"
 
 	"github.com/peerd/peerd/internal/h1"
+	"github.com/peerd/peerd/internal/nexthop"
 )
 
 // MemberField is the field a member request's signature travels in.
@@ -52,10 +53,11 @@ func (OwnerRole) Sibling() bool { return false }
 // or refusal of its own (a peerd error page: X-Peerd-Error), and only
 // such a one is retried at the plan's hops; retry_on_status does not
 // apply to what it relayed (the plan's parents would ask the same
-// origin again). An owner reports nothing of its own next hop.
-func (OwnerRole) Failed(resp *h1.Response, _ bool) (own, retry bool, nextHop string) {
+// origin again). What an owner says of its own next hop is not read: its
+// failure to fetch is its own, for that key.
+func (OwnerRole) Failed(resp *h1.Response, _ bool) (own, retry bool, said nexthop.Said) {
 	own = resp.Status >= 400 && resp.Get("X-Peerd-Error") != nil
-	return own, own, ""
+	return own, own, nexthop.Said{}
 }
 
 // Answered counts an answer of the owner that is the request's answer,

@@ -15,20 +15,24 @@ import (
 	"time"
 
 	"github.com/peerd/peerd/internal/h1"
+	"github.com/peerd/peerd/internal/nexthop"
 	"github.com/peerd/peerd/peers"
 )
 
-// classify says how a's step ended: a final answer is put to the hop's
-// role (what the hop reports of its own next hop goes to its health,
-// never against it); the class is judged and its error kept for the
-// client.
+// classify says how a's step ended: a final answer (a CONNECT's reply
+// too) is put to the hop's role; what the hop says of its own next hop
+// goes to its health, never against it (that the request never reached
+// its destination through it, that it has no next hop at all); the class
+// is judged and its error kept for the client.
 func (w *walker) classify(a *attempt) failure {
 	retry := false
-	if a.final && !w.rq.facts.tunnel {
-		var reported string
-		a.own, retry, reported = a.role.Failed(&a.resp, w.rq.gen.cfg.retryStatus[a.status])
-		if reported != "" {
-			w.h.acct.Observe(a.hop.Peer, peers.Outcome{Event: peers.NextHopFailed, Detail: reported})
+	if a.final {
+		var said nexthop.Said
+		a.own, retry, said = a.role.Failed(&a.resp, w.rq.gen.cfg.retryStatus[a.status])
+		a.unreached = said.Unreached
+		if said.Why != "" || said.NoNextHop {
+			w.h.acct.Observe(a.hop.Peer, peers.Outcome{Event: peers.NextHopFailed, At: a.headAt, Detail: said.Why,
+				Unreached: said.Unreached, NoNextHop: said.NoNextHop, Dest: w.rq.destination()})
 		}
 	}
 	class := a.class(retry)

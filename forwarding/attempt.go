@@ -77,6 +77,9 @@ type attempt struct {
 	// own: a final 5xx the parent blames on itself (Proxy-Status
 	// proxy_internal_error and kin, or Squid's ERR_SHUTTING_DOWN).
 	own bool
+	// unreached: a final answer saying the request never reached its
+	// destination through the hop (its own next hop failed).
+	unreached bool
 	// writtenAt is when the request went out (to a peer); headAt when
 	// its final head was read; firstByte how long that took.
 	writtenAt time.Time
@@ -118,9 +121,10 @@ const (
 	peerFull              // the peer is at max_conn: skipped, not failed, nothing sent
 	lateHead              // written; no response byte by the first-byte timeout (still waiting)
 	givenUp               // written; a late wait given up because the parent was found dead meanwhile
+	unreached             // a final answer saying nothing reached the destination: the hop's next hop failed
 )
 
-var failureReasons = [...]string{"none", "connect_failed", "stale_connection", "before_write", "after_write", "timeout", "status", "committed", "sibling_miss", "own_5xx", "peer_full", "late", "given_up"}
+var failureReasons = [...]string{"none", "connect_failed", "stale_connection", "before_write", "after_write", "timeout", "status", "committed", "sibling_miss", "own_5xx", "peer_full", "late", "given_up", "next_hop_failed"}
 
 func (f failure) String() string { return failureReasons[f] }
 
@@ -169,7 +173,7 @@ func (v verdict) String() string { return verdictNames[v] }
 // budget: connect failures and nothing-written retries cost the peers
 // nothing and are exempt.
 func costsBudget(c failure, f facts) bool {
-	return !f.tunnel && (c == afterWrite || c == timedOut || c == statusRetry || c == ownFailure || c == lateHead)
+	return !f.tunnel && (c == afterWrite || c == timedOut || c == statusRetry || c == ownFailure || c == lateHead || c == unreached)
 }
 
 // step is what decide reads of the walk when an attempt's step ends,
@@ -260,6 +264,14 @@ func decide(c failure, f facts, s step) verdict {
 		// A hop's own failure is retried whatever retry_on_status says:
 		// nothing of it reached the client, and another hop may be well.
 		if f.retriable() {
+			return move()
+		}
+	case unreached:
+		// The hop said the request never reached its destination (its
+		// own next hop failed): nothing reached the origin, so any
+		// request whose body peerd still holds goes on (a CONNECT: no
+		// client byte was sent), within the retry budget.
+		if f.replayable || f.tunnel {
 			return move()
 		}
 	}

@@ -99,7 +99,10 @@ func (tx *txn) maxForwards() bool {
 	}
 	b := tx.out[:0]
 	if rq.method == http.MethodOptions {
-		b = append(b, "HTTP/1.1 200 OK\r\nAllow: GET, HEAD, POST, PUT, DELETE, OPTIONS, TRACE, CONNECT, PATCH\r\nContent-Length: 0\r\n\r\n"...)
+		// (A child's health probe: its Proxy-Status member says whether
+		// this peerd has a usable next hop.)
+		b = append(b, "HTTP/1.1 200 OK\r\nAllow: GET, HEAD, POST, PUT, DELETE, OPTIONS, TRACE, CONNECT, PATCH\r\nProxy-Status: "...)
+		b = append(rq.gen.appendNextHop(append(b, rq.gen.cfg.Name...)), "\r\nContent-Length: 0\r\n\r\n"...)
 	} else {
 		// TRACE: echo the request as received, less credentials and
 		// cookies.

@@ -116,16 +116,28 @@ func TestOwn5xxRetriedAndJudged(t *testing.T) {
 		if n := r.reg.Get("a").Health().Snapshot().AnswerFailuresByClass["own_5xx"]; n != 1 {
 			t.Fatalf("own_5xx = %d; want 1", n)
 		}
-		// A 502 a parent reports about its origin is not its failure.
+		// A 502 a parent reports about its origin is not its failure:
+		// one that says the request never reached the origin goes on to
+		// the next parent; one that refused the request is the answer.
 		r2 := grayRig(t)
 		r2.net.status[addrA] = 502
 		r2.net.fields[addrA] = "Proxy-Status: a; error=destination_not_found\r\n"
 		rec, _ = r2.get(t, "GET")
-		if rec.Code != 502 {
-			t.Fatalf("%d; want the parent's 502 relayed", rec.Code)
+		if rec.Code != 200 || rec.body != "from "+addrB {
+			t.Fatalf("%d %q; want b's 200 (nothing reached the origin through a)", rec.Code, rec.body)
 		}
 		if n := r2.reg.Get("a").Health().AnswerFailures(); n != 0 {
 			t.Fatalf("answer failures %d for an origin's fault", n)
+		}
+		r3 := grayRig(t)
+		r3.net.status[addrA] = 502
+		r3.net.fields[addrA] = "Proxy-Status: a; error=http_request_denied\r\n"
+		rec, _ = r3.get(t, "GET")
+		if rec.Code != 502 {
+			t.Fatalf("%d; want the parent's refusal relayed", rec.Code)
+		}
+		if n := r3.reg.Get("a").Health().AnswerFailures(); n != 0 {
+			t.Fatalf("answer failures %d for a refusal", n)
 		}
 	})
 }

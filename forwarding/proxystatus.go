@@ -9,6 +9,7 @@ import (
 	"strconv"
 
 	"github.com/peerd/peerd/internal/h1"
+	"github.com/peerd/peerd/internal/nexthop"
 	"github.com/peerd/peerd/peers"
 	"github.com/peerd/peerd/selection"
 )
@@ -92,7 +93,22 @@ func (tx *txn) proxyStatusForError(e *Error) string {
 		b = append(b, "; details="...)
 		b = strconv.AppendQuote(b, printable(e.Err.Error()))
 	}
+	b = tx.rq.gen.appendNextHop(b)
 	return string(append(b, "\r\n"...))
+}
+
+// appendNextHop appends to peerd's Proxy-Status member, when the default
+// route has no usable next hop (every parent dead, cut off or drained,
+// and DIRECT not allowed), the parameter that tells a child so
+// (nexthop.NoNextHopParam): the child then sends it nothing until its
+// probe's answer says it has one again. Its answers to a probe and its
+// errors carry it.
+func (g *generation) appendNextHop(b []byte) []byte {
+	plan := g.routing.Plan(selection.DefaultRoute)
+	if _, ok := plan.Next(); ok {
+		return b
+	}
+	return append(append(b, "; "...), nexthop.NoNextHopParam...)
 }
 
 // appendProxyStatus appends peerd's member for a forwarded response.
@@ -144,118 +160,4 @@ func printable(s string) string {
 		}
 	}
 	return s
-}
-
-// upstreamError returns the error type a parent's Proxy-Status reports:
-// the error parameter of the last member (the parent's own, closest to
-// peerd), or "".
-func upstreamError(fields []h1.Field) string {
-	var last string
-	for _, f := range fields {
-		if f.Is("Proxy-Status") {
-			if t, ok := lastMemberError(f.Value); ok {
-				last = t
-			} else {
-				last = ""
-			}
-		}
-	}
-	return last
-}
-
-// lastMemberError parses a Proxy-Status list (RFC 8941 List of Items with
-// parameters) and returns the error parameter of its last member; ok is
-// false when the last member has none. Malformed input yields "", false.
-func lastMemberError(v []byte) (string, bool) {
-	errType, has := "", false
-	i := 0
-	for i < len(v) {
-		for i < len(v) && (v[i] == ' ' || v[i] == '\t') {
-			i++
-		}
-		// The member's item: a token or a string.
-		var ok bool
-		if i, ok = skipBareItem(v, i); !ok {
-			return "", false
-		}
-		errType, has = "", false
-		// Its parameters.
-		for {
-			for i < len(v) && v[i] == ' ' {
-				i++
-			}
-			if i >= len(v) || v[i] != ';' {
-				break
-			}
-			i++
-			for i < len(v) && v[i] == ' ' {
-				i++
-			}
-			ks := i
-			for i < len(v) && (v[i] >= 'a' && v[i] <= 'z' || v[i] >= '0' && v[i] <= '9' || v[i] == '_' || v[i] == '-' || v[i] == '.' || v[i] == '*') {
-				i++
-			}
-			key := v[ks:i]
-			if len(key) == 0 {
-				return "", false
-			}
-			if i < len(v) && v[i] == '=' {
-				i++
-				vs := i
-				if i, ok = skipBareItem(v, i); !ok {
-					return "", false
-				}
-				if string(key) == "error" {
-					errType, has = string(v[vs:i]), true
-				}
-			}
-		}
-		for i < len(v) && (v[i] == ' ' || v[i] == '\t') {
-			i++
-		}
-		if i < len(v) {
-			if v[i] != ',' {
-				return "", false
-			}
-			i++
-		}
-	}
-	return errType, has
-}
-
-// skipBareItem moves past an sf-token, sf-string, integer or boolean.
-func skipBareItem(v []byte, i int) (int, bool) {
-	if i >= len(v) {
-		return i, false
-	}
-	switch c := v[i]; {
-	case c == '"':
-		for i++; i < len(v); i++ {
-			switch v[i] {
-			case '\\':
-				i++
-			case '"':
-				return i + 1, true
-			}
-		}
-		return i, false
-	case c == '?':
-		if i+1 < len(v) && (v[i+1] == '0' || v[i+1] == '1') {
-			return i + 2, true
-		}
-		return i, false
-	case c == '-' || c >= '0' && c <= '9':
-		j := i + 1
-		for j < len(v) && (v[j] >= '0' && v[j] <= '9' || v[j] == '.') {
-			j++
-		}
-		return j, true
-	case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c == '*':
-		j := i + 1
-		for j < len(v) && (h1.IsTchar(v[j]) || v[j] == ':' || v[j] == '/') {
-			j++
-		}
-		return j, true
-	}
-	return i, false
 }

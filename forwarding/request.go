@@ -10,7 +10,9 @@ package forwarding
 import (
 	"bytes"
 	"io"
+	"net"
 	"net/netip"
+	"strconv"
 	"time"
 	"unsafe"
 
@@ -218,3 +220,18 @@ func splitLines(head []byte) [][]byte {
 // urlString views the request target as a string for the planner, which
 // only hashes it while the plan is built.
 func urlString(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
+
+// destination is where the request goes, as a parent is told it cannot
+// reach it and as a probe through that parent asks it again: the
+// origin's scheme, host and port ("http://example.com:80"), or a
+// tunnel's host and port ("example.com:443").
+func (r *request) destination() string {
+	hp := net.JoinHostPort(string(r.req.Host), strconv.Itoa(r.port))
+	if r.facts.tunnel {
+		return hp
+	}
+	if r.https() {
+		return "https://" + hp
+	}
+	return "http://" + hp
+}

@@ -13,6 +13,7 @@ import (
 	"net/http"
 
 	"github.com/peerd/peerd/internal/h1"
+	"github.com/peerd/peerd/internal/nexthop"
 	"github.com/peerd/peerd/peers"
 	"github.com/peerd/peerd/selection"
 )
@@ -28,9 +29,10 @@ type HopRole interface {
 	// Failed says of a final answer whether it is a failure of the hop's
 	// own (counted against it; the request goes on), whether another
 	// hop may do better (retry; retryStatus: its status is listed in
-	// retry_on_status), and the error type its Proxy-Status member
-	// reports ("": none), which never counts against it.
-	Failed(resp *h1.Response, retryStatus bool) (own, retry bool, reported string)
+	// retry_on_status), and what it says about the hop's own next hop
+	// (said: that the request never reached the origin, that the hop has
+	// no next hop at all), which never counts against it.
+	Failed(resp *h1.Response, retryStatus bool) (own, retry bool, said nexthop.Said)
 	// Answered reads a final answer that is the request's answer and
 	// names its hierarchy code ("": the hop's own).
 	Answered(resp *h1.Response) string
@@ -64,36 +66,44 @@ func (peerRole) Fields(b []byte) []byte { return b }
 
 func (r peerRole) Sibling() bool { return r.p != nil && r.p.Type() == peers.Sibling }
 
-// Failed: a parent's final 5xx is its own failure when its Proxy-Status
-// member (the last: RFC 9209 lists them origin first) says so
-// (proxy_internal_error, proxy_configuration_error,
-// proxy_internal_response), or Squid's X-Squid-Error says
-// ERR_SHUTTING_DOWN. An error it reports about its own next hop is never
-// its own: when it would be the same through any parent
-// (destination_not_found, http_request_denied) it is not retried
-// elsewhere; when it is the parent's path to the origin
-// (connection_refused, connection_timeout) another parent may have one.
-// A sibling's error to only-if-cached is a miss, and DIRECT is the
-// origin itself: neither says anything here.
-func (r peerRole) Failed(resp *h1.Response, retryStatus bool) (own, retry bool, reported string) {
-	if r.p == nil || resp.Status < http.StatusInternalServerError || r.p.Type() == peers.Sibling {
-		return false, retryStatus, ""
+// Failed: a parent's final error says what it says of its own next hop
+// (internal/nexthop: its Proxy-Status member, the last, RFC 9209 listing
+// them origin first; Squid's X-Squid-Error; peerd's own). One that says
+// the request never reached the origin (a connect refused or timed out,
+// a name not resolved, no next hop of its own: the docs list them) is
+// never the parent's failure, and another parent may reach it (said
+// Unreached: the walker sends it on). A 5xx that is its own (Proxy-Status
+// proxy_internal_error and kin, Squid's ERR_SHUTTING_DOWN) counts against
+// it; a request it refused (http_request_denied) would be refused by any
+// parent and is not retried elsewhere. A sibling's error to
+// only-if-cached is a miss, and DIRECT is the origin itself: neither
+// says anything here.
+func (r peerRole) Failed(resp *h1.Response, retryStatus bool) (own, retry bool, said nexthop.Said) {
+	if r.p == nil || resp.Status < http.StatusBadRequest || r.p.Type() == peers.Sibling {
+		return false, retryStatus, nexthop.Said{}
 	}
-	t := upstreamError(resp.Fields)
-	switch t {
-	case "proxy_internal_error", "proxy_configuration_error", "proxy_internal_response":
-		own = true
-	default:
-		v := resp.Get("X-Squid-Error")
-		own = len(v) >= 16 && string(v[:16]) == "ERR_SHUTTING_DOWN"
+	said = nexthop.Read(answerOf(resp))
+	if resp.Status < http.StatusInternalServerError {
+		// A 4xx is the answer, unless it says the request never
+		// reached the origin.
+		return false, retryStatus, nexthop.Said{Unreached: said.Unreached, NoNextHop: said.NoNextHop, Why: said.Why}
 	}
-	switch t {
-	case psDestinationNotFound, psRequestDenied:
-		return own, false, t // the same through any parent
-	case psConnectionRefused, psConnectionTimeout:
-		return own, true, t // the parent's path to the origin: another may have one
+	if said.Type == psRequestDenied {
+		retryStatus = false // the same through any parent
 	}
-	return own, retryStatus, t
+	return said.Own, retryStatus, said
+}
+
+// answerOf is what internal/nexthop reads of resp.
+func answerOf(resp *h1.Response) nexthop.Answer {
+	var a nexthop.Answer
+	for _, f := range resp.Fields {
+		if f.Is("Proxy-Status") {
+			a.ProxyStatus = append(a.ProxyStatus, f.Value)
+		}
+	}
+	a.SquidError, a.PeerdError = resp.Get("X-Squid-Error"), resp.Get("X-Peerd-Error")
+	return a
 }
 
 func (peerRole) Answered(*h1.Response) string { return "" }

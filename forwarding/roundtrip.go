@@ -431,6 +431,8 @@ func (a *attempt) class(retryStatus bool) failure {
 		switch {
 		case a.progress == sentToClient:
 			return notFailed
+		case a.unreached:
+			return unreached
 		case a.own:
 			return ownFailure
 		case retryStatus:

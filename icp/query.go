@@ -328,6 +328,17 @@ func (q *Querier) read(conn *net.UDPConn) {
 }
 
 func (q *Querier) deliver(m *Message, from netip.AddrPort) {
+	if p := q.deliverReply(m, from); p != nil {
+		// What the reply says of the peer's own next hop: MISS_NOFETCH
+		// ("do not fetch through me") cuts a parent off; any other reply
+		// ends that.
+		q.reg.Observe(p, peers.Outcome{Event: peers.ICPReplied, At: q.now(), NoNextHop: m.Op == OpMissNoFetch})
+	}
+}
+
+// deliverReply hands m to the query it answers, and names the peer that
+// sent it (nil: a stray, or a peer's late reply).
+func (q *Querier) deliverReply(m *Message, from netip.AddrPort) *peers.Peer {
 	now := q.now()
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -336,7 +347,7 @@ func (q *Querier) deliver(m *Message, from netip.AddrPort) {
 		// An answer about another URL: not an answer to this query (a
 		// forgery, or a peer that mixed its replies up).
 		q.stray.Add(1)
-		return
+		return nil
 	}
 	if qu == nil {
 		q.stray.Add(1)
@@ -350,7 +361,7 @@ func (q *Querier) deliver(m *Message, from netip.AddrPort) {
 				q.heardLocked(p, now)
 			}
 		}
-		return
+		return nil
 	}
 	for i, ap := range qu.addrs {
 		if ap != from || qu.replied[i] {
@@ -362,9 +373,10 @@ func (q *Querier) deliver(m *Message, from netip.AddrPort) {
 		p.Health().ICP().Reply(m.Op == OpHit || m.Op == OpHitObj, m.Op == OpDenied, rtt)
 		q.heardLocked(p, now)
 		qu.replies <- reply{i: i, op: m.Op, rtt: rtt} // buffered for every peer asked
-		return
+		return p
 	}
 	q.stray.Add(1)
+	return nil
 }
 
 func (q *Querier) heardLocked(p *peers.Peer, now time.Time) {

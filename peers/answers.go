@@ -181,6 +181,9 @@ func (h *Health) observeAnswer(o Outcome, hc Config, readTimeout time.Duration) 
 func (h *Health) observeHTTPProbe(o Outcome, hc Config, readTimeout time.Duration) verdict {
 	ok := o.Class == AnswerOK
 	l := h.row.Load()
+	if v, said := h.nextHopProbe(o, l); ok && said {
+		return v // what it says of its next hop first; the next probe settles the rest
+	}
 	if l.outlier {
 		switch {
 		case ok && h.outlierHeld(o.At):

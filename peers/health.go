@@ -93,6 +93,8 @@ type Health struct {
 	// recent are the head times of the last 10 s, judged against the
 	// other parents' (relative.go).
 	recent recentHeads
+	// reach is the destinations the parent cannot reach (reach.go).
+	reach reach
 
 	// opsMu guards what operators read: history, upstream errors, deaths,
 	// and the spacing of suspicion log lines.
@@ -102,6 +104,8 @@ type Health struct {
 	deathTimes []int64
 	suspectLog time.Time // the last suspicion line logged
 	suspectMut int       // suspicion changes not logged since
+	destLog    time.Time // the last line about a destination logged
+	destMut    int       // destination lines not logged since
 }
 
 // Event is what an Outcome reports.
@@ -126,11 +130,20 @@ const (
 	// Reported: another's word (Cause: the fleet, ICP) that the peer is
 	// down (Detail); with Answers, that it died by its answers.
 	Reported
-	// NextHopFailed: the peer's answer said its own next hop failed (an
-	// RFC 9209 error type, Detail). It never counts against the peer.
+	// NextHopFailed: the peer's answer said something of its own next
+	// hop (Detail: an RFC 9209 error type, Squid's error id, no-peers):
+	// with Unreached, that the request for Dest never reached it; with
+	// NoNextHop, that the peer has no usable next hop at all. It never
+	// counts against the peer.
 	NextHopFailed
 	// Hedged: a request of the peer's was also sent to another hop.
 	Hedged
+	// DestProbed: a probe through the parent to Dest reached it (Class
+	// AnswerOK) or did not.
+	DestProbed
+	// ICPReplied: the peer answered an ICP query; with NoNextHop, it was
+	// ICP_MISS_NOFETCH ("do not fetch through me").
+	ICPReplied
 )
 
 // Outcome is one thing a peer did, with time as data: what the registry
@@ -151,6 +164,11 @@ type Outcome struct {
 	Answers   bool   // Reported: of its answers
 	Cause     string // Reported: whose word
 	Detail    string // Reported, NextHopFailed: what was said
+	// Dest is where the request went (scheme://host:port, or a tunnel's
+	// host:port): NextHopFailed with Unreached, DestProbed.
+	Dest      string
+	Unreached bool // NextHopFailed: nothing reached Dest
+	NoNextHop bool // NextHopFailed, HTTPProbed, ICPReplied: the peer has no usable next hop
 }
 
 // change is what a verdict does to the peer's row.
@@ -164,6 +182,10 @@ const (
 	revive           // from → alive, by a probe
 	hold             // a flapping dead peer's run of good probes is now good (note)
 	unOutlier        // an outlier answered its HTTP probe within the factor (detail)
+	cutOff           // an alive parent has no usable next hop of its own (cause: who said it, detail)
+	reconnect        // a parent cut off has a usable next hop again (cause, detail)
+	destLost         // the parent cannot reach a destination (detail): logged
+	destBack         // a probe reached a destination through it again (detail): logged
 )
 
 // verdict is what the health part makes of an outcome: a change of the

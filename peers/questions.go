@@ -22,11 +22,12 @@ func (h *Health) Full() bool {
 }
 
 // Eligible reports whether a new request may be sent to the peer now: alive,
-// enabled and not at max_conn. A dead or unknown peer is never eligible,
-// however long it has been idle.
+// enabled, with a usable next hop of its own as far as it said (beyond.go)
+// and not at max_conn. A dead or unknown peer is never eligible, however
+// long it has been idle.
 func (h *Health) Eligible() bool {
 	l := h.row.Load()
-	return l.state == Alive && l.admin == Enabled && !h.Full()
+	return l.state == Alive && l.admin == Enabled && !l.noNextHop && !h.Full()
 }
 
 // Suspect reports whether an alive peer has failed connects below its
@@ -68,7 +69,7 @@ func (l *liveness) deadCause() string {
 }
 
 func (l *liveness) probeKind() string {
-	if l.state == Dead && l.answerDead || l.state == Alive && l.httpSettle {
+	if l.state == Dead && l.answerDead || l.state == Alive && (l.httpSettle || l.noNextHop && l.noNextHopBy == CauseNextHop) {
 		return "http"
 	}
 	return "tcp"
@@ -144,6 +145,13 @@ type Snapshot struct {
 	// when dead.
 	Probe, DeadCause         string
 	BytesSent, BytesReceived int64
+	// NoNextHop: cut off, it said it has no usable next hop (by whom:
+	// NoNextHopBy). Unreachable are the destinations it said it cannot
+	// reach (the oldest first), of UnreachableTotal ever marked.
+	NoNextHop        bool
+	NoNextHopBy      string
+	Unreachable      []Dest
+	UnreachableTotal int64
 }
 
 // Snapshot reads the peer.
@@ -181,6 +189,10 @@ func (h *Health) snapshot(l *row) Snapshot {
 		RecentHeadMs:          float64(h.recent.median.Load()) / float64(time.Millisecond),
 		BytesSent:             h.bytesSent.Load(),
 		BytesReceived:         h.bytesReceived.Load(),
+		NoNextHop:             l.noNextHop,
+		NoNextHopBy:           l.noNextHopBy,
+		Unreachable:           h.reach.unreachable(),
+		UnreachableTotal:      h.reach.total.Load(),
 	}
 	for i, n := range FailureClassNames {
 		s.FailuresByClass[n] = h.failures[i].Load()

@@ -218,9 +218,13 @@ func (r *Registry) Observe(p *Peer, o Outcome) {
 	case Reported:
 		v = h.observeReport(o)
 	case NextHopFailed:
-		h.countUpstream(o.Detail)
+		v = h.observeNextHop(o)
 	case Hedged:
 		h.hedged.Add(1)
+	case DestProbed:
+		v = h.observeDestProbe(o)
+	case ICPReplied:
+		v = h.observeICP(o)
 	}
 	if v.change != keep {
 		if o.At.IsZero() {
@@ -271,6 +275,10 @@ func (r *Registry) apply(p *Peer, v verdict, at time.Time) {
 		r.holdProbe(p, v.good, v.note)
 	case unOutlier:
 		r.clearOutlier(p, at, v.detail)
+	case cutOff, reconnect:
+		r.cutOff(p, v, at)
+	case destLost, destBack:
+		r.logDest(p, v, at)
 	}
 }
 

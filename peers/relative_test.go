@@ -162,6 +162,30 @@ func TestFewMillisecondsAreNoise(t *testing.T) {
 	})
 }
 
+// TestSmallDifferenceIsNoSuspicion: a parent at 20 ms beside peers at
+// 5.7 ms (what a busy host measured of three equal parents) is 3.5 times
+// as slow, past outlier_factor, but 14 ms is no slowness a client
+// notices: it is never suspect (its share is scaled down as before). A
+// parent 40 ms slower than its peers is an outlier still.
+func TestSmallDifferenceIsNoSuspicion(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := answersRegistry(t, 3, nil)
+		answer(r, 5700*time.Microsecond, 10, "b", "c")
+		answer(r, 20*time.Millisecond, 10, "a")
+		r.Judge(time.Now())
+		if a := r.Get("a"); a.Health().Outlier() || a.Health().Suspect() || share(a) >= 1 {
+			t.Fatalf("a at 20 ms beside 5.7 ms: outlier %v, suspect %v, share %v; want neither, and a share below 1", a.Health().Outlier(), a.Health().Suspect(), share(a))
+		}
+		slow := answersRegistry(t, 3, nil)
+		answer(slow, 5700*time.Microsecond, 10, "b", "c")
+		answer(slow, 45700*time.Microsecond, 10, "a")
+		slow.Judge(time.Now())
+		if a := slow.Get("a"); !a.Health().Outlier() {
+			t.Fatalf("a 40 ms slower than its peers: outlier %v, share %v; want an outlier", a.Health().Outlier(), share(a))
+		}
+	})
+}
+
 // outlierA is three parents, a 60 times as slow as b and c: an outlier.
 // It runs inside a synctest bubble (a second of answers).
 func outlierA(t *testing.T) (*Registry, *Peer) {

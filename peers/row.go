@@ -61,6 +61,10 @@ type liveness struct {
 	httpSettle bool
 	// outlier: suspect for being far slower than its peers (relative.go).
 	outlier bool
+	// noNextHop: alive, but cut off: it said it has no usable next hop
+	// of its own (noNextHopBy: CauseNextHop or CauseICP) (beyond.go).
+	noNextHop   bool
+	noNextHopBy string
 }
 
 // change writes p's row with its liveness changed by edit, and note (if
@@ -159,6 +163,7 @@ func (r *Registry) transition(p *Peer, v verdict, at time.Time) bool {
 			l.deaths++
 			l.since = at.UnixNano()
 			l.suspect, l.suspectBy, l.httpSettle = false, "", false
+			l.noNextHop, l.noNextHopBy = false, "" // a revival learns it again
 			l.good = 0
 			l.answerDead, l.deadFBT = v.answers, int64(v.fbt)
 			if from == Alive && p.health.noteDeath(at.UnixNano(), h.FlapWindow, h.FlapLimit) {
@@ -212,6 +217,58 @@ func (r *Registry) transition(p *Peer, v verdict, at time.Time) bool {
 		entry.Infof("%s %s is alive", p.Type().Label(), p.Name())
 	}
 	return true
+}
+
+// cutOff cuts an alive parent off (v.change cutOff: it said it has no
+// usable next hop; v.cause who said it), or ends that (reconnect). A
+// parent cut off stays alive and probed; it is sent no request.
+func (r *Registry) cutOff(p *Peer, v verdict, at time.Time) {
+	on := v.change == cutOff
+	if !r.change(p, func(l *liveness) bool {
+		if l.state != Alive || l.noNextHop == on {
+			return false
+		}
+		l.noNextHop, l.noNextHopBy = on, ""
+		if on {
+			l.noNextHopBy = v.cause
+		}
+		return true
+	}, func(*row) *Transition {
+		if on {
+			return &Transition{At: at, From: Alive.String(), To: noNextHopState, Cause: v.cause, Error: v.detail}
+		}
+		return &Transition{At: at, From: noNextHopState, To: Alive.String(), Cause: v.cause, Error: v.detail}
+	}) {
+		return
+	}
+	entry := r.log.WithFields(logrus.Fields{"peer": p.Name(), "cause": v.cause, "detail": v.detail})
+	if on {
+		entry.Warnf("%s %s has no usable next hop: %s; no requests go to it until it has one", p.Type().Label(), p.Name(), v.detail)
+	} else {
+		entry.Warnf("%s %s has a usable next hop again: %s", p.Type().Label(), p.Name(), v.detail)
+	}
+}
+
+// noNextHopState is a parent cut off, as its history names it.
+const noNextHopState = "no_next_hop"
+
+// logDest logs a destination the parent cannot reach (destLost) or
+// reaches again (destBack), at most one line per destLogEvery per
+// parent, the next one counting those not logged.
+func (r *Registry) logDest(p *Peer, v verdict, at time.Time) {
+	ok, quiet := p.health.logDestAllowed(at)
+	if !ok {
+		return
+	}
+	entry := r.log.WithFields(logrus.Fields{"peer": p.Name(), "destination": v.detail, "cause": v.cause})
+	if quiet > 0 {
+		entry = entry.WithField("changes_not_logged", quiet)
+	}
+	if v.change == destLost {
+		entry.Warnf("%s %s cannot reach %s (%s): requests for it go to other next hops until a probe through it reaches it", p.Type().Label(), p.Name(), v.detail, v.cause)
+	} else {
+		entry.Warnf("%s %s reaches %s again (a probe through it did)", p.Type().Label(), p.Name(), v.detail)
+	}
 }
 
 // holdProbe records a flapping peer's run of good probes.

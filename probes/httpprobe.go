@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/peerd/peerd/dialer"
+	"github.com/peerd/peerd/internal/nexthop"
 	"github.com/peerd/peerd/peers"
 	"github.com/sirupsen/logrus"
 )
@@ -41,10 +42,12 @@ func (pr *Prober) httpProbe(ctx context.Context, p *peers.Peer) error {
 	start := time.Now()
 	// Its reads stretch by peerd's own stalls (stall_guard): a parent is
 	// blamed for a timeout only when it had all of it.
-	status, err := exchangeProbe(pr.stalls.Conn(conn, start, deadline), probeRequest(pr.reg.Health().HTTPProbe, p))
+	status, said, err := exchangeProbe(pr.stalls.Conn(conn, start, deadline), probeRequest(pr.reg.Health().HTTPProbe, p))
 	now := time.Now()
 	elapsed := now.Sub(start) - pr.stalls.Stalled(start, now) // peerd's own stall is not the parent's time
-	o := peers.Outcome{Event: peers.HTTPProbed, At: now}
+	// A peerd parent says in its answer whether it has a usable next
+	// hop of its own.
+	o := peers.Outcome{Event: peers.HTTPProbed, At: now, NoNextHop: said.NoNextHop}
 	switch bound := p.Health().OutlierBound(); {
 	case err != nil:
 		o.Class = probeClass(err)
@@ -87,17 +90,27 @@ func probeRequest(h peers.HTTPProbe, p *peers.Peer) string {
 	return b + "User-Agent: peerd-probe\r\nConnection: close\r\n\r\n"
 }
 
-// exchangeProbe writes the request and reads the response head.
-func exchangeProbe(conn net.Conn, req string) (int, error) {
+// exchangeProbe writes the request and reads the response head: its
+// status and what it says of the peer's own next hop.
+func exchangeProbe(conn net.Conn, req string) (int, nexthop.Said, error) {
 	if _, err := io.WriteString(conn, req); err != nil {
-		return 0, err
+		return 0, nexthop.Said{}, err
 	}
 	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
 	if err != nil {
-		return 0, err
+		return 0, nexthop.Said{}, err
 	}
 	resp.Body.Close()
-	return resp.StatusCode, nil
+	return resp.StatusCode, nexthop.Read(answerOf(resp.Header)), nil
+}
+
+// answerOf is what internal/nexthop reads of an answer's header.
+func answerOf(h http.Header) nexthop.Answer {
+	a := nexthop.Answer{SquidError: []byte(h.Get("X-Squid-Error")), PeerdError: []byte(h.Get("X-Peerd-Error"))}
+	for _, v := range h.Values("Proxy-Status") {
+		a.ProxyStatus = append(a.ProxyStatus, []byte(v))
+	}
+	return a
 }
 
 // probeClass is the answer-failure class of a probe that got no head.

@@ -124,6 +124,8 @@ func (pr *Prober) Run(ctx context.Context) {
 	feed := pr.reg.Subscribe()
 	defer pr.reg.Unsubscribe(feed)
 	changed, all := feed.Take()
+	dests := time.NewTicker(destEvery) // destinations a parent cannot reach (destprobe.go)
+	defer dests.Stop()
 	for {
 		wake := pr.tick(ctx, time.Now(), changed, all)
 		changed, all = nil, false
@@ -139,6 +141,8 @@ func (pr *Prober) Run(ctx context.Context) {
 		case <-feed.C():
 			changed, all = feed.Take()
 		case <-fire:
+		case now := <-dests.C:
+			pr.probeDestinations(ctx, now)
 		case p := <-pr.done:
 			pr.finished(p, time.Now())
 			changed = []*peers.Peer{p}
@@ -243,6 +247,15 @@ func (pr *Prober) dueLocked(p *peers.Peer, s *schedule, h peers.Config, now time
 		return s.next
 	default: // Alive
 		s.death = 0
+		if p.Health().NoNextHop() && p.Health().ProbeKind() == "http" {
+			// Cut off by its own word that it has no usable next hop:
+			// its probe's answer says when it has one again, asked
+			// every noNextHopEvery.
+			if s.lastProbe.IsZero() {
+				return now
+			}
+			return s.lastProbe.Add(noNextHopEvery)
+		}
 		if p.Health().Suspect() {
 			// Failed (or too slow) connects below the limit. Traffic now
 			// avoids the peer, so probes settle it: the first at once, the
@@ -277,6 +290,11 @@ func (pr *Prober) dueLocked(p *peers.Peer, s *schedule, h peers.Config, now time
 		return last.Add(h.IdleProbe)
 	}
 }
+
+// noNextHopEvery is how often a parent cut off for want of a next hop of
+// its own is probed: its children send to it again within about this of
+// its recovery.
+const noNextHopEvery = time.Second
 
 // settleDelay is the wait before the n-th settling probe after the first
 // (n >= 1): interval/10, doubling, at most interval.

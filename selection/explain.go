@@ -126,6 +126,10 @@ func skippedWhy(pe *peers.Peer, p *Plan, r Request) string {
 		return why
 	case pe.Health().State() == peers.Unknown:
 		return "unknown: no probe verdict yet"
+	case pe.Health().NoNextHop():
+		return "no usable next hop of its own, as it said: probed until it has one"
+	case !pe.Health().Reaches(p.dest):
+		return "said it cannot reach " + r.Host + ": probed through until it does"
 	case pe.Health().Full():
 		return "full: at max_conn"
 	case p.tries >= p.opts.MaxTries:

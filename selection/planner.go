@@ -214,6 +214,9 @@ type Plan struct {
 
 	lead    Hop // returned first when leading (Lead)
 	leading bool
+	// dest is the request's destination (peers.DestHash of its host): a
+	// parent that said it cannot reach it is left out (Health.Reaches).
+	dest uint64
 
 	seen     [4]uint64 // peers already returned (first 256 indices)
 	seenMore []uint64  // the rest, allocated only for large peer sets
@@ -266,6 +269,7 @@ func (pl *Planner) plan(rt Routing, r Request, dry bool) Plan {
 	}
 	p.siblings = (r.Method == "GET" || r.Method == "HEAD") && p.direct != DirectAlways
 	p.skipICP, p.first, p.code = r.SkipICPSiblings, r.First, r.FirstCode
+	p.dest = peers.DestHash(r.Host)
 	p.seed = rand.Uint64()
 	if p.direct == DirectAlways {
 		p.stage = stageDirect
@@ -285,17 +289,6 @@ func (pl *Planner) plan(rt Routing, r Request, dry bool) Plan {
 	return p
 }
 
-// NextHealthy returns the next hop that is not suspect (DIRECT counts as
-// healthy), passing the suspect ones by: a hedge or a connect race goes
-// to a healthy hop only, a suspect one being no better bet.
-func (p *Plan) NextHealthy() (Hop, bool) {
-	h, ok := p.Next()
-	for ok && h.Peer != nil && h.Peer.Health().Suspect() {
-		h, ok = p.Next()
-	}
-	return h, ok
-}
-
 // Next returns the next hop, re-checking eligibility now. The walk is the
 // same for every policy: siblings (for GET and HEAD), DIRECT when
 // preferred, parents by policy (healthy ones first, then suspect ones),
@@ -312,7 +305,7 @@ func (p *Plan) Next() (Hop, bool) {
 		switch p.stage {
 		case stageFirst:
 			p.stage++
-			if i := p.indexOf(p.first); i >= 0 && p.v.peers[i].Health().Eligible() && p.allowed(i) {
+			if i := p.indexOf(p.first); i >= 0 && p.takes(p.v.peers[i]) && p.allowed(i) {
 				p.markSeen(i)
 				return p.hop(p.v.peers[i], p.code)
 			}
@@ -400,7 +393,7 @@ func (p *Plan) usable(i int) bool {
 	if p.skipICP && p.stage == stageSiblings && peer.ICPPort() != 0 {
 		return false
 	}
-	if p.wasSeen(i) || !peer.Health().Eligible() || !p.allowed(i) {
+	if p.wasSeen(i) || !p.takes(peer) || !p.allowed(i) {
 		return false
 	}
 	switch {
@@ -410,6 +403,13 @@ func (p *Plan) usable(i int) bool {
 		return p.pass == passThinned
 	}
 	return p.pass == passHealthy
+}
+
+// takes reports whether peer may be sent this plan's request now: it is
+// eligible, and it did not say it cannot reach the request's destination.
+func (p *Plan) takes(peer *peers.Peer) bool {
+	h := peer.Health()
+	return h.Eligible() && h.Reaches(p.dest)
 }
 
 // The passes over a stage's peers: the healthy ones (at their share),

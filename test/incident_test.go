@@ -81,22 +81,33 @@ func TestProxyStatus(t *testing.T) {
 
 // TestUpstreamBlame: a parent's 5xx whose Proxy-Status blames the
 // parent's own next hop counts as the parent's upstream error, never
-// against it; destination_not_found is not retried on another parent,
-// connection_refused is.
+// against it; one that says the request never reached the origin
+// (destination_not_found, connection_refused) goes on to another parent,
+// and that parent is passed by for that destination; a refusal
+// (http_request_denied) would be the same everywhere and is relayed.
 func TestUpstreamBlame(t *testing.T) {
 	t.Parallel()
 	a, b := newFakeParent(t, "a"), newFakeParent(t, "b")
 	p := startPeerd(t, baseConfig+health(1, "1h", "1h")+peerBlock("", a, b))
 	c := p.client()
 	a.setStatus(502)
-	a.SetHeader("Proxy-Status", "squid; error=destination_not_found")
-	resp, err := c.Get("http://nowhere.test/")
+	a.SetHeader("Proxy-Status", "squid; error=http_request_denied")
+	resp, err := c.Get("http://denying.test/")
 	if err != nil {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
 	if resp.StatusCode != 502 || b.requests("GET") != 0 {
-		t.Fatalf("destination_not_found from a: %d, b asked %d times; want a's 502 and no retry", resp.StatusCode, b.requests("GET"))
+		t.Fatalf("http_request_denied from a: %d, b asked %d times; want a's 502 and no retry", resp.StatusCode, b.requests("GET"))
+	}
+	a.SetHeader("Proxy-Status", "squid; error=destination_not_found")
+	resp, err = c.Get("http://nowhere.test/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 || b.requests("GET") != 1 {
+		t.Fatalf("destination_not_found from a: %d, b asked %d times; want b's 200", resp.StatusCode, b.requests("GET"))
 	}
 	a.setStatus(503)
 	a.SetHeader("Proxy-Status", "squid; error=connection_refused")
@@ -105,7 +116,7 @@ func TestUpstreamBlame(t *testing.T) {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	if resp.StatusCode != 200 || b.requests("GET") != 1 {
+	if resp.StatusCode != 200 || b.requests("GET") != 2 {
 		t.Fatalf("connection_refused from a: %d, b asked %d times; want b's 200", resp.StatusCode, b.requests("GET"))
 	}
 	var st struct {

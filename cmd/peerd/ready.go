@@ -19,10 +19,6 @@ const (
 	phaseStopping
 )
 
-// readyProbe is the request readiness plans: a GET no [[route]] with a
-// domain can match, from loopback (what the default route is asked).
-var readyProbe = selection.Request{Method: "GET", URL: "http://peerd-readyz.invalid/", ClientIP: "127.0.0.1"}
-
 // readiness answers GET /readyz: ready or not, and the body saying why.
 func (s *server) readiness() (bool, any) {
 	switch s.phase.Load() {
@@ -31,7 +27,7 @@ func (s *server) readiness() (bool, any) {
 	case phaseStopping:
 		return false, map[string]any{"ready": false, "reason": "stopping: no new connections are taken"}
 	}
-	e := s.planner.Explain(readyProbe)
+	e := s.planner.Explain(selection.DefaultRoute)
 	if len(e.Hops) > 0 {
 		hops := make([]string, len(e.Hops))
 		for i, h := range e.Hops {
