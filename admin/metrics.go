@@ -41,11 +41,15 @@ var (
 	descShare     = prometheus.NewDesc("peerd_peer_latency_share", "The factor the parent's share of new requests is scaled by, from its recent response-head times beside its peers' (1 = normal).", labels, nil)
 	descAdminDesc = prometheus.NewDesc("peerd_peer_admin_state", "1 for the peer's current admin state.", append(labels, "state"), nil)
 	descBytes     = prometheus.NewDesc("peerd_peer_bytes_total", "Bytes of the requests sent to the peer (direction sent) and of its answers relayed to clients (received), tunnels included.", append(labels, "direction"), nil)
+	// Beyond the parent's door: counted, never labelled per destination.
+	descUnreach      = prometheus.NewDesc("peerd_peer_unreachable_destinations", "Destinations the parent said it cannot reach, avoided through it until a probe through it reaches them.", labels, nil)
+	descUnreachTotal = prometheus.NewDesc("peerd_peer_unreachable_total", "Destinations the parent was marked unable to reach.", labels, nil)
+	descNoNextHop    = prometheus.NewDesc("peerd_peer_no_next_hop", "1 while the parent is cut off: it said it has no usable next hop of its own.", labels, nil)
 )
 
 // Describe sends the descriptors.
 func (c *PeerCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descUp, descFailures, descConnects, descRequests, descChanges, descProbes, descInFlight, descConsec, descSuspect, descConnTime, descConnVar, descProbeRTT, descAdminDesc, descICP, descICPRTT, descAnswers, descHedged, descFirstByte, descShare, descBytes} {
+	for _, d := range []*prometheus.Desc{descUp, descFailures, descConnects, descRequests, descChanges, descProbes, descInFlight, descConsec, descSuspect, descConnTime, descConnVar, descProbeRTT, descAdminDesc, descICP, descICPRTT, descAnswers, descHedged, descFirstByte, descShare, descBytes, descUnreach, descUnreachTotal, descNoNextHop} {
 		ch <- d
 	}
 }
@@ -90,6 +94,13 @@ func (c *PeerCollector) Collect(ch chan<- prometheus.Metric) {
 			counter(descHedged, s.Hedged)
 			gauge(descFirstByte, s.FirstByteMs/1000)
 			gauge(descShare, s.LatencyShare)
+			gauge(descUnreach, float64(len(s.Unreachable)))
+			counter(descUnreachTotal, s.UnreachableTotal)
+			cut := 0.0
+			if s.NoNextHop {
+				cut = 1
+			}
+			gauge(descNoNextHop, cut)
 		}
 		if p.ICPPort() != 0 {
 			counter(descICP, s.ICP.Queries, "query")

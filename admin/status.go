@@ -37,8 +37,11 @@ type statusRow struct {
 	// probed next ("" when alive, or none is planned).
 	DeadFor, NextProbe string
 	// Share is a parent's latency share ("1.00" normal; "" for others).
-	Share  string
-	Charts []template.HTML
+	Share string
+	// Unreachable is the destinations a parent said it cannot reach,
+	// with since when ("" for none; the first few, then how many more).
+	Unreachable string
+	Charts      []template.HTML
 }
 
 type statusTransition struct {
@@ -110,6 +113,8 @@ func (a *API) statusPage(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case s.State == peers.Alive && s.Suspect && s.Outlier:
 			row.State, row.StateClass = "suspect (outlier)", "suspect"
+		case s.State == peers.Alive && s.NoNextHop:
+			row.State, row.StateClass = "no next hop", "suspect"
 		case s.State == peers.Alive && s.Suspect:
 			row.State, row.StateClass = "suspect", "suspect"
 		case s.State == peers.Dead:
@@ -150,6 +155,7 @@ func (a *API) statusPage(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		row.Classes = strings.Join(classes, ", ")
+		row.Unreachable = unreachableNote(s.Unreachable, now)
 		d.Peers = append(d.Peers, row)
 		for _, h := range p.Health().History() {
 			all = append(all, stamped{h.At, statusTransition{At: h.At.UTC().Format("15:04:05"), Peer: p.Name(), From: h.From, To: h.To, Cause: h.Cause, Error: h.Error}})
@@ -215,4 +221,20 @@ func fleetLines(f *fleet.Fleet) (members, owners string) {
 	owners = fmt.Sprintf("shared cache: owner share %s; asked of owners: %d hit, %d miss, %d failed; answered as owner %d (fetched %d); hot copies kept %d",
 		strings.Join(parts, ", "), c.Asked["hit"], c.Asked["miss"], c.Asked["failed"], c.Served, c.Fetched, c.Hot)
 	return members, owners
+}
+
+// unreachableNote is the destinations a parent cannot reach, for the
+// status page: the five newest with how long, then how many more.
+func unreachableNote(ds []peers.Dest, now time.Time) string {
+	if len(ds) == 0 {
+		return ""
+	}
+	var parts []string
+	for i := len(ds) - 1; i >= 0 && len(parts) < 5; i-- {
+		parts = append(parts, ds[i].Destination+" for "+roundAge(now.Sub(ds[i].Since)))
+	}
+	if more := len(ds) - len(parts); more > 0 {
+		parts = append(parts, fmt.Sprintf("and %d more", more))
+	}
+	return "cannot reach " + strings.Join(parts, ", ")
 }

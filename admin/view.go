@@ -65,6 +65,14 @@ type peerView struct {
 	Outlier      bool    `json:"outlier"`
 	RecentHeadMs float64 `json:"recent_head_ms"`
 
+	// Beyond the parent's door (contract section 24): cut off, it said
+	// it has no usable next hop of its own (no_next_hop_by: next_hop, its
+	// answers; icp, ICP_MISS_NOFETCH); the destinations it said it
+	// cannot reach, the oldest first, with when and why.
+	NoNextHop   bool         `json:"no_next_hop"`
+	NoNextHopBy *string      `json:"no_next_hop_by"`
+	Unreachable []peers.Dest `json:"unreachable"`
+
 	// ICP (0 / absent counters for a peer without icp_port).
 	ICPPort     int     `json:"icp_port"`
 	ICPQueries  int64   `json:"icp_queries"`
@@ -126,6 +134,11 @@ func (a *API) viewOf(s peers.Snapshot) peerView {
 	v.Probe = s.Probe
 	if c := s.DeadCause; c != "" {
 		v.DeadCause = &c
+	}
+	v.NoNextHop, v.Unreachable = s.NoNextHop, s.Unreachable
+	if s.NoNextHopBy != "" {
+		by := s.NoNextHopBy
+		v.NoNextHopBy = &by
 	}
 	v.AdminUntil = timePtr(s.AdminUntil)
 	if s.AdminReason != "" {

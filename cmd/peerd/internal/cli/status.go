@@ -42,6 +42,12 @@ type statusPeer struct {
 	DeadCause           *string          `json:"dead_cause"`
 	Outlier             bool             `json:"outlier"`
 	LatencyShare        *float64         `json:"latency_share"`
+	NoNextHop           bool             `json:"no_next_hop"`
+	Unreachable         []struct {
+		Destination string    `json:"destination"`
+		Since       time.Time `json:"since"`
+		Cause       string    `json:"cause"`
+	} `json:"unreachable"`
 }
 
 func Status(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -89,6 +95,9 @@ func printPeer(w io.Writer, p statusPeer, hist []transition, now time.Time) {
 	if p.DeadCause != nil {
 		state += " (" + *p.DeadCause + ")"
 	}
+	if p.NoNextHop {
+		state += ", no next hop of its own (sent nothing)"
+	}
 	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, conf.Printable(v)) }
 	row("peer", p.Name)
 	row("address", fmt.Sprintf("%s:%d (%s)", p.Host, p.Port, p.Type))
@@ -104,6 +113,13 @@ func printPeer(w io.Writer, p statusPeer, hist []transition, now time.Time) {
 	row("requests", fmt.Sprintf("%d, %d in flight", p.RequestsTotal, p.InFlight))
 	if p.LastError != nil {
 		row("last error", *p.LastError)
+	}
+	for i, d := range p.Unreachable {
+		k := ""
+		if i == 0 {
+			k = "cannot reach"
+		}
+		row(k, fmt.Sprintf("%s since %s (%s ago): %s", d.Destination, d.Since.Local().Format("15:04:05"), now.Sub(d.Since).Round(time.Second), d.Cause))
 	}
 	tw.Flush()
 	if len(hist) == 0 {
