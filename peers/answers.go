@@ -143,6 +143,7 @@ func (h *Health) observeAnswer(o Outcome, hc Config, readTimeout time.Duration) 
 		return verdict{}
 	}
 	if o.Class == AnswerOK {
+		h.reach.answered(o.Origin) // (its destination reached: a count towards a mark starts over)
 		if o.FirstByte > 0 {
 			h.answers.recordHead(o.At, o.FirstByte, o.Origin)
 			h.series.head(o.At, o.FirstByte)

@@ -35,7 +35,7 @@ func (h *Health) observeNextHop(o Outcome) verdict {
 			return verdict{change: cutOff, cause: CauseNextHop, detail: "its answer says it has no usable next hop (" + o.Detail + ")"}
 		}
 	case o.Unreached && o.Dest != "":
-		if h.reach.mark(o.Dest, o.Detail, o.At) {
+		if h.reach.unreached(o.Dest, o.Detail, o.At) {
 			return verdict{change: destLost, detail: destHost(o.Dest), cause: o.Detail}
 		}
 	}

@@ -7,9 +7,12 @@ import (
 	"time"
 )
 
-// unreachedAt reports that p said a request for dest never reached it.
+// unreachedAt reports that p said a request for dest never reached it,
+// destFailLimit times in a row.
 func unreachedAt(r *Registry, p *Peer, dest, why string, at time.Time) {
-	r.Observe(p, Outcome{Event: NextHopFailed, At: at, Dest: dest, Unreached: true, Detail: why})
+	for range destFailLimit {
+		r.Observe(p, Outcome{Event: NextHopFailed, At: at, Dest: dest, Unreached: true, Detail: why})
+	}
 }
 
 // TestUnreachableDestinationIsThatOneOnly: a parent that says a request
@@ -22,8 +25,18 @@ func unreachedAt(r *Registry, p *Peer, dest, why string, at time.Time) {
 func TestUnreachableDestinationIsThatOneOnly(t *testing.T) {
 	r := answersRegistry(t, 3, nil)
 	a := r.Get("a")
-	unreachedAt(r, a, "http://Bad.Test:80", "ERR_CONNECT_FAIL", t0)
 	h := a.Health()
+	// Fewer than destFailLimit in a row, a complete answer for it
+	// between: a flaky path, no mark.
+	for range destFailLimit - 1 {
+		r.Observe(a, Outcome{Event: NextHopFailed, At: t0, Dest: "http://bad.test:80", Unreached: true, Detail: "ERR_CONNECT_FAIL"})
+	}
+	observeAnswerFrom(r, a, AnswerOK, time.Millisecond, t0, OriginHash([]byte("bad.test")))
+	r.Observe(a, Outcome{Event: NextHopFailed, At: t0, Dest: "http://bad.test:80", Unreached: true, Detail: "ERR_CONNECT_FAIL"})
+	if !h.Reaches(DestHash("bad.test")) {
+		t.Fatalf("marked after %d answers saying so with a complete one between; want none", destFailLimit)
+	}
+	unreachedAt(r, a, "http://Bad.Test:80", "ERR_CONNECT_FAIL", t0)
 	if h.Reaches(DestHash("bad.test")) || !h.Reaches(DestHash("good.test")) {
 		t.Fatalf("reaches bad.test %v, good.test %v; want false, true", h.Reaches(DestHash("bad.test")), h.Reaches(DestHash("good.test")))
 	}
@@ -59,9 +72,10 @@ func TestUnreachableDestinationIsThatOneOnly(t *testing.T) {
 	}
 }
 
-// TestUnreachableTableIsBounded: many destinations no parent
-// reaches keep maxDests marks per parent, the newest; memory stays
-// within what maxDests marks take.
+// TestUnreachableTableIsBounded: many destinations no parent reaches
+// keep maxDests marks per parent, the newest; memory stays within what
+// maxDests marks take. Destinations asked once each are counted in a
+// bounded table and never marked.
 func TestUnreachableTableIsBounded(t *testing.T) {
 	r := answersRegistry(t, 1, nil)
 	a := r.Get("a")
@@ -86,6 +100,13 @@ func TestUnreachableTableIsBounded(t *testing.T) {
 	}
 	if a.Health().Snapshot().UnreachableTotal != n {
 		t.Fatalf("total %d; want %d", a.Health().Snapshot().UnreachableTotal, n)
+	}
+	b := r.Get("a")
+	for i := range n {
+		r.Observe(b, Outcome{Event: NextHopFailed, Dest: fmt.Sprintf("http://once%d.invalid:80", i), Unreached: true, Detail: "dns_error"})
+	}
+	if pending := len(b.health.reach.pending); pending > maxPending {
+		t.Fatalf("%d destinations counted towards a mark; want at most %d", pending, maxPending)
 	}
 }
 

@@ -1,7 +1,8 @@
 package peers
 
 // This file holds a parent's health per destination: the destinations it
-// said it could not reach (its own next hop failed: internal/nexthop),
+// said it could not reach (its own next hop failed: internal/nexthop), in
+// destFailLimit answers in a row with no complete answer for it between,
 // each avoided in plans until a background probe through the parent to it
 // succeeds — never a live request sent to see. The table is bounded per
 // parent (maxDests, the oldest mark forgotten first; a mark no request
@@ -31,6 +32,13 @@ const (
 	// destProbeRate bounds the destination probes through one parent
 	// (per second), whatever the number of marks.
 	destProbeRate = 4
+	// destFailLimit: a destination is marked after this many answers in
+	// a row saying the request never reached it (a complete answer for
+	// it between starts the count over): one refused connect in many is
+	// a flaky path, not one the parent lacks.
+	destFailLimit = 3
+	// maxPending bounds the destinations counted towards destFailLimit.
+	maxPending = 1024
 )
 
 // Dest is one destination a parent cannot reach, as operators read it.
@@ -65,8 +73,16 @@ type reach struct {
 	// total counts the marks ever made (peerd_peer_unreachable_total).
 	total atomic.Int64
 
+	// pendingN counts the destinations with answers saying they were not
+	// reached, short of destFailLimit: while there are none, a complete
+	// answer costs nothing here.
+	pendingN atomic.Int32
+
 	mu    sync.Mutex // guards the rest
-	marks map[uint64]*destMark
+	// pending counts the answers in a row, by destination (OriginHash of
+	// its host), saying the request never reached it.
+	pending map[uint32]int
+	marks   map[uint64]*destMark
 	// order is the marks in the order they were made, the oldest first;
 	// an entry whose mark was cleared (or made again) since is passed by
 	// when its turn comes.
@@ -125,10 +141,11 @@ func (h *Health) Reaches(dest uint64) bool {
 	return false
 }
 
-// mark records that the parent cannot reach dest (why: what it said);
-// it reports whether the mark is new. The oldest mark goes when the
-// table is full.
-func (r *reach) mark(dest, why string, at time.Time) bool {
+// unreached counts an answer saying a request for dest never reached it
+// (why: what it said), and marks the parent unable to reach dest at the
+// destFailLimit-th in a row; it reports whether a mark is new. The
+// oldest mark goes when the table is full.
+func (r *reach) unreached(dest, why string, at time.Time) bool {
 	host := destHost(dest)
 	if host == "" {
 		return false
@@ -140,6 +157,36 @@ func (r *reach) mark(dest, why string, at time.Time) bool {
 		m.target, m.Cause = dest, why // a later word (its latest scheme and port for the probe)
 		return false
 	}
+	o := OriginHash([]byte(host))
+	if r.pending == nil || len(r.pending) >= maxPending {
+		r.pending = map[uint32]int{} // (bounded: a flood starts every count over)
+	}
+	if r.pending[o]++; r.pending[o] < destFailLimit {
+		r.pendingN.Store(int32(len(r.pending)))
+		return false
+	}
+	delete(r.pending, o)
+	r.pendingN.Store(int32(len(r.pending)))
+	return r.markLocked(k, host, dest, why, at)
+}
+
+// answered hears a complete answer for the destination whose host hashes
+// to origin (OriginHash): its count towards destFailLimit starts over.
+func (r *reach) answered(origin uint32) {
+	if r.pendingN.Load() == 0 || origin == 0 {
+		return
+	}
+	r.mu.Lock()
+	if _, ok := r.pending[origin]; ok {
+		delete(r.pending, origin)
+		r.pendingN.Store(int32(len(r.pending)))
+	}
+	r.mu.Unlock()
+}
+
+// markLocked marks the parent unable to reach dest (k: its host's
+// DestHash); it reports whether the mark is new.
+func (r *reach) markLocked(k uint64, host, dest, why string, at time.Time) bool {
 	if r.marks == nil {
 		r.marks = map[uint64]*destMark{}
 	}

@@ -28,7 +28,7 @@ func TestScheduleIsTheSeeds(t *testing.T) {
 		seen[f]++
 	}
 	for k, n := range seen {
-		if n == 0 {
+		if n == 0 && faultWeights[k] > 0 { // (the run-level faults' answers are not drawn)
 			t.Errorf("fault %s never scheduled in 5000 exchanges", fault(k))
 		}
 	}

@@ -236,7 +236,7 @@ func (c *client) judge(e exchange, resp *http.Response, got []byte, readErr erro
 		}
 		return verdict{outcome: "peerd_error", detail: resp.Header.Get("X-Peerd-Error")}
 	}
-	if (f == own503.String() && resp.StatusCode == 503) || (f == origin5xx.String() && resp.StatusCode == 500) {
+	if (f == own503.String() && resp.StatusCode == 503) || (f == origin5xx.String() && resp.StatusCode == 500) || saidBeyond(f, resp.StatusCode) {
 		return verdict{outcome: "relayed_error"}
 	}
 	inv := "I1"
@@ -323,7 +323,7 @@ func (c *client) tunnelEcho(cc *clientConn, e exchange, resp *http.Response) ver
 	case resp.StatusCode == 200:
 	case resp.Header.Get("X-Peerd-Error") != "" && resp.StatusCode >= 400:
 		return verdict{outcome: "peerd_error", detail: resp.Header.Get("X-Peerd-Error")}
-	case f == own503.String() && resp.StatusCode == 503:
+	case f == own503.String() && resp.StatusCode == 503, saidBeyond(f, resp.StatusCode):
 		return verdict{outcome: "relayed_error"}
 	default:
 		return violation("I2", "CONNECT: status %d, fault %q", resp.StatusCode, f)
@@ -341,4 +341,11 @@ func (c *client) tunnelEcho(cc *clientConn, e exchange, resp *http.Response) ver
 		return violation("I1", "CONNECT: the echo differs from what was sent")
 	}
 	return verdict{outcome: "ok"}
+}
+
+// saidBeyond reports a parent's answer that says its own next hop failed
+// (nothing reached the origin), relayed when no other parent was left to
+// try or the retry budget was spent.
+func saidBeyond(f string, status int) bool {
+	return status == 503 && (f == nextHopFailed.String() || f == unreachableOrigin.String() || f == noNextHop.String())
 }

@@ -6,15 +6,17 @@
 // tunnels, kept-alive and one-shot, to members a and b. Per exchange the
 // parents may answer late, trickle, reset, close without answering,
 // answer their own 503 or relay an origin's 500, cut a body short, break
-// a chunk or send bytes past the end; over the run a parent is killed
-// and started again, member a is stalled (SIGSTOP), reloaded (SIGHUP) and
+// a chunk, send bytes past the end, or say its connect to the origin
+// failed; over the run a parent is killed and started again, a parent
+// cannot reach the origin for a while, a parent has no next hop of its
+// own for a while, member a is stalled (SIGSTOP), reloaded (SIGHUP) and
 // upgraded (SIGUSR2), and member c is killed and started again.
 //
 // The invariants (see client.go and check.go): I1 a 2xx body is the
 // origin's, byte for byte; I2 a cut only where the origin cut, any other
 // failure an error peerd made whole; I3 a POST reaches the origin at most
 // once; I4 a parent is marked dead, suspect or an outlier only after a
-// fault of its own; I5 nothing is stored from a cut or failed answer; I6
+// fault of its own (never for what it says of its next hop); I5 nothing is stored from a cut or failed answer; I6
 // descriptors and goroutines return to their baseline.
 //
 // Usage: go run ./test/chaos -seed 7 -d 60s (make chaos SEED=7
@@ -214,6 +216,11 @@ func apply(ev planned, ms []*member, parents []*parent, bin string) error {
 		ms[2].stop()
 		time.Sleep(ev.hold)
 		return ms[2].start()
+	case unreachOrigin, loseNextHop:
+		p := parents[ev.target]
+		p.beyond(ev.event, true)
+		time.Sleep(ev.hold)
+		p.beyond(ev.event, false)
 	}
 	return nil
 }

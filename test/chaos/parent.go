@@ -118,6 +118,21 @@ type parent struct {
 	mu    sync.Mutex
 	ln    net.Listener
 	conns map[net.Conn]bool
+	// The run-level faults beyond its door, while they last: it cannot
+	// reach the origin (cantReach), or has no next hop at all (noHop).
+	cantReach, noHop bool
+}
+
+// beyond starts (on) or ends a run-level fault beyond the parent's door.
+func (p *parent) beyond(ev event, on bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch ev {
+	case unreachOrigin:
+		p.cantReach = on
+	case loseNextHop:
+		p.noHop = on
+	}
 }
 
 func newParent(name string, seed uint64, start time.Time, rec *record) (*parent, error) {
@@ -220,8 +235,12 @@ func (p *parent) serveConn(c net.Conn) {
 }
 
 // exchangeID is the exchange a request belongs to; ok false for peerd's
-// own requests (probes), which are always answered well.
+// own requests (probes, through the parent to a destination too), which
+// are always answered well but for the faults beyond its door.
 func exchangeID(req *http.Request) (uint64, bool) {
+	if req.Header.Get("User-Agent") == "peerd-probe" {
+		return 0, false
+	}
 	v := req.Header.Get("X-Chaos-Id")
 	if req.Method == http.MethodConnect {
 		host, _, _ := net.SplitHostPort(req.Host)
@@ -242,15 +261,39 @@ func (p *parent) answer(c net.Conn, br *bufio.Reader, req *http.Request) bool {
 	if ours {
 		f = faultFor(p.seed, id, p.rec.arrive(id))
 	}
-	if req.Method == http.MethodConnect && f != resetHead && f != closeEarly && f != own503 && f != lateHead {
+	if req.Method == http.MethodConnect && f != resetHead && f != closeEarly && f != own503 && f != lateHead && f != nextHopFailed {
 		f = normal // a tunnel has no body to cut
 	}
 	if req.Method == http.MethodHead && f.cutsBody() {
 		f = normal // nor has a HEAD
 	}
+	p.mu.Lock()
+	cantReach, noHop := p.cantReach, p.noHop
+	p.mu.Unlock()
+	health := (req.Method == http.MethodOptions || req.Method == http.MethodTrace) && req.Header.Get("Max-Forwards") == "0"
+	switch {
+	case noHop && !health:
+		f = noNextHop
+	case cantReach && req.Method != http.MethodConnect && !health:
+		f = unreachableOrigin
+	}
 	now := time.Now()
 	if ours {
 		p.rec.injectedAt(p.name, f, now)
+	}
+	switch {
+	case f == noNextHop:
+		// A peerd whose own parents are all dead.
+		fmt.Fprintf(c, "HTTP/1.1 503 Service Unavailable\r\nX-Chaos-Fault: %s\r\nX-Peerd-Error: no-peers\r\nProxy-Status: %s; error=destination_unavailable; no-next-hop\r\nContent-Length: 0\r\n\r\n", f, p.name)
+		return true
+	case f == unreachableOrigin || f == nextHopFailed:
+		// Its connect to the origin refused, as Squid says it.
+		fmt.Fprintf(c, "HTTP/1.1 503 Service Unavailable\r\nX-Chaos-Fault: %s\r\nX-Squid-Error: ERR_CONNECT_FAIL 111\r\nContent-Length: 0\r\n\r\n", f)
+		return true
+	case health && noHop:
+		// Its answer to a health probe says it has no next hop.
+		fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nProxy-Status: %s; no-next-hop\r\nContent-Length: 0\r\n\r\n", p.name)
+		return true
 	}
 	switch f {
 	case resetHead:

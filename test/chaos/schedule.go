@@ -28,16 +28,23 @@ const (
 	shortBody        // a body shorter than its Content-Length (the origin cut it)
 	badChunk         // a chunked body with a broken chunk (the origin cut it)
 	extraBytes       // bytes past the end of the answer
+	nextHopFailed    // the parent's connect to the origin failed: 503 ERR_CONNECT_FAIL, nothing reached it
+	// The run-level faults' answers (never drawn per exchange):
+	unreachableOrigin // the parent cannot reach the origin at all for a while (unreachOrigin)
+	noNextHop         // the parent has no next hop of its own for a while: peerd's no-peers, no-next-hop
 	faultKinds
 )
 
 var faultNames = [faultKinds]string{"normal", "late_head", "trickle", "reset_before_head", "reset_mid_body",
-	"close_without_answer", "own_503", "origin_5xx", "short_body", "bad_chunk", "bytes_past_end"}
+	"close_without_answer", "own_503", "origin_5xx", "short_body", "bad_chunk", "bytes_past_end", "next_hop_failed",
+	"unreachable_origin", "no_next_hop"}
 
 func (f fault) String() string { return faultNames[f] }
 
 // parentsFault reports whether f is the parent's own failure: the only
 // faults for which peerd may mark it suspect, dead or an outlier (I4).
+// What a parent says of its own next hop (next_hop_failed,
+// unreachable_origin, no_next_hop) never is.
 func (f fault) parentsFault() bool {
 	switch f {
 	case lateHead, resetHead, closeEarly, own503, extraBytes:
@@ -75,7 +82,7 @@ func mix(seed uint64, words ...uint64) uint64 {
 
 // faultWeights: most exchanges are normal; the rest spread over the kinds.
 var faultWeights = [faultKinds]int{normal: 70, lateHead: 4, trickle: 4, resetHead: 3, resetBody: 3, closeEarly: 3,
-	own503: 3, origin5xx: 3, shortBody: 3, badChunk: 2, extraBytes: 2}
+	own503: 3, origin5xx: 3, shortBody: 3, badChunk: 2, extraBytes: 2, nextHopFailed: 2}
 
 // faultFor is the fault exchange id meets at its attempt-th arrival at a
 // parent (a retry or a hedge is a later arrival).
@@ -159,10 +166,13 @@ const (
 	upgrade                 // SIGUSR2 with a new binary at the path
 	killMember              // a fleet member is SIGKILLed, then started again
 	stopMember              // a fleet member is stopped (SIGTERM: it writes its disk index's image), then started again
+	unreachOrigin           // a parent cannot reach the origin for a while (its connects there refused), then can
+	loseNextHop             // a parent has no next hop of its own for a while (peerd's no-peers, no-next-hop), then has
 	events
 )
 
-var eventNames = [events]string{"kill_parent", "stall_peerd", "reload", "upgrade", "kill_member", "stop_member"}
+var eventNames = [events]string{"kill_parent", "stall_peerd", "reload", "upgrade", "kill_member", "stop_member",
+	"unreachable_origin", "no_next_hop"}
 
 func (e event) String() string { return eventNames[e] }
 
@@ -195,6 +205,8 @@ func timeline(seed uint64, d time.Duration) []planned {
 			p.hold = time.Duration(200+r.IntN(700)) * time.Millisecond
 		case killMember, stopMember:
 			p.hold = time.Duration(2000+r.IntN(2000)) * time.Millisecond
+		case unreachOrigin, loseNextHop:
+			p.hold = time.Duration(2000+r.IntN(3000)) * time.Millisecond
 		}
 		out = append(out, p)
 	}
