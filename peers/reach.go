@@ -78,7 +78,7 @@ type reach struct {
 	// answer costs nothing here.
 	pendingN atomic.Int32
 
-	mu    sync.Mutex // guards the rest
+	mu sync.Mutex // guards the rest
 	// pending counts the answers in a row, by destination (OriginHash of
 	// its host), saying the request never reached it.
 	pending map[uint32]int

@@ -157,7 +157,9 @@ func TestHierarchyParentWithoutNextHop(t *testing.T) {
 	})
 	upPort := freePort(t) // p1's own parent: nothing listens yet
 	probes := health(1, "200ms", "500ms")
-	local := func(cfg string) string { return strings.Replace(cfg, "[access]\n", "[access]\ndeny_to_local = false\n", 1) }
+	local := func(cfg string) string {
+		return strings.Replace(cfg, "[access]\n", "[access]\ndeny_to_local = false\n", 1)
+	}
 	named := func(n string) string { return strings.Replace(baseConfig, `name = "peerd"`, `name = "`+n+`"`, 1) }
 	p1 := startPeerd(t, local(named("p1"))+probes+fmt.Sprintf("[[peer]]\nname = \"up\"\nhost = \"127.0.0.1\"\nport = %s\n", upPort))
 	p2 := startPeerd(t, local(strings.Replace(named("p2"), `direct = "never"`, `direct = "allow"`, 1)))

@@ -17,18 +17,18 @@ import (
 type fault uint8
 
 const (
-	normal     fault = iota
-	lateHead         // the head comes lateBy late (a parent's fault)
-	trickle          // the body comes in pieces, slowly (the origin's pace)
-	resetHead        // the connection is reset before any byte of a head
-	resetBody        // reset in the middle of the body (the origin cut it)
-	closeEarly       // closed without an answer
-	own503           // the parent's own 503, Proxy-Status proxy_internal_error
-	origin5xx        // an origin's 500, relayed by the parent
-	shortBody        // a body shorter than its Content-Length (the origin cut it)
-	badChunk         // a chunked body with a broken chunk (the origin cut it)
-	extraBytes       // bytes past the end of the answer
-	nextHopFailed    // the parent's connect to the origin failed: 503 ERR_CONNECT_FAIL, nothing reached it
+	normal        fault = iota
+	lateHead            // the head comes lateBy late (a parent's fault)
+	trickle             // the body comes in pieces, slowly (the origin's pace)
+	resetHead           // the connection is reset before any byte of a head
+	resetBody           // reset in the middle of the body (the origin cut it)
+	closeEarly          // closed without an answer
+	own503              // the parent's own 503, Proxy-Status proxy_internal_error
+	origin5xx           // an origin's 500, relayed by the parent
+	shortBody           // a body shorter than its Content-Length (the origin cut it)
+	badChunk            // a chunked body with a broken chunk (the origin cut it)
+	extraBytes          // bytes past the end of the answer
+	nextHopFailed       // the parent's connect to the origin failed: 503 ERR_CONNECT_FAIL, nothing reached it
 	// The run-level faults' answers (never drawn per exchange):
 	unreachableOrigin // the parent cannot reach the origin at all for a while (unreachOrigin)
 	noNextHop         // the parent has no next hop of its own for a while: peerd's no-peers, no-next-hop
@@ -160,14 +160,14 @@ func exchangeFor(seed, id uint64) exchange {
 type event uint8
 
 const (
-	killParent event = iota // a parent dies and comes back some seconds later
-	stallPeerd              // SIGSTOP, then SIGCONT
-	reload                  // SIGHUP with a changed config
-	upgrade                 // SIGUSR2 with a new binary at the path
-	killMember              // a fleet member is SIGKILLed, then started again
-	stopMember              // a fleet member is stopped (SIGTERM: it writes its disk index's image), then started again
-	unreachOrigin           // a parent cannot reach the origin for a while (its connects there refused), then can
-	loseNextHop             // a parent has no next hop of its own for a while (peerd's no-peers, no-next-hop), then has
+	killParent    event = iota // a parent dies and comes back some seconds later
+	stallPeerd                 // SIGSTOP, then SIGCONT
+	reload                     // SIGHUP with a changed config
+	upgrade                    // SIGUSR2 with a new binary at the path
+	killMember                 // a fleet member is SIGKILLed, then started again
+	stopMember                 // a fleet member is stopped (SIGTERM: it writes its disk index's image), then started again
+	unreachOrigin              // a parent cannot reach the origin for a while (its connects there refused), then can
+	loseNextHop                // a parent has no next hop of its own for a while (peerd's no-peers, no-next-hop), then has
 	events
 )
 
