@@ -25,7 +25,7 @@ var (
 	conns        = flag.Int("c", 16, "connections for the throughput runs")
 	size         = flag.Int("size", 512, "response body bytes of the throughput runs")
 	lowRate      = flag.Int("lowrate", 100, "requests per second for the low-rate latency run through real Squid parents")
-	sections     = flag.String("run", "throughput,tunnel,cache,disk,smallstore,hitratio,scale,cost,lowrate,failover,memory,fleet,shared,icp,gray,relative,tls,auth", "sections to run, comma-separated")
+	sections     = flag.String("run", "throughput,tunnel,cache,disk,smallstore,hitratio,scale,cost,lowrate,failover,memory,fleet,shared,icp,gray,relative,beyond,tls,auth", "sections to run, comma-separated")
 	threads      = flag.Int("threads", 0, "worker threads of each child (peerd GOMAXPROCS, ATS exec threads; Squid has one); 0: each child's default (one per core)")
 	rounds       = flag.Int("rounds", 3, "interleaved rounds of the throughput runs; figures are the medians")
 	tunnels      = flag.Int("tunnels", 2000, "idle CONNECT tunnels for the memory run")
@@ -140,6 +140,14 @@ func main() {
 	if want("relative") {
 		fmt.Fprintln(os.Stderr, "== relative: a parent slower than its siblings, and a tail every parent shares")
 		res.Relative = relativeRun(work, peerdBin, squidBin)
+	}
+	if want("beyond") {
+		fmt.Fprintln(os.Stderr, "== beyond: a parent that cannot reach one origin, and a peerd parent without a next hop")
+		res.Beyond = beyondRun(work, peerdBin, squidBin)
+	}
+	if want("beyondmem") {
+		fmt.Fprintln(os.Stderr, "== beyondmem: a million destinations one parent cannot reach")
+		res.BeyondMem = beyondMemRun(work, peerdBin)
 	}
 	if want("tls") {
 		fmt.Fprintln(os.Stderr, "== tls: a parent reached over TLS, keep-alive and a new connection each request")

@@ -25,6 +25,8 @@ type Results struct {
 	ICP        []ICPRow           `json:"icp"`
 	Gray       []GrayRow          `json:"gray"`
 	Relative   []RelativeRow      `json:"relative_latency,omitempty"`
+	Beyond     []BeyondRow        `json:"beyond_the_door,omitempty"`
+	BeyondMem  []BeyondMem        `json:"beyond_memory,omitempty"`
 	Shared     []SharedRow        `json:"shared_cache,omitempty"`
 	TLS        []Throughput       `json:"tls_parent"`
 	Auth       []Throughput       `json:"basic_auth"`
@@ -195,6 +197,8 @@ func (r *Results) markdown() string {
 	b.WriteString(r.icpSection())
 	b.WriteString(r.graySection())
 	b.WriteString(r.relativeSection())
+	b.WriteString(r.beyondSection())
+	b.WriteString(r.beyondMemSection())
 	b.WriteString(r.tlsAuthSection())
 	return b.String()
 }

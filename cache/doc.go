@@ -1,3 +1,5 @@
+// doc.go holds the cache package's documentation.
+
 // Package cache is peerd's HTTP cache (RFC 9111): what a response may be
 // stored as, for how long and for which requests, and the stores that keep
 // it. It never dials; the forwarding engine asks it what it holds and

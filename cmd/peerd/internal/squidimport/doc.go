@@ -1,3 +1,5 @@
+// doc.go holds the squidimport package's documentation.
+
 // Package squidimport is peerd import-squid FILE: an equivalent peerd TOML for a squid.conf.
 // cache_peer lines and their options become [[peer]] tables; the options
 // that pick parents (round-robin, weighted-round-robin, carp, sourcehash)
