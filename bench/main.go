@@ -145,6 +145,11 @@ func main() {
 		fmt.Fprintln(os.Stderr, "== beyond: a parent that cannot reach one origin, and a peerd parent without a next hop")
 		res.Beyond = beyondRun(work, peerdBin, squidBin)
 	}
+	if want("relload") {
+		fmt.Fprintf(os.Stderr, "== relload: three equal parents on a host with both cores busy, %v\n", *relLoadFor)
+		row := relativeLoadRun(work, peerdBin)
+		res.RelativeLoad = &row
+	}
 	if want("beyondmem") {
 		fmt.Fprintln(os.Stderr, "== beyondmem: a million destinations one parent cannot reach")
 		res.BeyondMem = beyondMemRun(work, peerdBin)

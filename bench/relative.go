@@ -9,12 +9,16 @@ package main
 // load on parents).
 
 import (
+	"flag"
 	"fmt"
 	"net/http"
+	"os/exec"
 	"slices"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/peerd/peerd/internal/testbed"
 )
 
 // RelativeRow is one child's run of one relative-latency phase.
@@ -126,4 +130,82 @@ func (r *Results) relativeSection() string {
 		fmt.Fprintf(&b, "| %s | %s | %d | %d | %s | %.3f | %.0f |\n", g.Child, g.Phase, g.Requests, g.ClientErrors, share, g.ParentPerClient, g.P90Ms)
 	}
 	return b.String()
+}
+
+// RelativeLoadRow is three equal parents under a host with both cores
+// busy: how often one of them was made suspect for being slower than its
+// peers (it never should be: the difference is the host's, not theirs).
+type RelativeLoadRow struct {
+	Seconds      float64        `json:"seconds"`
+	Requests     int            `json:"requests"`
+	ClientErrors int            `json:"client_errors"`
+	Suspicions   int            `json:"suspicions"`
+	Shares       map[string]int `json:"requests_by_parent"`
+}
+
+var relLoadFor = flag.Duration("relload", 10*time.Minute, "how long the relload section runs")
+
+// relativeLoadRun runs 40 GET/s through peerd to three equal parents for
+// relLoadFor while two busy loops keep both cores busy, and counts the
+// parents' suspicions (history entries to suspect, or cause outlier).
+func relativeLoadRun(work, peerdBin string) RelativeLoadRow {
+	ps := []*testbed.Parent{newParent("p1"), newParent("p2"), newParent("p3")}
+	defer func() {
+		for _, p := range ps {
+			p.Close()
+		}
+	}()
+	c := startPeerd(work, peerdBin, hopsOf(ps), `read_timeout = "10s"`)
+	defer c.stop()
+	for i := 0; i < 2; i++ {
+		burn := exec.Command("sh", "-c", "while :; do :; done")
+		must(burn.Start())
+		defer burn.Process.Kill()
+	}
+	cl := proxyClient(c.addr, 15*time.Second)
+	row := RelativeLoadRow{Shares: map[string]int{}}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	start := time.Now()
+	tick := time.NewTicker(time.Second / 40)
+	for i := 0; time.Since(start) < *relLoadFor; i++ {
+		<-tick.C
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			ok := getOK(cl, fmt.Sprintf("http://origin.bench/relload/%d", i))
+			mu.Lock()
+			row.Requests++
+			if !ok {
+				row.ClientErrors++
+			}
+			mu.Unlock()
+		}(i)
+	}
+	tick.Stop()
+	wg.Wait()
+	row.Seconds = time.Since(start).Seconds()
+	for _, p := range ps {
+		row.Shares[p.Name] = p.RequestsOf("GET")
+		var h struct {
+			Transitions []struct{ To, Cause string }
+		}
+		if adminGet(c.admin, "/peers/"+p.Name+"/history", &h) == nil {
+			for _, t := range h.Transitions {
+				if t.To == "suspect" || t.Cause == "outlier" {
+					row.Suspicions++
+				}
+			}
+		}
+	}
+	return row
+}
+
+func (r *Results) relativeLoadSection() string {
+	if r.RelativeLoad == nil {
+		return ""
+	}
+	g := r.RelativeLoad
+	return fmt.Sprintf("\n## 6e. Three equal parents on a host with both cores busy, %.0f s at 40 GET/s\n\n| requests | client errors | suspicions | requests by parent |\n|---:|---:|---:|---|\n| %d | %d | %d | %v |\n",
+		g.Seconds, g.Requests, g.ClientErrors, g.Suspicions, g.Shares)
 }

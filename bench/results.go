@@ -9,33 +9,35 @@ import (
 )
 
 type Results struct {
-	When       string             `json:"when"`
-	Machine    string             `json:"machine"`
-	Squid      string             `json:"squid"`
-	ATS        string             `json:"ats"`
-	Loader     string             `json:"loader"`
-	Seconds    float64            `json:"seconds"`
-	Throughput []Throughput       `json:"throughput"`
-	LowRate    []Throughput       `json:"low_rate_via_squid_parents"`
-	Failover   []Failover         `json:"failover"`
-	Blackhole  []Failover         `json:"blackhole"`
-	Memory     []Memory           `json:"memory"`
-	Cache      []Throughput       `json:"cache"`
-	Fleet      []FleetRow         `json:"fleet"`
-	ICP        []ICPRow           `json:"icp"`
-	Gray       []GrayRow          `json:"gray"`
-	Relative   []RelativeRow      `json:"relative_latency,omitempty"`
-	Beyond     []BeyondRow        `json:"beyond_the_door,omitempty"`
-	BeyondMem  []BeyondMem        `json:"beyond_memory,omitempty"`
-	Shared     []SharedRow        `json:"shared_cache,omitempty"`
-	TLS        []Throughput       `json:"tls_parent"`
-	Auth       []Throughput       `json:"basic_auth"`
-	Disk       *DiskResults       `json:"disk_cache,omitempty"`
-	Tunnel     []TunnelRow        `json:"connect_tunnels,omitempty"`
-	HitRatio   *HitRatios         `json:"hit_ratios,omitempty"`
-	Scale      []ScaleRow         `json:"scale,omitempty"`
-	SmallStore *SmallStoreResults `json:"small_store,omitempty"`
-	Cost       []CostRow          `json:"cost,omitempty"`
+	When       string        `json:"when"`
+	Machine    string        `json:"machine"`
+	Squid      string        `json:"squid"`
+	ATS        string        `json:"ats"`
+	Loader     string        `json:"loader"`
+	Seconds    float64       `json:"seconds"`
+	Throughput []Throughput  `json:"throughput"`
+	LowRate    []Throughput  `json:"low_rate_via_squid_parents"`
+	Failover   []Failover    `json:"failover"`
+	Blackhole  []Failover    `json:"blackhole"`
+	Memory     []Memory      `json:"memory"`
+	Cache      []Throughput  `json:"cache"`
+	Fleet      []FleetRow    `json:"fleet"`
+	ICP        []ICPRow      `json:"icp"`
+	Gray       []GrayRow     `json:"gray"`
+	Relative   []RelativeRow `json:"relative_latency,omitempty"`
+	Beyond     []BeyondRow   `json:"beyond_the_door,omitempty"`
+	BeyondMem  []BeyondMem   `json:"beyond_memory,omitempty"`
+	// RelativeLoad is three equal parents on a busy host (relload).
+	RelativeLoad *RelativeLoadRow   `json:"relative_loaded_host,omitempty"`
+	Shared       []SharedRow        `json:"shared_cache,omitempty"`
+	TLS          []Throughput       `json:"tls_parent"`
+	Auth         []Throughput       `json:"basic_auth"`
+	Disk         *DiskResults       `json:"disk_cache,omitempty"`
+	Tunnel       []TunnelRow        `json:"connect_tunnels,omitempty"`
+	HitRatio     *HitRatios         `json:"hit_ratios,omitempty"`
+	Scale        []ScaleRow         `json:"scale,omitempty"`
+	SmallStore   *SmallStoreResults `json:"small_store,omitempty"`
+	Cost         []CostRow          `json:"cost,omitempty"`
 }
 
 // wrkBin is wrk's path ("": load by a Go client).
@@ -199,6 +201,7 @@ func (r *Results) markdown() string {
 	b.WriteString(r.relativeSection())
 	b.WriteString(r.beyondSection())
 	b.WriteString(r.beyondMemSection())
+	b.WriteString(r.relativeLoadSection())
 	b.WriteString(r.tlsAuthSection())
 	return b.String()
 }
