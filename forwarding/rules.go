@@ -151,18 +151,21 @@ func (rq *request) matchRequest() match.Request {
 }
 
 // Field is a request header field for the rules: every value of a
-// repeated field, joined by ", ".
-func (rq *request) Field(name string) string {
+// repeated field, joined by ", ", and whether the request has the field
+// at all ("User-Agent:" is present and empty, as Squid's ACLs see it).
+func (rq *request) Field(name string) (string, bool) {
 	var b []byte
+	present := false
 	for _, f := range rq.req.Fields {
 		if strings.EqualFold(string(f.Name), name) {
-			if len(b) > 0 {
+			if present {
 				b = append(b, ", "...)
 			}
+			present = true
 			b = append(b, f.Value...)
 		}
 	}
-	return string(b)
+	return string(b), present
 }
 
 // Conns is the number of connections open from the client's address.

@@ -6,9 +6,11 @@ package match
 //
 //   - user_agents, referers: regular expressions against User-Agent and
 //     Referer (Squid browser, referer_regex); a request without the field
-//     matches no expression.
+//     matches no expression, and one with the field empty is matched as
+//     "" (Squid's "acl e browser ^$" catches "User-Agent:" and only it).
 //   - headers: "Name: regex" against a request header field (Squid
-//     req_header); all the values of a repeated field, joined by ", ".
+//     req_header); all the values of a repeated field, joined by ", ";
+//     absent and empty differ as above.
 //   - times: Squid time specs, "[days] [HH:MM-HH:MM]" in local time, the
 //     days as Squid writes them (S M T W H F A, D for Monday to Friday).
 //   - max_conn: the client's address has more than N connections open
@@ -27,10 +29,11 @@ import (
 )
 
 // Facts are what the keys above ask of a request beyond its URL: a
-// header field ("" when absent), the connections open from its client's
-// address, and the addresses a user was seen from lately.
+// header field (and whether the request has it at all), the connections
+// open from its client's address, and the addresses a user was seen from
+// lately.
 type Facts interface {
-	Field(name string) string
+	Field(name string) (value string, present bool)
 	Conns() int
 	UserAddrs(user string) int
 }
@@ -159,21 +162,25 @@ func (t timeSpan) in(at time.Time) bool {
 
 // match checks every key but max_user_ip.
 func (x *extra) match(r *Request) bool {
-	field := func(name string) string {
+	field := func(name string) (string, bool) {
 		if r.Facts == nil {
-			return ""
+			return "", false
 		}
 		return r.Facts.Field(name)
 	}
-	if len(x.agents)+len(x.notAgents) > 0 && !fieldMatch(x.agents, x.notAgents, field("User-Agent")) {
-		return false
+	if len(x.agents)+len(x.notAgents) > 0 {
+		if v, present := field("User-Agent"); !fieldMatch(x.agents, x.notAgents, v, present) {
+			return false
+		}
 	}
-	if len(x.referers)+len(x.notReferers) > 0 && !fieldMatch(x.referers, x.notReferers, field("Referer")) {
-		return false
+	if len(x.referers)+len(x.notReferers) > 0 {
+		if v, present := field("Referer"); !fieldMatch(x.referers, x.notReferers, v, present) {
+			return false
+		}
 	}
 	for _, h := range x.headers {
-		v := field(h.name)
-		if (v != "" && h.re.MatchString(v)) == h.not {
+		v, present := field(h.name)
+		if (present && h.re.MatchString(v)) == h.not {
 			return false
 		}
 	}
@@ -200,9 +207,9 @@ func (x *extra) matchUser(r *Request) bool {
 }
 
 // fieldMatch: an absent field matches no expression (a negated list
-// alone then matches).
-func fieldMatch(in, out []*regexp.Regexp, v string) bool {
-	if v == "" {
+// alone then matches); a present one, empty or not, is matched.
+func fieldMatch(in, out []*regexp.Regexp, v string, present bool) bool {
+	if !present {
 		return len(in) == 0
 	}
 	return (len(in) == 0 || anyMatch(in, v)) && !anyMatch(out, v)

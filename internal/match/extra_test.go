@@ -27,6 +27,13 @@ func TestExtraKeys(t *testing.T) {
 		{"req_header", Spec{Headers: []string{"X-Team: ^ops$"}}, Request{Facts: fields("X-Team", "ops")}, true},
 		{"req_header absent", Spec{Headers: []string{"X-Team: ."}}, Request{}, false},
 		{"negated req_header, absent", Spec{Headers: []string{"!X-Team: ."}}, Request{}, true},
+		// Squid: an absent field matches no expression; an empty one is "".
+		{"empty User-Agent matches ^$", Spec{UserAgents: []string{"^$"}}, Request{Facts: fields("User-Agent", "")}, true},
+		{"absent User-Agent does not match ^$", Spec{UserAgents: []string{"^$"}}, Request{}, false},
+		{"empty Referer matches ^$", Spec{Referers: []string{"^$"}}, Request{Facts: fields("Referer", "")}, true},
+		{"empty req_header matches ^$", Spec{Headers: []string{"X-Team: ^$"}}, Request{Facts: fields("X-Team", "")}, true},
+		{"absent req_header does not match ^$", Spec{Headers: []string{"X-Team: ^$"}}, Request{}, false},
+		{"negated ^$, empty field", Spec{UserAgents: []string{"!^$"}}, Request{Facts: fields("User-Agent", "")}, false},
 		{"office hours, in", Spec{Times: []string{"MTWHF 08:00-17:30"}}, Request{Now: wed}, true},
 		{"office hours, weekend", Spec{Times: []string{"MTWHF 08:00-17:30"}}, Request{Now: sat}, false},
 		{"D is the weekdays", Spec{Times: []string{"D"}}, Request{Now: wed}, true},
@@ -67,13 +74,13 @@ type facts struct {
 	conns, addrs int
 }
 
-func (f facts) Field(name string) string {
+func (f facts) Field(name string) (string, bool) {
 	for i := 0; i+1 < len(f.fields); i += 2 {
 		if f.fields[i] == name {
-			return f.fields[i+1]
+			return f.fields[i+1], true
 		}
 	}
-	return ""
+	return "", false
 }
 func (f facts) Conns() int           { return f.conns }
 func (f facts) UserAddrs(string) int { return f.addrs }
