@@ -68,8 +68,11 @@ type flightShard struct {
 	// passes are the keys whose last answer could not be stored, until
 	// when (Unix nanoseconds): their requests are not collapsed
 	// (Varnish's hit-for-miss), so requests for uncacheable URLs never
-	// queue behind each other.
-	passes map[string]int64
+	// queue behind each other. Kept by the key's hash, not the key: a
+	// client's URLs of max_header_size each would otherwise hold
+	// maxPasses of them for passFor (two clashing keys only mean one is
+	// not collapsed for a while).
+	passes map[uint64]int64
 }
 
 func (c *Cache) flightShard(key []byte) *flightShard { return &c.flights[shardIndex(key)] }
@@ -108,7 +111,7 @@ func New(cfg Config) *Cache {
 	}
 	c := &Cache{stores: &stores{store: newStore(int64(cfg.Memory)), background: map[string]bool{}}}
 	for i := range c.flights {
-		c.flights[i] = flightShard{flights: map[string]*Flight{}, passes: map[string]int64{}}
+		c.flights[i] = flightShard{flights: map[string]*Flight{}, passes: map[uint64]int64{}}
 	}
 	return c.Reconfigured(cfg)
 }

@@ -54,11 +54,12 @@ func (c *Cache) Join(r *Request, now time.Time) (f *Flight, leader bool) {
 	sh := c.flightShard(r.Key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if until, ok := sh.passes[string(r.Key)]; ok {
+	h := keyHashOf(r.Key)
+	if until, ok := sh.passes[h]; ok {
 		if now.UnixNano() < until {
 			return nil, false
 		}
-		delete(sh.passes, string(r.Key))
+		delete(sh.passes, h)
 	}
 	if f := sh.flights[string(r.Key)]; f != nil {
 		if !f.landed || f.obj.streaming() {
@@ -128,7 +129,7 @@ func (c *Cache) land(f *Flight, o *Object, pass, keep bool) {
 	}
 	f.landed, f.obj, f.failed = true, o, o == nil && !pass
 	if pass {
-		sh.passes[f.key] = time.Now().Add(passFor).UnixNano()
+		sh.passes[keyHashOf([]byte(f.key))] = time.Now().Add(passFor).UnixNano()
 		if len(sh.passes) > maxPasses/nShards {
 			sh.trimPassesLocked()
 		}

@@ -1,6 +1,9 @@
 package cache
 
 import (
+	"fmt"
+	"runtime"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -154,5 +157,30 @@ func TestLateJoinerFollowsAStreamingObject(t *testing.T) {
 	w2.Finish(false)
 	if g, lead := c.Join(request(t, "GET", url+"2"), t0); g == f2 || !lead {
 		t.Fatalf("after a failed body: flight %p, leader %v; want a new flight to lead", g, lead)
+	}
+}
+
+// TestPassesHoldNoURLs: the hit-for-miss table keeps no key: a client
+// sending uncacheable URLs of 60 KB (any max_header_size allows) leaves
+// the cache holding a few bytes per URL for passFor, not the URLs.
+func TestPassesHoldNoURLs(t *testing.T) {
+	c := testCache(t)
+	long := strings.Repeat("u", 60<<10)
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	const n = 2000 // 120 MB of URLs
+	for i := range n {
+		r := request(t, "GET", fmt.Sprintf("%s/%d/%s", url, i, long))
+		f, _ := c.Join(r, t0)
+		c.Land(f, nil, true) // its answer could not be stored
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	if grew := int64(after.HeapAlloc) - int64(before.HeapAlloc); grew > 8<<20 {
+		t.Fatalf("the heap grew by %d MiB for %d passes of 60 KB URLs", grew>>20, n)
+	}
+	if g, _ := c.Join(request(t, "GET", fmt.Sprintf("%s/%d/%s", url, 7, long)), time.Now()); g != nil {
+		t.Fatal("a URL whose answer could not be stored is collapsed again at once")
 	}
 }
