@@ -19,6 +19,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/peerd/peerd/internal/testbed"
 )
 
 const importedAccess = `acl net2 src 127.0.0.2/32
@@ -58,10 +60,16 @@ type judgeCase struct {
 	files map[string]string
 	// routing: the case tests which parent answers, not refusals.
 	routing bool
+	// ownAccess: conf holds every http_access line (none may be the
+	// case); otherwise "allow localhost, deny all" follow it.
+	ownAccess bool
+	// allRefused: the case refuses every request (both must).
+	allRefused bool
 }
 
-// judgeReq is one request: its method, target and Proxy-Authorization.
-type judgeReq struct{ method, target, auth string }
+// judgeReq is one request: its method, target, Proxy-Authorization and
+// more header lines ("User-Agent:\r\n").
+type judgeReq struct{ method, target, auth, header string }
 
 // outcome is what a client saw: refused (403), challenged (407), or
 // which parent answered ("" for none: DIRECT or an error).
@@ -78,15 +86,15 @@ func TestImportedAccessAgreesWithSquid(t *testing.T) {
 	var matrix []judgeReq
 	for _, host := range []string{"127.0.0.1:" + oport, "www.blocked.test", "ok.test", "ok.test:25", "ok.test:8080"} {
 		for _, path := range []string{"/", "/setup.EXE", "/squid-internal-mgr/menu"} {
-			matrix = append(matrix, judgeReq{"GET", "http://" + host + path, ""}, judgeReq{"POST", "http://" + host + path, ""})
+			matrix = append(matrix, judgeReq{"GET", "http://" + host + path, "", ""}, judgeReq{"POST", "http://" + host + path, "", ""})
 		}
 	}
 	for _, target := range []string{"ok.test:443", "ok.test:8443", "www.blocked.test:443", "127.0.0.1:" + oport} {
-		matrix = append(matrix, judgeReq{"CONNECT", target, ""})
+		matrix = append(matrix, judgeReq{"CONNECT", target, "", ""})
 	}
 	var routed []judgeReq
 	for _, host := range []string{"www.media.test", "media.test", "ok.test", "www.corp.test", "x.other.test"} {
-		routed = append(routed, judgeReq{"GET", "http://" + host + "/", ""}, judgeReq{"HEAD", "http://" + host + "/a", ""})
+		routed = append(routed, judgeReq{"GET", "http://" + host + "/", "", ""}, judgeReq{"HEAD", "http://" + host + "/a", "", ""})
 	}
 	three := []string{"127.0.0.1", "127.0.0.2", "127.0.0.3"}
 	for _, jc := range []judgeCase{
@@ -135,9 +143,13 @@ func judge(t *testing.T, jc judgeCase) {
 	}
 	hosts := filepath.Join(hostsDir, "hosts")
 	os.WriteFile(hosts, []byte("127.0.0.1 ok.test www.blocked.test www.corp.test "+jc.hosts+"\n"), 0o644)
-	sq := startSquid(t, "judge", "hosts_file "+hosts+"\n"+conf)
+	sq := startSquidWith(t, testbed.SquidOptions{Name: "judge", Extra: "hosts_file " + hosts + "\n" + conf, OwnAccess: jc.ownAccess})
 	src := filepath.Join(dir, "squid.conf")
-	os.WriteFile(src, []byte(conf+squidTail), 0o644)
+	tail := squidTail
+	if jc.ownAccess {
+		tail = ""
+	}
+	os.WriteFile(src, []byte(conf+tail), 0o644)
 	var stderr strings.Builder
 	cmd := exec.Command(peerdBin, "import-squid", src)
 	cmd.Stderr = &stderr
@@ -181,7 +193,7 @@ func judge(t *testing.T, jc judgeCase) {
 		if r.auth != "" {
 			auth = "Proxy-Authorization: " + r.auth + "\r\n"
 		}
-		fmt.Fprintf(c, "%s %s HTTP/1.1\r\nHost: %s\r\n%sContent-Length: %d\r\nConnection: close\r\n\r\n%s", r.method, r.target, host, auth, len(body), body)
+		fmt.Fprintf(c, "%s %s HTTP/1.1\r\nHost: %s\r\n%s%sContent-Length: %d\r\nConnection: close\r\n\r\n%s", r.method, r.target, host, auth, r.header, len(body), body)
 		resp, err := http.ReadResponse(bufio.NewReader(c), &http.Request{Method: r.method})
 		if err != nil {
 			cl, _ := os.ReadFile(filepath.Join(sq.Dir, "cache.log"))
@@ -196,7 +208,7 @@ func judge(t *testing.T, jc judgeCase) {
 		for _, r := range jc.reqs {
 			s, pd := ask(sq.addr, client, r), ask(p.proxy, client, r)
 			if s != pd {
-				t.Errorf("%s %s (auth %q) from %s: Squid %+v, peerd %+v", r.method, r.target, r.auth, client, s, pd)
+				t.Errorf("%s %s (auth %q, header %q) from %s: Squid %+v, peerd %+v", r.method, r.target, r.auth, r.header, client, s, pd)
 			}
 			checked++
 			if s.refused || s.challenged {
@@ -211,7 +223,10 @@ func judge(t *testing.T, jc judgeCase) {
 	if jc.bothParents && (pa.requests("GET") == 0 || pb.requests("GET") == 0) {
 		t.Fatalf("GETs: pa %d, pb %d; the case should use both parents", pa.requests("GET"), pb.requests("GET"))
 	}
-	if !jc.routing && (denied == 0 || denied == checked) {
+	if jc.allRefused && denied != checked {
+		t.Fatalf("%d of %d refused; the case refuses every request", denied, checked)
+	}
+	if !jc.routing && !jc.allRefused && (denied == 0 || denied == checked) {
 		t.Fatalf("%d of %d refused: the case does not test access", denied, checked)
 	}
 }

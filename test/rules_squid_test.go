@@ -22,10 +22,10 @@ func TestRuleSpellingsAgreeWithSquid(t *testing.T) {
 		"http://files.example/setup.exe", "http://files.example/setup%2Eexe", "http://files.example/setup.ex%65",
 		"http://FILES.example/setup.exe", "http://files.example/setup.zip",
 	} {
-		reqs = append(reqs, judgeReq{"GET", target, ""})
+		reqs = append(reqs, judgeReq{"GET", target, "", ""})
 	}
 	for _, m := range []string{"PUT", "put", "Put", "POST", "get", "Get", "DELETE", "delete"} {
-		reqs = append(reqs, judgeReq{m, "http://files.example/doc", ""})
+		reqs = append(reqs, judgeReq{m, "http://files.example/doc", "", ""})
 	}
 	judge(t, judgeCase{
 		clients: []string{"127.0.0.1"},
@@ -48,7 +48,7 @@ func TestAuthOrderAgreesWithSquid(t *testing.T) {
 	t.Parallel()
 	var reqs []judgeReq
 	for _, auth := range []string{"", basicAuth("erin", "wrong"), basicAuth("erin", "s3cret-apr1"), basicAuth("nobody", "s3cret-apr1")} {
-		reqs = append(reqs, judgeReq{"GET", "http://ok.test/x", auth}, judgeReq{"CONNECT", "ok.test:443", auth})
+		reqs = append(reqs, judgeReq{"GET", "http://ok.test/x", auth, ""}, judgeReq{"CONNECT", "ok.test:443", auth, ""})
 	}
 	judge(t, judgeCase{
 		clients: []string{"127.0.0.1", "127.0.0.2"},
@@ -72,7 +72,7 @@ func TestPeerAccessAgreesWithSquid(t *testing.T) {
 	t.Parallel()
 	var reqs []judgeReq
 	for _, host := range []string{"www.special.test", "special.test", "www.media.test", "ok.test", "other.test"} {
-		reqs = append(reqs, judgeReq{"GET", "http://" + host + "/", ""}, judgeReq{"HEAD", "http://" + host + "/a", ""})
+		reqs = append(reqs, judgeReq{"GET", "http://" + host + "/", "", ""}, judgeReq{"HEAD", "http://" + host + "/a", "", ""})
 	}
 	three := []string{"127.0.0.1", "127.0.0.2", "127.0.0.3"}
 	for _, jc := range []judgeCase{

@@ -53,13 +53,20 @@ func freePort(t testing.TB) string {
 // squid.conf.
 func startSquid(t testing.TB, name, extra string) *squid {
 	t.Helper()
+	return startSquidWith(t, testbed.SquidOptions{Name: name, Extra: extra})
+}
+
+// startSquidWith is startSquid with every option.
+func startSquidWith(t testing.TB, o testbed.SquidOptions) *squid {
+	t.Helper()
+	name := o.Name
 	bin := requireSquid(t)
 	dir, err := os.MkdirTemp("", "peerd-squid-")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	sq, err := testbed.StartSquid(bin, dir, testbed.SquidOptions{Name: name, Extra: extra})
+	sq, err := testbed.StartSquid(bin, dir, o)
 	if err != nil {
 		t.Fatal(err)
 	}

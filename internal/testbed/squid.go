@@ -40,6 +40,10 @@ type SquidOptions struct {
 	// TLSCert and TLSKey, when set, make Squid listen only on an
 	// https_port (a TLS proxy port) with this certificate.
 	TLSCert, TLSKey string
+	// OwnAccess: Extra holds every http_access line Squid gets (none
+	// may be one of the cases); otherwise "allow localhost, deny all"
+	// are appended.
+	OwnAccess bool
 }
 
 // StartSquid starts bin in dir (created if missing; Squid runs as the
@@ -86,6 +90,10 @@ func writeSquid(bin, dir string, o SquidOptions) (*Squid, error) {
 	if o.NoAccessLog {
 		access = "access_log none"
 	}
+	tail := "http_access allow localhost\nhttp_access deny all\n"
+	if o.OwnAccess {
+		tail = ""
+	}
 	port := "http_port " + addr
 	if o.TLSCert != "" {
 		port = fmt.Sprintf("https_port %s tls-cert=%s tls-key=%s", addr, o.TLSCert, o.TLSKey)
@@ -102,9 +110,7 @@ visible_hostname %s
 dns_nameservers 127.0.0.1
 max_filedescriptors 16384
 %s%s
-http_access allow localhost
-http_access deny all
-`, port, dir, dir, access, dir, o.Name, user, o.Extra)
+%s`, port, dir, dir, access, dir, o.Name, user, o.Extra, tail)
 	if err := os.WriteFile(s.Conf, []byte(conf), 0o644); err != nil {
 		return nil, err
 	}

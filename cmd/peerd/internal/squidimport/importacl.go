@@ -15,9 +15,11 @@ package squidimport
 import (
 	"bufio"
 	"fmt"
+	"maps"
 	"os"
 	"reflect"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -45,6 +47,7 @@ type accessLine struct {
 // importRule is a [[rule]] or [[route]] to write.
 type importRule struct {
 	line   int
+	why    string // a comment: the rule stands for no line of squid.conf
 	action string
 	keys   map[string][]string
 	peers  []string
@@ -181,12 +184,22 @@ func (a *squidACL) condition(name string, wide, route bool) (string, []string, e
 		}
 		return "urls", out, nil
 	case "dstdomain":
+		// A value no host name can be ("192.168.0.0/16", "*.example")
+		// never matches in Squid either: it is left out, not the acl.
+		var out []string
 		for _, v := range a.values {
-			if v == "" || strings.ContainsAny(v, " /:*") {
+			switch {
+			case strings.ContainsAny(v, " /*"):
+				continue
+			case v == "" || strings.Contains(v, ":"):
 				return "", nil, fmt.Errorf("acl %s dstdomain %q is not a domain", name, v)
 			}
+			out = append(out, v)
 		}
-		return "domains", a.values, nil
+		if len(out) == 0 {
+			return "", nil, fmt.Errorf("acl %s dstdomain: no value is a host name (%s)", name, strings.Join(a.values, " "))
+		}
+		return "domains", out, nil
 	case "port":
 		return "ports", a.values, nil
 	case "method":
@@ -249,10 +262,12 @@ func (s *squidImport) accessList(n int, directive string, w []string) *accessLin
 
 // lineRule translates one access line into match keys. For an allow, an
 // unexpressible acl drops the line (ok false); for a deny, it is left out
-// (the deny widens). never says the line can never match.
+// (the deny widens, and the note says to what: "denies every client"
+// when nothing is left). never says the line can never match.
 func (s *squidImport) lineRule(what string, l accessLine) (keys map[string][]string, ok, never bool) {
 	keys = map[string][]string{}
 	positive := map[string]bool{}
+	var widened []string
 	for _, tok := range l.acls {
 		name, neg := strings.CutPrefix(tok, "!")
 		a := s.acls[name]
@@ -286,12 +301,11 @@ func (s *squidImport) lineRule(what string, l accessLine) (keys map[string][]str
 		}
 		if err != nil {
 			if l.allow {
-				s.note(l.line, "%s allow %s: not carried over (%v)", what, strings.Join(l.acls, " "), err)
+				s.note(l.line, "%s allow %s: not carried over (%v); the requests it admitted meet the lines after it", what, strings.Join(l.acls, " "), err)
 				s.lossyAccess(what, l.line)
 				return nil, false, false
 			}
-			s.note(l.line, "%s deny %s: %v; widened to the rest of the line", what, strings.Join(l.acls, " "), err)
-			s.lossyAccess(what, l.line)
+			widened = append(widened, err.Error())
 			continue
 		}
 		if neg {
@@ -303,17 +317,41 @@ func (s *squidImport) lineRule(what string, l accessLine) (keys map[string][]str
 		positive[key] = true
 		keys[key] = append(keys[key], vals...)
 	}
+	if len(widened) > 0 {
+		line := fmt.Sprintf("%s deny %s", what, strings.Join(l.acls, " "))
+		switch {
+		case len(keys) > 0:
+			s.note(l.line, "%s: %s; widened to the rest of the line: this rule denies every request that matches %s", line, strings.Join(widened, "; "), describeKeys(keys))
+		case what == "http_access":
+			s.note(l.line, "%s: %s; widened to the rest of the line, and nothing is left: this rule denies every client, and no line after it is reached", line, strings.Join(widened, "; "))
+		default:
+			s.note(l.line, "%s: %s; widened to the rest of the line, and nothing is left: this line matches every request", line, strings.Join(widened, "; "))
+		}
+		s.lossyAccess(what, l.line)
+	}
 	return keys, true, false
 }
 
+// describeKeys says in words what match keys select ("src 10.0.0.0/8
+// and domains .example.com").
+func describeKeys(keys map[string][]string) string {
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(keys)) {
+		parts = append(parts, k+" "+strings.Join(keys[k], " "))
+	}
+	return strings.Join(parts, " and ")
+}
+
 // httpAccess translates the http_access lines into [[rule]]s (and a lone
-// "deny DST-ACL" into deny_to), ending with Squid's implicit default.
+// "deny DST-ACL" into deny_to), ending with Squid's implicit last rule,
+// which the import says in words: with no http_access line Squid denies
+// every request; after the last line, it does the opposite of that
+// line's action (a last deny lets the rest in, a last allow shuts it
+// out), whatever became of the line itself here.
 func (s *squidImport) httpAccess() {
 	if len(s.httpAccessLines) == 0 {
-		if s.sawACL {
-			s.note(0, "no http_access lines: Squid denies every request, and so does this config")
-			s.rules = append(s.rules, importRule{action: "deny"})
-		}
+		s.say("no http_access line: Squid denies every request, and so does this config (the last [[rule]])")
+		s.rules = append(s.rules, importRule{action: "deny", why: "Squid's rule when squid.conf has no http_access line: deny every request"})
 		return
 	}
 	for _, l := range s.httpAccessLines {
@@ -338,10 +376,14 @@ func (s *squidImport) httpAccess() {
 	if s.connectPorts != nil && s.safePorts != nil {
 		s.connectPorts = within(s.connectPorts, s.safePorts) // Squid checks both
 	}
-	if last := s.httpAccessLines[len(s.httpAccessLines)-1]; last.allow {
-		// Squid: after the last line, the opposite of its action.
-		s.rules = append(s.rules, importRule{line: last.line, action: "deny"})
+	last := s.httpAccessLines[len(s.httpAccessLines)-1]
+	if last.allow {
+		s.say("%s is an allow: Squid denies what no line matched, and so does this config (the last [[rule]])", s.where(last.line))
+		s.rules = append(s.rules, importRule{action: "deny", why: "Squid's implicit last rule: the opposite of the last http_access line (" + s.where(last.line) + ", an allow)"})
+		return
 	}
+	// peerd allows what no [[rule]] matched, as Squid does after a deny.
+	s.say("%s is a deny: Squid allows what no line matched, and so does this config (peerd allows a request no [[rule]] matches)", s.where(last.line))
 }
 
 // denyToAll puts a dst acl's addresses into [access] deny_to, when every

@@ -44,7 +44,8 @@ func (s *squidImport) logDirective(n int, w []string) {
 // [FORMAT | logformat=FORMAT] [OPTIONS] [ACL ...]", into [log]
 // access_log. peerd writes one file, in Squid's native format, for every
 // request; so only a log of that format to a file (module stdio or
-// daemon, or a bare path) with no ACL is carried over. A log of some
+// daemon, or a bare path) with no ACL is carried over, to peerd's own
+// file (peerdAccessLog), never Squid's. A log of some
 // requests only is not widened to all of them (it may leave out what must
 // not be logged), and syslog or network logs have no equivalent: those
 // are noted.
@@ -109,12 +110,13 @@ func (s *squidImport) accessLog(n int, w []string) {
 	case len(acls) > 0:
 		s.note(n, "%s: peerd cannot log only the requests %s matches", line, strings.Join(acls, " "))
 	case s.logExcluded > 0:
-		s.note(n, "%s: the access_log none on line %d leaves some requests out, and peerd would log them all", line, s.logExcluded)
+		s.note(n, "%s: the access_log none on %s leaves some requests out, and peerd would log them all", line, s.where(s.logExcluded))
 	case !strings.HasPrefix(place, "/"):
 		s.note(n, "%s: not a file path", line)
 	case s.accessLogPath != "":
 		s.note(n, "%s: peerd writes one access log, %s", line, s.accessLogPath)
 	default:
 		s.accessLogPath, s.accessLogFormat = place, spec
+		s.say("%s: %s: Squid's log %s stays Squid's: peerd writes its own, %s (the systemd unit's LogsDirectory)", s.where(n), line, place, peerdAccessLog)
 	}
 }

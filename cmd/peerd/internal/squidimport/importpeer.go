@@ -126,7 +126,7 @@ func (s *squidImport) uniqueNames() error {
 			p.name = p.host
 		}
 		if prev, ok := seen[p.name]; ok {
-			return fmt.Errorf("line %d: cache_peer name %q is already used on line %d (give it name=)", p.line, p.name, prev)
+			return fmt.Errorf("%s: cache_peer name %q is already used on %s (give it name=)", s.where(p.line), p.name, s.where(prev))
 		}
 		seen[p.name] = p.line
 	}
@@ -174,15 +174,19 @@ func (s *squidImport) policy() string {
 	if len(names) > 1 {
 		s.note(0, "parents mix selection options (%s): peerd uses one policy for all parents, %s", strings.Join(names, ", "), pick)
 	}
+	s.fileSays = pick
 	switch pick {
 	case "weighted-round-robin":
-		s.note(0, "Squid's weighted-round-robin weighs parents by ICP round-trip time; peerd has no RTT weighting and uses their weights")
+		// Squid weighs by ICP round-trip time; peerd has no RTT weighting.
 		if len(weights) <= 1 {
+			s.note(0, "squid.conf's parents are weighted-round-robin, which Squid weighs by ICP round-trip time; peerd has no RTT weighting, and with equal weight= the policy is round-robin")
 			return "round-robin"
 		}
+		s.note(0, "squid.conf's parents are weighted-round-robin, which Squid weighs by ICP round-trip time; peerd has no RTT weighting: the policy is weighted-round-robin by their weight=")
 		return "weighted-round-robin"
 	case "round-robin":
 		if len(weights) > 1 {
+			s.say("squid.conf's parents are round-robin with unequal weight=, which Squid honours (use count over weight): peerd's weighted-round-robin")
 			return "weighted-round-robin"
 		}
 	}

@@ -14,6 +14,31 @@ import (
 	"github.com/peerd/peerd/internal/conf"
 )
 
+// summary is one line on what the import wrote: the parents and their
+// policy (with squid.conf's own word for it when that differs), the
+// access rules and routes, and how many lines are listed as not carried
+// over.
+func (s *squidImport) summary() string {
+	parents, siblings := 0, 0
+	for _, p := range s.peers {
+		if p.typ == "parent" {
+			parents++
+		} else {
+			siblings++
+		}
+	}
+	policy := fmt.Sprintf("policy %s", s.policyName)
+	if s.fileSays != "" && s.fileSays != s.policyName {
+		policy += fmt.Sprintf(" for squid.conf's %s", s.fileSays)
+	}
+	lossy := ""
+	if len(s.lossy) > 0 {
+		lossy = fmt.Sprintf(" (%d http_access line(s) widened or dropped: -lossy)", len(s.lossy))
+	}
+	return fmt.Sprintf("%d parent(s), %d sibling(s), %s; %d access rule(s), %d route(s); %d note(s) on what is not carried over%s",
+		parents, siblings, policy, len(s.rules), len(s.routes), len(s.notes), lossy)
+}
+
 func (s *squidImport) render() string {
 	var b strings.Builder
 	b.WriteString("# peerd config imported from a squid.conf by `peerd import-squid`.\n")
@@ -25,9 +50,16 @@ func (s *squidImport) render() string {
 		}
 	}
 	policy := s.policy()
+	s.policyName = policy
 	firstParent := ""
 	if ps := s.parentNames(); len(ps) > 0 {
 		firstParent = ps[0]
+	}
+	if len(s.says) > 0 {
+		b.WriteString("#\n# Carried over, but not word for word:\n")
+		for _, n := range s.says {
+			fmt.Fprintf(&b, "#   %s\n", conf.Printable(n))
+		}
 	}
 	if len(s.notes) > 0 {
 		b.WriteString("#\n# Not carried over:\n")
@@ -60,9 +92,8 @@ func (s *squidImport) render() string {
 		direct = "allow"
 	}
 	fmt.Fprintf(&b, "direct = %q\n", direct)
-	if len(s.httpAccessLines) > 0 || s.sawACL {
-		b.WriteString("# http_access decides who is served: [[rule]] below\nallow = [\"0.0.0.0/0\", \"::/0\"]\n")
-	}
+	// http_access (or its absence: deny all) decides who is served.
+	b.WriteString("# http_access decides who is served: [[rule]] below\nallow = [\"0.0.0.0/0\", \"::/0\"]\n")
 	if len(s.denyTo) > 0 || s.safePorts != nil || s.connectPorts != nil {
 		b.WriteString("\n[access]\n")
 		if s.safePorts != nil {
@@ -83,7 +114,7 @@ func (s *squidImport) render() string {
 	if s.accessLogPath != "" || s.keepQuery {
 		b.WriteString("\n[log]\n")
 		if s.accessLogPath != "" {
-			fmt.Fprintf(&b, "access_log = %s  # access_log\n", tomlString(s.accessLogPath))
+			fmt.Fprintf(&b, "access_log = %s  # access_log %s: Squid's own, not written here\n", tomlString(peerdAccessLog), conf.Printable(s.accessLogPath))
 			if s.accessLogFormat != "" {
 				fmt.Fprintf(&b, "access_log_format = %s  # logformat\n", tomlString(s.accessLogFormat))
 			}
@@ -138,7 +169,7 @@ func (s *squidImport) render() string {
 			fmt.Fprintf(&b, "max_object = %s\n", tomlString(s.maxObject))
 		}
 		if s.diskDir != "" {
-			fmt.Fprintf(&b, "disk = %s  # cache_dir\ndisk_size = %s\n", tomlString(s.diskDir), tomlString(s.diskSize))
+			fmt.Fprintf(&b, "disk = %s  # cache_dir %s: Squid's own spool, not used here\ndisk_size = %s\n", tomlString(peerdDisk), conf.Printable(s.diskDir), tomlString(s.diskSize))
 		}
 		if s.maxInMemory != "" {
 			fmt.Fprintf(&b, "max_object_in_memory = %s\n", tomlString(s.maxInMemory))
@@ -151,7 +182,7 @@ func (s *squidImport) render() string {
 		}
 	}
 	for _, p := range s.peers {
-		fmt.Fprintf(&b, "\n[[peer]]  # squid.conf line %d\nname = %s\nhost = %s\nport = %d\ntype = %q\n", p.line, tomlString(p.name), tomlString(p.host), p.port, p.typ)
+		fmt.Fprintf(&b, "\n[[peer]]  # %s\nname = %s\nhost = %s\nport = %d\ntype = %q\n", s.squidWhere(p.line), tomlString(p.name), tomlString(p.host), p.port, p.typ)
 		if p.weight != 1 {
 			fmt.Fprintf(&b, "weight = %d\n", p.weight)
 		}
@@ -192,19 +223,32 @@ func (s *squidImport) render() string {
 		}
 	}
 	for _, r := range s.routes {
-		writeRule(&b, "route", r)
+		s.writeRule(&b, "route", r)
 	}
 	for _, r := range s.rules {
-		writeRule(&b, "rule", r)
+		s.writeRule(&b, "rule", r)
 	}
 	return b.String()
 }
 
+// squidWhere is where(n) for a TOML comment: "squid.conf line 12" in
+// the file given, or the included file's name and line.
+func (s *squidImport) squidWhere(n int) string {
+	w := s.where(n)
+	if strings.HasPrefix(w, "line ") {
+		return "squid.conf " + w
+	}
+	return w
+}
+
 // writeRule writes one [[rule]] or [[route]] table.
-func writeRule(b *strings.Builder, table string, r importRule) {
+func (s *squidImport) writeRule(b *strings.Builder, table string, r importRule) {
 	fmt.Fprintf(b, "\n[[%s]]", table)
 	if r.line > 0 {
-		fmt.Fprintf(b, "  # squid.conf line %d", r.line)
+		fmt.Fprintf(b, "  # %s", s.squidWhere(r.line))
+	}
+	if r.why != "" {
+		fmt.Fprintf(b, "  # %s", r.why)
 	}
 	b.WriteString("\n")
 	if r.action != "" {

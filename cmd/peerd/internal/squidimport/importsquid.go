@@ -4,7 +4,6 @@ package squidimport
 // includes) and its peers, ports and timeouts.
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"flag"
@@ -67,6 +66,10 @@ type squidImport struct {
 	cacheKeys       map[string]string       // quick_abort_*: [cache] key -> TOML value
 	deadPeerTimeout time.Duration           // [icp] dead_peer_timeout
 	notes           []string
+	says            []string     // what the config does that no line says (Squid's implicit rules)
+	fileSays        string       // the parents' selection option squid.conf gives (policy())
+	policyName      string       // the [selection] policy written
+	noted           map[int]bool // the directives a note names
 	// access_log (importlog.go): the file, and the logformat names.
 	accessLogPath   string
 	accessLogFormat string            // "" for squid; common, combined, or a logformat spec
@@ -94,8 +97,10 @@ type squidImport struct {
 	heuristicMax            time.Duration
 	heuristicSet            bool
 	refresh                 []cache.RefreshPattern
-	// lines are the directives read, in order.
+	// lines are the directives read, in order (numbered across the
+	// files included); spans map the numbers to files (importread.go).
 	lines []squidLine
+	spans []span
 }
 
 // squidLine is one directive's (last) line number and name.
@@ -105,12 +110,21 @@ type squidLine struct {
 	arg       string // the first argument (an acl's name)
 }
 
-func (s *squidImport) note(line int, format string, args ...any) {
+// note lists what directive n (0: the file as a whole) could not carry
+// over, naming its file and line.
+func (s *squidImport) note(n int, format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
-	if line > 0 {
-		msg = fmt.Sprintf("line %d: %s", line, msg)
+	if n > 0 {
+		msg = s.where(n) + ": " + msg
+		s.noted[n] = true
 	}
 	s.notes = append(s.notes, redactSecrets(msg))
+}
+
+// say records what the imported config does that no squid.conf line
+// says (Squid's implicit rules): a stderr line and a comment.
+func (s *squidImport) say(format string, args ...any) {
+	s.says = append(s.says, redactSecrets(fmt.Sprintf(format, args...)))
 }
 
 // Command runs "peerd import-squid FILE".
@@ -139,7 +153,7 @@ func Command(_ context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitConfig
 	}
 	defer f.Close()
-	s, out, err := convertSquid(f)
+	s, out, err := convertFrom(osFiles{}, args[0], f)
 	if err != nil {
 		fmt.Fprintf(stderr, "peerd: import-squid: %s: %v\n", args[0], err)
 		return exitConfig
@@ -151,12 +165,16 @@ func Command(_ context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "peerd: import-squid: %d http_access line(s) above have an ACL peerd cannot say: the config would refuse (or admit) other requests than Squid does; nothing written (-lossy writes it anyway, each line a comment)\n", len(s.lossy))
 		return exitConfig
 	}
+	for _, n := range s.says {
+		fmt.Fprintf(stderr, "peerd: import-squid: note: %s\n", conf.Printable(n))
+	}
 	for _, n := range s.notes {
 		fmt.Fprintf(stderr, "peerd: import-squid: not carried over: %s\n", conf.Printable(n))
 	}
 	for _, w := range importWarnings(out) {
 		fmt.Fprintf(stderr, "peerd: import-squid: warning: %s\n", w)
 	}
+	fmt.Fprintf(stderr, "peerd: import-squid: %s: %s\n", args[0], s.summary())
 	io.WriteString(stdout, out)
 	return exitOK
 }
@@ -255,55 +273,18 @@ func importSquid(r io.Reader) (string, []string, error) {
 }
 
 // convertSquid is importSquid, keeping what was read (for the counts of
-// lines carried over).
+// lines carried over); includes are read relative to the working
+// directory.
 func convertSquid(r io.Reader) (*squidImport, string, error) {
-	s := &squidImport{acls: builtinACLs()}
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	n := 0
-	// pending is a line continued by trailing backslashes, built once (a
-	// string grown line by line was quadratic: 8,000 lines took 5 s).
-	var pending strings.Builder
-	for sc.Scan() {
-		n++
-		raw := sc.Text()
-		// A trailing backslash continues the line (squid.conf allows it).
-		if strings.HasSuffix(raw, "\\") {
-			if pending.Len()+len(raw) > maxSquidLine {
-				return nil, "", fmt.Errorf("line %d: a line continued past %d bytes", n, maxSquidLine)
-			}
-			pending.WriteString(strings.TrimSuffix(raw, "\\"))
-			pending.WriteByte(' ')
-			continue
-		}
-		line := raw
-		if pending.Len() > 0 {
-			pending.WriteString(raw)
-			line = pending.String()
-			pending.Reset()
-		}
-		// A comment starts at a word that begins with '#' (a '#' inside a
-		// word, as in a refresh_pattern's "([#&?]|$)", is the word's).
-		w := strings.Fields(line)
-		for i, f := range w {
-			if strings.HasPrefix(f, "#") {
-				w = w[:i]
-				break
-			}
-		}
-		if len(w) == 0 {
-			continue
-		}
-		sl := squidLine{n: n, directive: w[0]}
-		if len(w) > 1 {
-			sl.arg = w[1]
-		}
-		s.lines = append(s.lines, sl)
-		if err := s.directive(n, w); err != nil {
-			return nil, "", fmt.Errorf("line %d: %w", n, err)
-		}
-	}
-	if err := sc.Err(); err != nil {
+	return convertFrom(osFiles{}, "squid.conf", r)
+}
+
+// convertFrom converts the squid.conf name, read from r, with the files
+// it includes read from src.
+func convertFrom(src source, name string, r io.Reader) (*squidImport, string, error) {
+	s := &squidImport{acls: builtinACLs(), noted: map[int]bool{}}
+	rd := &squidReader{s: s, src: src}
+	if err := rd.file(name, r); err != nil {
 		return nil, "", err
 	}
 	if err := s.uniqueNames(); err != nil {

@@ -5,6 +5,8 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"io"
+	"io/fs"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -95,8 +97,9 @@ func TestImportSquidCorpus(t *testing.T) {
 				if c.Peers[0].Login != "PASS" || !c.Peers[0].TLS {
 					t.Errorf("login=PASSTHRU ssl: login %q tls %v; want PASS (the client's credentials as they came) over TLS", c.Peers[0].Login, c.Peers[0].TLS)
 				}
-				if c.Cache.Disk != "/var/spool/squid" || c.Cache.DiskSize != 100<<20 {
-					t.Errorf("cache_dir ufs /var/spool/squid 100: disk %q disk_size %v", c.Cache.Disk, c.Cache.DiskSize)
+				// Squid's spool is never peerd's store: the size carries over.
+				if c.Cache.Disk != peerdDisk || c.Cache.DiskSize != 100<<20 {
+					t.Errorf("cache_dir ufs /var/spool/squid 100: disk %q disk_size %v; want %s, 100 MiB", c.Cache.Disk, c.Cache.DiskSize, peerdDisk)
 				}
 				if c.Cache.HeuristicPercent != 20 || c.Cache.HeuristicMax != 4320*time.Minute {
 					t.Errorf("refresh_pattern . 0 20%% 4320: heuristic %d%% max %v", c.Cache.HeuristicPercent, c.Cache.HeuristicMax)
@@ -168,15 +171,18 @@ func FuzzImportSquid(f *testing.F) {
 	entries, _ := os.ReadDir(filepath.Join("testdata", "squid"))
 	for _, e := range entries {
 		b, _ := os.ReadFile(filepath.Join("testdata", "squid", e.Name()))
-		f.Add(string(b))
+		f.Add(string(b), "")
 	}
-	f.Add("cache_peer a parent 1 0 weight=0 name=\"x\"\ncache_peer b sibling 65535 65535 connect-timeout=0.5 max-conn=-1")
-	f.Add("http_port [::1]:3128\ncache_mem 0 bytes\nforward_max_tries 0")
-	f.Add("tcp_outgoing_address\ntcp_outgoing_address 10.0.0.1 all\ndead_peer_timeout\nquick_abort_pct\ncache\nrequest_header_access\nminimum_object_size\nvia\nforwarded_for\npid_filename")
-	f.Add("read_timeout 0.5 minutes\nshutdown_lifetime 0\nforwarded_for truncate\nvia off\npid_filename none\ncollapsed_forwarding off\ncache deny all\ncache_dir ufs /c 10 16 256\nrequest_header_access Referer deny all\nrequest_header_access Host deny all\nrequest_header_access \"x y\" deny all")
+	f.Add("cache_peer a parent 1 0 weight=0 name=\"x\"\ncache_peer b sibling 65535 65535 connect-timeout=0.5 max-conn=-1", "")
+	f.Add("http_port [::1]:3128\ncache_mem 0 bytes\nforward_max_tries 0", "")
+	f.Add("tcp_outgoing_address\ntcp_outgoing_address 10.0.0.1 all\ndead_peer_timeout\nquick_abort_pct\ncache\nrequest_header_access\nminimum_object_size\nvia\nforwarded_for\npid_filename", "")
+	f.Add("read_timeout 0.5 minutes\nshutdown_lifetime 0\nforwarded_for truncate\nvia off\npid_filename none\ncollapsed_forwarding off\ncache deny all\ncache_dir ufs /c 10 16 256\nrequest_header_access Referer deny all\nrequest_header_access Host deny all\nrequest_header_access \"x y\" deny all", "")
+	f.Add("include inc.conf\nhttp_access allow all\n", "acl x src 10.0.0.0/8\nhttp_access deny x\ninclude *.conf\n")
+	f.Add("include *.conf inc.conf\n", "include squid.conf\n")
 	dir := f.TempDir()
-	f.Fuzz(func(t *testing.T, conf string) {
-		out, _, err := importSquid(strings.NewReader(conf))
+	f.Fuzz(func(t *testing.T, conf, inc string) {
+		// The file includes only inc.conf (whatever it names), from memory.
+		_, out, err := convertFrom(memFiles{"inc.conf": inc}, "squid.conf", strings.NewReader(conf))
 		if err != nil {
 			if !strings.HasPrefix(err.Error(), "line ") && !strings.HasPrefix(err.Error(), "the converted config") {
 				t.Fatalf("an error that names neither a line nor the check: %v", err)
@@ -189,6 +195,29 @@ func FuzzImportSquid(f *testing.F) {
 			t.Fatalf("import of\n%s\nprints a config -check refuses: %v\n%s", conf, ps, out)
 		}
 	})
+}
+
+// memFiles is a source of files held in memory, by name (a glob matches
+// their names).
+type memFiles map[string]string
+
+func (m memFiles) Open(name string) (io.ReadCloser, error) {
+	if v, ok := m[filepath.Base(name)]; ok && filepath.Dir(name) == "." {
+		return io.NopCloser(strings.NewReader(v)), nil
+	}
+	return nil, &fs.PathError{Op: "open", Path: name, Err: fs.ErrNotExist}
+}
+
+func (m memFiles) Glob(pattern string) ([]string, error) {
+	var out []string
+	for name := range m {
+		if ok, err := filepath.Match(pattern, name); err != nil {
+			return nil, err
+		} else if ok {
+			out = append(out, name)
+		}
+	}
+	return out, nil
 }
 
 // TestImportSquidContinuations: a directive continued over thousands of
@@ -275,7 +304,7 @@ cache_peer old.example.net parent 3130 0 no-query ssl sslcafile=/etc/ssl/ca.pem 
 func TestImportSquidAccessLog(t *testing.T) {
 	for _, tc := range []struct {
 		name, conf string
-		want       string // [log] access_log
+		want       string // the log carried over (Squid's path: peerd writes its own)
 		note       string // in the notes ("" for none)
 		format     string // [log] access_log_format ("" for squid)
 	}{
@@ -297,16 +326,22 @@ func TestImportSquidAccessLog(t *testing.T) {
 		{"whole URLs", "access_log /l/a.log\nstrip_query_terms off", "/l/a.log", "", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			out, notes, err := importSquid(strings.NewReader(tc.conf))
+			s, out, err := convertSquid(strings.NewReader(tc.conf))
 			if err != nil {
 				t.Fatal(err)
 			}
+			notes := s.notes
 			cfg, ps := config.ParseFiles([]byte(out), false)
 			if len(ps) > 0 {
 				t.Fatalf("the output does not pass -check: %v\n%s", ps, out)
 			}
-			if cfg.Log.AccessLog != tc.want {
-				t.Errorf("access_log = %q; want %q\n%s", cfg.Log.AccessLog, tc.want, out)
+			// Squid's log is never peerd's: a log carried over is written
+			// to peerd's own file, and the import says so.
+			if want := map[bool]string{true: peerdAccessLog}[tc.want != ""]; cfg.Log.AccessLog != want {
+				t.Errorf("access_log = %q; want %q\n%s", cfg.Log.AccessLog, want, out)
+			}
+			if said := strings.Join(s.says, "\n"); tc.want != "" && !strings.Contains(said, tc.want+" stays Squid's") {
+				t.Errorf("the import does not say Squid's log %s stays Squid's: %q", tc.want, s.says)
 			}
 			if want := cmp.Or(tc.format, "squid"); cfg.Log.AccessLogFormat != want {
 				t.Errorf("access_log_format = %q; want %q\n%s", cfg.Log.AccessLogFormat, want, out)

@@ -146,6 +146,7 @@ func (s *squidImport) refreshPattern(n int, w []string) {
 		return
 	}
 	if w[0] == "^ftp:" || w[0] == "^gopher:" {
+		s.say("%s: refresh_pattern %s: dropped: peerd fetches no ftp:// or gopher:// URL, so it could never match", s.where(n), all)
 		return
 	}
 	minMin, err1 := strconv.Atoi(w[1])
@@ -192,9 +193,18 @@ func (s *squidImport) refreshDefaults() {
 	}
 }
 
+// Where an imported config keeps its store and its access log: peerd's
+// own directories (the systemd unit's CacheDirectory and LogsDirectory),
+// never Squid's spool or log, which Squid beside peerd may still use.
+const (
+	peerdDisk      = "/var/cache/peerd"
+	peerdAccessLog = "/var/log/peerd/access.log"
+)
+
 // cacheDir reads "cache_dir TYPE PATH MBYTES [L1 L2] [OPTIONS]" into
-// [cache] disk and disk_size: the type (ufs, aufs, diskd, rock) and its
-// options do not matter to peerd's store. peerd has one disk store; a
+// [cache] disk_size, the store in peerd's own directory (peerdDisk): the
+// type (ufs, aufs, diskd, rock) and its options do not matter to peerd's
+// store. peerd has one disk store; a
 // second cache_dir is noted. "null" is Squid's no-disk store.
 func (s *squidImport) cacheDir(n int, w []string) error {
 	if len(w) >= 1 && w[0] == "null" {
@@ -212,5 +222,6 @@ func (s *squidImport) cacheDir(n int, w []string) error {
 		return nil
 	}
 	s.diskDir, s.diskSize = w[1], strconv.FormatInt(mb, 10)+"MiB"
+	s.say("%s: cache_dir %s: Squid's spool stays Squid's: peerd keeps its own store of the same %d MB in %s (the systemd unit's CacheDirectory)", s.where(n), w[1], mb, peerdDisk)
 	return nil
 }
