@@ -35,6 +35,8 @@ type generation struct {
 	routing selection.Router // the planner's routes and peers, led by the fleet's owners in a fleet
 	cache   *cache.Cache     // nil: the cache is off; its settings are this generation's
 	log     *logView         // nil: no access log
+	// keepQuery: strip_query_terms is off (URLs in spans keep queries).
+	keepQuery bool
 	// conns and users are the proxy's own, for the rules' max_conn and
 	// max_user_ip; users is nil unless a rule has max_user_ip (no
 	// authenticated request pays for keeping them otherwise).
@@ -166,7 +168,7 @@ func (p *Proxy) Reconfigure(g Generation) <-chan struct{} {
 		p.port = g.Port
 	}
 	return p.store(&generation{cfg: p.runtime(g.Config), policy: g.Policy, rules: g.Rules, auth: g.Auth,
-		cache: g.Cache, log: logOf(g.AccessLog, g.LogFormat, g.StripQueryTerms), conns: &p.conns, users: p.usersFor(g.Rules)})
+		cache: g.Cache, log: logOf(g.AccessLog, g.LogFormat, g.StripQueryTerms), keepQuery: !g.StripQueryTerms, conns: &p.conns, users: p.usersFor(g.Rules)})
 }
 
 // logOf is the access log view of file (nil: no access log).
@@ -254,7 +256,7 @@ func (p *Proxy) SetCache(c *cache.Cache) { p.change(func(g *generation) { g.cach
 // SetAccessLog switches the access log (nil: off), written in format
 // (nil: Squid's native line), queries cut when strip.
 func (p *Proxy) SetAccessLog(a *AccessLog, format *LogFormat, strip bool) {
-	p.change(func(g *generation) { g.log = logOf(a, format, strip) })
+	p.change(func(g *generation) { g.log, g.keepQuery = logOf(a, format, strip), !strip })
 }
 
 // Cache returns the cache in use, nil when it is off.

@@ -1,13 +1,17 @@
 package forwarding
 
 // This file holds the proxy's side of tracing ([trace], package
-// tracing): the sampling decision when a request is read, one span per
+// tracing): the sampling decision when a request is read (the
+// operator's: [trace] sample, parent_sample), one span per
 // attempt at a next hop (its ID sent on as traceparent, so the parent's
 // spans hang under it; the span's type is in attempt.go), and the
-// request's own span (ended by finishTrace in txn.go).
+// request's own span (ended by finishTrace in txn.go), its url.full cut
+// as the access log cuts it, none for a refused request unless [trace]
+// refused.
 // An untraced request costs a nil test at each of these points.
 
 import (
+	"bytes"
 	"math/rand/v2"
 	"strconv"
 	"time"
@@ -21,8 +25,31 @@ func (p *Proxy) SetTracer(e *tracing.Exporter) { p.tracer.Store(e) }
 // beginTrace decides whether the request just parsed is traced.
 func (tx *txn) beginTrace() {
 	if e := tx.p.tracer.Load(); e != nil {
-		tx.rq.trace = tracing.Begin(tx.rq.req.Get("Traceparent"), e.Config().Sample, rand.Float64(), tx.rq.start)
+		cfg := e.Config()
+		tx.rq.trace = tracing.Begin(tx.rq.req.Get("Traceparent"), cfg.Sample, cfg.ParentSample, rand.Float64(), tx.rq.start)
 	}
+}
+
+// refused says peerd turned the request away itself (access, loop,
+// authentication, a bad request): no span unless [trace] refused.
+func (tx *txn) refused() bool {
+	switch tx.code {
+	case CodeAccessDenied, CodeAuthRequired, CodeAuthSlowed, CodeBadRequest, CodeLoopDetected, CodeDenied, CodeRequestTimeout:
+		return !tx.hopped
+	}
+	return false
+}
+
+// traceURL is url.full as the access log writes it (its query cut unless
+// strip_query_terms is off); the exporter copies it.
+func (tx *txn) traceURL() string {
+	u := tx.rq.req.Target
+	if !tx.rq.gen.keepQuery {
+		if i := bytes.IndexByte(u, '?'); i >= 0 {
+			u = u[:i+1]
+		}
+	}
+	return urlString(u)
 }
 
 // beginSpan starts a's span when its request is traced.

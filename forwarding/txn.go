@@ -139,13 +139,13 @@ func (tx *txn) hierarchy() string {
 func (tx *txn) finishTrace(end time.Time, hier string) {
 	rq := &tx.rq
 	e := tx.p.tracer.Load()
-	if rq.trace == nil || e == nil {
+	if rq.trace == nil || e == nil || tx.refused() && !e.Config().Refused {
 		return
 	}
 	st := tx.w.status
 	attrs := []tracing.Attr{
 		tracing.String("http.request.method", rq.method),
-		tracing.String("url.full", urlString(rq.req.Target)),
+		tracing.String("url.full", tx.traceURL()),
 		tracing.Int("http.response.status_code", int64(st)),
 		tracing.String("client.address", rq.from.str),
 		tracing.String("peerd.hierarchy", hier),

@@ -294,11 +294,7 @@ func vmHWM(t *testing.T, pid int) int64 {
 // served from disk the same way.
 func TestDiskCacheStreamsLargeObject(t *testing.T) {
 	t.Parallel()
-	bin := filepath.Join(t.TempDir(), "peerd")
-	// Without -race: the detector's shadow memory is not peerd's.
-	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/peerd").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := plainPeerdBin(t) // without -race: the detector's shadow memory is not peerd's
 	const size = 256 << 20
 	chunk := objectBody("/huge", 1<<20)
 	origin := newOrigin(t, func(w http.ResponseWriter, r *http.Request) {

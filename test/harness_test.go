@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -22,11 +23,37 @@ import (
 
 var peerdBin string
 
+// plain is peerd built without -race, for tests that measure its memory
+// (the detector's shadow memory is not peerd's): built once, when first
+// asked for.
+var plain struct {
+	once sync.Once
+	bin  string
+	err  error
+	dir  string
+}
+
+// plainPeerdBin is the path of peerd built without -race.
+func plainPeerdBin(t testing.TB) string {
+	t.Helper()
+	plain.once.Do(func() {
+		plain.bin = filepath.Join(plain.dir, "peerd-plain")
+		if out, err := exec.Command("go", "build", "-o", plain.bin, "../cmd/peerd").CombinedOutput(); err != nil {
+			plain.err = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if plain.err != nil {
+		t.Fatal(plain.err)
+	}
+	return plain.bin
+}
+
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "peerd-e2e")
 	if err != nil {
 		panic(err)
 	}
+	plain.dir = dir
 	peerdBin = filepath.Join(dir, "peerd")
 	build := exec.Command("go", "build", "-race", "-o", peerdBin, "../cmd/peerd")
 	build.Stdout, build.Stderr = os.Stdout, os.Stderr

@@ -20,6 +20,20 @@ import (
 type otlpSpan struct {
 	TraceID, SpanID, ParentSpanID, Name string
 	Kind                                int
+	Attributes                          []struct {
+		Key   string
+		Value struct{ StringValue string }
+	}
+}
+
+// attr is a string attribute of the span ("" when absent).
+func (s otlpSpan) attr(key string) string {
+	for _, a := range s.Attributes {
+		if a.Key == key {
+			return a.Value.StringValue
+		}
+	}
+	return ""
 }
 
 // collector is a loopback OTLP/HTTP endpoint that keeps what it gets.

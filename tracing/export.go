@@ -1,9 +1,13 @@
 package tracing
 
-// This file holds the exporter: a bounded queue that requests hand their
-// finished spans to without waiting, and a goroutine that sends them in
-// batches to the collector's /v1/traces as OTLP/HTTP JSON (hex trace and
-// span IDs, times as decimal strings of Unix nanoseconds).
+// This file holds the exporter: a queue that requests hand their finished
+// spans to without waiting, bounded in spans and in bytes (a span's bytes
+// count until its batch was sent, so a collector that hangs holds at most
+// maxQueueBytes of spans), and a goroutine that sends them in batches to
+// the collector's /v1/traces as OTLP/HTTP JSON (hex trace and span IDs,
+// times as decimal strings of Unix nanoseconds). A span is copied as it
+// is queued, its strings cut to maxAttrBytes; what is dropped is counted
+// (Drops) and logged once.
 
 import (
 	"bytes"
@@ -16,36 +20,52 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
+	"unsafe"
 
 	"github.com/sirupsen/logrus"
 )
 
 // Exporter sends spans to one collector.
 type Exporter struct {
-	cfg     Config
-	url     string
-	log     logrus.FieldLogger
-	client  *http.Client
-	queue   chan Span
-	dropped atomic.Int64
-	once    sync.Once
-	stop    chan struct{}
-	done    chan struct{}
+	cfg    Config
+	url    string
+	log    logrus.FieldLogger
+	client *http.Client
+	queue  chan Span
+	// bytes are the bytes of the spans queued or in a batch not yet sent.
+	bytes atomic.Int64
+	drops *Drops
+	once  sync.Once
+	stop  chan struct{}
+	done  chan struct{}
 }
 
-// Batch sizes and timing.
+// Drops counts the spans dropped by every exporter of a process (a reload
+// replaces the exporter, not the count), and logs the first once.
+type Drops struct {
+	n      atomic.Int64
+	logged atomic.Bool
+}
+
+// Total is the spans dropped so far.
+func (d *Drops) Total() int64 { return d.n.Load() }
+
+// Batch sizes, bounds and timing.
 const (
-	queueSize   = 8192
-	batchSize   = 512
-	flushEvery  = time.Second
-	sendTimeout = 5 * time.Second
+	queueSize     = 8192
+	batchSize     = 512
+	maxQueueBytes = 8 << 20 // the spans held, queued or being sent
+	maxAttrBytes  = 4 << 10 // one attribute's value (a URL) in a span
+	flushEvery    = time.Second
+	sendTimeout   = 5 * time.Second
 )
 
-// NewExporter makes an exporter for cfg (cfg.OTLPEndpoint set); Run
-// starts it.
-func NewExporter(cfg Config, log logrus.FieldLogger) *Exporter {
+// NewExporter makes an exporter for cfg (cfg.OTLPEndpoint set), counting
+// what it drops in drops; Run starts it.
+func NewExporter(cfg Config, log logrus.FieldLogger, drops *Drops) *Exporter {
 	return &Exporter{
-		cfg: cfg, url: strings.TrimRight(cfg.OTLPEndpoint, "/") + "/v1/traces", log: log,
+		cfg: cfg, url: strings.TrimRight(cfg.OTLPEndpoint, "/") + "/v1/traces", log: log, drops: drops,
 		client: &http.Client{Timeout: sendTimeout},
 		queue:  make(chan Span, queueSize), stop: make(chan struct{}), done: make(chan struct{}),
 	}
@@ -54,13 +74,68 @@ func NewExporter(cfg Config, log logrus.FieldLogger) *Exporter {
 // Config is what the exporter was made with.
 func (e *Exporter) Config() Config { return e.cfg }
 
-// Export queues a finished span; a full queue drops it (counted).
+// Export queues a copy of a finished span; a full queue (in spans or in
+// bytes) drops it, counted.
 func (e *Exporter) Export(s Span) {
+	s = s.own()
+	n := s.size()
+	if e.bytes.Add(n) > maxQueueBytes {
+		e.bytes.Add(-n)
+		e.drop(1)
+		return
+	}
 	select {
 	case e.queue <- s:
 	default:
-		e.dropped.Add(1)
+		e.bytes.Add(-n)
+		e.drop(1)
 	}
+}
+
+// drop counts n spans lost, and logs the first of the process's.
+func (e *Exporter) drop(n int) {
+	e.drops.n.Add(int64(n))
+	if e.drops.logged.CompareAndSwap(false, true) {
+		e.log.WithFields(logrus.Fields{"endpoint": e.cfg.OTLPEndpoint, "queue_spans": queueSize, "queue_bytes": maxQueueBytes}).
+			Warn("trace: the export queue is full (the collector is slow or down): spans are dropped, counted in peerd_trace_spans_dropped_total (logged once)")
+	}
+}
+
+// own is a copy of s that shares no memory with the request it came
+// from, each string cut to maxAttrBytes.
+func (s Span) own() Span {
+	s.Name, s.Error = clip(s.Name), clip(s.Error)
+	attrs := make([]Attr, len(s.Attrs))
+	for i, a := range s.Attrs {
+		a.Key, a.Str = clip(a.Key), clip(a.Str)
+		attrs[i] = a
+	}
+	s.Attrs = attrs
+	return s
+}
+
+// clip is a copy of v, at most maxAttrBytes long (cut on a rune's start).
+func clip(v string) string {
+	if len(v) > maxAttrBytes {
+		n := maxAttrBytes
+		for n > 0 && !utf8.RuneStart(v[n]) {
+			n--
+		}
+		v = v[:n]
+	}
+	return strings.Clone(v)
+}
+
+// spanOverhead is what a span holds besides its strings.
+const spanOverhead = int64(unsafe.Sizeof(Span{}))
+
+// size is the bytes s holds.
+func (s Span) size() int64 {
+	n := spanOverhead + int64(len(s.Name)+len(s.Error))
+	for _, a := range s.Attrs {
+		n += int64(unsafe.Sizeof(a)) + int64(len(a.Key)+len(a.Str))
+	}
+	return n
 }
 
 // Run sends batches until Close; the last batch is sent before it returns.
@@ -72,6 +147,12 @@ func (e *Exporter) Run() {
 	flush := func() {
 		if len(batch) > 0 {
 			e.send(batch)
+			var n int64
+			for i := range batch {
+				n += batch[i].size()
+				batch[i] = Span{} // the batch's array does not keep the spans
+			}
+			e.bytes.Add(-n)
 			batch = batch[:0]
 		}
 	}

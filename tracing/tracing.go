@@ -1,11 +1,15 @@
 // Package tracing is peerd's OpenTelemetry export ([trace], contract
 // section 23): W3C trace context read from a client's request, a sampling
-// decision per request (the client's when it sent one, else [trace]
-// sample), and spans (one per client request, one per attempt at a next
-// hop) sent in batches over OTLP/HTTP with the JSON encoding, with no
-// library beyond the standard one. An unsampled request costs a pointer
-// test; a sampled one a few small allocations, and the export happens
-// off the request's path (a full queue drops spans, never waits).
+// decision per request that is the operator's ([trace] sample; a client's
+// sampled flag may raise it only to parent_sample, and its "not sampled"
+// lowers it to nothing), and spans (one per client request, one per
+// attempt at a next hop) sent in batches over OTLP/HTTP with the JSON
+// encoding, with no library beyond the standard one. An unsampled request
+// costs a pointer test; a sampled one a few small allocations. A span
+// copies every string it keeps (none points into a request's buffers),
+// and the export happens off the request's path through a queue bounded
+// in spans and in bytes (export.go): a full one drops spans, counted,
+// never waits.
 package tracing
 
 import (
@@ -23,9 +27,17 @@ type Config struct {
 	// OTLPEndpoint is the collector's OTLP/HTTP base URL (spans go to its
 	// /v1/traces); "" turns export off.
 	OTLPEndpoint string `toml:"otlp_endpoint"`
-	// Sample is the share of requests traced when the client sent no
-	// sampling decision of its own (0 to 1).
+	// Sample is the share of requests traced (0 to 1): the operator's
+	// decision, whatever a client asks.
 	Sample float64 `toml:"sample"`
+	// ParentSample is the share of the requests whose client sent a
+	// traceparent with the sampled flag that are traced (0 to 1; the
+	// larger of it and Sample applies). 0: the flag asks for nothing
+	// beyond Sample. A client's "not sampled" is always followed.
+	ParentSample float64 `toml:"parent_sample"`
+	// Refused traces requests peerd refused itself (access rules, bad
+	// requests, authentication); by default they have no span.
+	Refused bool `toml:"refused"`
 	// ServiceName is the service.name resource attribute.
 	ServiceName string `toml:"service_name"`
 }
@@ -44,6 +56,9 @@ func (c Config) Validate() error {
 	}
 	if c.Sample < 0 || c.Sample > 1 {
 		es.Addf("trace", "sample", "must be between 0 and 1, got %g", c.Sample)
+	}
+	if c.ParentSample < 0 || c.ParentSample > 1 {
+		es.Addf("trace", "parent_sample", "must be between 0 and 1, got %g", c.ParentSample)
 	}
 	if c.ServiceName == "" {
 		es.Addf("trace", "service_name", "must not be empty")
@@ -173,14 +188,16 @@ type Request struct {
 	Start  time.Time
 }
 
-// Begin decides whether a request is traced: the client's sampled flag
-// when it sent a traceparent, else sample. nil means not traced.
-func Begin(tp []byte, sample float64, draw float64, now time.Time) *Request {
+// Begin decides whether a request is traced, from a draw in [0, 1): the
+// operator's sample; a client's sampled flag raises it to parentSample at
+// most, and its "not sampled" is followed. nil means not traced.
+func Begin(tp []byte, sample, parentSample float64, draw float64, now time.Time) *Request {
 	p := ParseTraceparent(tp)
-	switch {
-	case p.Valid && !p.Sampled:
-		return nil
-	case !p.Valid && draw >= sample:
+	rate := sample
+	if p.Valid && p.Sampled {
+		rate = max(sample, parentSample)
+	}
+	if p.Valid && !p.Sampled || draw >= rate {
 		return nil
 	}
 	r := &Request{ID: newSpanID(), Start: now}

@@ -59,7 +59,9 @@ type server struct {
 	// tracer is the span exporter in force (nil: [trace] off); changed
 	// only under reloading.
 	tracer *tracing.Exporter
-	phase  atomic.Int32 // phaseStarting, phaseServing, phaseStopping: readiness
+	// traceDrops counts the spans every exporter dropped.
+	traceDrops tracing.Drops
+	phase      atomic.Int32 // phaseStarting, phaseServing, phaseStopping: readiness
 	// reloads is the last reload's result and time (the start counts as
 	// one that succeeded): metrics and the status page.
 	reloads reloadRecord

@@ -1,8 +1,8 @@
 package main
 
 // This file holds the metrics of the process itself: its build, its open
-// client connections, its own stalls, and the last reload's result and
-// time.
+// client connections, its own stalls, the spans it could not export, and
+// the last reload's result and time.
 
 import (
 	"runtime"
@@ -45,6 +45,9 @@ func (s *server) registerServerMetrics(reg prometheus.Registerer) {
 			}
 			return float64(s.proxy.OpenConnections())
 		}),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "peerd_trace_spans_dropped_total", Help: "Spans not exported because the export queue was full (in spans or in bytes): the collector is slow or down.",
+		}, func() float64 { return float64(s.traceDrops.Total()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "peerd_stall_seconds_total", Help: "Time peerd itself was stalled (scheduling delays, GC, a stopped process), seen by stall_guard.",
 		}, func() float64 { return s.stalls.Total().Seconds() }),

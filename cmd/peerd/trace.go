@@ -2,7 +2,8 @@ package main
 
 // This file holds the wiring of [trace]: the span exporter is started
 // with the config, replaced by a reload that changes the section (the old
-// one sends what it holds, then stops), and closed at the stop.
+// one sends what it holds, then stops), and closed at the stop; the
+// spans every exporter dropped are one count (traceDrops).
 
 import (
 	"github.com/peerd/peerd/tracing"
@@ -17,7 +18,7 @@ func (s *server) applyTrace(cfg tracing.Config) {
 	}
 	var e *tracing.Exporter
 	if cfg.OTLPEndpoint != "" {
-		e = tracing.NewExporter(cfg, s.log.WithField("component", "trace"))
+		e = tracing.NewExporter(cfg, s.log.WithField("component", "trace"), &s.traceDrops)
 		go e.Run()
 	}
 	s.tracer = e
