@@ -158,3 +158,37 @@ func (r *Registry) ImportState(st SavedState, now time.Time) (restored []string,
 	slices.Sort(restored)
 	return restored, skipped
 }
+
+// ImportAdmin puts the admin state st kept back on the peers of the same
+// name and address that pick accepts, "enabled" included (a binary
+// upgrade hands over the old process's operator state, which is newer
+// than any file): an admin state whose end has passed is enabled. It
+// reports the peers whose admin state changed.
+func (r *Registry) ImportAdmin(st SavedState, now time.Time, pick func(name string, ps PeerState) bool) (changed []string) {
+	for name, ps := range st.Peers {
+		p := r.Get(name)
+		if p == nil || p.Addr() != ps.Addr || pick != nil && !pick(name, ps) {
+			continue
+		}
+		admin, err := ParseAdminState(ps.AdminState)
+		if err != nil {
+			continue
+		}
+		var until int64
+		if ps.AdminUntil != nil {
+			until = ps.AdminUntil.UnixNano()
+		}
+		if until != 0 && until <= now.UnixNano() {
+			admin, until = Enabled, 0
+		}
+		l := p.health.row.Load()
+		if l.admin == admin && l.reason == ps.AdminReason && l.until == until {
+			continue
+		}
+		if _, _, err := r.setAdmin(name, admin, ps.AdminReason, until, true); err == nil {
+			changed = append(changed, name)
+		}
+	}
+	slices.Sort(changed)
+	return changed
+}

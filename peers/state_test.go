@@ -78,3 +78,36 @@ func TestStateFileTruncated(t *testing.T) {
 		t.Fatalf("a newer state file: %v; want it refused clearly", err)
 	}
 }
+
+// TestImportAdminIsAuthoritative: a binary upgrade's hand-over puts the
+// old process's admin state in force whatever the new one read from its
+// file, "enabled" included (a drain undone after the file was written is
+// undone here too); pick limits it to the peers that changed.
+func TestImportAdminIsAuthoritative(t *testing.T) {
+	old := answersRegistry(t, 2, nil)
+	now := time.Now()
+	if _, _, err := old.setAdmin("b", Drain, "rack move", 0, true); err != nil {
+		t.Fatal(err)
+	}
+	st := old.ExportState(now)
+	fresh := answersRegistry(t, 2, nil)
+	if _, _, err := fresh.setAdmin("a", Maintenance, "from a stale file", 0, true); err != nil {
+		t.Fatal(err)
+	}
+	changed := fresh.ImportAdmin(st, now, nil)
+	if fresh.Get("a").Health().AdminState() != Enabled || fresh.Get("b").Health().AdminState() != Drain {
+		t.Fatalf("a %v, b %v; want the old process's enabled and drain", fresh.Get("a").Health().AdminState(), fresh.Get("b").Health().AdminState())
+	}
+	if strings.Join(changed, ",") != "a,b" {
+		t.Fatalf("changed %v; want a and b", changed)
+	}
+	if again := fresh.ImportAdmin(st, now, nil); len(again) != 0 {
+		t.Fatalf("importing the same state again changed %v", again)
+	}
+	// Only what pick accepts.
+	fresh.setAdmin("a", Drain, "set here since", 0, true)
+	fresh.ImportAdmin(st, now, func(name string, _ PeerState) bool { return name == "b" })
+	if fresh.Get("a").Health().AdminState() != Drain {
+		t.Fatal("a change made here was undone by a peer pick left out")
+	}
+}

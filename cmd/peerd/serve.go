@@ -36,9 +36,12 @@ func (s *server) serve(ctx context.Context) error {
 	cfg := s.cfg
 	s.upg = handover.New(cfg.Proxy.PIDFile, s.log)
 	s.upg.Current = s.sockets
+	s.upg.State = s.operatorState
 	if s.upg.Inherited() {
 		s.log.Info("binary upgrade: started by the running peerd; taking its sockets over")
+		s.takeHandedState()
 	}
+	s.warnStateNotKept()
 	adminLn, err := s.upg.Listen("admin", cfg.Admin.Listen)
 	if err != nil {
 		return fmt.Errorf("admin listen: %w", err)
@@ -64,6 +67,7 @@ func (s *server) serve(ctx context.Context) error {
 		<-stateDone
 		if !handedOver {
 			sw.Write() // at stop; after a hand-over the new process owns the file
+			s.warnOverridesLost()
 		}
 	}()
 
@@ -160,6 +164,7 @@ func (s *server) serve(ctx context.Context) error {
 		case <-ctx.Done():
 			return s.shutdown(nil)
 		case <-s.upg.Exit():
+			s.handOverState()
 			s.log.WithField("pid", os.Getpid()).Warn("handed over to the new process: no new connections here, finishing in-flight requests")
 			s.proxy.Cache().Close() // the new process takes the disk store over
 			handedOver = true

@@ -17,7 +17,9 @@ import (
 )
 
 // TestExampleConfigMatchesDefaults keeps etc/peerd.toml honest: it decodes
-// to exactly the built-in defaults plus its two example parents.
+// to exactly the built-in defaults plus its two example parents and the
+// state file in the systemd unit's StateDirectory (the installed config
+// keeps operator state; the embedded default writes no file).
 func TestExampleConfigMatchesDefaults(t *testing.T) {
 	src, err := os.ReadFile("../../../../etc/peerd.toml")
 	if err != nil {
@@ -32,6 +34,7 @@ func TestExampleConfigMatchesDefaults(t *testing.T) {
 		{Name: "parent1", Host: "10.0.0.1", Port: 3128, Type: peers.Parent, Weight: 1},
 		{Name: "parent2", Host: "10.0.0.2", Port: 3128, Type: peers.Parent, Weight: 1, ConnectTimeout: 5 * time.Second},
 	}
+	want.Proxy.StateFile = "/var/lib/peerd/state.json"
 	netips := cmp.Options{
 		cmp.Comparer(func(a, b forwarding.CIDR) bool { return a == b }),
 		cmp.Comparer(func(a, b access.Destination) bool { return a == b }),
@@ -108,6 +111,12 @@ func TestConfigProblems(t *testing.T) {
 		{"direct never, siblings only", "[proxy]\ndirect = \"never\"\n[[peer]]\nhost = \"h\"\ntype = \"sibling\"\n", []string{`line 2: proxy.direct: "never" with siblings only`}},
 		{"route of siblings, direct never", "[[peer]]\nname = \"p\"\nhost = \"h\"\n[[peer]]\nname = \"s\"\nhost = \"i\"\ntype = \"sibling\"\n[[route]]\ndomains = [\".a\"]\npeers = [\"s\"]\ndirect = \"never\"\n",
 			[]string{`line 10: route[0].peers: siblings only, with direct "never"`}},
+		// Configs that would serve nobody.
+		{"allow nobody", "[proxy]\nallow = []\n", []string{`proxy.allow: []: every client would be refused`}},
+		{"a first catch-all route with no way out", "[[peer]]\nname = \"p\"\nhost = \"h\"\n[[route]]\npeers = []\ndirect = \"never\"\n",
+			[]string{`route[0].peers: [] with direct "never" in the first route, which has no match key`}},
+		{"a first catch-all route with no way out, direct never for all", "[proxy]\ndirect = \"never\"\n[[peer]]\nname = \"p\"\nhost = \"h\"\n[[route]]\npeers = []\n",
+			[]string{`route[0].peers: [] with direct "never"`}},
 		// What start-up would fail on, -check finds.
 		{"access log in a missing directory", "[log]\naccess_log = \"/nonexistent-peerd/access.log\"\n", []string{`line 2: log.access_log: directory /nonexistent-peerd does not exist`}},
 		{"pid file in a missing directory", "[proxy]\npid_file = \"/nonexistent-peerd/peerd.pid\"\n", []string{`line 2: proxy.pid_file: directory /nonexistent-peerd does not exist`}},

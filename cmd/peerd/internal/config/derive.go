@@ -52,11 +52,16 @@ func (c *File) validate() []error {
 	return es
 }
 
-// neverForwards finds what could never forward a request: direct =
-// "never" with no parent to send to (none at all, or siblings only,
-// which answer only what they hold), for every request or for a route's.
+// neverForwards finds what could never forward a request, or serves
+// nobody: direct = "never" with no parent to send to (none at all, or
+// siblings only, which answer only what they hold), for every request or
+// for a route's; a first route that catches every request with no peer
+// and direct "never"; [proxy] allow = [] (every client refused).
 func (c *File) neverForwards() []error {
 	var es conf.Errors
+	if len(c.Proxy.Allow) == 0 {
+		es.Addf("proxy", "allow", `[]: every client would be refused (403) while /readyz says ready; list the client networks (e.g. ["10.0.0.0/8"]), or leave the key out for the private networks`)
+	}
 	types := map[string]peers.Type{}
 	parents := 0
 	for _, p := range c.Peers {
@@ -81,7 +86,14 @@ func (c *File) neverForwards() []error {
 			}
 			direct = d
 		}
-		if direct != selection.DirectNever || len(r.Peers) == 0 {
+		if direct != selection.DirectNever {
+			continue
+		}
+		if len(r.Peers) == 0 {
+			if i == 0 && reflect.ValueOf(r.Spec).IsZero() {
+				es.Add(&conf.Error{Section: "route", Index: i, Name: fmt.Sprint(i), Key: "peers",
+					Msg: `[] with direct "never" in the first route, which has no match key: every request matches it and none could be forwarded (every client would get 503); give it peers, allow direct, or match keys`})
+			}
 			continue
 		}
 		hasParent := false
@@ -189,6 +201,7 @@ func (c *File) Warnings() []string {
 			}
 		}
 	}
+	w = append(w, c.stateDirWarning()...)
 	return append(w, c.secretWarnings()...)
 }
 

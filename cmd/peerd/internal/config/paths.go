@@ -29,6 +29,9 @@ func (c *File) checkPaths() []error {
 		if f.path == "" {
 			continue
 		}
+		if f.key == "state_file" && missingDir(f.path) {
+			continue // a warning (stateDirWarning): start-up goes on without it
+		}
 		if err := checkWritableFile(f.path); err != nil {
 			es.Addf(f.section, f.key, "%v", err)
 		}
@@ -39,6 +42,21 @@ func (c *File) checkPaths() []error {
 		}
 	}
 	return es
+}
+
+// missingDir reports whether path's directory does not exist.
+func missingDir(path string) bool {
+	_, err := os.Stat(filepath.Dir(path))
+	return errors.Is(err, fs.ErrNotExist)
+}
+
+// stateDirWarning is -check's warning for a state_file whose directory
+// is not there: peerd starts, but keeps no operator state until it is.
+func (c *File) stateDirWarning() []string {
+	if p := c.Proxy.StateFile; p != "" && missingDir(p) {
+		return []string{fmt.Sprintf("proxy.state_file: directory %s does not exist (yet): admin drains and overrides will not survive a restart until it does (systemd's StateDirectory=peerd makes /var/lib/peerd)", filepath.Dir(p))}
+	}
+	return nil
 }
 
 // checkWritableFile: path's directory exists and may be written, and

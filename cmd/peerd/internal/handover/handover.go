@@ -61,8 +61,16 @@ type Upgrader struct {
 	readyFd *os.File
 	// current returns the listening sockets to hand over now, by role.
 	Current func() map[string]FileConn
-	exitC   chan struct{}
-	busy    sync.Mutex
+	// State returns the operator state to hand over now (state.go).
+	State func() []byte
+	// stateIn is the state pipe from the old process (a new one's);
+	// stateOut the pipe to the new process, with firstSent closed once
+	// its first frame is written (an old one's).
+	stateIn   *os.File
+	stateOut  *os.File
+	firstSent chan struct{}
+	exitC     chan struct{}
+	busy      sync.Mutex
 }
 
 // FileConn is a socket that can give a duplicate of its descriptor.
@@ -83,6 +91,7 @@ func New(pidFile string, log logrus.FieldLogger) *Upgrader {
 	if fd, err := strconv.Atoi(os.Getenv(envReady)); err == nil && fd > 2 {
 		u.readyFd = os.NewFile(uintptr(fd), "peerd-ready")
 		os.Unsetenv(envReady)
+		u.stateIn = stateFromEnv()
 	}
 	return u
 }
@@ -201,12 +210,14 @@ func (u *Upgrader) Upgrade() {
 	u.log.WithField("binary", bin).Warn("binary upgrade: starting the new process; this one serves until it is ready")
 	exited, err := u.start(bin)
 	if err != nil {
+		u.dropState()
 		u.log.WithField("err", err.Error()).Error("binary upgrade failed; this process keeps serving")
 		return
 	}
 	u.log.WithField("grace", upgradeGrace.String()).Warn("binary upgrade: the new process is ready; both serve until it has run for the grace period")
 	select {
 	case werr := <-exited:
+		u.dropState()
 		u.reclaim()
 		u.log.WithField("err", fmt.Sprint(werr)).Error("binary upgrade failed: the new process exited after it said it was ready; this process keeps serving")
 		return
@@ -245,8 +256,15 @@ func (u *Upgrader) start(bin string) (exited <-chan error, err error) {
 		files = append(files, f)
 		spec = append(spec, fmt.Sprintf("%s=%d", role, 3+len(files)-1))
 	}
+	stateR, stateW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	files = append(files, stateR)
+	stateFd := 3 + len(files) - 1
 	readyR, readyW, err := os.Pipe()
 	if err != nil {
+		stateW.Close()
 		return nil, err
 	}
 	defer readyR.Close()
@@ -254,22 +272,34 @@ func (u *Upgrader) start(bin string) (exited <-chan error, err error) {
 	cmd := exec.Command(bin, os.Args[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	cmd.ExtraFiles = files
-	cmd.Env = append(os.Environ(), envSockets+"="+strings.Join(spec, ","), fmt.Sprintf("%s=%d", envReady, 3+len(files)-1))
+	cmd.Env = append(os.Environ(), envSockets+"="+strings.Join(spec, ","), fmt.Sprintf("%s=%d", envReady, 3+len(files)-1),
+		fmt.Sprintf("%s=%d", envState, stateFd))
 	err = cmd.Start()
 	// os/exec put the sockets in blocking mode (File.Fd does), and a
 	// duplicate shares that flag with this process's own sockets: an
 	// Accept stuck in a blocking syscall would neither see the listener
 	// close nor let this process drain. They go back to non-blocking.
-	for _, f := range files[:len(files)-1] {
+	for _, f := range files[:len(files)-2] {
 		if rc, rerr := f.SyscallConn(); rerr == nil {
 			rc.Control(func(fd uintptr) { syscall.SetNonblock(int(fd), true) })
 		}
 	}
 	if err != nil {
+		stateW.Close()
 		return nil, fmt.Errorf("cannot start %s: %w", bin, err)
 	}
 	readyW.Close()
 	files = files[:len(files)-1]
+	// The operator state as the upgrade starts: the new process reads it
+	// before it serves (a drain made a moment ago is in it).
+	u.stateOut, u.firstSent = stateW, make(chan struct{})
+	go func(first chan struct{}) {
+		defer close(first)
+		stateW.SetWriteDeadline(time.Now().Add(Timeout))
+		if err := u.sendState(stateW); err != nil {
+			u.log.WithField("err", err.Error()).Warn("binary upgrade: the operator state was not handed to the new process (it reads the state file)")
+		}
+	}(u.firstSent)
 	result := make(chan error, 2)
 	go func() {
 		buf := make([]byte, 16)
