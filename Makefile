@@ -110,15 +110,24 @@ ci: lint test
 # systemd unit at their system paths, all under DESTDIR (a package root).
 # The config may hold the admin token, the fleet key and parent logins: it
 # is 0640, group peerd (made here on a real install; a package's scripts
-# make it under DESTDIR), which the unit's dynamic user takes by name. The
-# unit runs the binary at PREFIX.
+# make it under DESTDIR), which the unit's dynamic user takes by name. An
+# existing /etc/peerd/peerd.toml is the operator's and is never replaced
+# (as a package keeps a changed conffile): the example goes beside it as
+# peerd.toml.example, always. The unit runs the binary at PREFIX.
 install: build
 	install -D -m 0755 $(BIN) $(DESTDIR)$(PREFIX)/bin/peerd
 	install -D -m 0644 man/peerd.8 $(DESTDIR)$(PREFIX)/share/man/man8/peerd.8
 	install -D -m 0644 man/peerd.toml.5 $(DESTDIR)$(PREFIX)/share/man/man5/peerd.toml.5
-	install -D -m 0640 etc/peerd.toml $(DESTDIR)/etc/peerd/peerd.toml
+	install -D -m 0640 etc/peerd.toml $(DESTDIR)/etc/peerd/peerd.toml.example
+	@if [ -e $(DESTDIR)/etc/peerd/peerd.toml ]; then \
+		echo "make install: $(DESTDIR)/etc/peerd/peerd.toml exists and is kept; the new example is $(DESTDIR)/etc/peerd/peerd.toml.example"; \
+	else \
+		install -m 0640 etc/peerd.toml $(DESTDIR)/etc/peerd/peerd.toml; \
+	fi
 	@if [ -z "$(DESTDIR)" ] && ! getent group peerd >/dev/null 2>&1; then groupadd --system peerd; fi
-	@chgrp peerd $(DESTDIR)/etc/peerd/peerd.toml 2>/dev/null || echo "make install: no group peerd here: $(DESTDIR)/etc/peerd/peerd.toml stays 0640 root:root until it is given to group peerd"
+	@for f in peerd.toml peerd.toml.example; do \
+		chgrp peerd $(DESTDIR)/etc/peerd/$$f 2>/dev/null || echo "make install: no group peerd here: $(DESTDIR)/etc/peerd/$$f stays 0640 root:root until it is given to group peerd"; \
+	done
 	install -d -m 0755 $(DESTDIR)/lib/systemd/system
 	sed 's|/usr/local/bin/peerd|$(PREFIX)/bin/peerd|g' etc/peerd.service > $(DESTDIR)/lib/systemd/system/peerd.service
 	chmod 0644 $(DESTDIR)/lib/systemd/system/peerd.service

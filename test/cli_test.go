@@ -264,4 +264,24 @@ func TestMakeInstall(t *testing.T) {
 	if !strings.Contains(string(unit), "ExecStart=/usr/bin/peerd -config") || strings.Contains(string(unit), "/usr/local/") {
 		t.Fatalf("the unit installed under PREFIX=/usr does not run /usr/bin/peerd:\n%s", unit)
 	}
+	// A second install (an upgrade) keeps the operator's config, token
+	// and logins included, and puts the new example beside it.
+	conf := filepath.Join(root, "etc/peerd/peerd.toml")
+	mine := "# the operator's own\n[admin]\ntoken = \"kept-across-installs-0123456789abcdef\"\n"
+	if err := os.WriteFile(conf, []byte(mine), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	out, err := osexec.Command("make", "-C", "..", "install", "DESTDIR="+root, "PREFIX=/usr").CombinedOutput()
+	if err != nil {
+		t.Fatalf("second make install: %v\n%s", err, out)
+	}
+	if got, _ := os.ReadFile(conf); string(got) != mine {
+		t.Fatalf("a second make install replaced the operator's config:\n%s", got)
+	}
+	if !strings.Contains(string(out), "peerd.toml exists and is kept") {
+		t.Fatalf("make install did not say it kept the config:\n%s", out)
+	}
+	if ex, err := os.ReadFile(conf + ".example"); err != nil || !strings.Contains(string(ex), "[proxy]") {
+		t.Fatalf("no example beside the kept config: %v", err)
+	}
 }

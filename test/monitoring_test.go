@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -127,5 +128,41 @@ func TestMonitoringPackNamesExportedMetrics(t *testing.T) {
 		if !exported[name] {
 			t.Errorf("%s (named in %s) is not exported by peerd", name, strings.Join(where, ", "))
 		}
+	}
+}
+
+// TestMonitoringScrapeExample: the pack's README scrape example works as
+// written: a peerd configured with the [admin] hosts line it shows
+// answers a scrape under the target's name, and the same scrape without
+// that line gets 421 (which is what PeerdDown then reports).
+func TestMonitoringScrapeExample(t *testing.T) {
+	t.Parallel()
+	readme, err := os.ReadFile(filepath.Join(monitoringDir, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := regexp.MustCompile(`targets: \["([^"]+)"`).FindStringSubmatch(string(readme))
+	hosts := regexp.MustCompile(`(?m)^hosts = \[.*\]$`).FindString(string(readme))
+	if target == nil || hosts == "" {
+		t.Fatalf("the README has no scrape target (%v) or no [admin] hosts line (%q)", target, hosts)
+	}
+	scrape := func(p *peerd) int {
+		req, _ := http.NewRequest("GET", "http://"+p.admin+"/metrics", nil)
+		req.Host = target[1] // as Prometheus sends it
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	base := strings.Replace(baseConfig, `direct = "never"`, `direct = "allow"`, 1)
+	with := startPeerd(t, strings.Replace(base, "[admin]\n", "[admin]\n"+hosts+"\n", 1))
+	if code := scrape(with); code != 200 {
+		t.Fatalf("a scrape of %s with the README's %s: %d; want 200", target[1], hosts, code)
+	}
+	without := startPeerd(t, base)
+	if code := scrape(without); code != http.StatusMisdirectedRequest {
+		t.Fatalf("a scrape of %s without [admin] hosts: %d; want 421 (why the README shows the line)", target[1], code)
 	}
 }
