@@ -28,6 +28,7 @@ type report struct {
 	byInv      map[string]int
 	events     []string
 	marks      int      // parent marks (dead, suspect, outlier) checked for I4
+	spans      int      // request spans checked for I7
 	resources  []string // each member's resources after the load (I6)
 }
 
@@ -252,6 +253,7 @@ func (r *report) print(w io.Writer, took time.Duration) {
 	}
 	sort.Strings(invs)
 	fmt.Fprintf(w, "\nparent marks (dead, suspect, outlier) checked against the faults: %d\n", r.marks)
+	fmt.Fprintf(w, "request spans checked against their exchange's URL: %d\n", r.spans)
 	for _, l := range r.resources {
 		fmt.Fprintln(w, l)
 	}

@@ -132,7 +132,7 @@ func (c *client) request(e exchange) string {
 		fmt.Fprintf(&b, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", path, path)
 		return b.String()
 	}
-	fmt.Fprintf(&b, "%s http://origin.chaos.test%s HTTP/1.1\r\nHost: origin.chaos.test\r\nX-Chaos-Id: %d\r\n", method, path, e.id)
+	fmt.Fprintf(&b, "%s http://origin.chaos.test%s HTTP/1.1\r\nHost: origin.chaos.test\r\nX-Chaos-Id: %d\r\ntraceparent: %s\r\n", method, path, e.id, traceparent(e.id))
 	switch e.kind {
 	case conditional:
 		fmt.Fprintf(&b, "If-None-Match: %s\r\n", etag(versionAt(time.Since(c.start))))

@@ -17,7 +17,9 @@
 // failure an error peerd made whole; I3 a POST reaches the origin at most
 // once; I4 a parent is marked dead, suspect or an outlier only after a
 // fault of its own (never for what it says of its next hop); I5 nothing is stored from a cut or failed answer; I6
-// descriptors and goroutines return to their baseline.
+// descriptors and goroutines return to their baseline; I7 every request
+// span exported (to a collector that hangs now and then) names its own
+// exchange's URL.
 //
 // Usage: go run ./test/chaos -seed 7 -d 60s (make chaos SEED=7
 // DURATION=60s). It prints a table, then each violation with its seed,
@@ -82,7 +84,12 @@ func run() int {
 		defer p.kill()
 		parents = append(parents, p)
 	}
-	ms, err := startFleet(work, bin, parents)
+	col, err := newCollector(seed, start)
+	if err != nil {
+		return fail(err)
+	}
+	defer col.close()
+	ms, err := startFleet(work, bin, parents, col.url)
 	for _, m := range ms {
 		defer m.stop()
 	}
@@ -137,6 +144,7 @@ func run() int {
 	close(stop)
 	wg.Wait()
 
+	r.checkSpans(col)
 	r.checkPosts()
 	r.checkBlame(ms, parents)
 	r.checkResources(ms[:2], base)
@@ -156,13 +164,14 @@ func run() int {
 
 // startFleet starts members a, b and c, each joining the others, and
 // waits (at most 20s) until each sees all three.
-func startFleet(work, bin string, parents []*parent) ([]*member, error) {
+func startFleet(work, bin string, parents []*parent, traces string) ([]*member, error) {
 	var ms []*member
 	for _, n := range []string{"a", "b", "c"} {
 		m, err := newMember(work, n, bin, parents)
 		if err != nil {
 			return ms, err
 		}
+		m.traces = traces
 		ms = append(ms, m)
 	}
 	for _, m := range ms {
@@ -207,7 +216,7 @@ func apply(ev planned, ms []*member, parents []*parent, bin string) error {
 	case reload:
 		return ms[0].reload()
 	case upgrade:
-		return ms[0].upgrade(bin)
+		return ms[0].upgrade(bin, parents[ev.target].name)
 	case killMember:
 		ms[2].kill()
 		time.Sleep(ev.hold)

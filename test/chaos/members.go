@@ -36,7 +36,8 @@ type member struct {
 	gossip  string
 	join    []string
 	parents []*parent
-	gen     int // config generation (reloads)
+	gen     int    // config generation (reloads)
+	traces  string // the collector's URL (I7)
 
 	proxy, admin string
 	cmd          *exec.Cmd
@@ -122,7 +123,11 @@ bind = %q
 key = %q
 join = [%s]
 shared_cache = true
-`, m.name, m.pidFile, policy, filepath.Join(m.dir, "cache"), m.gossip, fleetKey, strings.Join(join, ", "))
+[trace]
+otlp_endpoint = %q
+sample = 0.0
+parent_sample = 1.0
+`, m.name, m.pidFile, policy, filepath.Join(m.dir, "cache"), m.gossip, fleetKey, strings.Join(join, ", "), m.traces)
 	for i, p := range m.parents {
 		fmt.Fprintf(&b, "[[peer]]\nname = %q\nhost = \"127.0.0.1\"\nport = %s\nweight = %d\n", p.name, p.port(), 1+(m.gen+i)%3)
 	}
@@ -200,10 +205,16 @@ func (m *member) reload() error {
 	return m.signal(syscall.SIGHUP)
 }
 
-// upgrade puts a new binary at the path and sends SIGUSR2; it waits (at
-// most 30s) until another process serves.
-func (m *member) upgrade(bin string) error {
+// upgrade drains one parent, puts a new binary at the path and sends
+// SIGUSR2 at once (the member has no state file: the upgrade itself must
+// hand the drain over); it waits (at most 30s) until another process
+// serves, checks the drain is in force there, and enables the parent.
+func (m *member) upgrade(bin string, parent string) error {
 	old := m.pid()
+	reason := fmt.Sprintf("chaos upgrade of %d", old)
+	if err := m.adminState(parent, fmt.Sprintf(`{"admin_state":"drain","reason":%q}`, reason)); err != nil {
+		return err
+	}
 	if err := copyFile(bin, m.bin); err != nil {
 		return err
 	}
@@ -213,11 +224,36 @@ func (m *member) upgrade(bin string) error {
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
 		if pid := m.pid(); pid > 0 && pid != old && syscall.Kill(old, 0) != nil {
-			return nil
+			var st struct {
+				AdminState  string `json:"admin_state"`
+				AdminReason string `json:"admin_reason"`
+			}
+			if err := m.adminJSON("/peers/"+parent, &st); err != nil {
+				return err
+			}
+			if st.AdminState != "drain" || st.AdminReason != reason {
+				return fmt.Errorf("member %s: the drain of %s made just before SIGUSR2 was lost (admin_state %q, reason %q)", m.name, parent, st.AdminState, st.AdminReason)
+			}
+			return m.adminState(parent, `{"admin_state":"enabled"}`)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
 	return fmt.Errorf("member %s: no new process serving 30s after SIGUSR2:\n%s", m.name, m.logTail(20))
+}
+
+// adminState PUTs a peer's admin state.
+func (m *member) adminState(peer, body string) error {
+	req, _ := http.NewRequest("PUT", "http://"+m.admin+"/peers/"+peer+"/state", strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer secret")
+	resp, err := (&http.Client{Timeout: 5 * time.Second}).Do(req)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		return fmt.Errorf("member %s: PUT /peers/%s/state %s: %d", m.name, peer, body, resp.StatusCode)
+	}
+	return nil
 }
 
 // kill ends the member at once (SIGKILL).
