@@ -88,7 +88,7 @@ func (s *server) handOverState() {
 // process when no state_file keeps them.
 func (s *server) warnStateNotKept() {
 	if s.cfg.Proxy.StateFile == "" && len(s.cfg.Peers) > 0 {
-		s.log.Warn("[proxy] state_file is not set: admin drains and overrides are lost when peerd restarts (a binary upgrade hands them over); set it, e.g. /var/lib/peerd/state.json")
+		s.log.Info("[proxy] state_file is not set: admin drains and overrides end when peerd restarts (a binary upgrade hands them over; a stop that loses some says so); set it, e.g. /var/lib/peerd/state.json")
 	}
 }
 
