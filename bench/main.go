@@ -25,7 +25,7 @@ var (
 	conns        = flag.Int("c", 16, "connections for the throughput runs")
 	size         = flag.Int("size", 512, "response body bytes of the throughput runs")
 	lowRate      = flag.Int("lowrate", 100, "requests per second for the low-rate latency run through real Squid parents")
-	sections     = flag.String("run", "throughput,tunnel,cache,disk,smallstore,hitratio,scale,cost,lowrate,failover,memory,fleet,shared,icp,gray,relative,beyond,tls,auth", "sections to run, comma-separated")
+	sections     = flag.String("run", "throughput,tunnel,cache,disk,smallstore,hitratio,optimum,scale,cost,lowrate,failover,memory,fleet,shared,icp,gray,relative,beyond,tls,auth", "sections to run, comma-separated")
 	threads      = flag.Int("threads", 0, "worker threads of each child (peerd GOMAXPROCS, ATS exec threads; Squid has one); 0: each child's default (one per core)")
 	rounds       = flag.Int("rounds", 3, "interleaved rounds of the throughput runs; figures are the medians")
 	tunnels      = flag.Int("tunnels", 2000, "idle CONNECT tunnels for the memory run")
@@ -89,6 +89,10 @@ func main() {
 	if want("hitratio") {
 		fmt.Fprintln(os.Stderr, "== hit ratios: a real trace through peerd's memory cache and Squid's three policies, beside simulated LRU, GDSF and S3-FIFO")
 		res.HitRatio = hitRatioRun(work, peerdBin, squidBin)
+	}
+	if want("optimum") {
+		fmt.Fprintln(os.Stderr, "== optimum: bounds on the best any cache could do on web12 and a Zipf trace, beside LRU, GDSF, S3-FIFO and peerd's cache")
+		res.Optimum = optimumRun()
 	}
 	if want("scale") {
 		fmt.Fprintln(os.Stderr, "== scale: the disk index's RAM, load time and GC pauses at 10k, 1M and 10M objects")

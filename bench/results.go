@@ -35,6 +35,7 @@ type Results struct {
 	Disk         *DiskResults       `json:"disk_cache,omitempty"`
 	Tunnel       []TunnelRow        `json:"connect_tunnels,omitempty"`
 	HitRatio     *HitRatios         `json:"hit_ratios,omitempty"`
+	Optimum      *Optimum           `json:"optimum,omitempty"`
 	Scale        []ScaleRow         `json:"scale,omitempty"`
 	SmallStore   *SmallStoreResults `json:"small_store,omitempty"`
 	Cost         []CostRow          `json:"cost,omitempty"`
@@ -170,6 +171,7 @@ func (r *Results) markdown() string {
 	b.WriteString(r.goals())
 	b.WriteString(r.tunnelMarkdown())
 	b.WriteString(r.hitRatioMarkdown())
+	b.WriteString(r.optimumMarkdown())
 	b.WriteString(r.scaleMarkdown())
 	b.WriteString(r.cacheSection())
 	b.WriteString(r.diskSection())
