@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/peerd/peerd/internal/stall"
@@ -149,6 +150,11 @@ func (d *Dialer) DialPeer(ctx context.Context, p *peers.Peer, why Purpose, timeo
 		return nil, ctx.Err()
 	}
 	end := d.now()
+	if err != nil && (errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE)) {
+		// peerd is out of file descriptors: its own limit, not the
+		// peer's failure (the caller counts and reports it).
+		return nil, &ConnectError{Peer: p.Name(), Err: err}
+	}
 	if err != nil {
 		if expired || errors.Is(err, context.DeadlineExceeded) || isTimeout(err) {
 			// Kept a timeout (not plain text), so that every reader —

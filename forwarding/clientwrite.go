@@ -59,6 +59,18 @@ func (w *clientWriter) init(nc net.Conn, dl *deadlines, rio *rawIO, conns *connS
 	w.buf = bufio.NewWriterSize(&w.dw, 4<<10)
 }
 
+// rebind makes the writer write to nc (a pooled connection's), keeping
+// its buffer.
+func (w *clientWriter) rebind(nc net.Conn) {
+	w.nc = nc
+	w.dw = deadlineWriter{dl: w.dw.dl, rio: w.dw.rio}
+	w.buf.Reset(&w.dw)
+}
+
+// waitTimedOut says the last flushAndWait's wait for the next request
+// ended at its deadline.
+func (w *clientWriter) waitTimedOut() bool { return w.dw.waited && isTimeout(w.dw.waitErr) }
+
 // begin starts a request's answer.
 func (w *clientWriter) begin(writeTimeout time.Duration) {
 	w.headSent.Store(false)

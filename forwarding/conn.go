@@ -17,8 +17,6 @@ import (
 	"github.com/peerd/peerd/internal/h1"
 )
 
-var errTooManyFiles = syscall.EMFILE
-
 // clientConn is one client connection. Requests on it are handled one at
 // a time, in order, so pipelined requests are answered in order; the
 // buffers and the transaction record are reused from request to request.
@@ -62,39 +60,63 @@ func newClientConn(p *Proxy, nc net.Conn) *clientConn {
 	return cc
 }
 
-// serve handles requests until the connection closes or must close.
+// serve handles requests until the connection closes or must close (or
+// is parked, park.go).
 func (cc *clientConn) serve() {
-	p := cc.p
-	linger := false
-	defer func() {
-		p.conns.remove(cc)
-		if cc.w.flushLater {
-			// The end of an answer waited to go out with the next
-			// request's wait, and there is none: it goes now, or the
-			// close would cut it.
-			cc.w.flushLater = false
-			cc.w.flush()
-		}
-		if linger {
-			lingerClose(cc.nc)
-		} else {
-			cc.nc.Close()
-		}
-		switch {
-		case cc.counted:
-			p.conns.release()
-			p.conns.releaseSource(cc.from.addr)
-		case cc.refusal:
-			p.conns.refusing.Add(-1)
-		}
-	}()
-	if !p.conns.add(cc) {
+	if !cc.p.conns.add(cc) {
+		cc.end(false)
 		return
 	}
-	for first := true; ; first = false {
+	cc.loop(true)
+}
+
+// end closes the connection (lingering when an answer it made may be
+// followed by unread bytes) and releases its slots.
+func (cc *clientConn) end(linger bool) {
+	p := cc.p
+	p.conns.remove(cc)
+	if cc.w.flushLater {
+		// The end of an answer waited to go out with the next
+		// request's wait, and there is none: it goes now, or the
+		// close would cut it.
+		cc.w.flushLater = false
+		cc.w.flush()
+	}
+	if linger {
+		lingerClose(cc.nc)
+	} else {
+		cc.nc.Close()
+	}
+	switch {
+	case cc.counted:
+		p.conns.release()
+		p.conns.releaseSource(cc.from.addr)
+	case cc.refusal:
+		p.conns.refusing.Add(-1)
+	}
+}
+
+// loop serves requests, the first one on a new connection when first;
+// it returns once the connection ended or was parked.
+func (cc *clientConn) loop(first bool) {
+	p := cc.p
+	linger, parked := false, false
+	defer func() {
+		if !parked {
+			cc.end(linger)
+		}
+	}()
+	for ; ; first = false {
 		c := p.config()
-		if cc.r.Buffered() == 0 && !cc.await(c, first) {
-			return // idle timeout, client closed, or shutdown
+		if cc.r.Buffered() == 0 {
+			ok, park := cc.await(c, first)
+			if park {
+				parked = true
+				return
+			}
+			if !ok {
+				return // idle timeout, client closed, or shutdown
+			}
 		}
 		start := time.Now()
 		if !cc.r.HeadBuffered(c.maxHeader) {
@@ -132,18 +154,27 @@ func (cc *clientConn) serve() {
 			}
 			continue
 		}
-		if cc.w.flushLater && !cc.w.flushAndWait(c.ClientIdleTimeout, &cc.idle) {
-			return
+		if cc.w.flushLater {
+			idleFrom := time.Now()
+			wait, parkable := cc.idleWait(c.ClientIdleTimeout)
+			if !cc.w.flushAndWait(wait, &cc.idle) {
+				if parkable && cc.w.waitTimedOut() && cc.parkable() {
+					parked = true
+					cc.park(idleFrom.Add(c.ClientIdleTimeout))
+				}
+				return
+			}
 		}
 	}
 }
 
-// await waits for the next request's first bytes; false when the
-// connection ends instead. A new connection is served its first request
-// even while shutting down (it was accepted, and its client is sending):
-// closing it unanswered would fail a request that was never late. It
-// waits request_start_timeout at most.
-func (cc *clientConn) await(c *runtimeConfig, first bool) bool {
+// await waits for the next request's first bytes; ok false when the
+// connection ends instead, park true when it was parked (park.go). A new
+// connection is served its first request even while shutting down (it
+// was accepted, and its client is sending): closing it unanswered would
+// fail a request that was never late. It waits request_start_timeout at
+// most.
+func (cc *clientConn) await(c *runtimeConfig, first bool) (ok, park bool) {
 	p := cc.p
 	cc.idle.Store(!first)
 	wait := c.ClientIdleTimeout
@@ -153,7 +184,7 @@ func (cc *clientConn) await(c *runtimeConfig, first bool) bool {
 		// Connection: close), never closed under a client sending.
 		left := p.conns.graceLeft(time.Now())
 		if left <= 0 {
-			return false
+			return false, false
 		}
 		wait = min(wait, left)
 	}
@@ -165,10 +196,19 @@ func (cc *clientConn) await(c *runtimeConfig, first bool) bool {
 	if cc.refusal {
 		wait = min(wait, refusalWait)
 	}
-	cc.dl.readIn(time.Now(), wait)
+	now := time.Now()
+	parkable := false
+	if !first {
+		wait, parkable = cc.idleWait(wait)
+	}
+	cc.dl.readIn(now, wait)
 	err := cc.r.Fill()
 	cc.idle.Store(false)
-	return err == nil
+	if err != nil && parkable && isTimeout(err) && cc.parkable() {
+		cc.park(now.Add(c.ClientIdleTimeout))
+		return false, true
+	}
+	return err == nil, false
 }
 
 // refuse answers a request head that could not be read: 408 for one too

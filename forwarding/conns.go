@@ -63,9 +63,14 @@ type connSet struct {
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{}
 	conns     map[*clientConn]struct{}
-	open      atomic.Int64
-	shutting  atomic.Bool
-	graceEnd  atomic.Int64 // Unix ns: idle connections are closed after it
+	parked    map[*parked]struct{} // idle connections waiting with no clientConn (park.go)
+	// parkedAtReturn and lastReturn: the parked connections when their
+	// memory was last returned, and when (returnIdleMemory).
+	parkedAtReturn, parkedLastTick int
+	lastReturn                     time.Time
+	open                           atomic.Int64
+	shutting                       atomic.Bool
+	graceEnd                       atomic.Int64 // Unix ns: idle connections are closed after it
 	// refusing counts connections being answered 403 (not in open).
 	refusing atomic.Int64
 	// perSource counts the open connections of each client address.
@@ -195,7 +200,15 @@ func (s *connSet) closeIdle(now time.Time) int {
 			c.nc.SetReadDeadline(time.Unix(0, end))
 		}
 	}
-	return len(s.conns)
+	for pk := range s.parked {
+		if now.UnixNano() >= end {
+			pk.nc.Close()
+		} else if !pk.graced {
+			pk.graced = true
+			pk.nc.SetReadDeadline(time.Unix(0, end))
+		}
+	}
+	return len(s.conns) + len(s.parked)
 }
 
 func (s *connSet) closeAll() {
@@ -204,4 +217,47 @@ func (s *connSet) closeAll() {
 	for c := range s.conns {
 		c.nc.Close()
 	}
+	for pk := range s.parked {
+		pk.nc.Close()
+	}
+}
+
+// swapToParked puts pk, the idle connection cc served, in cc's place. A
+// stop that began already cuts pk's wait to the grace's end.
+func (s *connSet) swapToParked(cc *clientConn, pk *parked) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.conns, cc)
+	if s.parked == nil {
+		s.parked = map[*parked]struct{}{}
+	}
+	s.parked[pk] = struct{}{}
+	if s.shutting.Load() {
+		pk.graced = true
+		if end := time.Unix(0, s.graceEnd.Load()); end.Before(pk.until) {
+			pk.until = end
+		}
+	}
+	pk.nc.SetReadDeadline(pk.until) // here, so that closeIdle's later cut stands
+}
+
+// swapFromParked puts cc, which serves pk's connection now that a request
+// came, in pk's place; false when pk was let go meanwhile.
+func (s *connSet) swapFromParked(pk *parked, cc *clientConn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.parked[pk]; !ok {
+		return false
+	}
+	delete(s.parked, pk)
+	s.conns[cc] = struct{}{}
+	cc.graced = pk.graced
+	return true
+}
+
+// dropParked forgets pk (its wait ended; it is being closed).
+func (s *connSet) dropParked(pk *parked) {
+	s.mu.Lock()
+	delete(s.parked, pk)
+	s.mu.Unlock()
 }

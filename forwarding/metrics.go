@@ -31,6 +31,8 @@ type Metrics struct {
 	// bodies, tunnels) and the bytes peerd sent them.
 	clientIn, clientOut prometheus.Counter
 	clientBytes         *prometheus.CounterVec
+	// files records running out of file descriptors (files.go).
+	files *fileLimit
 
 	mu    sync.RWMutex // guards byKey
 	byKey map[requestKey]prometheus.Counter
@@ -73,6 +75,7 @@ func NewMetrics() *Metrics {
 			Help: "Bytes between peerd and its clients, by direction: received (request heads, bodies and tunnelled bytes from clients) and sent (everything clients got).",
 		}, []string{"direction"}),
 		byKey: make(map[requestKey]prometheus.Counter),
+		files: newFileLimit(),
 	}
 	m.clientIn, m.clientOut = m.clientBytes.WithLabelValues("received"), m.clientBytes.WithLabelValues("sent")
 	return m
@@ -80,7 +83,7 @@ func NewMetrics() *Metrics {
 
 // Register adds the collectors to r.
 func (m *Metrics) Register(r prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.requests, m.duration, m.retries, m.exhausted, m.hedges, m.hedgedRequests, m.hedgesRefused, m.refused, m.unsolicited, m.clientBytes} {
+	for _, c := range []prometheus.Collector{m.requests, m.duration, m.retries, m.exhausted, m.hedges, m.hedgedRequests, m.hedgesRefused, m.refused, m.unsolicited, m.clientBytes, m.files.exhausted} {
 		if err := r.Register(c); err != nil {
 			return err
 		}

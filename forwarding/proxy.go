@@ -227,6 +227,7 @@ func (p *Proxy) janitor() {
 			return
 		case now := <-t.C:
 			p.pools.expire(now, p.config().PconnTimeout, nil)
+			p.conns.returnIdleMemory(now)
 		}
 	}
 }
@@ -249,10 +250,14 @@ func (p *Proxy) Serve(ln net.Listener) error {
 				return nil
 			}
 			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, errTooManyFiles) {
+			if errors.As(err, &ne) && ne.Timeout() || outOfFiles(err) {
 				// Out of file descriptors or similar: wait, as net/http does.
 				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-				p.log.WithError(err).Warn("proxy accept failed; retrying")
+				if outOfFiles(err) {
+					p.metrics.files.hit("accept", err, p.log)
+				} else {
+					p.log.WithError(err).Warn("proxy accept failed; retrying")
+				}
 				time.Sleep(backoff)
 				continue
 			}

@@ -321,6 +321,11 @@ func (w *walker) noteFailure(a *attempt, class failure) {
 	prev := w.lastErr
 	switch class {
 	case connectFailed:
+		if outOfFiles(a.err) {
+			w.h.metrics.files.hit("connect", a.err, w.h.log)
+			w.lastErr = errorf(http.StatusServiceUnavailable, CodeConnectFailed, "", "peerd is out of file descriptors (%v): not %s's fault", a.err, peer)
+			return
+		}
 		w.lastErr = errorf(http.StatusBadGateway, CodeConnectFailed, peer, "%w", a.err)
 	case beforeWrite, staleConn:
 		if w.lastErr == nil || w.lastErr.Code != CodeConnectFailed {

@@ -129,7 +129,7 @@ func TestTraceHangingCollectorBoundsMemory(t *testing.T) {
 		warm(k)
 	}
 	before := testbed.RSSMiB(pid)
-	const conns, each = 8, 400 // 3,200 requests with a 60 KB URL: 190 MB of heads
+	const conns, each = 8, 250 // 2,000 requests with a 60 KB URL: 120 MB of heads
 	errs := make(chan error, conns)
 	for w := range conns {
 		go func() {

@@ -18,11 +18,13 @@ import (
 )
 
 func TestDrainJustBeforeUpgradeSurvives(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name  string
 		state bool
 	}{{"with a state file", true}, {"without a state file", false}} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			a, b := newFakeParent(t, "a"), newFakeParent(t, "b")
 			cfg := strings.Replace(upgradeConfig, `direct = "always"`, `direct = "allow"`, 1) + peerBlock("", a, b)
 			if tc.state {

@@ -4,13 +4,20 @@ package main
 // sent requests now, for a load balancer or Kubernetes. It is ready while
 // a request for the default route has a usable next hop (a live parent,
 // or DIRECT when allowed); not while it starts (waiting for its peers'
-// first verdicts) or stops. GET /healthz stays liveness.
+// first verdicts) or stops, nor for filesGrace after it ran out of file
+// descriptors. GET /healthz stays liveness.
 
 import (
 	"context"
+	"fmt"
+	"time"
 
 	"github.com/peerd/peerd/selection"
 )
+
+// filesGrace is how long after running out of file descriptors peerd
+// says it is not ready.
+const filesGrace = 10 * time.Second
 
 // Phases of the process, for readiness.
 const (
@@ -26,6 +33,9 @@ func (s *server) readiness() (bool, any) {
 		return false, map[string]any{"ready": false, "reason": "starting: the proxy port opens once every peer has a first verdict"}
 	case phaseStopping:
 		return false, map[string]any{"ready": false, "reason": "stopping: no new connections are taken"}
+	}
+	if at := s.proxy.OutOfFilesSince(); !at.IsZero() && time.Since(at) < filesGrace {
+		return false, map[string]any{"ready": false, "reason": fmt.Sprintf("out of file descriptors %s ago: connections are refused (raise LimitNOFILE, or lower max_connections)", time.Since(at).Round(time.Millisecond))}
 	}
 	e := s.planner.Explain(selection.DefaultRoute)
 	if len(e.Hops) > 0 {

@@ -42,6 +42,7 @@ func (s *server) serve(ctx context.Context) error {
 		s.takeHandedState()
 	}
 	s.warnStateNotKept()
+	s.warnFewFiles()
 	adminLn, err := s.upg.Listen("admin", cfg.Admin.Listen)
 	if err != nil {
 		return fmt.Errorf("admin listen: %w", err)

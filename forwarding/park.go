@@ -1,0 +1,152 @@
+package forwarding
+
+// This file holds idle client connections parked: a keep-alive
+// connection with no request for parkAfter gives back everything it held
+// while serving (its clientConn, with the read and write buffers and the
+// transaction's, goes back to a pool, and the goroutine that served it,
+// with its stack, ends) and waits for its next request on a fresh
+// goroutine that holds only the socket (no buffer: it waits for the
+// socket to be readable, see waiter in relay.go). When bytes come, a
+// clientConn is taken from the pool and serves on; when the idle time
+// (client_idle_timeout, or the shutdown's grace) ends first, the socket is
+// closed and its slots released, as an idle connection that was not
+// parked is. An office's thousands of idle browsers' connections cost
+// their sockets and little more.
+
+import (
+	"net"
+	"runtime/debug"
+	"sync"
+	"time"
+)
+
+// parkAfter is how long a keep-alive connection waits for its next
+// request, ready to read it, before it is parked: under load the next
+// request comes well within it, and nothing is parked.
+const parkAfter = 200 * time.Millisecond
+
+// parked is an idle connection waiting for its next request with nothing
+// of a clientConn's.
+type parked struct {
+	nc      net.Conn
+	from    client
+	counted bool
+	// graced: stopping, the wait was cut to the grace's end (connSet,
+	// under its lock).
+	graced bool
+	until  time.Time // the end of the idle wait (client_idle_timeout)
+	w      waiter
+}
+
+// connPool holds clientConns between connections and between a parked
+// connection's requests.
+var connPool sync.Pool
+
+// takeConn is a clientConn for nc, from the pool when there is one.
+func (p *Proxy) takeConn(nc net.Conn) *clientConn {
+	cc, _ := connPool.Get().(*clientConn)
+	if cc == nil || cc.p != p {
+		return newClientConn(p, nc)
+	}
+	cc.rebind(nc)
+	return cc
+}
+
+// rebind makes a pooled clientConn serve nc, keeping its buffers.
+func (cc *clientConn) rebind(nc net.Conn) {
+	cc.nc = nc
+	cc.dl = deadlines{nc: nc}
+	cc.r.Reset(nc)
+	cc.rio = newRawIO(nc, cc.r, &cc.idle)
+	cc.rio.init()
+	cc.w.rebind(nc)
+	cc.from, cc.graced, cc.counted, cc.refusal = client{}, false, false, false
+	cc.idle.Store(false)
+	cc.memo = requestMemo{}
+}
+
+// parkable says cc may be parked when idle: a plain socket (a TLS
+// connection's state is not the socket's), counted (a refusal ends), and
+// nothing of a next request buffered. (An answer's end held back to go
+// with the wait, flushLater, is sent by that wait before any parking.)
+func (cc *clientConn) parkable() bool {
+	return cc.rio.raw != nil && cc.counted && cc.r.Buffered() == 0
+}
+
+// park hands cc's connection to a goroutine of its own that waits for
+// the next request until until, and gives cc back to the pool. The
+// caller's goroutine then ends without closing the connection.
+func (cc *clientConn) park(until time.Time) {
+	p := cc.p
+	pk := &parked{nc: cc.nc, from: cc.from, counted: cc.counted, until: until}
+	pk.w.raw = cc.rio.raw
+	p.conns.swapToParked(cc, pk)
+	cc.nc, cc.rio, cc.dl = nil, rawIO{}, deadlines{}
+	cc.r.Reset(nil)
+	cc.w.rebind(nil)
+	connPool.Put(cc)
+	go pk.wait(p)
+}
+
+// wait waits for the next request; bytes come: a pooled clientConn serves
+// on; the wait ends first: the connection closes and its slots go.
+func (pk *parked) wait(p *Proxy) {
+	if _, err := pk.w.wait(); err == nil {
+		cc := p.takeConn(pk.nc)
+		cc.from, cc.counted = pk.from, pk.counted
+		if p.conns.swapFromParked(pk, cc) {
+			cc.loop(false)
+			return
+		}
+		cc.nc, cc.rio = nil, rawIO{}
+		connPool.Put(cc)
+	}
+	p.conns.dropParked(pk)
+	pk.nc.Close()
+	if pk.counted {
+		p.conns.release()
+		p.conns.releaseSource(pk.from.addr)
+	}
+}
+
+// idleWait is how long an idle connection now waits before it is
+// parked, and whether it may be: parking needs a plain socket and an
+// idle wait longer than parkAfter.
+func (cc *clientConn) idleWait(wait time.Duration) (time.Duration, bool) {
+	if !cc.parkable() || wait <= parkAfter || cc.p.conns.closing() {
+		return wait, false
+	}
+	return parkAfter, true
+}
+
+// A wave of connections gone idle leaves what served them as garbage
+// that the runtime keeps until its next collection (two minutes away, with
+// nothing allocating), and then returns to the system only slowly:
+// thousands of parked connections would cost as much resident memory as
+// served ones. When the parked connections grew by wave since the last
+// return (and not within returnEvery), the memory is collected and
+// returned at once (debug.FreeOSMemory: one collection, a few ms on a
+// small heap).
+const (
+	wave        = 1024
+	returnEvery = 30 * time.Second
+)
+
+// returnIdleMemory returns the memory of a wave of parked connections
+// once it stopped growing (janitor, once a second).
+func (s *connSet) returnIdleMemory(now time.Time) {
+	s.mu.Lock()
+	n := len(s.parked)
+	settled := n <= s.parkedLastTick+wave/64 // the wave has ended
+	due := n >= s.parkedAtReturn+wave && settled && now.Sub(s.lastReturn) >= returnEvery
+	s.parkedLastTick = n
+	if due {
+		s.parkedAtReturn, s.lastReturn = n, now
+	} else if n < s.parkedAtReturn {
+		s.parkedAtReturn = n // they left: a new wave counts from here
+	}
+	s.mu.Unlock()
+	if due {
+		go debug.FreeOSMemory()
+	}
+}
