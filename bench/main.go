@@ -25,7 +25,7 @@ var (
 	conns        = flag.Int("c", 16, "connections for the throughput runs")
 	size         = flag.Int("size", 512, "response body bytes of the throughput runs")
 	lowRate      = flag.Int("lowrate", 100, "requests per second for the low-rate latency run through real Squid parents")
-	sections     = flag.String("run", "throughput,tunnel,cache,disk,smallstore,hitratio,optimum,scale,cost,lowrate,failover,memory,fleet,shared,icp,gray,relative,beyond,tls,auth", "sections to run, comma-separated")
+	sections     = flag.String("run", "throughput,tunnel,cache,disk,smallstore,hitratio,optimum,scale,cost,lowrate,failover,memory,connections,fleet,shared,icp,gray,relative,beyond,tls,auth", "sections to run, comma-separated")
 	threads      = flag.Int("threads", 0, "worker threads of each child (peerd GOMAXPROCS, ATS exec threads; Squid has one); 0: each child's default (one per core)")
 	rounds       = flag.Int("rounds", 3, "interleaved rounds of the throughput runs; figures are the medians")
 	tunnels      = flag.Int("tunnels", 2000, "idle CONNECT tunnels for the memory run")
@@ -39,6 +39,10 @@ var (
 )
 
 func main() {
+	if os.Getenv(sinkEnv) != "" {
+		runSink() // the connections section's tunnel sink
+		return
+	}
 	flag.Parse()
 	start := time.Now()
 	must(os.MkdirAll(*outDir, 0o755))
@@ -124,6 +128,10 @@ func main() {
 		if squidBin != "" {
 			res.Memory = append(res.Memory, memory(work, "squid", "", squidBin))
 		}
+	}
+	if want("connections") {
+		fmt.Fprintln(os.Stderr, "== connections: idle keep-alive connections and idle tunnels, RSS each, peerd beside Squid")
+		res.Connections = connectionsRun(work, peerdBin, squidBin)
 	}
 	if want("fleet") {
 		fmt.Fprintln(os.Stderr, "== fleet: three peerds, p1 killed, with gossip and without")

@@ -9,24 +9,25 @@ import (
 )
 
 type Results struct {
-	When       string        `json:"when"`
-	Machine    string        `json:"machine"`
-	Squid      string        `json:"squid"`
-	ATS        string        `json:"ats"`
-	Loader     string        `json:"loader"`
-	Seconds    float64       `json:"seconds"`
-	Throughput []Throughput  `json:"throughput"`
-	LowRate    []Throughput  `json:"low_rate_via_squid_parents"`
-	Failover   []Failover    `json:"failover"`
-	Blackhole  []Failover    `json:"blackhole"`
-	Memory     []Memory      `json:"memory"`
-	Cache      []Throughput  `json:"cache"`
-	Fleet      []FleetRow    `json:"fleet"`
-	ICP        []ICPRow      `json:"icp"`
-	Gray       []GrayRow     `json:"gray"`
-	Relative   []RelativeRow `json:"relative_latency,omitempty"`
-	Beyond     []BeyondRow   `json:"beyond_the_door,omitempty"`
-	BeyondMem  []BeyondMem   `json:"beyond_memory,omitempty"`
+	When        string        `json:"when"`
+	Machine     string        `json:"machine"`
+	Squid       string        `json:"squid"`
+	ATS         string        `json:"ats"`
+	Loader      string        `json:"loader"`
+	Seconds     float64       `json:"seconds"`
+	Throughput  []Throughput  `json:"throughput"`
+	LowRate     []Throughput  `json:"low_rate_via_squid_parents"`
+	Failover    []Failover    `json:"failover"`
+	Blackhole   []Failover    `json:"blackhole"`
+	Memory      []Memory      `json:"memory"`
+	Connections []ConnRow     `json:"connections,omitempty"`
+	Cache       []Throughput  `json:"cache"`
+	Fleet       []FleetRow    `json:"fleet"`
+	ICP         []ICPRow      `json:"icp"`
+	Gray        []GrayRow     `json:"gray"`
+	Relative    []RelativeRow `json:"relative_latency,omitempty"`
+	Beyond      []BeyondRow   `json:"beyond_the_door,omitempty"`
+	BeyondMem   []BeyondMem   `json:"beyond_memory,omitempty"`
 	// RelativeLoad is three equal parents on a busy host (relload).
 	RelativeLoad *RelativeLoadRow   `json:"relative_loaded_host,omitempty"`
 	Shared       []SharedRow        `json:"shared_cache,omitempty"`
@@ -170,6 +171,7 @@ func (r *Results) markdown() string {
 	}
 	b.WriteString(r.goals())
 	b.WriteString(r.tunnelMarkdown())
+	b.WriteString(r.connectionsMarkdown())
 	b.WriteString(r.hitRatioMarkdown())
 	b.WriteString(r.optimumMarkdown())
 	b.WriteString(r.scaleMarkdown())

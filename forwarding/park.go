@@ -38,14 +38,41 @@ type parked struct {
 	w      waiter
 }
 
-// connPool holds clientConns between connections and between a parked
-// connection's requests.
-var connPool sync.Pool
+// connPool holds clientConns between a parked connection's requests: a
+// free list of at most maxFree (a sync.Pool keeps what it holds through
+// one collection more, so a wave of connections gone idle would stay
+// resident until the second; these are at most maxFree).
+type connPool struct {
+	mu   sync.Mutex
+	free []*clientConn
+}
 
-// takeConn is a clientConn for nc, from the pool when there is one.
+const maxFree = 256
+
+func (cp *connPool) get() *clientConn {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	if n := len(cp.free); n > 0 {
+		cc := cp.free[n-1]
+		cp.free[n-1] = nil
+		cp.free = cp.free[:n-1]
+		return cc
+	}
+	return nil
+}
+
+func (cp *connPool) put(cc *clientConn) {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	if len(cp.free) < maxFree {
+		cp.free = append(cp.free, cc)
+	}
+}
+
+// takeConn is a clientConn for nc, from the free list when there is one.
 func (p *Proxy) takeConn(nc net.Conn) *clientConn {
-	cc, _ := connPool.Get().(*clientConn)
-	if cc == nil || cc.p != p {
+	cc := p.connFree.get()
+	if cc == nil {
 		return newClientConn(p, nc)
 	}
 	cc.rebind(nc)
@@ -84,7 +111,7 @@ func (cc *clientConn) park(until time.Time) {
 	cc.nc, cc.rio, cc.dl = nil, rawIO{}, deadlines{}
 	cc.r.Reset(nil)
 	cc.w.rebind(nil)
-	connPool.Put(cc)
+	p.connFree.put(cc)
 	go pk.wait(p)
 }
 
@@ -99,7 +126,7 @@ func (pk *parked) wait(p *Proxy) {
 			return
 		}
 		cc.nc, cc.rio = nil, rawIO{}
-		connPool.Put(cc)
+		p.connFree.put(cc)
 	}
 	p.conns.dropParked(pk)
 	pk.nc.Close()
@@ -126,17 +153,18 @@ func (cc *clientConn) idleWait(wait time.Duration) (time.Duration, bool) {
 // served ones. When the parked connections grew by wave since the last
 // return (and not within returnEvery), the memory is collected and
 // returned at once (debug.FreeOSMemory: one collection, a few ms on a
-// small heap).
+// small heap). Open tunnels count with the parked connections.
 const (
 	wave        = 1024
 	returnEvery = 30 * time.Second
 )
 
 // returnIdleMemory returns the memory of a wave of parked connections
-// once it stopped growing (janitor, once a second).
-func (s *connSet) returnIdleMemory(now time.Time) {
+// or open tunnels (mostly idle: a collection also shrinks the stacks of
+// their goroutines) once it stopped growing (janitor, once a second).
+func (s *connSet) returnIdleMemory(now time.Time, tunnels int) {
 	s.mu.Lock()
-	n := len(s.parked)
+	n := len(s.parked) + tunnels
 	settled := n <= s.parkedLastTick+wave/64 // the wave has ended
 	due := n >= s.parkedAtReturn+wave && settled && now.Sub(s.lastReturn) >= returnEvery
 	s.parkedLastTick = n

@@ -124,7 +124,9 @@ type Proxy struct {
 	tracer atomic.Pointer[tracing.Exporter]
 
 	janitorOnce sync.Once
-	stop        chan struct{} // closed by Shutdown
+	// connFree holds clientConns parked connections gave back (park.go).
+	connFree connPool
+	stop     chan struct{} // closed by Shutdown
 	// background are the revalidations running behind stale answers;
 	// Shutdown waits for them as for requests in flight.
 	background background
@@ -227,7 +229,7 @@ func (p *Proxy) janitor() {
 			return
 		case now := <-t.C:
 			p.pools.expire(now, p.config().PconnTimeout, nil)
-			p.conns.returnIdleMemory(now)
+			p.conns.returnIdleMemory(now, p.Tunnels())
 		}
 	}
 }

@@ -7,6 +7,7 @@ package forwarding
 // no buffer, no splice pipe.
 
 import (
+	"bufio"
 	"errors"
 	"io"
 	"net"
@@ -30,6 +31,8 @@ func (w *clientWriter) tunnel(status int, hello []byte, up net.Conn, fromClient,
 	if err := w.flush(); err != nil {
 		return 0, 0, err
 	}
+	w.buf.Reset(nil) // written raw from here: no buffer is kept
+	w.buf = shedWriter(&w.dw)
 	var last atomic.Int64
 	last.Store(time.Now().UnixNano())
 	var wg sync.WaitGroup
@@ -172,6 +175,10 @@ func (w *waiter) ready(fd uintptr) bool {
 	}
 	return true
 }
+
+// shedWriter is a client writer's buffer for a connection that only
+// relays now (a tunnel): the least bufio allows.
+func shedWriter(w io.Writer) *bufio.Writer { return bufio.NewWriterSize(w, 16) }
 
 // closeWrite half-closes c so the other side sees EOF but can still
 // answer; a connection that cannot half-close is closed.

@@ -5,6 +5,7 @@ package forwarding
 // shutdown waits for (the set is the Proxy's, proxy.go).
 
 import (
+	"bytes"
 	"context"
 	"net"
 	"net/http"
@@ -115,10 +116,13 @@ func (tx *txn) tunnel(a *attempt, status int, hello []byte) outcome {
 	defer release()
 	cc.dl.setRead(time.Time{})
 	up.dl.setRead(time.Time{})
-	fromClient := cc.r.Peek()
-	cc.r.Discard(len(fromClient))
-	fromUp := up.r.Peek()
-	up.r.Discard(len(fromUp))
+	// What either side sent already is taken out, and the buffers that
+	// held it go: a tunnel relays through none of its own (relay.go).
+	fromClient := bytes.Clone(cc.r.Peek())
+	fromUp := bytes.Clone(up.r.Peek())
+	cc.r.Shed()
+	up.r.Shed()
+	up.w = nil // (the hello goes through the client writer; up is written raw)
 	in, out, err := tx.w.tunnel(status, hello, up.nc, fromClient, fromUp, tx.rq.gen.cfg.ReadTimeout)
 	cc.nc.Close()
 	up.close()

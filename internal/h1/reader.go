@@ -38,6 +38,14 @@ func (b *Reader) Reset(src io.Reader) {
 	b.r, b.w, b.scan = 0, 0, 0
 }
 
+// Shed gives up the buffer (what it held must have been taken): a reader
+// whose connection now only relays (a tunnel) keeps none. A shed reader
+// reads nothing (Fill fails).
+func (b *Reader) Shed() {
+	b.buf, b.small = nil, nil
+	b.r, b.w, b.scan = 0, 0, 0
+}
+
 // Buffered is the number of bytes that can be read without reading src.
 func (b *Reader) Buffered() int { return b.w - b.r }
 
