@@ -116,7 +116,7 @@ func pipe(dst, src net.Conn, pending []byte, idle time.Duration, last *atomic.In
 
 // spliceTunnelMin is the least a tunnel's direction has queued for it to
 // be moved by splice(2) rather than through a buffer.
-const spliceTunnelMin = 64 << 10
+const spliceTunnelMin = 16 << 10
 
 // copyOnce moves one read's worth of src to dst through a pooled buffer,
 // taken only now that bytes are there.
