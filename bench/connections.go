@@ -217,7 +217,10 @@ func connRow(c *child, name, kind string, n int, origin, sink string) ConnRow {
 			fmt.Fprintf(nc, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", sink, sink)
 			resp, err := http.ReadResponse(ic.br, nil)
 			if err != nil || resp.StatusCode != 200 {
-				row.Stopped = fmt.Sprint("CONNECT: ", resp.Status, err)
+				row.Stopped = fmt.Sprint("CONNECT: ", err)
+				if resp != nil {
+					row.Stopped = "CONNECT: " + resp.Status
+				}
 				nc.Close()
 				break
 			}

@@ -83,6 +83,17 @@
 //     whether the connection carries another request and whether the
 //     client is gone, from what it is told
 //     (TestClientWriterDecidesKeepAlive).
+//   - An idle client costs its socket (park.go): a keep-alive connection
+//     with no request for 200 ms gives its clientConn (buffers and
+//     transaction) back to a free list, its goroutine ends, and a fresh
+//     one waits for readability holding no buffer; the bytes of a next
+//     request take a clientConn again (clientConn.loop). A tunnel sheds
+//     its readers' and writers' buffers once what either side sent is
+//     taken, and its relay waits with no buffer and no splice pipe
+//     (relay.go: two descriptors a tunnel). A wave of connections gone
+//     idle has its memory returned at once (connSet.returnIdleMemory).
+//     Running out of descriptors is peerd's own failure (files.go):
+//     counted, logged, in /readyz, never a parent's.
 //   - The cache is not hooks: its steps come before the forward (a lookup
 //     that may answer), during it (the sink the answer is relayed through:
 //     a decorator of the client writer that stores what passes, and may
