@@ -51,6 +51,7 @@ FUZZ_TARGETS := \
 	internal/h1:FuzzResponse \
 	selection:FuzzPlanner \
 	cmd/peerd/internal/config:FuzzParseConfig \
+	cmd/peerd/internal/handover:FuzzStateFrame \
 	admin:FuzzStateBody \
 	cache:FuzzHTTPDate \
 	cache:FuzzRange \
