@@ -14,7 +14,6 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -93,16 +92,9 @@ func countHost(sq *testbed.Squid, host string) int {
 }
 
 func beyondOrigin(work, kind, peerdBin, squidBin string) BeyondRow {
-	origin := func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Cache-Control", "no-store")
-		io.WriteString(w, "origin")
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	must(err)
-	srv := &http.Server{Handler: http.HandlerFunc(origin)}
-	go srv.Serve(ln)
-	defer srv.Close()
-	port := portOf(ln.Addr().String())
+	originAddr, stopOrigin := noStoreOrigin("origin")
+	defer stopOrigin()
+	port := portOf(originAddr)
 	good := map[string]string{"bad.bench": "127.0.0.1", "good.bench": "127.0.0.1"}
 	sq := []*testbed.Squid{
 		hostsSquid(work, squidBin, "squid1", map[string]string{"bad.bench": "127.0.0.2", "good.bench": "127.0.0.1"}),
@@ -145,7 +137,7 @@ func beyondOrigin(work, kind, peerdBin, squidBin string) BeyondRow {
 	// Its way to bad.bench returns.
 	ln2, err := net.Listen("tcp", "127.0.0.2:"+port)
 	must(err)
-	srv2 := &http.Server{Handler: http.HandlerFunc(origin)}
+	srv2 := &http.Server{Handler: noStore("origin")}
 	go srv2.Serve(ln2)
 	defer srv2.Close()
 	back := time.Now()
@@ -163,15 +155,8 @@ func beyondOrigin(work, kind, peerdBin, squidBin string) BeyondRow {
 }
 
 func beyondHierarchy(work, kind, peerdBin, squidBin string) BeyondRow {
-	origin := func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Cache-Control", "no-store")
-		io.WriteString(w, "origin")
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	must(err)
-	srv := &http.Server{Handler: http.HandlerFunc(origin)}
-	go srv.Serve(ln)
-	defer srv.Close()
+	originAddr, stopOrigin := noStoreOrigin("origin")
+	defer stopOrigin()
 	upPort := freePort() // p1's only next hop: nothing listens yet
 	parent := func(name, extra string) *testbed.Peerd {
 		dir, _ := os.MkdirTemp(work, "peerd-"+name+"-")
@@ -202,7 +187,7 @@ func beyondHierarchy(work, kind, peerdBin, squidBin string) BeyondRow {
 		return strings.Split(strings.TrimSpace(string(b)), "\n")
 	}
 	for i := 0; i < 100; i++ {
-		if !getOK(cl, fmt.Sprintf("http://%s/h/%d", ln.Addr(), i)) {
+		if !getOK(cl, fmt.Sprintf("http://%s/h/%d", originAddr, i)) {
 			row.Failed++
 		}
 	}
@@ -220,7 +205,7 @@ func beyondHierarchy(work, kind, peerdBin, squidBin string) BeyondRow {
 	// p1's next hop returns.
 	up, err := net.Listen("tcp", "127.0.0.1:"+upPort)
 	must(err)
-	upSrv := &http.Server{Handler: http.HandlerFunc(origin)}
+	upSrv := &http.Server{Handler: noStore("origin")}
 	go upSrv.Serve(up)
 	defer upSrv.Close()
 	var back time.Time

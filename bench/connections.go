@@ -111,7 +111,8 @@ func connectionsRun(work, peerdBin, squidBin string) []ConnRow {
 		syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim)
 	}
 	syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim)
-	origin := startQuickOrigin()
+	origin, stopOrigin := noStoreOrigin("ok")
+	defer stopOrigin()
 	sink, stopSink := startSink()
 	defer stopSink()
 	var rows []ConnRow
@@ -153,15 +154,22 @@ func connectionsRun(work, peerdBin, squidBin string) []ConnRow {
 	return rows
 }
 
-// startQuickOrigin serves "ok" to every GET.
-func startQuickOrigin() string {
+// noStoreOrigin serves body, not to be stored, to every request; it
+// returns its address and what stops it.
+func noStoreOrigin(body string) (string, func()) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	must(err)
-	go http.Serve(ln, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := &http.Server{Handler: noStore(body)}
+	go srv.Serve(ln)
+	return ln.Addr().String(), func() { srv.Close() }
+}
+
+// noStore answers body, not to be stored.
+func noStore(body string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Cache-Control", "no-store")
-		io.WriteString(w, "ok")
-	}))
-	return ln.Addr().String()
+		io.WriteString(w, body)
+	})
 }
 
 type idleConn struct {

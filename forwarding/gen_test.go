@@ -32,17 +32,7 @@ import (
 func TestReloadMidRequestKeepsItsGeneration(t *testing.T) {
 	dir := t.TempDir()
 	synctest.Test(t, func(t *testing.T) {
-		log, _ := test.NewNullLogger()
-		h := peers.DefaultConfig()
-		h.ProbeInterval, h.ProbeMaxInterval = time.Hour, time.Hour
-		reg := twoAliveParents(t, h, log)
-		pn := newPipeNet()
-		defer pn.closeAll()
-		oldLog, err := OpenAccessLog(filepath.Join(dir, "old.log"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer oldLog.Close()
+		reg, pn, oldLog := reloadFixture(t, filepath.Join(dir, "old.log"))
 		cfg := DefaultConfig()
 		cfg.Name = "old-gen"
 		px, planner, client := waitingForBody(t, cfg, reg, pn, oldLog, "POST http://origin.test/x HTTP/1.1\r\nHost: origin.test\r\nContent-Length: 7\r\n\r\n")
@@ -215,17 +205,7 @@ func waitingForBody(t *testing.T, cfg Config, reg *peers.Registry, pn *pipeNet, 
 func TestReloadEndsTheOldGenerationWithItsLastRequest(t *testing.T) {
 	dir := t.TempDir()
 	synctest.Test(t, func(t *testing.T) {
-		log, _ := test.NewNullLogger()
-		h := peers.DefaultConfig()
-		h.ProbeInterval, h.ProbeMaxInterval = time.Hour, time.Hour
-		reg := twoAliveParents(t, h, log)
-		pn := newPipeNet()
-		defer pn.closeAll()
-		al, err := OpenAccessLog(filepath.Join(dir, "access.log"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer al.Close()
+		reg, pn, al := reloadFixture(t, filepath.Join(dir, "access.log"))
 		cfg := DefaultConfig()
 		px, _, client := waitingForBody(t, cfg, reg, pn, al, "POST http://origin.test/x?q HTTP/1.1\r\nHost: origin.test\r\nContent-Length: 4\r\n\r\n")
 		old := newCache(t, 0)
@@ -273,4 +253,23 @@ func TestReloadEndsTheOldGenerationWithItsLastRequest(t *testing.T) {
 			t.Fatalf("access log:\n%s\nwant the request in flight in the old format, the next in the new", strings.Join(lines, "\n"))
 		}
 	})
+}
+
+// reloadFixture is what the reload tests start from: two alive parents
+// probed never, an injected network and an access log at path, each
+// closed when the test ends.
+func reloadFixture(t *testing.T, path string) (*peers.Registry, *pipeNet, *AccessLog) {
+	t.Helper()
+	log, _ := test.NewNullLogger()
+	h := peers.DefaultConfig()
+	h.ProbeInterval, h.ProbeMaxInterval = time.Hour, time.Hour
+	reg := twoAliveParents(t, h, log)
+	pn := newPipeNet()
+	t.Cleanup(pn.closeAll)
+	al, err := OpenAccessLog(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { al.Close() })
+	return reg, pn, al
 }
