@@ -64,6 +64,7 @@ type connSet struct {
 	listeners map[net.Listener]struct{}
 	conns     map[*clientConn]struct{}
 	parked    map[*parked]struct{} // idle connections waiting with no clientConn (park.go)
+	loop      parkLoop             // the epoll set most of them wait in (parkloop.go)
 	// parkedAtReturn and lastReturn: the parked connections when their
 	// memory was last returned, and when (returnIdleMemory).
 	parkedAtReturn, parkedLastTick int
@@ -201,11 +202,11 @@ func (s *connSet) closeIdle(now time.Time) int {
 		}
 	}
 	for pk := range s.parked {
-		if now.UnixNano() >= end {
-			pk.nc.Close()
-		} else if !pk.graced {
+		if !pk.graced {
+			// Its wait ends at the grace's end, by its timer or its read
+			// deadline (parkLoop.cut).
 			pk.graced = true
-			pk.nc.SetReadDeadline(time.Unix(0, end))
+			s.cutParked(pk, end)
 		}
 	}
 	return len(s.conns) + len(s.parked)
@@ -217,9 +218,18 @@ func (s *connSet) closeAll() {
 	for c := range s.conns {
 		c.nc.Close()
 	}
+	now := time.Now().UnixNano()
 	for pk := range s.parked {
-		pk.nc.Close()
+		s.cutParked(pk, now)
 	}
+}
+
+// cutParked brings pk's wait's end to at, if that is sooner (under s.mu).
+func (s *connSet) cutParked(pk *parked, at int64) {
+	if at < pk.deadline.Load() {
+		pk.deadline.Store(at)
+	}
+	s.loop.cut(pk)
 }
 
 // swapToParked puts pk, the idle connection cc served, in cc's place. A
@@ -234,11 +244,11 @@ func (s *connSet) swapToParked(cc *clientConn, pk *parked) {
 	s.parked[pk] = struct{}{}
 	if s.shutting.Load() {
 		pk.graced = true
-		if end := time.Unix(0, s.graceEnd.Load()); end.Before(pk.until) {
-			pk.until = end
+		if end := s.graceEnd.Load(); end < pk.deadline.Load() {
+			pk.deadline.Store(end)
 		}
 	}
-	pk.nc.SetReadDeadline(pk.until) // here, so that closeIdle's later cut stands
+	pk.nc.SetReadDeadline(time.Unix(0, pk.deadline.Load())) // here, so that closeIdle's later cut stands
 }
 
 // swapFromParked puts cc, which serves pk's connection now that a request

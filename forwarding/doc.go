@@ -83,11 +83,12 @@
 //     whether the connection carries another request and whether the
 //     client is gone, from what it is told
 //     (TestClientWriterDecidesKeepAlive).
-//   - An idle client costs its socket (park.go): a keep-alive connection
+//   - An idle client costs its socket (park.go, parkloop.go): a keep-alive connection
 //     with no request for 200 ms gives its clientConn (buffers and
-//     transaction) back to a free list, its goroutine ends, and a fresh
-//     one waits for readability holding no buffer; the bytes of a next
-//     request take a clientConn again (clientConn.loop). A tunnel sheds
+//     transaction) back to a free list, its goroutine ends, and it waits
+//     for readability in peerd's own epoll set (parkloop.go: no goroutine
+//     and no buffer each); the bytes of a next request take a goroutine
+//     and a clientConn again (clientConn.loop). A tunnel sheds
 //     its readers' and writers' buffers once what either side sent is
 //     taken, and its relay waits with no buffer and no splice pipe
 //     (relay.go: two descriptors a tunnel). A wave of connections gone

@@ -4,10 +4,10 @@ package forwarding
 // connection with no request for parkAfter gives back everything it held
 // while serving (its clientConn, with the read and write buffers and the
 // transaction's, goes back to a pool, and the goroutine that served it,
-// with its stack, ends) and waits for its next request on a fresh
-// goroutine that holds only the socket (no buffer: it waits for the
-// socket to be readable, see waiter in relay.go). When bytes come, a
-// clientConn is taken from the pool and serves on; when the idle time
+// with its stack, ends) and waits for its next request in peerd's own
+// epoll set (parkloop.go): no goroutine and no buffer, only the socket
+// and a small record. When bytes come, a goroutine takes a clientConn
+// from the pool and serves on; when the idle time
 // (client_idle_timeout, or the shutdown's grace) ends first, the socket is
 // closed and its slots released, as an idle connection that was not
 // parked is. An office's thousands of idle browsers' connections cost
@@ -17,6 +17,7 @@ import (
 	"net"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -34,8 +35,15 @@ type parked struct {
 	// graced: stopping, the wait was cut to the grace's end (connSet,
 	// under its lock).
 	graced bool
-	until  time.Time // the end of the idle wait (client_idle_timeout)
-	w      waiter
+	// deadline is the end of the idle wait (client_idle_timeout, or a
+	// stop's grace), in Unix nanoseconds.
+	deadline atomic.Int64
+	w        waiter
+	// In the park loop's set (parkloop.go): its token there (0: not in
+	// it), its descriptor, and the timer that ends its wait.
+	token uint32
+	fd    int
+	timer *time.Timer
 }
 
 // connPool holds clientConns between a parked connection's requests: a
@@ -100,34 +108,52 @@ func (cc *clientConn) parkable() bool {
 	return cc.rio.raw != nil && cc.counted && cc.r.Buffered() == 0
 }
 
-// park hands cc's connection to a goroutine of its own that waits for
-// the next request until until, and gives cc back to the pool. The
-// caller's goroutine then ends without closing the connection.
+// park hands cc's connection to the park loop (parkloop.go), or to a
+// goroutine of its own that waits for the next request, until until, and
+// gives cc back to the pool. The caller's goroutine then ends without
+// closing the connection.
 func (cc *clientConn) park(until time.Time) {
 	p := cc.p
-	pk := &parked{nc: cc.nc, from: cc.from, counted: cc.counted, until: until}
+	pk := &parked{nc: cc.nc, from: cc.from, counted: cc.counted}
+	pk.deadline.Store(until.UnixNano())
 	pk.w.raw = cc.rio.raw
 	p.conns.swapToParked(cc, pk)
 	cc.nc, cc.rio, cc.dl = nil, rawIO{}, deadlines{}
 	cc.r.Reset(nil)
 	cc.w.rebind(nil)
 	p.connFree.put(cc)
-	go pk.wait(p)
+	if !p.conns.loop.join(p, pk) {
+		go pk.wait(p)
+	}
 }
 
-// wait waits for the next request; bytes come: a pooled clientConn serves
-// on; the wait ends first: the connection closes and its slots go.
+// wait waits on a goroutine of its own for the next request: bytes come,
+// it is served; the wait ends first (its read deadline), it closes.
 func (pk *parked) wait(p *Proxy) {
 	if _, err := pk.w.wait(); err == nil {
-		cc := p.takeConn(pk.nc)
-		cc.from, cc.counted = pk.from, pk.counted
-		if p.conns.swapFromParked(pk, cc) {
-			cc.loop(false)
-			return
-		}
-		cc.nc, cc.rio = nil, rawIO{}
-		p.connFree.put(cc)
+		pk.resume(p)
+		return
 	}
+	pk.finish(p)
+}
+
+// resume serves the parked connection's next request with a pooled
+// clientConn.
+func (pk *parked) resume(p *Proxy) {
+	cc := p.takeConn(pk.nc)
+	cc.from, cc.counted = pk.from, pk.counted
+	if p.conns.swapFromParked(pk, cc) {
+		cc.loop(false)
+		return
+	}
+	cc.nc, cc.rio = nil, rawIO{}
+	p.connFree.put(cc)
+	pk.finish(p)
+}
+
+// finish closes the parked connection whose wait ended and releases its
+// slots.
+func (pk *parked) finish(p *Proxy) {
 	p.conns.dropParked(pk)
 	pk.nc.Close()
 	if pk.counted {
