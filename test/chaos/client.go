@@ -58,6 +58,10 @@ func (c *client) do(e exchange, proxies [2]string) verdict {
 		if err != nil {
 			return violation("I2", "cannot connect to member %d: %v", e.member, err)
 		}
+		if e.idle > 0 && try == 0 && cc.used {
+			time.Sleep(e.idle) // the connection is parked meanwhile
+			c.rec.parkedSend()
+		}
 		v, reusedEmpty := c.exchange(cc, e)
 		if !reusedEmpty || try > 0 {
 			return v

@@ -33,6 +33,14 @@ type record struct {
 	// answers a CONNECT with a 200 of its own, which does not say.
 	tunnels  map[uint64]string
 	injected [faultKinds]int
+	parked   int // exchanges sent on a kept-alive connection idle long enough to be parked
+}
+
+// parkedSend counts an exchange sent after an idle pause (schedule.go).
+func (r *record) parkedSend() {
+	r.mu.Lock()
+	r.parked++
+	r.mu.Unlock()
 }
 
 func newRecord() *record {

@@ -130,6 +130,9 @@ type exchange struct {
 	member   int  // which fleet member the client asks (0 or 1)
 	rangeLo  int  // ranged: the first byte asked
 	rangeLen int  // ranged: how many
+	// idle: on a kept-alive connection, how long the client waits before
+	// sending, long enough for peerd to park the connection (0: none).
+	idle time.Duration
 }
 
 // objects is how many cacheable objects the clients ask for.
@@ -153,8 +156,16 @@ func exchangeFor(seed, id uint64) exchange {
 	size := objectSize(e.object)
 	e.rangeLo = r.IntN(size)
 	e.rangeLen = 1 + r.IntN(size-e.rangeLo)
+	if !e.oneShot && r.IntN(64) == 0 {
+		e.idle = parkedIdle + time.Duration(r.IntN(400))*time.Millisecond
+	}
 	return e
 }
+
+// parkedIdle is past the idle time after which peerd parks a keep-alive
+// connection (200 ms): an exchange with an idle pause is sent on a
+// parked connection.
+const parkedIdle = 250 * time.Millisecond
 
 // event is a run-level fault.
 type event uint8
