@@ -83,7 +83,7 @@
 //     whether the connection carries another request and whether the
 //     client is gone, from what it is told
 //     (TestClientWriterDecidesKeepAlive).
-//   - An idle client costs its socket (park.go, parkloop.go): a keep-alive connection
+//   - An idle client costs its socket (park.go): a keep-alive connection
 //     with no request for 200 ms gives its clientConn (buffers and
 //     transaction) back to a free list, its goroutine ends, and it waits
 //     for readability in peerd's own epoll set (parkloop.go: no goroutine
