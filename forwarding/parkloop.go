@@ -28,34 +28,38 @@ import (
 
 // parkLoop is the epoll set of parked connections and its goroutine.
 type parkLoop struct {
-	once   sync.Once
-	fd     int // the epoll instance; -1 when there is none
 	mu     sync.Mutex
+	made   bool               // the set exists and its goroutine runs
+	fd     int                // the epoll instance
 	by     map[uint32]*parked // by token: the connections in the set
 	next   uint32
-	broken bool // epoll_wait failed: parking goes back to goroutines
+	broken bool      // epoll_wait failed: parking goes back to goroutines
+	warned time.Time // the last warning that the set could not be made
 }
 
-// join puts pk in the loop's set, starting the loop on first use, and
-// arms its timer; false when it cannot (pk then waits on a goroutine).
+// join puts pk in the loop's set, making the set on first use (or
+// after it could not be, as when descriptors ran out), and arms pk's
+// timer; false when it cannot (pk then waits on a goroutine).
 func (l *parkLoop) join(p *Proxy, pk *parked) bool {
-	l.once.Do(func() {
-		l.fd = -1
-		fd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
-		if err != nil {
-			p.log.WithError(err).Warn("idle connections wait on a goroutine each: no epoll set")
-			return
-		}
-		l.fd, l.by = fd, map[uint32]*parked{}
-		go l.run(p)
-	})
 	sfd := -1
 	if pk.w.raw == nil || pk.w.raw.Control(func(fd uintptr) { sfd = int(fd) }) != nil || sfd < 0 {
 		return false
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.fd < 0 || l.broken {
+	if !l.made && !l.broken {
+		fd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+		if err != nil {
+			if now := time.Now(); now.Sub(l.warned) >= time.Minute {
+				l.warned = now
+				p.log.WithError(err).Warn("idle connections wait on a goroutine each: their epoll set cannot be made")
+			}
+			return false
+		}
+		l.made, l.fd, l.by = true, fd, map[uint32]*parked{}
+		go l.run(p)
+	}
+	if !l.made || l.broken {
 		return false
 	}
 	for l.next++; l.by[l.next] != nil || l.next == 0; l.next++ {
