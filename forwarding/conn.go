@@ -39,6 +39,10 @@ type clientConn struct {
 	counted, refusal bool
 
 	idle atomic.Bool // waiting for a request (Shutdown may close it)
+	// tun is the tunnel that has the connection (a CONNECT's, detached
+	// from the goroutine that served it: tunnel.go); its sockets are
+	// closed by it alone.
+	tun  atomic.Pointer[tunnelRun]
 	tx   txn
 	memo requestMemo // the last request's counter
 }
@@ -134,6 +138,13 @@ func (cc *clientConn) loop(first bool) {
 		tx.begin(g, start, head)
 		cc.r.Release(head)
 		out := tx.serve()
+		if out == detached {
+			// The tunnel has the connection and the generation now, and
+			// ends them once this goroutine is done with them.
+			parked = true
+			cc.tun.Load().release()
+			return
+		}
 		g.release() // its last request done, a replaced generation ends
 		if cc.refusal {
 			out = closeConn

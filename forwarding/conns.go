@@ -214,13 +214,21 @@ func (s *connSet) closeIdle(now time.Time) int {
 
 func (s *connSet) closeAll() {
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	var tunnels []*tunnelRun
 	for c := range s.conns {
+		if t := c.tun.Load(); t != nil {
+			tunnels = append(tunnels, t) // closed by the tunnel alone
+			continue
+		}
 		c.nc.Close()
 	}
 	now := time.Now().UnixNano()
 	for pk := range s.parked {
 		s.cutParked(pk, now)
+	}
+	s.mu.Unlock()
+	for _, t := range tunnels {
+		t.end() // (its end takes s.mu)
 	}
 }
 
@@ -229,7 +237,11 @@ func (s *connSet) cutParked(pk *parked, at int64) {
 	if at < pk.deadline.Load() {
 		pk.deadline.Store(at)
 	}
-	s.loop.cut(pk)
+	if !s.loop.rearm(&pk.sl) {
+		// It waits on a goroutine, or will (join reads the deadline
+		// after this): its read deadline ends the wait.
+		pk.nc.SetReadDeadline(time.Unix(0, pk.deadline.Load()))
+	}
 }
 
 // swapToParked puts pk, the idle connection cc served, in cc's place. A

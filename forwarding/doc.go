@@ -77,8 +77,8 @@
 //     closed, its slot freed); a hedge's original that lost is closed
 //     where the hedge is decided (walker.hedge, hedgeWon).
 //   - The client writer (clientwrite.go) is the only way to the client:
-//     every write to the client connection is there (a tunnel's relay in
-//     relay.go). It writes one final head per request (a second is an
+//     every write to the client connection is there (a tunnel's relay,
+//     after the writer's hello, in tunnelrun.go). It writes one final head per request (a second is an
 //     error the caller handles: TestHeadGuardRace), and it alone decides
 //     whether the connection carries another request and whether the
 //     client is gone, from what it is told
@@ -88,10 +88,12 @@
 //     transaction) back to a free list, its goroutine ends, and it waits
 //     for readability in peerd's own epoll set (parkloop.go: no goroutine
 //     and no buffer each); the bytes of a next request take a goroutine
-//     and a clientConn again (clientConn.loop). A tunnel sheds
-//     its readers' and writers' buffers once what either side sent is
-//     taken, and its relay waits with no buffer and no splice pipe
-//     (relay.go: two descriptors a tunnel). A wave of connections gone
+//     and a clientConn again (clientConn.loop). A tunnel sheds its
+//     readers' and writers' buffers once what either side sent is taken;
+//     a CONNECT's tunnel is detached from the goroutine that served it
+//     (it ends the transaction itself), and each of its directions idle
+//     for 200 ms waits in the same epoll set (tunnelrun.go: two
+//     descriptors, no goroutine, no buffer, no pipe). A wave of connections gone
 //     idle has its memory returned at once (connSet.returnIdleMemory).
 //     Running out of descriptors is peerd's own failure (files.go):
 //     counted, logged, in /readyz, never a parent's.

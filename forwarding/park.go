@@ -39,12 +39,18 @@ type parked struct {
 	// stop's grace), in Unix nanoseconds.
 	deadline atomic.Int64
 	w        waiter
-	// In the park loop's set (parkloop.go): its token there (0: not in
-	// it), its descriptor, and the timer that ends its wait.
-	token uint32
-	fd    int
-	timer *time.Timer
+	sl       sleeper // its place in the park loop's set (parkloop.go)
+	p        *Proxy
 }
+
+// wake: the next request's bytes came (or the client closed).
+func (pk *parked) wake() { pk.resume(pk.p) }
+
+// expire: the idle wait ended.
+func (pk *parked) expire() { pk.finish(pk.p) }
+
+// left is how long the idle wait has left.
+func (pk *parked) left() time.Duration { return time.Until(time.Unix(0, pk.deadline.Load())) }
 
 // connPool holds clientConns between a parked connection's requests: a
 // free list of at most maxFree (a sync.Pool keeps what it holds through
@@ -114,7 +120,8 @@ func (cc *clientConn) parkable() bool {
 // closing the connection.
 func (cc *clientConn) park(until time.Time) {
 	p := cc.p
-	pk := &parked{nc: cc.nc, from: cc.from, counted: cc.counted}
+	pk := &parked{nc: cc.nc, from: cc.from, counted: cc.counted, p: p}
+	pk.sl.of = pk
 	pk.deadline.Store(until.UnixNano())
 	pk.w.raw = cc.rio.raw
 	p.conns.swapToParked(cc, pk)
@@ -122,7 +129,7 @@ func (cc *clientConn) park(until time.Time) {
 	cc.r.Reset(nil)
 	cc.w.rebind(nil)
 	p.connFree.put(cc)
-	if !p.conns.loop.join(p, pk) {
+	if !p.conns.loop.join(p, &pk.sl, pk.w.raw) {
 		go pk.wait(p)
 	}
 }

@@ -1,11 +1,12 @@
 package forwarding
 
 // This file holds the park loop: one epoll(7) instance of peerd's own
-// that waits for the next request of every parked connection (park.go),
-// so that a parked connection costs its socket and a small record, and no
-// goroutine: a goroutine waiting on each held its stack (2 KiB, the least
-// Go gives one) and the runtime's record of it, more than half of what an
-// idle keep-alive connection cost. Each parked socket is in the set once,
+// that waits for the next request of every parked connection (park.go)
+// and for the next bytes of every idle tunnel direction (tunnelrun.go),
+// so that each costs its socket and a small record, and no goroutine: a
+// goroutine waiting on each held its stack (2 KiB, the least Go gives
+// one) and the runtime's record of it, more than half of what an idle
+// keep-alive connection cost. Each parked socket is in the set once,
 // one-shot, under a token of its own; the one goroutine of the loop hands
 // a socket that became readable (a request, or its client's close) to a
 // new goroutine that serves it. A runtime timer (no goroutine) ends the
@@ -21,28 +22,46 @@ package forwarding
 
 import (
 	"sync"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
 )
 
-// parkLoop is the epoll set of parked connections and its goroutine.
+// parkLoop is the epoll set of waiting sockets and its goroutine.
 type parkLoop struct {
 	mu     sync.Mutex
-	made   bool               // the set exists and its goroutine runs
-	fd     int                // the epoll instance
-	by     map[uint32]*parked // by token: the connections in the set
+	made   bool                // the set exists and its goroutine runs
+	fd     int                 // the epoll instance
+	by     map[uint32]*sleeper // by token: the sockets in the set
 	next   uint32
-	broken bool      // epoll_wait failed: parking goes back to goroutines
+	broken bool      // epoll_wait failed: waits go back to goroutines
 	warned time.Time // the last warning that the set could not be made
 }
 
-// join puts pk in the loop's set, making the set on first use (or
-// after it could not be, as when descriptors ran out), and arms pk's
-// timer; false when it cannot (pk then waits on a goroutine).
-func (l *parkLoop) join(p *Proxy, pk *parked) bool {
+// sleeper is a socket's place in the set: its token there (0: never in
+// it), its descriptor, and the timer that ends its wait.
+type sleeper struct {
+	token uint32
+	fd    int
+	timer *time.Timer
+	of    waker
+}
+
+// waker is what waits in the set: a parked connection (park.go) or a
+// tunnel's direction (tunnelrun.go).
+type waker interface {
+	wake()               // its socket is readable (on a goroutine of its own)
+	expire()             // its wait ended (taken out of the set by its timer)
+	left() time.Duration // how long its wait has left
+}
+
+// join puts s's socket (raw) in the set, making the set on first use
+// (or after it could not be, as when descriptors ran out), and arms its
+// timer; false when it cannot (the socket then waits on a goroutine).
+func (l *parkLoop) join(p *Proxy, s *sleeper, raw syscall.RawConn) bool {
 	sfd := -1
-	if pk.w.raw == nil || pk.w.raw.Control(func(fd uintptr) { sfd = int(fd) }) != nil || sfd < 0 {
+	if raw == nil || raw.Control(func(fd uintptr) { sfd = int(fd) }) != nil || sfd < 0 {
 		return false
 	}
 	l.mu.Lock()
@@ -56,7 +75,7 @@ func (l *parkLoop) join(p *Proxy, pk *parked) bool {
 			}
 			return false
 		}
-		l.made, l.fd, l.by = true, fd, map[uint32]*parked{}
+		l.made, l.fd, l.by = true, fd, map[uint32]*sleeper{}
 		go l.run(p)
 	}
 	if !l.made || l.broken {
@@ -64,56 +83,66 @@ func (l *parkLoop) join(p *Proxy, pk *parked) bool {
 	}
 	for l.next++; l.by[l.next] != nil || l.next == 0; l.next++ {
 	}
-	pk.token, pk.fd = l.next, sfd
-	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLRDHUP | unix.EPOLLONESHOT, Fd: int32(pk.token)}
+	s.token, s.fd = l.next, sfd
+	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLRDHUP | unix.EPOLLONESHOT, Fd: int32(s.token)}
 	if unix.EpollCtl(l.fd, unix.EPOLL_CTL_ADD, sfd, &ev) != nil {
 		return false
 	}
-	l.by[pk.token] = pk
-	pk.timer = time.AfterFunc(time.Until(time.Unix(0, pk.deadline.Load())), func() {
-		if l.take(pk) {
-			pk.finish(p)
-		}
-	})
+	l.by[s.token] = s
+	s.timer = time.AfterFunc(s.of.left(), func() { l.expired(s) })
 	return true
 }
 
-// take takes pk out of the set: true for the one caller that did (it
-// owns the connection now), false when it was taken already.
-func (l *parkLoop) take(pk *parked) bool {
+// take takes s out of the set: true for the one caller that did (it
+// owns the socket now), false when it was not there.
+func (l *parkLoop) take(s *sleeper) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.takeLocked(pk.token) != nil
+	return s.token != 0 && l.by[s.token] == s && l.takeLocked(s.token) != nil
 }
 
-func (l *parkLoop) takeLocked(token uint32) *parked {
-	pk := l.by[token]
-	if pk == nil {
+func (l *parkLoop) takeLocked(token uint32) *sleeper {
+	s := l.by[token]
+	if s == nil {
 		return nil
 	}
 	delete(l.by, token)
-	unix.EpollCtl(l.fd, unix.EPOLL_CTL_DEL, pk.fd, nil)
-	pk.timer.Stop()
-	return pk
+	unix.EpollCtl(l.fd, unix.EPOLL_CTL_DEL, s.fd, nil)
+	s.timer.Stop()
+	return s
 }
 
-// cut moves the end of pk's wait to its deadline (a stop cut it short):
-// its timer in the set, else its read deadline (pk waits on a goroutine,
-// or will: join reads the deadline after this). A parked connection is
-// never closed by anyone but the one that took it.
-func (l *parkLoop) cut(pk *parked) {
+// expired is s's timer: its wait ends unless it has time left (a tunnel
+// whose other direction moved bytes meanwhile).
+func (l *parkLoop) expired(s *sleeper) {
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	at := time.Unix(0, pk.deadline.Load())
-	if pk.token != 0 && l.by[pk.token] == pk {
-		pk.timer.Reset(time.Until(at))
+	if s.token == 0 || l.by[s.token] != s {
+		l.mu.Unlock()
 		return
 	}
-	pk.nc.SetReadDeadline(at)
+	if d := s.of.left(); d > 0 {
+		s.timer.Reset(d)
+		l.mu.Unlock()
+		return
+	}
+	l.takeLocked(s.token)
+	l.mu.Unlock()
+	s.of.expire()
 }
 
-// run hands each parked connection that became readable to a goroutine
-// that serves it.
+// rearm moves s's timer to what its wait has left (a stop cut it
+// short); false when s is not in the set.
+func (l *parkLoop) rearm(s *sleeper) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if s.token == 0 || l.by[s.token] != s {
+		return false
+	}
+	s.timer.Reset(s.of.left())
+	return true
+}
+
+// run hands each socket that became readable to a goroutine of its own.
 func (l *parkLoop) run(p *Proxy) {
 	var evs [128]unix.EpollEvent
 	for {
@@ -122,9 +151,9 @@ func (l *parkLoop) run(p *Proxy) {
 			continue
 		}
 		if err != nil {
-			// The sockets in the set still end at their timers; new ones
-			// wait on goroutines of their own.
-			p.log.WithError(err).Error("idle connections: epoll_wait failed; parked connections now wait on goroutines")
+			// The sockets in the set still end at their timers; new
+			// waits are on goroutines of their own.
+			p.log.WithError(err).Error("idle connections: epoll_wait failed; idle sockets now wait on goroutines")
 			l.mu.Lock()
 			l.broken = true
 			l.mu.Unlock()
@@ -132,8 +161,8 @@ func (l *parkLoop) run(p *Proxy) {
 		}
 		l.mu.Lock()
 		for _, ev := range evs[:n] {
-			if pk := l.takeLocked(uint32(ev.Fd)); pk != nil {
-				go pk.resume(p)
+			if s := l.takeLocked(uint32(ev.Fd)); s != nil {
+				go s.of.wake()
 			}
 		}
 		l.mu.Unlock()

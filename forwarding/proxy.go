@@ -146,10 +146,9 @@ func (p *Proxy) config() *runtimeConfig { return p.gen.Load().cfg }
 // tunnelSet tracks open tunnels so shutdown can wait for them and, past
 // shutdown_timeout, close them.
 type tunnelSet struct {
-	mu    sync.Mutex
-	conns map[net.Conn]struct{}
-	n     int
-	zero  chan struct{} // closed when n drops to 0; nil when nobody waits
+	mu   sync.Mutex
+	open map[*tunnelRun]struct{}
+	zero chan struct{} // closed when none is left open; nil when nobody waits
 }
 
 // userAddrs remembers the addresses each proven user was seen from

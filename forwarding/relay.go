@@ -1,117 +1,34 @@
 package forwarding
 
-// This file holds a tunnel's relay: once the client writer has answered
-// a CONNECT (or an upgrade), the bytes copied both ways between the
-// client and the next hop, half-closes passed on, until both sides are
-// done or idle. An idle tunnel holds its two sockets and nothing else:
-// no buffer, no splice pipe.
+// This file holds a tunnel's relay tools: the client writer's hello
+// (after which it keeps no buffer), one read's worth copied through a
+// pooled buffer, and the wait for a socket to be readable that holds
+// nothing meanwhile. The tunnel's directions that use them are in
+// tunnelrun.go.
 
 import (
 	"bufio"
 	"errors"
 	"io"
 	"net"
-	"sync"
-	"sync/atomic"
 	"syscall"
-	"time"
 
 	"golang.org/x/sys/unix"
 )
 
-// tunnel answers the client with hello (a final head of status), then
-// copies bytes both ways between the client and up until both sides are
-// done or idle for idle, passing half-closes on. fromClient and fromUp
-// are bytes each side sent already (read into buffers). It returns the
-// bytes up sent the client and the bytes the client sent up.
-func (w *clientWriter) tunnel(status int, hello []byte, up net.Conn, fromClient, fromUp []byte, idle time.Duration) (in, out int64, err error) {
+// tunnelHello answers the client with hello (a final head of status);
+// from here the client connection is written raw, and the writer keeps
+// no buffer.
+func (w *clientWriter) tunnelHello(status int, hello []byte) error {
 	if err := w.writeHead(status, hello); err != nil {
-		return 0, 0, err
+		return err
 	}
 	if err := w.flush(); err != nil {
-		return 0, 0, err
+		return err
 	}
-	w.buf.Reset(nil) // written raw from here: no buffer is kept
+	w.buf.Reset(nil)
 	w.buf = shedWriter(&w.dw)
-	var last atomic.Int64
-	last.Store(time.Now().UnixNano())
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		in = pipe(w.nc, up, fromUp, idle, &last)
-	}()
-	out = pipe(up, w.nc, fromClient, idle, &last)
-	wg.Wait()
-	return in, out, nil
-}
-
-// pipe copies src to dst, after pending, and returns the bytes written.
-// An idle direction holds nothing of its own: it waits for src to be
-// readable with no buffer and no pipe (an idle tunnel costs its two
-// sockets, as in Squid; a splice(2) waiting for bytes held a pipe, two
-// descriptors, per direction). What came is then moved at once: in the
-// kernel (splice(2), through net.TCPConn.ReadFrom of exactly the bytes
-// queued) when there is a lot of it between two plain TCP connections,
-// else through a pooled buffer. A side that sent EOF is half-closed on
-// the other; the tunnel ends when neither direction carried a byte for
-// idle (each direction waits in rounds of idle/2 and reads last, the
-// other's latest progress).
-func pipe(dst, src net.Conn, pending []byte, idle time.Duration, last *atomic.Int64) int64 {
-	var n int64
-	if len(pending) > 0 {
-		m, err := dst.Write(pending)
-		n += int64(m)
-		if err != nil {
-			src.Close()
-			dst.Close()
-			return n
-		}
-		last.Store(time.Now().UnixNano())
-	}
-	round := max(idle/2, time.Millisecond)
-	dt, _ := dst.(*net.TCPConn)
-	st, _ := src.(*net.TCPConn)
-	var w waiter
-	if sc, ok := src.(syscall.Conn); ok {
-		w.raw, _ = sc.SyscallConn()
-	}
-	for {
-		now := time.Now()
-		src.SetReadDeadline(now.Add(round))
-		queued, err := w.wait()
-		var m int64
-		if err == nil {
-			dst.SetWriteDeadline(now.Add(idle))
-			if dt != nil && st != nil && queued >= spliceTunnelMin {
-				m, err = dt.ReadFrom(io.LimitReader(st, int64(queued)))
-				if err == nil && m == 0 {
-					err = io.EOF
-				}
-			} else {
-				m, err = copyOnce(dst, src)
-			}
-		}
-		n += m
-		if m > 0 {
-			last.Store(time.Now().UnixNano())
-		}
-		switch {
-		case err == nil:
-			continue
-		case isTimeout(err) && time.Since(now) < idle && time.Since(time.Unix(0, last.Load())) < idle:
-			// The read's round ended (a write that waited idle is a
-			// client or next hop that stopped reading: the end), and
-			// this direction or the other is busy.
-			continue
-		case errors.Is(err, io.EOF):
-			closeWrite(dst)
-			return n
-		}
-		src.Close()
-		dst.Close()
-		return n
-	}
+	return nil
 }
 
 // spliceTunnelMin is the least a tunnel's direction has queued for it to
@@ -179,14 +96,5 @@ func (w *waiter) ready(fd uintptr) bool {
 // shedWriter is a client writer's buffer for a connection that only
 // relays now (a tunnel): the least bufio allows.
 func shedWriter(w io.Writer) *bufio.Writer { return bufio.NewWriterSize(w, 16) }
-
-// closeWrite half-closes c so the other side sees EOF but can still
-// answer; a connection that cannot half-close is closed.
-func closeWrite(c net.Conn) {
-	if cw, ok := c.(interface{ CloseWrite() error }); ok && cw.CloseWrite() == nil {
-		return
-	}
-	c.Close()
-}
 
 var errClientGone = errors.New("the client went away")

@@ -7,7 +7,6 @@ package forwarding
 import (
 	"bytes"
 	"context"
-	"net"
 	"net/http"
 	"time"
 
@@ -35,10 +34,9 @@ func (tx *txn) serveConnect() outcome {
 		return closeConn
 	case a != nil && a.hop.Peer == nil:
 		tx.answeredBy(a.hop)
-		return tx.tunnel(a, http.StatusOK, connectEstablished)
+		return tx.tunnel(a, http.StatusOK, connectEstablished, true)
 	case a != nil:
-		tx.connectAnswer(a)
-		return closeConn
+		return tx.connectAnswer(a)
 	}
 	e := tx.wk.finalError()
 	if e == nil {
@@ -52,7 +50,7 @@ func (tx *txn) serveConnect() outcome {
 // connectAnswer answers the client from a parent's CONNECT reply: a
 // tunnel on 2xx, the parent's refusal as it is otherwise, or the error of
 // a reply that never came.
-func (tx *txn) connectAnswer(a *attempt) {
+func (tx *txn) connectAnswer(a *attempt) outcome {
 	if !a.final {
 		a.release()
 		e := tx.wk.finalError()
@@ -61,7 +59,7 @@ func (tx *txn) connectAnswer(a *attempt) {
 		}
 		e.Close = true
 		tx.fail(e)
-		return
+		return closeConn
 	}
 	c, head := a.conn, a.head
 	a.head = nil
@@ -69,8 +67,7 @@ func (tx *txn) connectAnswer(a *attempt) {
 	resp := &a.resp
 	if resp.Status/100 == 2 {
 		c.r.Release(head)
-		tx.tunnel(a, http.StatusOK, connectEstablished)
-		return
+		return tx.tunnel(a, http.StatusOK, connectEstablished, true)
 	}
 	// The parent's refusal (403, 407, 503, ...) goes to the client as is.
 	kind := resp.BodyFor(false)
@@ -86,6 +83,7 @@ func (tx *txn) connectAnswer(a *attempt) {
 		tx.w.copyFrom(&a.body, 1<<20)
 	}
 	a.release()
+	return closeConn
 }
 
 // upgraded switches protocols: the 101 goes to the client and the two
@@ -99,57 +97,90 @@ func (tx *txn) upgraded(a *attempt) outcome {
 	tx.answeredBy(a.hop)
 	a.conn.r.Release(a.head)
 	a.head = nil
-	return tx.tunnel(a, http.StatusSwitchingProtocols, out)
+	return tx.tunnel(a, http.StatusSwitchingProtocols, out, false)
 }
 
 // tunnel answers the client with hello (whose status is status), then
-// has the client writer copy bytes both ways until both sides are done or
-// idle for read_timeout.
-func (tx *txn) tunnel(a *attempt, status int, hello []byte) outcome {
+// relays bytes both ways (tunnelrun.go) until both sides are done or idle
+// for read_timeout. Detached (a CONNECT), it returns at once: the tunnel
+// has the client connection and ends the transaction itself (its log
+// line, its generation) once its directions and this goroutine are done
+// (clientConn.loop releases this one's share); so an idle tunnel keeps no
+// goroutine. Not detached (an upgrade, whose answer came through the
+// cache's steps), it waits for the tunnel to end.
+func (tx *txn) tunnel(a *attempt, status int, hello []byte, detach bool) outcome {
 	p := tx.p
 	cc := tx.cc
 	up := a.conn
 	a.conn = nil
-	defer a.release()
 	tx.tunnelled = true
-	release := p.tunnels.add(cc.nc, up.nc)
-	defer release()
 	cc.dl.setRead(time.Time{})
 	up.dl.setRead(time.Time{})
 	// What either side sent already is taken out, and the buffers that
-	// held it go: a tunnel relays through none of its own (relay.go).
+	// held it go: a tunnel relays through none of its own.
 	fromClient := bytes.Clone(cc.r.Peek())
 	fromUp := bytes.Clone(up.r.Peek())
 	cc.r.Shed()
 	up.r.Shed()
 	up.w = nil // (the hello goes through the client writer; up is written raw)
-	in, out, err := tx.w.tunnel(status, hello, up.nc, fromClient, fromUp, tx.rq.gen.cfg.ReadTimeout)
-	cc.nc.Close()
-	up.close()
-	if err == nil {
-		tx.tunnelIn, tx.tunnelOut = in, out
+	if err := tx.w.tunnelHello(status, hello); err != nil {
+		cc.nc.Close()
+		up.close()
+		a.release()
+		return closeConn
 	}
+	var t *tunnelRun
+	done := make(chan struct{})
+	end := func(in, out int64) {
+		up.close()
+		tx.tunnelIn, tx.tunnelOut = in, out
+		a.release()
+		p.tunnels.remove(t)
+		close(done)
+	}
+	if detach {
+		g := tx.rq.gen
+		end = func(in, out int64) {
+			up.close()
+			tx.tunnelIn, tx.tunnelOut = in, out
+			a.release()
+			p.tunnels.remove(t)
+			cc.tun.Store(nil)
+			tx.detached = false
+			tx.finish()
+			g.release()
+			cc.end(false)
+		}
+	}
+	t = newTunnelRun(p, cc.nc, up.nc, fromClient, fromUp, tx.rq.gen.cfg.ReadTimeout, end)
+	p.tunnels.add(t)
+	t.start()
+	if detach {
+		tx.detached = true
+		cc.tun.Store(t)
+		return detached
+	}
+	t.release()
+	<-done
 	return closeConn
 }
 
-func (t *tunnelSet) add(a, b net.Conn) (release func()) {
-	t.mu.Lock()
-	if t.conns == nil {
-		t.conns = make(map[net.Conn]struct{})
+func (s *tunnelSet) add(t *tunnelRun) {
+	s.mu.Lock()
+	if s.open == nil {
+		s.open = make(map[*tunnelRun]struct{})
 	}
-	t.conns[a], t.conns[b] = struct{}{}, struct{}{}
-	t.n++
-	t.mu.Unlock()
-	return func() {
-		t.mu.Lock()
-		defer t.mu.Unlock()
-		delete(t.conns, a)
-		delete(t.conns, b)
-		t.n--
-		if t.n == 0 && t.zero != nil {
-			close(t.zero)
-			t.zero = nil
-		}
+	s.open[t] = struct{}{}
+	s.mu.Unlock()
+}
+
+func (s *tunnelSet) remove(t *tunnelRun) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.open, t)
+	if len(s.open) == 0 && s.zero != nil {
+		close(s.zero)
+		s.zero = nil
 	}
 }
 
@@ -157,33 +188,37 @@ func (t *tunnelSet) add(a, b net.Conn) (release func()) {
 func (p *Proxy) Tunnels() int {
 	p.tunnels.mu.Lock()
 	defer p.tunnels.mu.Unlock()
-	return p.tunnels.n
+	return len(p.tunnels.open)
 }
 
 // WaitTunnels waits for open tunnels to end; when ctx ends first it closes
 // them and returns ctx's error.
 func (p *Proxy) WaitTunnels(ctx context.Context) error {
-	t := &p.tunnels
-	t.mu.Lock()
-	if t.n == 0 {
-		t.mu.Unlock()
+	s := &p.tunnels
+	s.mu.Lock()
+	if len(s.open) == 0 {
+		s.mu.Unlock()
 		return nil
 	}
-	if t.zero == nil {
-		t.zero = make(chan struct{})
+	if s.zero == nil {
+		s.zero = make(chan struct{})
 	}
-	zero := t.zero
-	t.mu.Unlock()
+	zero := s.zero
+	s.mu.Unlock()
 	select {
 	case <-zero:
 		return nil
 	case <-ctx.Done():
 	}
-	t.mu.Lock()
-	for c := range t.conns {
-		c.Close()
+	s.mu.Lock()
+	open := make([]*tunnelRun, 0, len(s.open))
+	for t := range s.open {
+		open = append(open, t)
 	}
-	t.mu.Unlock()
+	s.mu.Unlock()
+	for _, t := range open {
+		t.end() // (its end takes s.mu)
+	}
 	<-zero
 	return ctx.Err()
 }

@@ -20,6 +20,9 @@ type outcome uint8
 const (
 	closeConn outcome = iota
 	keepOpen
+	// detached: a tunnel has the connection now and ends the transaction
+	// itself (tunnel.go).
+	detached
 )
 
 // txn is one request on a client connection. It is reused from request
@@ -36,9 +39,12 @@ type txn struct {
 	// icpTimedOut: the ICP query's timeout passed before every answer
 	// came; the access log's hierarchy code says TIMEOUT_, as Squid's.
 	icpTimedOut bool
-	target      []byte // the request target rewritten with the canonical host
-	out         []byte // a head being built for the client
-	logBuf      []byte
+	// detached: a tunnel ends the transaction, not the goroutine that
+	// served it (finish waits for the tunnel's end).
+	detached bool
+	target   []byte // the request target rewritten with the canonical host
+	out      []byte // a head being built for the client
+	logBuf   []byte
 }
 
 // init binds the transaction to its connection, once.
@@ -80,6 +86,9 @@ func (tx *txn) fail(e *Error) {
 
 // finish writes the access log line and metrics of the transaction.
 func (tx *txn) finish() {
+	if tx.detached {
+		return // the tunnel's end finishes it
+	}
 	p := tx.p
 	tx.cl.done()
 	if tx.w.status == 0 && !tx.w.gone {

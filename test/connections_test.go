@@ -2,8 +2,10 @@ package e2e
 
 // What idle clients cost (issue 65), through the binary built without
 // -race: a keep-alive connection between requests is parked (its buffers
-// and its goroutine given back; it waits in peerd's own epoll set) and an idle CONNECT tunnel holds its two
-// sockets and no pipe; both speak again without an error. Running out of
+// and its goroutine given back; it waits in peerd's own epoll set) and an
+// idle CONNECT tunnel holds its two sockets and no pipe or goroutine (both
+// its directions wait in the same set); both speak again without an
+// error. Running out of
 // descriptors is peerd's own failure: logged, counted, in /readyz, and
 // never blamed on a parent.
 
@@ -144,8 +146,13 @@ func TestIdleClientsAndTunnelsCostLittle(t *testing.T) {
 			t.Fatalf("tunnel %d: %v", i, err)
 		}
 	}
+	// Idle, both directions of each wait in the epoll set: no goroutine.
+	waitFor(t, "the idle tunnels' goroutines gone", 10*time.Second, func() bool {
+		goroutines = metricValue(p.adminMetrics(), "go_goroutines")
+		return goroutines >= 0 && goroutines < float64(n)/4
+	})
 	files := openFiles(t, pid)
-	t.Logf("%d idle tunnels: %d descriptors (%d before)", n, files, baseFiles)
+	t.Logf("%d idle tunnels: %d descriptors (%d before), %.0f goroutines", n, files, baseFiles, goroutines)
 	if per := float64(files-baseFiles) / float64(n); per > 2.1 {
 		t.Fatalf("%.2f descriptors per idle tunnel; want 2 (its two sockets)", per)
 	}

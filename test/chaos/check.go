@@ -246,7 +246,7 @@ func (r *report) print(w io.Writer, took time.Duration) {
 	for f := fault(0); f < faultKinds; f++ {
 		fmt.Fprintf(w, "  %-22s %8d\n", f, r.rec.injected[f])
 	}
-	fmt.Fprintf(w, "\nexchanges sent on a connection idle long enough to be parked: %d\n", r.rec.parked)
+	fmt.Fprintf(w, "\nexchanges sent on a connection or through a tunnel idle long enough to be parked: %d\n", r.rec.parked)
 	r.rec.mu.Unlock()
 	var invs []string
 	for inv := range r.byInv {

@@ -333,16 +333,28 @@ func (c *client) tunnelEcho(cc *clientConn, e exchange, resp *http.Response) ver
 		return violation("I2", "CONNECT: status %d, fault %q", resp.StatusCode, f)
 	}
 	msg := body("/tunnel", e.id, 1000)
-	if _, err := cc.nc.Write(msg); err != nil {
-		return violation("I2", "CONNECT: writing into the tunnel: %v", err)
+	parts := [][]byte{msg}
+	if e.idle > 0 {
+		// Half, then a pause that leaves the tunnel idle (both its
+		// directions wait in peerd's epoll set), then the rest.
+		parts = [][]byte{msg[:500], msg[500:]}
 	}
-	back := make([]byte, len(msg))
-	if _, err := io.ReadFull(cc.br, back); err != nil {
-		return violation("I2", "CONNECT: reading the echo at %s: %v (%s; kills of that parent at %v)", time.Now().Format("15:04:05.000"),
-			err, answerFacts(resp, nil)+", tunnel through "+c.rec.tunnelParent(e.id), c.rec.killTimes(c.rec.tunnelParent(e.id)))
-	}
-	if !bytes.Equal(back, msg) {
-		return violation("I1", "CONNECT: the echo differs from what was sent")
+	for i, part := range parts {
+		if i > 0 {
+			time.Sleep(e.idle)
+			c.rec.parkedSend()
+		}
+		if _, err := cc.nc.Write(part); err != nil {
+			return violation("I2", "CONNECT: writing into the tunnel: %v", err)
+		}
+		back := make([]byte, len(part))
+		if _, err := io.ReadFull(cc.br, back); err != nil {
+			return violation("I2", "CONNECT: reading the echo at %s: %v (%s; kills of that parent at %v)", time.Now().Format("15:04:05.000"),
+				err, answerFacts(resp, nil)+", tunnel through "+c.rec.tunnelParent(e.id), c.rec.killTimes(c.rec.tunnelParent(e.id)))
+		}
+		if !bytes.Equal(back, part) {
+			return violation("I1", "CONNECT: the echo differs from what was sent")
+		}
 	}
 	return verdict{outcome: "ok"}
 }

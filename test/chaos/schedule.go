@@ -131,7 +131,9 @@ type exchange struct {
 	rangeLo  int  // ranged: the first byte asked
 	rangeLen int  // ranged: how many
 	// idle: on a kept-alive connection, how long the client waits before
-	// sending, long enough for peerd to park the connection (0: none).
+	// sending, long enough for peerd to park the connection; in a tunnel,
+	// how long it leaves the tunnel idle halfway through its echo (0:
+	// none).
 	idle time.Duration
 }
 
