@@ -39,8 +39,8 @@ type clientConn struct {
 	counted, refusal bool
 
 	idle atomic.Bool // waiting for a request (Shutdown may close it)
-	// tun is the tunnel that has the connection (a CONNECT's, detached
-	// from the goroutine that served it: tunnel.go); its sockets are
+	// tun is the tunnel that has the connection (tunnel.go: a CONNECT's
+	// is detached from the goroutine that served it); its sockets are
 	// closed by it alone.
 	tun  atomic.Pointer[tunnelRun]
 	tx   txn

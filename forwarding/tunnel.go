@@ -136,6 +136,7 @@ func (tx *txn) tunnel(a *attempt, status int, hello []byte, detach bool) outcome
 		tx.tunnelIn, tx.tunnelOut = in, out
 		a.release()
 		p.tunnels.remove(t)
+		cc.tun.Store(nil)
 		close(done)
 	}
 	if detach {
@@ -154,10 +155,10 @@ func (tx *txn) tunnel(a *attempt, status int, hello []byte, detach bool) outcome
 	}
 	t = newTunnelRun(p, cc.nc, up.nc, fromClient, fromUp, tx.rq.gen.cfg.ReadTimeout, end)
 	p.tunnels.add(t)
+	cc.tun.Store(t) // (a stop ends the tunnel, never closes its sockets itself)
 	t.start()
 	if detach {
 		tx.detached = true
-		cc.tun.Store(t)
 		return detached
 	}
 	t.release()

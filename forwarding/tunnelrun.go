@@ -89,15 +89,9 @@ func (t *tunnelRun) done() {
 	}
 }
 
-// Close ends the tunnel (shutdown's last step, WaitTunnels).
-func (t *tunnelRun) Close() error {
-	t.end()
-	return nil
-}
-
 // end closes the tunnel's sockets, after taking its directions out of
 // the set; a direction taken out is done, one on a goroutine finds its
-// sockets closed.
+// sockets closed. (Also a stop's last step: WaitTunnels, closeAll.)
 func (t *tunnelRun) end() {
 	t.mu.Lock()
 	if t.ended {
