@@ -64,7 +64,7 @@ func runSink() {
 	for {
 		c, err := ln.Accept()
 		if err != nil {
-			continue
+			return // (retrying a failing accept at once would spin)
 		}
 		go func() {
 			// A read and write loop: io.Copy between TCP connections

@@ -142,7 +142,7 @@ func (cc *clientConn) loop(first bool) {
 			// The tunnel has the connection and the generation now, and
 			// ends them once this goroutine is done with them.
 			parked = true
-			cc.tun.Load().release()
+			cc.tun.Load().done() // this goroutine's share
 			return
 		}
 		g.release() // its last request done, a replaced generation ends

@@ -66,7 +66,8 @@ type connSet struct {
 	parked    map[*parked]struct{} // idle connections waiting with no clientConn (park.go)
 	loop      parkLoop             // the epoll set most of them wait in (parkloop.go)
 	// parkedAtReturn and lastReturn: the parked connections when their
-	// memory was last returned, and when (returnIdleMemory).
+	// memory was last returned, and when; parkedLastTick: at the janitor's
+	// last tick (returnIdleMemory).
 	parkedAtReturn, parkedLastTick int
 	lastReturn                     time.Time
 	open                           atomic.Int64
@@ -204,7 +205,7 @@ func (s *connSet) closeIdle(now time.Time) int {
 	for pk := range s.parked {
 		if !pk.graced {
 			// Its wait ends at the grace's end, by its timer or its read
-			// deadline (parkLoop.cut).
+			// deadline (cutParked).
 			pk.graced = true
 			s.cutParked(pk, end)
 		}
@@ -217,7 +218,7 @@ func (s *connSet) closeAll() {
 	var tunnels []*tunnelRun
 	for c := range s.conns {
 		if t := c.tun.Load(); t != nil {
-			tunnels = append(tunnels, t) // closed by the tunnel alone
+			tunnels = append(tunnels, t) // its sockets are closed by its end alone
 			continue
 		}
 		c.nc.Close()
@@ -228,15 +229,13 @@ func (s *connSet) closeAll() {
 	}
 	s.mu.Unlock()
 	for _, t := range tunnels {
-		t.end() // (its end takes s.mu)
+		t.end() // (outside s.mu: the tunnel's last step removes its connection)
 	}
 }
 
 // cutParked brings pk's wait's end to at, if that is sooner (under s.mu).
 func (s *connSet) cutParked(pk *parked, at int64) {
-	if at < pk.deadline.Load() {
-		pk.deadline.Store(at)
-	}
+	pk.cutTo(at)
 	if !s.loop.rearm(&pk.sl) {
 		// It waits on a goroutine, or will (join reads the deadline
 		// after this): its read deadline ends the wait.
@@ -256,9 +255,7 @@ func (s *connSet) swapToParked(cc *clientConn, pk *parked) {
 	s.parked[pk] = struct{}{}
 	if s.shutting.Load() {
 		pk.graced = true
-		if end := s.graceEnd.Load(); end < pk.deadline.Load() {
-			pk.deadline.Store(end)
-		}
+		pk.cutTo(s.graceEnd.Load())
 	}
 	pk.nc.SetReadDeadline(time.Unix(0, pk.deadline.Load())) // here, so that closeIdle's later cut stands
 }

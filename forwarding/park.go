@@ -44,10 +44,17 @@ type parked struct {
 }
 
 // wake: the next request's bytes came (or the client closed).
-func (pk *parked) wake() { pk.resume(pk.p) }
+func (pk *parked) wake() { pk.resume() }
 
 // expire: the idle wait ended.
-func (pk *parked) expire() { pk.finish(pk.p) }
+func (pk *parked) expire() { pk.finish() }
+
+// cutTo brings the end of the idle wait to at, if that is sooner.
+func (pk *parked) cutTo(at int64) {
+	if at < pk.deadline.Load() {
+		pk.deadline.Store(at)
+	}
+}
 
 // left is how long the idle wait has left.
 func (pk *parked) left() time.Duration { return time.Until(time.Unix(0, pk.deadline.Load())) }
@@ -130,23 +137,24 @@ func (cc *clientConn) park(until time.Time) {
 	cc.w.rebind(nil)
 	p.connFree.put(cc)
 	if !p.conns.loop.join(p, &pk.sl, pk.w.raw) {
-		go pk.wait(p)
+		go pk.wait()
 	}
 }
 
 // wait waits on a goroutine of its own for the next request: bytes come,
 // it is served; the wait ends first (its read deadline), it closes.
-func (pk *parked) wait(p *Proxy) {
+func (pk *parked) wait() {
 	if _, err := pk.w.wait(); err == nil {
-		pk.resume(p)
+		pk.resume()
 		return
 	}
-	pk.finish(p)
+	pk.finish()
 }
 
 // resume serves the parked connection's next request with a pooled
 // clientConn.
-func (pk *parked) resume(p *Proxy) {
+func (pk *parked) resume() {
+	p := pk.p
 	cc := p.takeConn(pk.nc)
 	cc.from, cc.counted = pk.from, pk.counted
 	if p.conns.swapFromParked(pk, cc) {
@@ -155,12 +163,13 @@ func (pk *parked) resume(p *Proxy) {
 	}
 	cc.nc, cc.rio = nil, rawIO{}
 	p.connFree.put(cc)
-	pk.finish(p)
+	pk.finish()
 }
 
 // finish closes the parked connection whose wait ended and releases its
 // slots.
-func (pk *parked) finish(p *Proxy) {
+func (pk *parked) finish() {
+	p := pk.p
 	p.conns.dropParked(pk)
 	pk.nc.Close()
 	if pk.counted {
@@ -193,8 +202,8 @@ const (
 )
 
 // returnIdleMemory returns the memory of a wave of parked connections
-// or open tunnels (mostly idle: a collection also shrinks the stacks of
-// their goroutines) once it stopped growing (janitor, once a second).
+// or open tunnels (mostly idle, their goroutines ended: what served them
+// is garbage) once it stopped growing (janitor, once a second).
 func (s *connSet) returnIdleMemory(now time.Time, tunnels int) {
 	s.mu.Lock()
 	n := len(s.parked) + tunnels

@@ -18,7 +18,7 @@ package forwarding
 // several epoll sets): that one only notes its readiness while nobody
 // reads, and the goroutine that serves it next reads as usual. When the
 // loop cannot be made (or a socket cannot join it), a parked connection
-// waits on a goroutine of its own, as before.
+// or an idle direction waits on a goroutine of its own.
 
 import (
 	"sync"

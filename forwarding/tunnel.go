@@ -130,30 +130,26 @@ func (tx *txn) tunnel(a *attempt, status int, hello []byte, detach bool) outcome
 		return closeConn
 	}
 	var t *tunnelRun
-	done := make(chan struct{})
-	end := func(in, out int64) {
-		up.close()
+	var done chan struct{} // closed at the end of a tunnel this goroutine waits for
+	if !detach {
+		done = make(chan struct{})
+	}
+	g := tx.rq.gen
+	end := func(in, out int64) { // (both sockets are closed by now)
 		tx.tunnelIn, tx.tunnelOut = in, out
 		a.release()
 		p.tunnels.remove(t)
 		cc.tun.Store(nil)
-		close(done)
-	}
-	if detach {
-		g := tx.rq.gen
-		end = func(in, out int64) {
-			up.close()
-			tx.tunnelIn, tx.tunnelOut = in, out
-			a.release()
-			p.tunnels.remove(t)
-			cc.tun.Store(nil)
-			tx.detached = false
-			tx.finish()
-			g.release()
-			cc.end(false)
+		if !detach {
+			close(done)
+			return
 		}
+		tx.detached = false
+		tx.finish()
+		g.release()
+		cc.end(false)
 	}
-	t = newTunnelRun(p, cc.nc, up.nc, fromClient, fromUp, tx.rq.gen.cfg.ReadTimeout, end)
+	t = newTunnelRun(p, cc.nc, up.nc, fromClient, fromUp, g.cfg.ReadTimeout, end)
 	p.tunnels.add(t)
 	cc.tun.Store(t) // (a stop ends the tunnel, never closes its sockets itself)
 	t.start()
@@ -161,7 +157,7 @@ func (tx *txn) tunnel(a *attempt, status int, hello []byte, detach bool) outcome
 		tx.detached = true
 		return detached
 	}
-	t.release()
+	t.done() // this goroutine's share
 	<-done
 	return closeConn
 }
@@ -218,7 +214,7 @@ func (p *Proxy) WaitTunnels(ctx context.Context) error {
 	}
 	s.mu.Unlock()
 	for _, t := range open {
-		t.end() // (its end takes s.mu)
+		t.end() // (outside s.mu: the tunnel's last step takes it)
 	}
 	<-zero
 	return ctx.Err()

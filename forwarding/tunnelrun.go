@@ -9,10 +9,10 @@ package forwarding
 //
 // Who closes what: a socket in the set is closed only by whoever took it
 // out (a descriptor's number is reused once closed). So a tunnel's
-// sockets are closed in one place, end, which first takes both its
-// directions out of the set (and no direction joins it once the tunnel
-// ends); its own last step, once both directions and the goroutine that
-// opened it are done, is onEnd.
+// sockets are closed by end, which first takes both its directions out
+// of the set (and no direction joins it once the tunnel ends), or by
+// done once its three shares (its directions and the goroutine that
+// opened it) are done and nothing of it can be in the set; then onEnd.
 
 import (
 	"errors"
@@ -73,10 +73,9 @@ func (t *tunnelRun) start() {
 	go t.dirs[1].run()
 }
 
-// release is the opener's share: once it and both directions are done,
-// onEnd runs.
-func (t *tunnelRun) release() { t.done() }
-
+// done gives up one share (a direction's, or the opener's: the goroutine
+// that began the tunnel); once all three are done, the sockets are closed
+// and onEnd runs.
 func (t *tunnelRun) done() {
 	t.mu.Lock()
 	t.shares--

@@ -288,14 +288,7 @@ func TestParkedConnectionsAcrossAStop(t *testing.T) {
 	if d := time.Since(stopped); d < 2*time.Second || d > 8*time.Second {
 		t.Fatalf("the silent parked connection closed %v after the stop; want at the 3s grace's end (shutdown_timeout is 30s)", d)
 	}
-	select {
-	case <-p.exited:
-	case <-time.After(15 * time.Second):
-		t.Fatal("peerd did not exit")
-	}
-	if err := p.Err(); err != nil {
-		t.Fatalf("exit: %v; want 0", err)
-	}
+	p.exitsZero(15 * time.Second)
 }
 
 // TestIdleTunnelAcrossAStop: at SIGTERM, a tunnel idle long enough for
@@ -336,14 +329,7 @@ func TestIdleTunnelAcrossAStop(t *testing.T) {
 	if d := time.Since(stopped); d < 2*time.Second || d > 10*time.Second {
 		t.Fatalf("the tunnel was closed %v after the stop; want at shutdown_timeout (3s)", d)
 	}
-	select {
-	case <-p.exited:
-	case <-time.After(15 * time.Second):
-		t.Fatal("peerd did not exit")
-	}
-	if err := p.Err(); err != nil {
-		t.Fatalf("exit: %v; want 0", err)
-	}
+	p.exitsZero(15 * time.Second)
 	var line string
 	waitFor(t, "the tunnel's access-log line", 5*time.Second, func() bool {
 		b, _ := os.ReadFile(p.accessLog)
@@ -359,15 +345,11 @@ func TestIdleTunnelAcrossAStop(t *testing.T) {
 	})
 	// Squid's format: the fifth field is the bytes the client got.
 	sent := len("before\n" + "after an idle while\n" + "during the stop\n")
-	if f := strings.Fields(line); len(f) < 5 || atoiOr(f[4], 0) < sent {
+	f := strings.Fields(line)
+	if len(f) < 5 {
+		t.Fatalf("access log %q: not Squid's format", line)
+	}
+	if n, err := strconv.Atoi(f[4]); err != nil || n < sent {
 		t.Fatalf("access log %q: want the %d bytes the tunnel carried to the client counted", line, sent)
 	}
-}
-
-func atoiOr(s string, or int) int {
-	n, err := strconv.Atoi(s)
-	if err != nil {
-		return or
-	}
-	return n
 }

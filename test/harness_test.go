@@ -117,6 +117,20 @@ func (p *peerd) logs() string       { return p.Logs() }
 func (p *peerd) signal(s os.Signal) { p.Signal(s) }
 func (p *peerd) stop()              { p.Stop() }
 
+// exitsZero waits up to within for peerd to exit, and fails unless it
+// exited 0.
+func (p *peerd) exitsZero(within time.Duration) {
+	p.t.Helper()
+	select {
+	case <-p.exited:
+	case <-time.After(within):
+		p.t.Fatal("peerd did not exit")
+	}
+	if err := p.Err(); err != nil {
+		p.t.Fatalf("exit: %v; want 0", err)
+	}
+}
+
 // client returns an HTTP client that uses peerd as its proxy.
 func (p *peerd) client() *http.Client {
 	u, _ := url.Parse("http://" + p.proxy)

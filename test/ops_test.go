@@ -167,14 +167,7 @@ func TestGracefulShutdown(t *testing.T) {
 	if r := <-done; r.status != 200 {
 		t.Fatalf("in-flight request during shutdown: %s", r)
 	}
-	select {
-	case <-p.exited:
-	case <-time.After(10 * time.Second):
-		t.Fatal("peerd did not exit")
-	}
-	if err := p.Err(); err != nil {
-		t.Fatalf("exit: %v; want 0", err)
-	}
+	p.exitsZero(10 * time.Second)
 }
 
 func TestAdminAPI(t *testing.T) {
