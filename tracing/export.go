@@ -77,13 +77,13 @@ func (e *Exporter) Config() Config { return e.cfg }
 // Export queues a copy of a finished span; a full queue (in spans or in
 // bytes) drops it, counted.
 func (e *Exporter) Export(s Span) {
-	s = s.own()
-	n := s.size()
+	n := s.size() // (the copy's: a span dropped is never copied)
 	if e.bytes.Add(n) > maxQueueBytes {
 		e.bytes.Add(-n)
 		e.drop(1)
 		return
 	}
+	s = s.own()
 	select {
 	case e.queue <- s:
 	default:
@@ -115,25 +115,29 @@ func (s Span) own() Span {
 }
 
 // clip is a copy of v, at most maxAttrBytes long (cut on a rune's start).
-func clip(v string) string {
-	if len(v) > maxAttrBytes {
-		n := maxAttrBytes
+func clip(v string) string { return strings.Clone(v[:clipLen(v)]) }
+
+// clipLen is the length of clip(v).
+func clipLen(v string) int {
+	n := len(v)
+	if n > maxAttrBytes {
+		n = maxAttrBytes
 		for n > 0 && !utf8.RuneStart(v[n]) {
 			n--
 		}
-		v = v[:n]
 	}
-	return strings.Clone(v)
+	return n
 }
 
 // spanOverhead is what a span holds besides its strings.
 const spanOverhead = int64(unsafe.Sizeof(Span{}))
 
-// size is the bytes s holds.
+// size is the bytes s's copy holds (s.own(), its strings clipped; the
+// same for a copy and its original).
 func (s Span) size() int64 {
-	n := spanOverhead + int64(len(s.Name)+len(s.Error))
+	n := spanOverhead + int64(clipLen(s.Name)+clipLen(s.Error))
 	for _, a := range s.Attrs {
-		n += int64(unsafe.Sizeof(a)) + int64(len(a.Key)+len(a.Str))
+		n += int64(unsafe.Sizeof(a)) + int64(clipLen(a.Key)+clipLen(a.Str))
 	}
 	return n
 }
